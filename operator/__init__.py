@@ -1,0 +1,1 @@
+"""leaseq.operator: the kopf operator that scales WorkerPools and runs the reaper."""

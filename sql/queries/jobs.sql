@@ -1,0 +1,345 @@
+-- Named statements on leaseq.jobs, loaded once by leaseq.statements.
+-- Each block: `-- name: NAME`, one line saying what it does, then the statement.
+-- Time-dependent statements take %(now)s: NULL means database time (always, in production).
+
+-- name: job_enqueue
+-- Inserts one pending job (or finds the unfinished job with the same dedup key) and wakes listeners on commit.
+WITH t AS (SELECT coalesce(%(now)s::timestamptz, now()) AS now),
+ins AS (
+    INSERT INTO leaseq.jobs (queue, job_type, payload, priority, max_attempts, available_at,
+                             timeout, idempotency_key, dedup_key, created_at)
+    SELECT %(queue)s, %(job_type)s, %(payload)s, %(priority)s, %(max_attempts)s,
+           coalesce(%(run_at)s::timestamptz, t.now + make_interval(secs => %(delay)s)),
+           make_interval(secs => %(timeout)s), %(idempotency_key)s, %(dedup_key)s, t.now
+      FROM t
+    ON CONFLICT (queue, dedup_key) WHERE dedup_key IS NOT NULL AND status IN ('pending', 'running')
+    DO NOTHING
+    RETURNING id, queue
+),
+woke AS (SELECT pg_notify('leaseq_jobs', ins.queue) FROM ins)
+SELECT ins.id, true AS created, (SELECT count(*) FROM woke) AS notified FROM ins
+UNION ALL
+SELECT j.id, false, 0 FROM leaseq.jobs j
+ WHERE NOT EXISTS (SELECT 1 FROM ins)
+   AND j.queue = %(queue)s AND j.dedup_key = %(dedup_key)s AND j.status IN ('pending', 'running');
+
+-- name: job_claim
+-- Leases up to %(limit)s ready jobs from the given queues in priority order, skipping rows other claimers hold; bumps attempt and token.
+WITH t AS (SELECT coalesce(%(now)s::timestamptz, now()) AS now),
+candidate AS (
+    SELECT c.id
+      FROM unnest(%(queues)s::text[]) AS q(queue)
+      CROSS JOIN t
+      CROSS JOIN LATERAL (
+          SELECT j.id, j.priority, j.available_at
+            FROM leaseq.jobs j
+           WHERE j.status = 'pending' AND j.queue = q.queue AND j.available_at <= t.now
+           ORDER BY j.priority, j.available_at, j.id
+           LIMIT %(limit)s
+             FOR UPDATE SKIP LOCKED
+      ) c
+     ORDER BY c.priority, c.available_at, c.id
+     LIMIT %(limit)s
+)
+UPDATE leaseq.jobs j
+   SET status = 'running',
+       attempt_count = j.attempt_count + 1,
+       lease_token = j.lease_token + 1,
+       lease_owner = %(owner)s,
+       started_at = t.now,
+       heartbeat_at = t.now,
+       lease_expires_at = t.now + least(make_interval(secs => %(lease_seconds)s),
+                                        coalesce(j.timeout, make_interval(secs => %(lease_seconds)s)))
+  FROM candidate, t
+ WHERE j.id = candidate.id
+RETURNING j.id, j.queue, j.job_type, j.payload, j.priority, j.attempt_count, j.max_attempts,
+          j.lease_token, j.lease_expires_at, j.started_at,
+          extract(epoch FROM j.timeout)::float8 AS timeout_seconds,
+          j.idempotency_key, j.checkpoint;
+
+-- name: job_heartbeat
+-- Extends a held lease (never past the job's max runtime) and stores progress; says whether the lease was held and whether it was renewed.
+WITH t AS (SELECT coalesce(%(now)s::timestamptz, now()) AS now),
+held AS (
+    SELECT j.id, j.started_at, j.timeout
+      FROM leaseq.jobs j, t
+     WHERE j.id = %(id)s AND j.status = 'running' AND j.lease_owner = %(owner)s
+       AND j.lease_token = %(token)s AND j.lease_expires_at > t.now
+),
+renewed AS (
+    UPDATE leaseq.jobs j
+       SET heartbeat_at = t.now,
+           lease_expires_at = CASE
+               WHEN held.timeout IS NULL THEN t.now + make_interval(secs => %(lease_seconds)s)
+               ELSE least(t.now + make_interval(secs => %(lease_seconds)s), held.started_at + held.timeout)
+           END,
+           progress = coalesce(%(progress)s::jsonb, j.progress)
+      FROM held, t
+     WHERE j.id = held.id AND (held.timeout IS NULL OR held.started_at + held.timeout > t.now)
+    RETURNING j.lease_expires_at
+)
+SELECT (SELECT count(*) FROM held) = 1 AS held, (SELECT lease_expires_at FROM renewed) AS lease_expires_at;
+
+-- name: job_checkpoint
+-- Stores durable handler state for the next attempt, only for the current lease holder.
+UPDATE leaseq.jobs
+   SET checkpoint = %(checkpoint)s
+ WHERE id = %(id)s AND status = 'running' AND lease_owner = %(owner)s AND lease_token = %(token)s
+   AND lease_expires_at > coalesce(%(now)s::timestamptz, now())
+RETURNING id;
+
+-- name: job_complete
+-- Marks a held job succeeded, writes its effect through the idempotency key (a repeat is a no-op) and records the attempt, in one statement.
+WITH t AS (SELECT coalesce(%(now)s::timestamptz, now()) AS now),
+done AS (
+    UPDATE leaseq.jobs j
+       SET status = 'succeeded', finished_at = t.now, lease_expires_at = NULL,
+           result = %(result)s, progress = coalesce(%(progress)s::jsonb, j.progress)
+      FROM t
+     WHERE j.id = %(id)s AND j.status = 'running' AND j.lease_owner = %(owner)s
+       AND j.lease_token = %(token)s AND j.lease_expires_at > t.now
+    RETURNING j.id, j.attempt_count, j.lease_token, j.started_at, j.finished_at, j.idempotency_key
+),
+effect AS (
+    INSERT INTO leaseq.job_results (idempotency_key, job_id, produced_by, produced_at, result)
+    SELECT coalesce(%(effect_key)s, done.idempotency_key, 'job:' || done.id), done.id, %(owner)s,
+           done.finished_at, coalesce(%(result)s::jsonb, 'null'::jsonb)
+      FROM done
+    ON CONFLICT (idempotency_key) DO NOTHING
+    RETURNING idempotency_key
+),
+attempt AS (
+    INSERT INTO leaseq.job_attempts (job_id, attempt, lease_token, worker, started_at, ended_at, outcome)
+    SELECT done.id, done.attempt_count, done.lease_token, %(owner)s, done.started_at, done.finished_at, 'succeeded'
+      FROM done
+)
+SELECT done.id, EXISTS (SELECT 1 FROM effect) AS effect_written,
+       coalesce(%(effect_key)s, done.idempotency_key, 'job:' || done.id) AS effect_key
+  FROM done;
+
+-- name: job_fail
+-- Ends a held attempt with an error: back to pending after backoff if retryable with attempts left, else dead; records the attempt.
+WITH t AS (SELECT coalesce(%(now)s::timestamptz, now()) AS now),
+failed AS (
+    UPDATE leaseq.jobs j
+       SET status = CASE WHEN %(retryable)s AND j.attempt_count < j.max_attempts
+                         THEN 'pending' ELSE 'dead' END::leaseq.job_status,
+           available_at = CASE WHEN %(retryable)s AND j.attempt_count < j.max_attempts
+                               THEN t.now + leaseq.retry_delay(j.attempt_count, %(backoff_base)s, %(backoff_cap)s)
+                               ELSE j.available_at END,
+           finished_at = CASE WHEN %(retryable)s AND j.attempt_count < j.max_attempts
+                              THEN NULL ELSE t.now END,
+           lease_owner = CASE WHEN %(retryable)s AND j.attempt_count < j.max_attempts
+                              THEN NULL ELSE j.lease_owner END,
+           lease_expires_at = NULL,
+           last_error = %(error)s,
+           last_error_code = %(error_code)s
+      FROM t
+     WHERE j.id = %(id)s AND j.status = 'running' AND j.lease_owner = %(owner)s
+       AND j.lease_token = %(token)s AND j.lease_expires_at > t.now
+    RETURNING j.id, j.status, j.available_at, j.attempt_count, j.lease_token, j.started_at
+),
+attempt AS (
+    INSERT INTO leaseq.job_attempts (job_id, attempt, lease_token, worker, started_at, ended_at, outcome, error)
+    SELECT failed.id, failed.attempt_count, failed.lease_token, %(owner)s, failed.started_at, t.now,
+           %(outcome)s::leaseq.attempt_outcome, %(error)s
+      FROM failed, t
+)
+SELECT failed.id, failed.status::text AS status, failed.available_at FROM failed;
+
+-- name: job_release
+-- Gives a held job back at once (graceful shutdown): pending now, token bumped, the attempt not counted; wakes listeners.
+WITH t AS (SELECT coalesce(%(now)s::timestamptz, now()) AS now),
+released AS (
+    UPDATE leaseq.jobs j
+       SET status = 'pending', available_at = t.now, attempt_count = j.attempt_count - 1,
+           lease_token = j.lease_token + 1, lease_owner = NULL, lease_expires_at = NULL,
+           started_at = NULL, heartbeat_at = NULL
+      FROM t
+     WHERE j.id = %(id)s AND j.status = 'running' AND j.lease_owner = %(owner)s
+       AND j.lease_token = %(token)s AND j.lease_expires_at > t.now
+    RETURNING j.id, j.queue, j.attempt_count
+),
+attempt AS (
+    INSERT INTO leaseq.job_attempts (job_id, attempt, lease_token, worker, started_at, ended_at, outcome, error)
+    SELECT released.id, released.attempt_count + 1, %(token)s, %(owner)s, %(started_at)s, t.now,
+           'released', %(reason)s
+      FROM released, t
+),
+woke AS (SELECT pg_notify('leaseq_jobs', released.queue) FROM released)
+SELECT released.id, (SELECT count(*) FROM woke) AS notified FROM released;
+
+-- name: job_record_fenced
+-- Records that a worker call was refused because the caller no longer holds the lease (a reaped or cancelled attempt becomes fenced; a finished one keeps its outcome); says whether the job exists.
+WITH job AS (
+    SELECT j.id, j.status, j.lease_token FROM leaseq.jobs j WHERE j.id = %(id)s
+),
+recorded AS (
+    INSERT INTO leaseq.job_attempts AS a (job_id, attempt, lease_token, worker, started_at, ended_at, outcome, error)
+    SELECT job.id, %(attempt)s, %(token)s, %(owner)s, %(started_at)s,
+           coalesce(%(now)s::timestamptz, now()), 'fenced',
+           %(call)s::text || ' refused: lease token ' || %(token)s::bigint || ' is not current (job is '
+           || job.status || ', token ' || job.lease_token || ')'
+      FROM job
+    ON CONFLICT (job_id, lease_token) DO UPDATE
+       SET outcome = 'fenced', ended_at = EXCLUDED.ended_at,
+           error = EXCLUDED.error || ' after ' || a.outcome::text
+     WHERE a.outcome IN ('lease_expired', 'cancelled')
+    RETURNING a.job_id
+)
+SELECT (SELECT count(*) FROM job) = 1 AS job_exists, (SELECT count(*) FROM recorded) AS recorded;
+
+-- name: job_reap
+-- Returns up to %(limit)s running jobs whose lease has expired to pending with backoff, or dead when attempts are exhausted; records each attempt.
+WITH t AS (SELECT coalesce(%(now)s::timestamptz, now()) AS now),
+expired AS (
+    SELECT j.id, j.lease_owner, j.lease_token, j.attempt_count, j.started_at,
+           (j.timeout IS NOT NULL AND j.started_at + j.timeout <= t.now) AS timed_out
+      FROM leaseq.jobs j, t
+     WHERE j.status = 'running' AND j.lease_expires_at <= t.now
+     ORDER BY j.lease_expires_at
+     LIMIT %(limit)s
+       FOR UPDATE OF j SKIP LOCKED
+),
+reaped AS (
+    UPDATE leaseq.jobs j
+       SET status = CASE WHEN j.attempt_count >= j.max_attempts
+                         THEN 'dead' ELSE 'pending' END::leaseq.job_status,
+           available_at = CASE WHEN j.attempt_count >= j.max_attempts THEN j.available_at
+                               ELSE t.now + leaseq.retry_delay(j.attempt_count, %(backoff_base)s, %(backoff_cap)s) END,
+           finished_at = CASE WHEN j.attempt_count >= j.max_attempts THEN t.now END,
+           lease_owner = CASE WHEN j.attempt_count >= j.max_attempts THEN j.lease_owner END,
+           lease_expires_at = NULL,
+           last_error = CASE WHEN e.timed_out THEN 'timed out' ELSE 'lease expired' END
+                        || ' (owner ' || e.lease_owner || ', token ' || e.lease_token || ')',
+           last_error_code = CASE WHEN e.timed_out THEN 'TIMED_OUT' ELSE 'LEASE_EXPIRED' END
+      FROM expired e, t
+     WHERE j.id = e.id
+    RETURNING j.id, j.queue, j.job_type, j.status, j.available_at, e.lease_owner, e.lease_token,
+              e.attempt_count, e.started_at, e.timed_out
+),
+attempt AS (
+    INSERT INTO leaseq.job_attempts (job_id, attempt, lease_token, worker, started_at, ended_at, outcome, error)
+    SELECT r.id, r.attempt_count, r.lease_token, r.lease_owner, r.started_at, t.now,
+           CASE WHEN r.timed_out THEN 'timed_out' ELSE 'lease_expired' END::leaseq.attempt_outcome,
+           'lease expired without completion'
+      FROM reaped r, t
+    ON CONFLICT (job_id, lease_token) DO NOTHING
+)
+SELECT r.id, r.queue, r.job_type, r.status::text AS status, r.lease_owner, r.lease_token,
+       r.attempt_count, r.timed_out
+  FROM reaped r;
+
+-- name: job_cancel
+-- Cancels a pending or running job (a running holder is fenced from then on); returns its previous status, nothing if it was not unfinished.
+WITH t AS (SELECT coalesce(%(now)s::timestamptz, now()) AS now),
+cur AS (
+    SELECT j.id, j.status, j.lease_owner, j.lease_token, j.attempt_count, j.started_at
+      FROM leaseq.jobs j
+     WHERE j.id = %(id)s AND j.status IN ('pending', 'running')
+       FOR UPDATE
+),
+cancelled AS (
+    UPDATE leaseq.jobs j
+       SET status = 'cancelled', finished_at = t.now, lease_expires_at = NULL,
+           last_error = coalesce(%(reason)s, j.last_error)
+      FROM cur, t
+     WHERE j.id = cur.id
+    RETURNING j.id
+),
+attempt AS (
+    INSERT INTO leaseq.job_attempts (job_id, attempt, lease_token, worker, started_at, ended_at, outcome, error)
+    SELECT cur.id, cur.attempt_count, cur.lease_token, cur.lease_owner, cur.started_at, t.now, 'cancelled', %(reason)s
+      FROM cur, t, cancelled
+     WHERE cur.status = 'running' AND cancelled.id = cur.id
+)
+SELECT cur.id, cur.status::text AS previous_status FROM cur JOIN cancelled USING (id);
+
+-- name: job_retry_dead
+-- Brings a dead job back to pending now with a fresh budget of attempts, keeping its id, token and attempt history.
+WITH revived AS (
+    UPDATE leaseq.jobs j
+       SET status = 'pending', available_at = coalesce(%(now)s::timestamptz, now()),
+           finished_at = NULL, lease_owner = NULL,
+           max_attempts = j.attempt_count + coalesce(%(attempts)s, j.max_attempts)
+     WHERE j.id = %(id)s AND j.status = 'dead'
+    RETURNING j.id, j.queue, j.max_attempts
+),
+woke AS (SELECT pg_notify('leaseq_jobs', revived.queue) FROM revived)
+SELECT revived.id, revived.max_attempts, (SELECT count(*) FROM woke) AS notified FROM revived;
+
+-- name: job_prune
+-- Deletes one batch of finished jobs (and their attempts) that finished before the cutoff; effects in job_results are kept.
+WITH victims AS (
+    SELECT j.id FROM leaseq.jobs j
+     WHERE j.status = ANY(%(statuses)s::leaseq.job_status[])
+       AND j.status IN ('succeeded', 'dead', 'cancelled')
+       AND j.finished_at < coalesce(%(now)s::timestamptz, now()) - make_interval(secs => %(older_than)s)
+     ORDER BY j.finished_at
+     LIMIT %(batch)s
+       FOR UPDATE SKIP LOCKED
+),
+attempts AS (DELETE FROM leaseq.job_attempts a USING victims v WHERE a.job_id = v.id),
+deleted AS (DELETE FROM leaseq.jobs j USING victims v WHERE j.id = v.id RETURNING j.id)
+SELECT count(*) AS deleted FROM deleted;
+
+-- name: queue_stats
+-- Per-queue depth for dashboards and the operator: ready, scheduled (and due within the horizon), running, dead, oldest ready age, max heartbeat age.
+WITH t AS (SELECT coalesce(%(now)s::timestamptz, now()) AS now),
+pending AS (
+    SELECT j.queue,
+           count(*) FILTER (WHERE j.available_at <= t.now) AS ready,
+           count(*) FILTER (WHERE j.available_at > t.now) AS scheduled,
+           count(*) FILTER (WHERE j.available_at > t.now
+                              AND j.available_at <= t.now + make_interval(secs => %(horizon)s)) AS scheduled_soon,
+           extract(epoch FROM t.now - min(j.available_at) FILTER (WHERE j.available_at <= t.now))::float8
+               AS oldest_ready_age
+      FROM leaseq.jobs j, t
+     WHERE j.status = 'pending'
+     GROUP BY j.queue, t.now
+),
+running AS (
+    SELECT j.queue, count(*) AS running,
+           extract(epoch FROM max(t.now - j.heartbeat_at))::float8 AS max_heartbeat_age
+      FROM leaseq.jobs j, t
+     WHERE j.status = 'running'
+     GROUP BY j.queue
+),
+dead AS (
+    SELECT j.queue, count(*) AS dead FROM leaseq.jobs j WHERE j.status = 'dead' GROUP BY j.queue
+)
+SELECT queue,
+       coalesce(p.ready, 0) AS ready, coalesce(p.scheduled, 0) AS scheduled,
+       coalesce(p.scheduled_soon, 0) AS scheduled_soon, coalesce(r.running, 0) AS running,
+       coalesce(d.dead, 0) AS dead, p.oldest_ready_age, r.max_heartbeat_age
+  FROM pending p
+  FULL JOIN running r USING (queue)
+  FULL JOIN dead d USING (queue)
+ WHERE %(queues)s::text[] IS NULL OR queue = ANY(%(queues)s::text[])
+ ORDER BY queue;
+
+-- name: job_get
+-- One job row by id, whatever its status.
+SELECT * FROM leaseq.job_view WHERE id = %(id)s;
+
+-- name: job_list
+-- Jobs filtered by status and queue (either may be NULL for all), newest first.
+SELECT * FROM leaseq.job_view
+ WHERE (%(status)s::text IS NULL OR status = %(status)s::text)
+   AND (%(queue)s::text IS NULL OR queue = %(queue)s::text)
+ ORDER BY id DESC
+ LIMIT %(limit)s;
+
+-- name: job_attempts
+-- Every recorded attempt of one job, oldest first: the job's audit trail.
+SELECT a.job_id, a.attempt, a.lease_token, a.worker, a.started_at, a.ended_at,
+       a.outcome::text AS outcome, a.error
+  FROM leaseq.job_attempts a
+ WHERE a.job_id = %(id)s
+ ORDER BY a.lease_token;
+
+-- name: job_result
+-- The effect written under one idempotency key, if any.
+SELECT r.idempotency_key, r.job_id, r.produced_by, r.produced_at, r.result
+  FROM leaseq.job_results r
+ WHERE r.idempotency_key = %(key)s;

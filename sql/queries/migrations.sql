@@ -1,0 +1,30 @@
+-- Named statements used by `leaseq migrate`.
+
+-- name: migration_lock
+-- Waits for the session advisory lock that serialises concurrent `leaseq migrate` runs.
+SELECT pg_advisory_lock(hashtextextended('leaseq.migrate', 0));
+
+-- name: migration_unlock
+-- Releases the migration advisory lock.
+SELECT pg_advisory_unlock(hashtextextended('leaseq.migrate', 0));
+
+-- name: migration_bootstrap
+-- Creates the leaseq schema and its schema_migrations table if missing.
+CREATE SCHEMA IF NOT EXISTS leaseq;
+CREATE TABLE IF NOT EXISTS leaseq.schema_migrations (
+    version    integer PRIMARY KEY,
+    name       text NOT NULL,
+    applied_at timestamptz NOT NULL DEFAULT now()
+);
+
+-- name: migration_applied
+-- The versions already applied, or none when leaseq was never installed.
+SELECT version, name FROM leaseq.schema_migrations ORDER BY version;
+
+-- name: migration_record
+-- Records one applied migration.
+INSERT INTO leaseq.schema_migrations (version, name) VALUES (%(version)s, %(name)s);
+
+-- name: migration_schema_exists
+-- Whether the leaseq.schema_migrations table exists.
+SELECT to_regclass('leaseq.schema_migrations') IS NOT NULL AS present;

@@ -1,0 +1,32 @@
+-- Named statements on leaseq.workers: the registry the operator and dashboards read.
+
+-- name: worker_upsert
+-- Registers a worker process or refreshes its heartbeat, state and in-flight count.
+INSERT INTO leaseq.workers AS w (worker_id, pod, node, queues, concurrency, state, in_flight, heartbeat_at)
+VALUES (%(worker_id)s, %(pod)s, %(node)s, %(queues)s, %(concurrency)s, %(state)s, %(in_flight)s,
+        coalesce(%(now)s::timestamptz, now()))
+ON CONFLICT (worker_id) DO UPDATE
+   SET state = EXCLUDED.state, in_flight = EXCLUDED.in_flight, heartbeat_at = EXCLUDED.heartbeat_at
+RETURNING w.worker_id;
+
+-- name: worker_delete
+-- Removes a worker that exits cleanly.
+DELETE FROM leaseq.workers WHERE worker_id = %(worker_id)s RETURNING worker_id;
+
+-- name: worker_list
+-- Workers with their running jobs counted from leaseq.jobs: in flight and age of the oldest one.
+SELECT w.worker_id, w.pod, w.node, w.queues, w.concurrency, w.state, w.started_at, w.heartbeat_at,
+       extract(epoch FROM coalesce(%(now)s::timestamptz, now()) - w.heartbeat_at)::float8 AS heartbeat_age,
+       count(j.id) AS running,
+       extract(epoch FROM coalesce(%(now)s::timestamptz, now()) - min(j.started_at))::float8 AS oldest_running_age
+  FROM leaseq.workers w
+  LEFT JOIN leaseq.jobs j ON j.status = 'running' AND j.lease_owner = w.worker_id
+ WHERE %(queues)s::text[] IS NULL OR w.queues && %(queues)s::text[]
+ GROUP BY w.worker_id
+ ORDER BY w.worker_id;
+
+-- name: worker_prune_stale
+-- Forgets workers whose registry heartbeat is older than the given age (their jobs are the reaper's).
+DELETE FROM leaseq.workers
+ WHERE heartbeat_at < coalesce(%(now)s::timestamptz, now()) - make_interval(secs => %(older_than)s)
+RETURNING worker_id;

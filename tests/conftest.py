@@ -1,0 +1,88 @@
+"""Test PostgreSQL: LEASEQ_TEST_DATABASE_URL if set, else an embedded server for the session.
+
+A template database is migrated once; every test that asks for ``database_url`` gets its own
+database created from it (and dropped after), so tests never see each other's rows.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Iterator
+
+import leaseq
+import psycopg
+import pytest
+from leaseq.embedded import EmbeddedPostgres
+from psycopg.conninfo import make_conninfo
+from psycopg_pool import ConnectionPool
+
+
+@pytest.fixture(scope="session")
+def server_url() -> Iterator[str]:
+    url = os.environ.get("LEASEQ_TEST_DATABASE_URL")
+    if url:
+        yield url
+        return
+    server = EmbeddedPostgres()
+    try:
+        yield server.url
+    finally:
+        server.stop()
+
+
+def _admin(server_url: str) -> psycopg.Connection[tuple[object, ...]]:
+    return psycopg.connect(server_url, autocommit=True)
+
+
+@pytest.fixture(scope="session")
+def template_db(server_url: str) -> Iterator[str]:
+    name = f"leaseq_tpl_{uuid.uuid4().hex[:10]}"
+    with _admin(server_url) as admin:
+        admin.execute(f"CREATE DATABASE \"{name}\" ENCODING 'UTF8' TEMPLATE template0")
+    with leaseq.connect(make_conninfo(server_url, dbname=name), action="migrate") as conn:
+        leaseq.migrate(conn)
+    yield name
+    with _admin(server_url) as admin:
+        admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@pytest.fixture
+def database_url(server_url: str, template_db: str) -> Iterator[str]:
+    name = f"leaseq_t_{uuid.uuid4().hex[:12]}"
+    with _admin(server_url) as admin:
+        admin.execute(f'CREATE DATABASE "{name}" TEMPLATE "{template_db}"')
+    yield make_conninfo(server_url, dbname=name)
+    with _admin(server_url) as admin:
+        admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@pytest.fixture
+def empty_database_url(server_url: str) -> Iterator[str]:
+    """A database with no leaseq schema at all."""
+    name = f"leaseq_e_{uuid.uuid4().hex[:12]}"
+    with _admin(server_url) as admin:
+        admin.execute(f"CREATE DATABASE \"{name}\" ENCODING 'UTF8' TEMPLATE template0")
+    yield make_conninfo(server_url, dbname=name)
+    with _admin(server_url) as admin:
+        admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@pytest.fixture
+def conn(database_url: str) -> Iterator[leaseq.db.Conn]:
+    with leaseq.connect(database_url, action="test") as c:
+        yield c
+
+
+@pytest.fixture
+def queue(conn: leaseq.db.Conn) -> leaseq.Queue:
+    return leaseq.Queue(conn)
+
+
+@pytest.fixture
+def pool(database_url: str) -> Iterator[ConnectionPool[leaseq.db.Conn]]:
+    p = leaseq.open_pool(database_url, min_size=2, max_size=20)
+    try:
+        yield p
+    finally:
+        p.close()

@@ -1,0 +1,449 @@
+"""leaseq's synchronous Python API: every job transition, fenced by lease token.
+
+Give :class:`Queue` a psycopg connection or a psycopg_pool ``ConnectionPool``. With a
+connection that is inside a transaction, calls join that transaction (enqueue your job in the
+same transaction as the row that caused it); otherwise each call commits on its own. Every
+call is one statement, so no transaction is ever held while a handler runs.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+import psycopg
+from leaseq import validation
+from leaseq.db import Conn
+from leaseq.errors import JobNotFound, JobStateError, translate
+from leaseq.models import (
+    AttemptRecord,
+    Cancelled,
+    ClaimedJob,
+    Completed,
+    EffectRecord,
+    Enqueued,
+    Failed,
+    Fenced,
+    Heartbeat,
+    HeartbeatStatus,
+    JobRecord,
+    Lease,
+    QueueStats,
+    Reaped,
+    Released,
+    RetryPolicy,
+    WorkerRecord,
+)
+from leaseq.store import Store
+from psycopg.pq import TransactionStatus
+from psycopg_pool import ConnectionPool
+
+log = logging.getLogger("leaseq.queue")
+
+FINISHED_STATUSES = ("succeeded", "dead", "cancelled")
+MAX_CLAIM_BATCH = 100
+
+
+@dataclass(frozen=True)
+class JobSpec:
+    """Everything that describes a job to enqueue; see :meth:`Queue.enqueue` for the fields."""
+
+    queue: str
+    job_type: str
+    payload: Any = None
+    priority: int = 100
+    run_at: datetime | None = None
+    delay: float = 0.0
+    max_attempts: int = 5
+    timeout: float | None = None
+    idempotency_key: str | None = None
+    dedup_key: str | None = None
+
+    def validated(self) -> JobSpec:
+        """This spec, checked: raises InvalidJob naming the first bad field."""
+        validation.name("queue", self.queue)
+        validation.name("job_type", self.job_type)
+        validation.json_value("payload", self.payload)
+        validation.priority(self.priority)
+        validation.non_negative("delay", self.delay)
+        validation.at_least("max_attempts", self.max_attempts, 1)
+        if self.timeout is not None:
+            validation.positive("timeout", self.timeout)
+        validation.optional_key("idempotency_key", self.idempotency_key)
+        validation.optional_key("dedup_key", self.dedup_key)
+        if self.run_at is not None and self.run_at.tzinfo is None:
+            raise validation.InvalidJob("run_at", "must be timezone-aware")
+        return self
+
+
+def _lease_fields(lease: Lease) -> dict[str, Any]:
+    return {
+        "job_id": lease.job_id,
+        "worker": lease.owner,
+        "token": lease.token,
+        "attempt": lease.attempt,
+    }
+
+
+class Queue:
+    """The queue API over one connection or a pool. Thread-safe when given a pool."""
+
+    def __init__(
+        self,
+        db: Conn | ConnectionPool[Conn],
+        *,
+        retry: RetryPolicy | None = None,
+        store: Store | None = None,
+    ) -> None:
+        self._db = db
+        self.retry = retry or RetryPolicy()
+        self.store = store or Store()
+
+    @contextmanager
+    def connection(self, action: str, conn: Conn | None = None) -> Iterator[Conn]:
+        """A connection for one call: ``conn`` or the queue's own; joins an open transaction,
+        else the call commits on its own."""
+        target = conn if conn is not None else self._db
+        if isinstance(target, ConnectionPool):
+            try:
+                with target.connection() as pooled:
+                    yield pooled
+            except psycopg.Error as exc:
+                raise translate(exc, action=action, conninfo=target.conninfo) from exc
+        elif target.autocommit or target.info.transaction_status == TransactionStatus.INTRANS:
+            yield target
+        else:
+            with target.transaction():
+                yield target
+
+    @contextmanager
+    def _transaction(self, action: str, conn: Conn | None) -> Iterator[Conn]:
+        with self.connection(action, conn) as c:
+            if c.info.transaction_status == TransactionStatus.INTRANS:
+                yield c
+            else:
+                with c.transaction():
+                    yield c
+
+    # -- producer side --------------------------------------------------------------------
+
+    def enqueue(
+        self,
+        queue: str,
+        job_type: str,
+        payload: Any = None,
+        *,
+        priority: int = 100,
+        run_at: datetime | None = None,
+        delay: float = 0.0,
+        max_attempts: int = 5,
+        timeout: float | None = None,
+        idempotency_key: str | None = None,
+        dedup_key: str | None = None,
+        conn: Conn | None = None,
+        now: datetime | None = None,
+    ) -> Enqueued:
+        """Enqueue one job; when it commits it will run at least once.
+
+        ``priority``: lower runs first (0 most urgent, default 100). ``run_at`` or ``delay``
+        (seconds) postpone it. ``timeout``: maximum runtime of one attempt in seconds.
+        ``idempotency_key``: the effect key, derived from the work (e.g. ``invoice-412``).
+        ``dedup_key``: while a job with this key is unfinished in the queue, enqueueing
+        another returns the existing one (``created=False``). Listeners are woken on commit.
+        """
+        spec = JobSpec(
+            queue,
+            job_type,
+            payload,
+            priority,
+            run_at,
+            delay,
+            max_attempts,
+            timeout,
+            idempotency_key,
+            dedup_key,
+        )
+        return self.enqueue_many([spec], conn=conn, now=now)[0]
+
+    def enqueue_many(
+        self, jobs: Iterable[JobSpec], *, conn: Conn | None = None, now: datetime | None = None
+    ) -> list[Enqueued]:
+        """Enqueue a batch in one transaction: all are written or none is."""
+        specs = [spec.validated() for spec in jobs]
+        results = []
+        with self._transaction("enqueue", conn) as c:
+            for spec in specs:
+                row = self.store.job_enqueue(
+                    c,
+                    queue=spec.queue,
+                    job_type=spec.job_type,
+                    payload=spec.payload,
+                    priority=spec.priority,
+                    max_attempts=spec.max_attempts,
+                    run_at=spec.run_at,
+                    delay=spec.delay,
+                    timeout=spec.timeout,
+                    idempotency_key=spec.idempotency_key,
+                    dedup_key=spec.dedup_key,
+                    now=now,
+                )
+                if row is None:
+                    # A concurrent enqueue with the same dedup key committed after this
+                    # statement's snapshot: the job exists, but this call cannot name it.
+                    raise JobStateError(
+                        f"a job with dedup_key {spec.dedup_key!r} in queue {spec.queue!r} was "
+                        "enqueued concurrently; retry to get its id"
+                    )
+                results.append(Enqueued(job_id=row["id"], created=row["created"]))
+        return results
+
+    # -- worker side ----------------------------------------------------------------------
+
+    def claim(
+        self,
+        queues: Sequence[str],
+        owner: str,
+        *,
+        limit: int = 1,
+        lease_seconds: float = 30.0,
+        now: datetime | None = None,
+    ) -> list[ClaimedJob]:
+        """Lease up to ``limit`` ready jobs from ``queues``, best priority first.
+
+        Each claim increments the job's attempt count and lease token. Rows held by other
+        claimers are skipped, never waited for, and never handed out twice.
+        """
+        if isinstance(queues, str):
+            queues = [queues]
+        if not queues:
+            raise validation.InvalidJob("queues", "must name at least one queue")
+        for queue in queues:
+            validation.name("queue", queue)
+        validation.name("owner", owner)
+        if not 1 <= limit <= MAX_CLAIM_BATCH:
+            raise validation.InvalidJob("limit", f"must be in [1, {MAX_CLAIM_BATCH}], got {limit}")
+        validation.positive("lease_seconds", lease_seconds)
+        with self.connection("claim") as c:
+            return self.store.job_claim(
+                c, queues=queues, owner=owner, limit=limit, lease_seconds=lease_seconds, now=now
+            )
+
+    def _fenced(self, c: Conn, lease: Lease, call: str, now: datetime | None) -> Fenced:
+        if not self.store.job_record_fenced(c, lease, call=call, now=now):
+            raise JobNotFound(lease.job_id)
+        log.warning("%s fenced: lease no longer held", call, extra=_lease_fields(lease))
+        return Fenced(job_id=lease.job_id, call=call)
+
+    def heartbeat(
+        self,
+        lease: Lease,
+        *,
+        lease_seconds: float = 30.0,
+        progress: Any = None,
+        now: datetime | None = None,
+    ) -> Heartbeat:
+        """Extend the lease to ``lease_seconds`` from now (never past the job's timeout) and
+        store ``progress``. LOST means stop working on the job: its result will be refused."""
+        if progress is not None:
+            validation.json_value("progress", progress, limit=65536)
+        with self.connection("heartbeat") as c:
+            row = self.store.job_heartbeat(
+                c, lease, lease_seconds=lease_seconds, progress=progress, now=now
+            )
+            if not row["held"]:
+                self._fenced(c, lease, "heartbeat", now)
+                return Heartbeat(HeartbeatStatus.LOST, None)
+        if row["lease_expires_at"] is None:
+            return Heartbeat(HeartbeatStatus.MAX_RUNTIME, None)
+        return Heartbeat(HeartbeatStatus.RENEWED, row["lease_expires_at"])
+
+    def checkpoint(self, lease: Lease, state: Any, *, now: datetime | None = None) -> bool:
+        """Store durable state that the job's next attempt receives; False if the lease is lost."""
+        validation.json_value("checkpoint", state)
+        with self.connection("checkpoint") as c:
+            return self.store.job_checkpoint(c, lease, state, now=now)
+
+    def complete(
+        self,
+        lease: Lease,
+        result: Any = None,
+        *,
+        effect_key: str | None = None,
+        progress: Any = None,
+        now: datetime | None = None,
+    ) -> Completed | Fenced:
+        """Mark the job succeeded and write its effect under ``effect_key`` (default: the job's
+        idempotency key, else ``job:<id>``), in one statement. A repeat execution's effect is
+        a no-op (``effect_written=False``). A stale lease gets :class:`Fenced`, and nothing
+        changes."""
+        validation.json_value("result", result)
+        validation.optional_key("effect_key", effect_key)
+        with self.connection("complete") as c:
+            row = self.store.job_complete(
+                c, lease, result=result, effect_key=effect_key, progress=progress, now=now
+            )
+            if row is None:
+                return self._fenced(c, lease, "complete", now)
+        log.info("job succeeded", extra=_lease_fields(lease))
+        return Completed(row["id"], row["effect_key"], row["effect_written"])
+
+    def fail(
+        self,
+        lease: Lease,
+        error: str,
+        *,
+        retryable: bool = True,
+        error_code: str | None = None,
+        timed_out: bool = False,
+        now: datetime | None = None,
+    ) -> Failed | Fenced:
+        """End the attempt with ``error``: retried after backoff while attempts remain and the
+        error is retryable, else the job stops in ``dead`` with the error kept."""
+        with self.connection("fail") as c:
+            row = self.store.job_fail(
+                c,
+                lease,
+                error=error,
+                error_code=error_code,
+                retryable=retryable,
+                outcome="timed_out" if timed_out else "failed",
+                retry=self.retry,
+                now=now,
+            )
+            if row is None:
+                return self._fenced(c, lease, "fail", now)
+        retry_at = row["available_at"] if row["status"] == "pending" else None
+        log.info("job failed: %s", row["status"], extra=_lease_fields(lease))
+        return Failed(row["id"], row["status"], retry_at)
+
+    def release(
+        self,
+        lease: Lease,
+        *,
+        reason: str = "worker shutting down",
+        now: datetime | None = None,
+    ) -> Released | Fenced:
+        """Give the job back at once (graceful shutdown). It does not cost an attempt, so
+        rolling deploys alone never kill a job; a crash (lease expiry) does."""
+        with self.connection("release") as c:
+            if not self.store.job_release(c, lease, reason=reason, now=now):
+                return self._fenced(c, lease, "release", now)
+        log.info("job released", extra=_lease_fields(lease))
+        return Released(lease.job_id)
+
+    # -- operations -----------------------------------------------------------------------
+
+    def reap(self, *, limit: int = 1000, now: datetime | None = None) -> list[Reaped]:
+        """Bring back running jobs whose lease expired: pending after backoff, or dead when
+        their attempts are used up. Safe to run concurrently (rows are skipped, not shared)."""
+        with self.connection("reap") as c:
+            reaped = self.store.job_reap(c, limit=limit, retry=self.retry, now=now)
+        for job in reaped:
+            log.warning(
+                "reaped job from %s: %s",
+                job.previous_owner,
+                job.status,
+                extra={
+                    "job_id": job.job_id,
+                    "queue": job.queue,
+                    "worker": job.previous_owner,
+                    "token": job.token,
+                    "attempt": job.attempt,
+                },
+            )
+        return reaped
+
+    def cancel(self, job_id: int, *, reason: str | None = None) -> Cancelled:
+        """Cancel a pending or running job. A running job's worker is fenced from now on."""
+        with self.connection("cancel") as c:
+            previous = self.store.job_cancel(c, job_id, reason=reason)
+            if previous is not None:
+                return Cancelled(job_id, True, previous)
+            record = self.store.job_get(c, job_id)
+        if record is None:
+            raise JobNotFound(job_id)
+        return Cancelled(job_id, False, record.status)
+
+    def retry_dead(self, job_id: int, *, attempts: int | None = None) -> int:
+        """Put a dead job back to pending now, same id and history, with ``attempts`` more
+        attempts (default: its original budget again). Returns its new max_attempts."""
+        if attempts is not None:
+            validation.at_least("attempts", attempts, 1)
+        with self.connection("retry") as c:
+            new_max = self.store.job_retry_dead(c, job_id, attempts=attempts)
+            if new_max is not None:
+                return new_max
+            record = self.store.job_get(c, job_id)
+        if record is None:
+            raise JobNotFound(job_id)
+        raise JobStateError(
+            f"job {job_id} is {record.status}, not dead; only dead jobs can be retried"
+        )
+
+    def prune(
+        self,
+        *,
+        older_than: float,
+        statuses: Sequence[str] = FINISHED_STATUSES,
+        batch: int = 1000,
+        now: datetime | None = None,
+    ) -> int:
+        """Delete finished jobs (and their attempts) that finished more than ``older_than``
+        seconds ago, ``batch`` rows per transaction. Effects in job_results are kept."""
+        validation.non_negative("older_than", older_than)
+        for status in statuses:
+            if status not in FINISHED_STATUSES:
+                raise validation.InvalidJob(
+                    "statuses", f"{status!r} is not a finished status {FINISHED_STATUSES}"
+                )
+        validation.at_least("batch", batch, 1)
+        total = 0
+        while True:
+            with self.connection("prune") as c:
+                deleted = self.store.job_prune(
+                    c, older_than=older_than, statuses=statuses, batch=batch, now=now
+                )
+            total += deleted
+            if deleted < batch:
+                return total
+
+    def stats(
+        self,
+        queues: Sequence[str] | None = None,
+        *,
+        horizon: float = 0.0,
+        now: datetime | None = None,
+    ) -> list[QueueStats]:
+        """Per-queue depth computed now in the database; ``scheduled_soon`` counts jobs due
+        within ``horizon`` seconds."""
+        with self.connection("stats") as c:
+            return self.store.queue_stats(c, queues=queues, horizon=horizon, now=now)
+
+    def get(self, job_id: int) -> JobRecord:
+        with self.connection("show job") as c:
+            record = self.store.job_get(c, job_id)
+        if record is None:
+            raise JobNotFound(job_id)
+        return record
+
+    def attempts(self, job_id: int) -> list[AttemptRecord]:
+        with self.connection("list attempts") as c:
+            return self.store.job_attempts(c, job_id)
+
+    def effect(self, key: str) -> EffectRecord | None:
+        with self.connection("read effect") as c:
+            return self.store.job_result(c, key)
+
+    def jobs(
+        self, *, status: str | None = None, queue: str | None = None, limit: int = 100
+    ) -> list[JobRecord]:
+        with self.connection("list jobs") as c:
+            return self.store.job_list(c, status=status, queue=queue, limit=limit)
+
+    def workers(self, queues: Sequence[str] | None = None) -> list[WorkerRecord]:
+        with self.connection("list workers") as c:
+            return self.store.worker_list(c, queues=queues)

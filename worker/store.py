@@ -1,0 +1,517 @@
+"""The store: one typed method per named statement, and nothing else.
+
+Methods take an open connection and run exactly one statement on it; transaction scope is
+the caller's (see :mod:`leaseq.queue`). psycopg errors become leaseq errors here, in
+:meth:`Store._execute`, and nowhere else.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from datetime import datetime
+from typing import Any, TypeVar
+
+import psycopg
+from leaseq import statements
+from leaseq.errors import translate
+from leaseq.models import (
+    AttemptRecord,
+    ClaimedJob,
+    EffectRecord,
+    JobRecord,
+    Lease,
+    QueueStats,
+    Reaped,
+    RetryPolicy,
+    WorkerRecord,
+)
+from psycopg.rows import DictRow, class_row, dict_row
+from psycopg.types.json import Jsonb
+
+Conn = psycopg.Connection[Any]
+T = TypeVar("T")
+Params = Mapping[str, Any]
+
+
+def _json(value: Any) -> Jsonb | None:
+    return None if value is None else Jsonb(value)
+
+
+class Store:
+    """Runs leaseq's named statements (loaded once) against a given connection."""
+
+    def __init__(self) -> None:
+        self._statements = statements.load()
+
+    def _execute(
+        self,
+        conn: Conn,
+        name: str,
+        params: Params | None,
+        factory: Callable[..., Any],
+        action: str,
+    ) -> list[Any]:
+        return self._execute_text(conn, self._statements[name].query, action, params, factory)
+
+    def _execute_text(
+        self,
+        conn: Conn,
+        query: bytes,
+        action: str,
+        params: Params | None = None,
+        factory: Callable[..., Any] = dict_row,
+    ) -> list[Any]:
+        # params=None sends the text as a simple query, so a migration's many statements run.
+        try:
+            with conn.cursor(row_factory=factory) as cur:
+                cur.execute(query, params)
+                return cur.fetchall() if cur.description else []
+        except psycopg.Error as exc:
+            raise translate(exc, action=action, conninfo=conn.info.dsn) from exc
+
+    def _dicts(self, conn: Conn, name: str, params: Params | None, action: str) -> list[DictRow]:
+        return self._execute(conn, name, params, dict_row, action)
+
+    def _typed(self, conn: Conn, name: str, params: Params, cls: type[T], action: str) -> list[T]:
+        return self._execute(conn, name, params, class_row(cls), action)
+
+    # -- jobs ---------------------------------------------------------------------------
+
+    def job_enqueue(
+        self,
+        conn: Conn,
+        *,
+        queue: str,
+        job_type: str,
+        payload: Any,
+        priority: int,
+        max_attempts: int,
+        run_at: datetime | None,
+        delay: float,
+        timeout: float | None,
+        idempotency_key: str | None,
+        dedup_key: str | None,
+        now: datetime | None = None,
+    ) -> DictRow | None:
+        """Insert one job; the row has ``id`` and ``created`` (None: a racing dedup winner)."""
+        rows = self._dicts(
+            conn,
+            "job_enqueue",
+            {
+                "queue": queue,
+                "job_type": job_type,
+                "payload": Jsonb(payload),
+                "priority": priority,
+                "max_attempts": max_attempts,
+                "run_at": run_at,
+                "delay": delay,
+                "timeout": timeout,
+                "idempotency_key": idempotency_key,
+                "dedup_key": dedup_key,
+                "now": now,
+            },
+            "enqueue",
+        )
+        return rows[0] if rows else None
+
+    def job_claim(
+        self,
+        conn: Conn,
+        *,
+        queues: Sequence[str],
+        owner: str,
+        limit: int,
+        lease_seconds: float,
+        now: datetime | None = None,
+    ) -> list[ClaimedJob]:
+        rows = self._dicts(
+            conn,
+            "job_claim",
+            {
+                "queues": list(queues),
+                "owner": owner,
+                "limit": limit,
+                "lease_seconds": lease_seconds,
+                "now": now,
+            },
+            "claim",
+        )
+        return [
+            ClaimedJob(
+                id=r["id"],
+                queue=r["queue"],
+                job_type=r["job_type"],
+                payload=r["payload"],
+                priority=r["priority"],
+                attempt=r["attempt_count"],
+                max_attempts=r["max_attempts"],
+                lease=Lease(r["id"], owner, r["lease_token"], r["attempt_count"], r["started_at"]),
+                lease_expires_at=r["lease_expires_at"],
+                timeout_seconds=r["timeout_seconds"],
+                idempotency_key=r["idempotency_key"],
+                checkpoint=r["checkpoint"],
+            )
+            for r in rows
+        ]
+
+    def job_heartbeat(
+        self,
+        conn: Conn,
+        lease: Lease,
+        *,
+        lease_seconds: float,
+        progress: Any = None,
+        now: datetime | None = None,
+    ) -> DictRow:
+        """Row with ``held`` (bool) and ``lease_expires_at`` (None unless renewed)."""
+        return self._dicts(
+            conn,
+            "job_heartbeat",
+            {
+                "id": lease.job_id,
+                "owner": lease.owner,
+                "token": lease.token,
+                "lease_seconds": lease_seconds,
+                "progress": _json(progress),
+                "now": now,
+            },
+            "heartbeat",
+        )[0]
+
+    def job_checkpoint(
+        self, conn: Conn, lease: Lease, checkpoint: Any, now: datetime | None = None
+    ) -> bool:
+        """True when stored; False when the lease is no longer held."""
+        rows = self._dicts(
+            conn,
+            "job_checkpoint",
+            {
+                "id": lease.job_id,
+                "owner": lease.owner,
+                "token": lease.token,
+                "checkpoint": _json(checkpoint),
+                "now": now,
+            },
+            "checkpoint",
+        )
+        return bool(rows)
+
+    def job_complete(
+        self,
+        conn: Conn,
+        lease: Lease,
+        *,
+        result: Any,
+        effect_key: str | None,
+        progress: Any = None,
+        now: datetime | None = None,
+    ) -> DictRow | None:
+        """Row with ``id``, ``effect_written`` and ``effect_key``; None when fenced."""
+        rows = self._dicts(
+            conn,
+            "job_complete",
+            {
+                "id": lease.job_id,
+                "owner": lease.owner,
+                "token": lease.token,
+                "result": _json(result),
+                "effect_key": effect_key,
+                "progress": _json(progress),
+                "now": now,
+            },
+            "complete",
+        )
+        return rows[0] if rows else None
+
+    def job_fail(
+        self,
+        conn: Conn,
+        lease: Lease,
+        *,
+        error: str,
+        error_code: str | None,
+        retryable: bool,
+        outcome: str,
+        retry: RetryPolicy,
+        now: datetime | None = None,
+    ) -> DictRow | None:
+        """Row with ``id``, ``status`` and ``available_at``; None when fenced."""
+        rows = self._dicts(
+            conn,
+            "job_fail",
+            {
+                "id": lease.job_id,
+                "owner": lease.owner,
+                "token": lease.token,
+                "error": error,
+                "error_code": error_code,
+                "retryable": retryable,
+                "outcome": outcome,
+                "backoff_base": retry.base_seconds,
+                "backoff_cap": retry.cap_seconds,
+                "now": now,
+            },
+            "fail",
+        )
+        return rows[0] if rows else None
+
+    def job_release(
+        self, conn: Conn, lease: Lease, *, reason: str, now: datetime | None = None
+    ) -> bool:
+        """True when released; False when fenced."""
+        rows = self._dicts(
+            conn,
+            "job_release",
+            {
+                "id": lease.job_id,
+                "owner": lease.owner,
+                "token": lease.token,
+                "started_at": lease.started_at,
+                "reason": reason,
+                "now": now,
+            },
+            "release",
+        )
+        return bool(rows)
+
+    def job_record_fenced(
+        self, conn: Conn, lease: Lease, *, call: str, now: datetime | None = None
+    ) -> bool:
+        """Record a refused call; False when the job does not exist at all."""
+        row = self._dicts(
+            conn,
+            "job_record_fenced",
+            {
+                "id": lease.job_id,
+                "owner": lease.owner,
+                "token": lease.token,
+                "attempt": lease.attempt,
+                "started_at": lease.started_at,
+                "call": call,
+                "now": now,
+            },
+            call,
+        )[0]
+        return bool(row["job_exists"])
+
+    def job_reap(
+        self, conn: Conn, *, limit: int, retry: RetryPolicy, now: datetime | None = None
+    ) -> list[Reaped]:
+        rows = self._dicts(
+            conn,
+            "job_reap",
+            {
+                "limit": limit,
+                "backoff_base": retry.base_seconds,
+                "backoff_cap": retry.cap_seconds,
+                "now": now,
+            },
+            "reap",
+        )
+        return [
+            Reaped(
+                job_id=r["id"],
+                queue=r["queue"],
+                job_type=r["job_type"],
+                status=r["status"],
+                previous_owner=r["lease_owner"],
+                token=r["lease_token"],
+                attempt=r["attempt_count"],
+                timed_out=r["timed_out"],
+            )
+            for r in rows
+        ]
+
+    def job_cancel(
+        self, conn: Conn, job_id: int, *, reason: str | None, now: datetime | None = None
+    ) -> str | None:
+        """The previous status when cancelled; None when the job was not unfinished."""
+        rows = self._dicts(
+            conn, "job_cancel", {"id": job_id, "reason": reason, "now": now}, "cancel"
+        )
+        return str(rows[0]["previous_status"]) if rows else None
+
+    def job_retry_dead(
+        self, conn: Conn, job_id: int, *, attempts: int | None, now: datetime | None = None
+    ) -> int | None:
+        """The job's new max_attempts when revived; None when it was not dead."""
+        rows = self._dicts(
+            conn,
+            "job_retry_dead",
+            {"id": job_id, "attempts": attempts, "now": now},
+            "retry",
+        )
+        return int(rows[0]["max_attempts"]) if rows else None
+
+    def job_prune(
+        self,
+        conn: Conn,
+        *,
+        older_than: float,
+        statuses: Sequence[str],
+        batch: int,
+        now: datetime | None = None,
+    ) -> int:
+        rows = self._dicts(
+            conn,
+            "job_prune",
+            {
+                "older_than": older_than,
+                "statuses": list(statuses),
+                "batch": batch,
+                "now": now,
+            },
+            "prune",
+        )
+        return int(rows[0]["deleted"])
+
+    def queue_stats(
+        self,
+        conn: Conn,
+        *,
+        queues: Sequence[str] | None,
+        horizon: float,
+        now: datetime | None = None,
+    ) -> list[QueueStats]:
+        return self._typed(
+            conn,
+            "queue_stats",
+            {"queues": list(queues) if queues else None, "horizon": horizon, "now": now},
+            QueueStats,
+            "stats",
+        )
+
+    def job_get(self, conn: Conn, job_id: int) -> JobRecord | None:
+        rows = self._typed(conn, "job_get", {"id": job_id}, JobRecord, "show job")
+        return rows[0] if rows else None
+
+    def job_list(
+        self, conn: Conn, *, status: str | None, queue: str | None, limit: int
+    ) -> list[JobRecord]:
+        return self._typed(
+            conn,
+            "job_list",
+            {"status": status, "queue": queue, "limit": limit},
+            JobRecord,
+            "list jobs",
+        )
+
+    def job_attempts(self, conn: Conn, job_id: int) -> list[AttemptRecord]:
+        return self._typed(conn, "job_attempts", {"id": job_id}, AttemptRecord, "list attempts")
+
+    def job_result(self, conn: Conn, key: str) -> EffectRecord | None:
+        rows = self._typed(conn, "job_result", {"key": key}, EffectRecord, "read effect")
+        return rows[0] if rows else None
+
+    # -- workers ------------------------------------------------------------------------
+
+    def worker_upsert(
+        self,
+        conn: Conn,
+        *,
+        worker_id: str,
+        pod: str | None,
+        node: str | None,
+        queues: Sequence[str],
+        concurrency: int,
+        state: str,
+        in_flight: int,
+        now: datetime | None = None,
+    ) -> None:
+        self._dicts(
+            conn,
+            "worker_upsert",
+            {
+                "worker_id": worker_id,
+                "pod": pod,
+                "node": node,
+                "queues": list(queues),
+                "concurrency": concurrency,
+                "state": state,
+                "in_flight": in_flight,
+                "now": now,
+            },
+            "register worker",
+        )
+
+    def worker_delete(self, conn: Conn, worker_id: str) -> bool:
+        return bool(self._dicts(conn, "worker_delete", {"worker_id": worker_id}, "remove worker"))
+
+    def worker_list(
+        self, conn: Conn, *, queues: Sequence[str] | None = None, now: datetime | None = None
+    ) -> list[WorkerRecord]:
+        return self._typed(
+            conn,
+            "worker_list",
+            {"queues": list(queues) if queues else None, "now": now},
+            WorkerRecord,
+            "list workers",
+        )
+
+    def worker_prune_stale(
+        self, conn: Conn, *, older_than: float, now: datetime | None = None
+    ) -> list[str]:
+        rows = self._dicts(
+            conn, "worker_prune_stale", {"older_than": older_than, "now": now}, "prune workers"
+        )
+        return [str(r["worker_id"]) for r in rows]
+
+    # -- leader lease -------------------------------------------------------------------
+
+    def leader_acquire(
+        self,
+        conn: Conn,
+        *,
+        name: str,
+        holder: str,
+        term: int,
+        ttl: float,
+        now: datetime | None = None,
+    ) -> DictRow | None:
+        """Row with ``term`` and ``expires_at`` when held; None when someone else holds it."""
+        rows = self._dicts(
+            conn,
+            "leader_acquire",
+            {"name": name, "holder": holder, "term": term, "ttl": ttl, "now": now},
+            "acquire leadership",
+        )
+        return rows[0] if rows else None
+
+    def leader_release(self, conn: Conn, *, name: str, holder: str, term: int) -> bool:
+        return bool(
+            self._dicts(
+                conn,
+                "leader_release",
+                {"name": name, "holder": holder, "term": term},
+                "release leadership",
+            )
+        )
+
+    def leader_reap_lock(self, conn: Conn) -> bool:
+        """Try the reaper's transaction-scoped advisory lock; call inside a transaction."""
+        return bool(self._dicts(conn, "leader_reap_lock", {}, "lock reaper")[0]["locked"])
+
+    # -- migrations ---------------------------------------------------------------------
+
+    def migration_lock(self, conn: Conn) -> None:
+        self._dicts(conn, "migration_lock", {}, "migrate")
+
+    def migration_unlock(self, conn: Conn) -> None:
+        self._dicts(conn, "migration_unlock", {}, "migrate")
+
+    def migration_bootstrap(self, conn: Conn) -> None:
+        self._dicts(conn, "migration_bootstrap", None, "migrate")
+
+    def migration_schema_exists(self, conn: Conn) -> bool:
+        return bool(self._dicts(conn, "migration_schema_exists", {}, "migrate")[0]["present"])
+
+    def migration_applied(self, conn: Conn) -> dict[int, str]:
+        rows = self._dicts(conn, "migration_applied", {}, "migrate")
+        return {int(r["version"]): str(r["name"]) for r in rows}
+
+    def migration_record(self, conn: Conn, *, version: int, name: str) -> None:
+        self._dicts(conn, "migration_record", {"version": version, "name": name}, "migrate")
+
+    def migration_apply(self, conn: Conn, script: bytes) -> None:
+        """Run one migration file's statements (the caller holds the transaction)."""
+        self._execute_text(conn, script, "migrate")

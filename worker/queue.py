@@ -1,9 +1,10 @@
 """leaseq's synchronous Python API: every job transition, fenced by lease token.
 
-Give :class:`Queue` a psycopg connection or a psycopg_pool ``ConnectionPool``. With a
-connection that is inside a transaction, calls join that transaction (enqueue your job in the
-same transaction as the row that caused it); otherwise each call commits on its own. Every
-call is one statement, so no transaction is ever held while a handler runs.
+Give :class:`Queue` a psycopg_pool ``ConnectionPool`` or an autocommit connection (see
+:func:`leaseq.open_pool` and :func:`leaseq.connect`): each call then commits on its own, and
+each is one statement, so no transaction is ever held while a handler runs. To enqueue in the
+same transaction as the row that caused the job, pass your own non-autocommit connection as
+``conn=``: the job commits (and listeners wake) when you commit, or vanishes if you roll back.
 """
 
 from __future__ import annotations
@@ -16,9 +17,11 @@ from datetime import datetime
 from typing import Any
 
 import psycopg
+from psycopg_pool import ConnectionPool
+
 from leaseq import validation
 from leaseq.db import Conn
-from leaseq.errors import JobNotFound, JobStateError, translate
+from leaseq.errors import InvalidJob, JobNotFound, JobStateError, translate
 from leaseq.models import (
     AttemptRecord,
     Cancelled,
@@ -39,8 +42,6 @@ from leaseq.models import (
     WorkerRecord,
 )
 from leaseq.store import Store
-from psycopg.pq import TransactionStatus
-from psycopg_pool import ConnectionPool
 
 log = logging.getLogger("leaseq.queue")
 
@@ -76,7 +77,7 @@ class JobSpec:
         validation.optional_key("idempotency_key", self.idempotency_key)
         validation.optional_key("dedup_key", self.dedup_key)
         if self.run_at is not None and self.run_at.tzinfo is None:
-            raise validation.InvalidJob("run_at", "must be timezone-aware")
+            raise InvalidJob("run_at", "must be timezone-aware")
         return self
 
 
@@ -105,29 +106,31 @@ class Queue:
 
     @contextmanager
     def connection(self, action: str, conn: Conn | None = None) -> Iterator[Conn]:
-        """A connection for one call: ``conn`` or the queue's own; joins an open transaction,
-        else the call commits on its own."""
+        """A connection for one call: ``conn`` if given, else the queue's own connection, else
+        one from the queue's pool (autocommit, returned after the call).
+
+        A given connection is used as it is: in autocommit mode each call commits on its own;
+        otherwise the call joins the connection's transaction and the caller commits."""
         target = conn if conn is not None else self._db
         if isinstance(target, ConnectionPool):
             try:
                 with target.connection() as pooled:
                     yield pooled
             except psycopg.Error as exc:
-                raise translate(exc, action=action, conninfo=target.conninfo) from exc
-        elif target.autocommit or target.info.transaction_status == TransactionStatus.INTRANS:
-            yield target
+                info = target.conninfo if isinstance(target.conninfo, str) else ""
+                raise translate(exc, action=action, conninfo=info) from exc
         else:
-            with target.transaction():
-                yield target
+            yield target
 
     @contextmanager
     def _transaction(self, action: str, conn: Conn | None) -> Iterator[Conn]:
+        """Like :meth:`connection`, but several statements commit together."""
         with self.connection(action, conn) as c:
-            if c.info.transaction_status == TransactionStatus.INTRANS:
-                yield c
-            else:
+            if c.autocommit:
                 with c.transaction():
                     yield c
+            else:
+                yield c
 
     # -- producer side --------------------------------------------------------------------
 
@@ -220,12 +223,12 @@ class Queue:
         if isinstance(queues, str):
             queues = [queues]
         if not queues:
-            raise validation.InvalidJob("queues", "must name at least one queue")
+            raise InvalidJob("queues", "must name at least one queue")
         for queue in queues:
             validation.name("queue", queue)
         validation.name("owner", owner)
         if not 1 <= limit <= MAX_CLAIM_BATCH:
-            raise validation.InvalidJob("limit", f"must be in [1, {MAX_CLAIM_BATCH}], got {limit}")
+            raise InvalidJob("limit", f"must be in [1, {MAX_CLAIM_BATCH}], got {limit}")
         validation.positive("lease_seconds", lease_seconds)
         with self.connection("claim") as c:
             return self.store.job_claim(
@@ -397,7 +400,7 @@ class Queue:
         validation.non_negative("older_than", older_than)
         for status in statuses:
             if status not in FINISHED_STATUSES:
-                raise validation.InvalidJob(
+                raise InvalidJob(
                     "statuses", f"{status!r} is not a finished status {FINISHED_STATUSES}"
                 )
         validation.at_least("batch", batch, 1)

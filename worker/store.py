@@ -12,6 +12,9 @@ from datetime import datetime
 from typing import Any, TypeVar
 
 import psycopg
+from psycopg.rows import DictRow, class_row, dict_row
+from psycopg.types.json import Jsonb
+
 from leaseq import statements
 from leaseq.errors import translate
 from leaseq.models import (
@@ -25,8 +28,6 @@ from leaseq.models import (
     RetryPolicy,
     WorkerRecord,
 )
-from psycopg.rows import DictRow, class_row, dict_row
-from psycopg.types.json import Jsonb
 
 Conn = psycopg.Connection[Any]
 T = TypeVar("T")

@@ -40,22 +40,25 @@ candidate AS (
       ) c
      ORDER BY c.priority, c.available_at, c.id
      LIMIT %(limit)s
+),
+claimed AS (
+    UPDATE leaseq.jobs j
+       SET status = 'running',
+           attempt_count = j.attempt_count + 1,
+           lease_token = j.lease_token + 1,
+           lease_owner = %(owner)s,
+           started_at = t.now,
+           heartbeat_at = t.now,
+           lease_expires_at = t.now + least(make_interval(secs => %(lease_seconds)s),
+                                            coalesce(j.timeout, make_interval(secs => %(lease_seconds)s)))
+      FROM candidate, t
+     WHERE j.id = candidate.id
+    RETURNING j.id, j.queue, j.job_type, j.payload, j.priority, j.available_at, j.attempt_count,
+              j.max_attempts, j.lease_token, j.lease_expires_at, j.started_at,
+              extract(epoch FROM j.timeout)::float8 AS timeout_seconds,
+              j.idempotency_key, j.checkpoint
 )
-UPDATE leaseq.jobs j
-   SET status = 'running',
-       attempt_count = j.attempt_count + 1,
-       lease_token = j.lease_token + 1,
-       lease_owner = %(owner)s,
-       started_at = t.now,
-       heartbeat_at = t.now,
-       lease_expires_at = t.now + least(make_interval(secs => %(lease_seconds)s),
-                                        coalesce(j.timeout, make_interval(secs => %(lease_seconds)s)))
-  FROM candidate, t
- WHERE j.id = candidate.id
-RETURNING j.id, j.queue, j.job_type, j.payload, j.priority, j.attempt_count, j.max_attempts,
-          j.lease_token, j.lease_expires_at, j.started_at,
-          extract(epoch FROM j.timeout)::float8 AS timeout_seconds,
-          j.idempotency_key, j.checkpoint;
+SELECT * FROM claimed ORDER BY priority, available_at, id;
 
 -- name: job_heartbeat
 -- Extends a held lease (never past the job's max runtime) and stores progress; says whether the lease was held and whether it was renewed.

@@ -9,6 +9,7 @@ same transaction as the row that caused the job, pass your own non-autocommit co
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
@@ -177,31 +178,20 @@ class Queue:
     ) -> list[Enqueued]:
         """Enqueue a batch in one transaction: all are written or none is."""
         specs = [spec.validated() for spec in jobs]
-        results = []
+        if not specs:
+            return []
         with self._transaction("enqueue", conn) as c:
-            for spec in specs:
-                row = self.store.job_enqueue(
-                    c,
-                    queue=spec.queue,
-                    job_type=spec.job_type,
-                    payload=spec.payload,
-                    priority=spec.priority,
-                    max_attempts=spec.max_attempts,
-                    run_at=spec.run_at,
-                    delay=spec.delay,
-                    timeout=spec.timeout,
-                    idempotency_key=spec.idempotency_key,
-                    dedup_key=spec.dedup_key,
-                    now=now,
+            rows = self.store.job_enqueue(c, [dataclasses.asdict(spec) for spec in specs], now)
+        results = []
+        for spec, row in zip(specs, rows, strict=True):
+            if row is None:
+                # A concurrent enqueue with the same dedup key committed after this
+                # statement's snapshot: the job exists, but this call cannot name it.
+                raise JobStateError(
+                    f"a job with dedup_key {spec.dedup_key!r} in queue {spec.queue!r} was "
+                    "enqueued concurrently; retry to get its id"
                 )
-                if row is None:
-                    # A concurrent enqueue with the same dedup key committed after this
-                    # statement's snapshot: the job exists, but this call cannot name it.
-                    raise JobStateError(
-                        f"a job with dedup_key {spec.dedup_key!r} in queue {spec.queue!r} was "
-                        "enqueued concurrently; retry to get its id"
-                    )
-                results.append(Enqueued(job_id=row["id"], created=row["created"]))
+            results.append(Enqueued(job_id=row["id"], created=row["created"]))
         return results
 
     # -- worker side ----------------------------------------------------------------------

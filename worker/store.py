@@ -79,41 +79,26 @@ class Store:
     # -- jobs ---------------------------------------------------------------------------
 
     def job_enqueue(
-        self,
-        conn: Conn,
-        *,
-        queue: str,
-        job_type: str,
-        payload: Any,
-        priority: int,
-        max_attempts: int,
-        run_at: datetime | None,
-        delay: float,
-        timeout: float | None,
-        idempotency_key: str | None,
-        dedup_key: str | None,
-        now: datetime | None = None,
-    ) -> DictRow | None:
-        """Insert one job; the row has ``id`` and ``created`` (None: a racing dedup winner)."""
-        rows = self._dicts(
-            conn,
-            "job_enqueue",
-            {
-                "queue": queue,
-                "job_type": job_type,
-                "payload": Jsonb(payload),
-                "priority": priority,
-                "max_attempts": max_attempts,
-                "run_at": run_at,
-                "delay": delay,
-                "timeout": timeout,
-                "idempotency_key": idempotency_key,
-                "dedup_key": dedup_key,
-                "now": now,
-            },
-            "enqueue",
-        )
-        return rows[0] if rows else None
+        self, conn: Conn, jobs: Sequence[Params], now: datetime | None = None
+    ) -> list[DictRow | None]:
+        """Insert jobs with one pipelined round trip; each row has ``id`` and ``created``.
+
+        ``jobs`` are mappings with the statement's fields (queue, job_type, payload, priority,
+        max_attempts, run_at, delay, timeout, idempotency_key, dedup_key). A None row means a
+        concurrent enqueue with the same dedup key won after this statement's snapshot."""
+        params = [{**job, "payload": Jsonb(job["payload"]), "now": now} for job in jobs]
+        query = self._statements["job_enqueue"].query
+        results: list[DictRow | None] = []
+        try:
+            with conn.cursor(row_factory=dict_row) as cur:
+                cur.executemany(query, params, returning=True)
+                while True:
+                    results.append(cur.fetchone())
+                    if not cur.nextset():
+                        break
+        except psycopg.Error as exc:
+            raise translate(exc, action="enqueue", conninfo=conn.info.dsn) from exc
+        return results
 
     def job_claim(
         self,

@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import uuid
 from collections.abc import Iterator
+from contextlib import contextmanager
 
 import psycopg
 import pytest
@@ -48,25 +49,30 @@ def template_db(server_url: str) -> Iterator[str]:
         admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
+@contextmanager
+def _database(server_url: str, prefix: str, template: str) -> Iterator[str]:
+    name = f"{prefix}_{uuid.uuid4().hex[:12]}"
+    with _admin(server_url) as admin:
+        admin.execute(f'CREATE DATABASE "{name}" ENCODING \'UTF8\' TEMPLATE "{template}"')
+    try:
+        yield make_conninfo(server_url, dbname=name)
+    finally:
+        with _admin(server_url) as admin:
+            admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
 @pytest.fixture
 def database_url(server_url: str, template_db: str) -> Iterator[str]:
-    name = f"leaseq_t_{uuid.uuid4().hex[:12]}"
-    with _admin(server_url) as admin:
-        admin.execute(f'CREATE DATABASE "{name}" TEMPLATE "{template_db}"')
-    yield make_conninfo(server_url, dbname=name)
-    with _admin(server_url) as admin:
-        admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    """A fresh database with leaseq's schema, dropped after the test."""
+    with _database(server_url, "leaseq_t", template_db) as url:
+        yield url
 
 
 @pytest.fixture
 def empty_database_url(server_url: str) -> Iterator[str]:
     """A database with no leaseq schema at all."""
-    name = f"leaseq_e_{uuid.uuid4().hex[:12]}"
-    with _admin(server_url) as admin:
-        admin.execute(f"CREATE DATABASE \"{name}\" ENCODING 'UTF8' TEMPLATE template0")
-    yield make_conninfo(server_url, dbname=name)
-    with _admin(server_url) as admin:
-        admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    with _database(server_url, "leaseq_e", "template0") as url:
+        yield url
 
 
 @pytest.fixture

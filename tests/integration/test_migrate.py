@@ -104,29 +104,17 @@ def test_a_newer_schema_is_refused_without_change(database_url: str) -> None:
         assert describe(database_url) == before
 
 
+def leaseq_cli(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "leaseq.cli", *args], env=env, capture_output=True, text=True
+    )
+
+
 def test_migrate_command_line(empty_database_url: str) -> None:
     env = {**os.environ, "LEASEQ_DATABASE_URL": empty_database_url}
-    first = subprocess.run(
-        [sys.executable, "-m", "leaseq.cli", "migrate"],
-        env=env,
-        capture_output=True,
-        text=True,
-        check=True,
-    )
-    assert "version 1 (0001)" in first.stdout
-    again = subprocess.run(
-        [sys.executable, "-m", "leaseq.cli", "migrate"],
-        env=env,
-        capture_output=True,
-        text=True,
-        check=True,
-    )
-    assert "nothing to apply" in again.stdout
-    missing = subprocess.run(
-        [sys.executable, "-m", "leaseq.cli", "migrate"],
-        env={k: v for k, v in env.items() if k != "LEASEQ_DATABASE_URL"},
-        capture_output=True,
-        text=True,
-    )
+    assert "version 1 (0001)" in leaseq_cli("migrate", env=env).stdout
+    assert "nothing to apply" in leaseq_cli("migrate", env=env).stdout
+    del env["LEASEQ_DATABASE_URL"]
+    missing = leaseq_cli("migrate", env=env)
     assert missing.returncode == 2
     assert "--database-url is required" in missing.stderr

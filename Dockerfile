@@ -1,10 +1,11 @@
 # syntax=docker/dockerfile:1
 # One image for both roles: `leaseq worker ...` and `leaseq operator ...` (ENTRYPOINT is
 # `leaseq`, the chart passes the subcommand). Build: docker build -t leaseq:dev .
-ARG PYTHON_IMAGE=python:3.12-slim-bookworm
+# Both stages use the same interpreter: the venv built in the first runs in the second.
+ARG PYTHON_VERSION=3.12
 
 # --- builder: build the wheel and install it with its dependencies into a venv -----------
-FROM ${PYTHON_IMAGE} AS builder
+FROM python:${PYTHON_VERSION}-slim-bookworm AS builder
 ENV PIP_NO_CACHE_DIR=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1 \
     PYTHONDONTWRITEBYTECODE=1
@@ -21,7 +22,7 @@ RUN python -m pip wheel --no-deps --wheel-dir /wheels . \
     && /opt/leaseq/bin/pip uninstall --yes pip
 
 # --- final: the interpreter, the venv, a numeric non-root user; no compilers, no pip ------
-FROM ${PYTHON_IMAGE}
+FROM python:${PYTHON_VERSION}-slim-bookworm
 LABEL org.opencontainers.image.title="leaseq" \
       org.opencontainers.image.description="PostgreSQL-backed work queue for slow jobs: worker and operator" \
       org.opencontainers.image.licenses="Apache-2.0"

@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import sys
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -28,16 +29,22 @@ Obj = dict[str, Any]
 
 
 def tool(name: str) -> str:
-    """Path of a command-line tool, or skip the calling test saying how to get it."""
-    found = shutil.which(name) or shutil.which(name, path=str(TOOLS_BIN))
+    """Path of a command-line tool (PATH, this interpreter's bin/, .tools/bin), or skip the
+    calling test saying how to get it."""
+    search = os.pathsep.join([os.environ.get("PATH", ""), str(Path(sys.executable).parent)])
+    found = shutil.which(name, path=search) or shutil.which(name, path=str(TOOLS_BIN))
     if found is None:
         pytest.skip(f"{name} not found on PATH or in {TOOLS_BIN}: {FETCH_HINT}")
     return found
 
 
-def run(args: Sequence[str], *, check: bool = True) -> subprocess.CompletedProcess[str]:
+def run(
+    args: Sequence[str], *, check: bool = True, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
     """Run a command, capture its output; on failure with check, fail with its stderr."""
-    proc = subprocess.run(list(args), capture_output=True, text=True, timeout=600, check=False)
+    proc = subprocess.run(
+        list(args), capture_output=True, text=True, timeout=600, check=False, env=env
+    )
     if check and proc.returncode != 0:
         pytest.fail(f"{' '.join(args)} exited {proc.returncode}:\n{proc.stdout}\n{proc.stderr}")
     return proc
@@ -175,8 +182,8 @@ def env_names(container: Obj) -> list[str]:
     return [e["name"] for e in container.get("env", [])]
 
 
-def tools_env() -> dict[str, str]:
-    """The environment with .tools/bin on PATH (checkov's helm runner needs helm there)."""
+def env_with(binary: str) -> dict[str, str]:
+    """The environment with `binary`'s folder first on PATH (checkov runs helm from PATH)."""
     env = dict(os.environ)
-    env["PATH"] = f"{TOOLS_BIN}{os.pathsep}{env.get('PATH', '')}"
+    env["PATH"] = os.pathsep.join([str(Path(binary).parent), env.get("PATH", "")])
     return env

@@ -336,7 +336,7 @@ def test_helm_test_hook_checks_database_and_metrics(helm: Helm) -> None:
     assert not any("worker-metrics" in t for t in scaled_to_zero)
 
 
-def test_crds_ship_from_crds_dir(helm: Helm, real_crd: bool) -> None:
+def test_crds_ship_from_crds_dir(helm: Helm) -> None:
     with_crds = helm.render(include_crds=True)
     names = {c["metadata"]["name"] for c in of_kind(with_crds, "CustomResourceDefinition")}
     assert {"workerpools.leaseq.dev", "kopfpeerings.kopf.dev"} <= names

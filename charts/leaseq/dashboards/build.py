@@ -1,0 +1,326 @@
+"""Build the leaseq Grafana dashboard as code (grafana-foundation-sdk) into leaseq.json.
+
+The chart ships leaseq.json in a ConfigMap for the Grafana dashboard sidecar. Never edit the
+JSON by hand: change this file and run
+
+    python charts/leaseq/dashboards/build.py          # rewrite leaseq.json
+    python charts/leaseq/dashboards/build.py --check  # exit 1 if leaseq.json is stale
+
+Every query filters on the `namespace` and `queue` variables; the metric names are the ones in
+CONTRACT.md (tests/chart checks that).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from grafana_foundation_sdk.builders import common as common_builders
+from grafana_foundation_sdk.builders import dashboard, prometheus, stat, timeseries
+from grafana_foundation_sdk.cog.encoder import JSONEncoder
+from grafana_foundation_sdk.models.common import (
+    BigValueGraphMode,
+    GraphDrawStyle,
+    LegendDisplayMode,
+    LegendPlacement,
+    StackingMode,
+)
+from grafana_foundation_sdk.models.dashboard import (
+    DataSourceRef,
+    VariableOption,
+    VariableRefresh,
+    VariableSort,
+)
+
+OUTPUT = Path(__file__).with_name("leaseq.json")
+UID = "leaseq-overview"
+DATASOURCE = DataSourceRef(type_val="prometheus", uid="${datasource}")
+# Applied to every series: the namespace and queue the viewer picked.
+SEL = 'namespace=~"$namespace", queue=~"$queue"'
+NS = 'namespace=~"$namespace"'
+
+
+def query(expr: str, legend: str, ref: str = "A") -> prometheus.Dataquery:
+    """A range query on the dashboard's datasource variable."""
+    return (
+        prometheus.Dataquery()
+        .expr(expr)
+        .legend_format(legend)
+        .ref_id(ref)
+        .range()
+        .datasource(DATASOURCE)
+    )
+
+
+def graph(
+    title: str, description: str, unit: str, *queries: prometheus.Dataquery, stacked: bool = False
+) -> timeseries.Panel:
+    """A time series panel, legend as a table at the bottom, optionally stacked."""
+    panel = (
+        timeseries.Panel()
+        .title(title)
+        .description(description)
+        .unit(unit)
+        .min(0)
+        .datasource(DATASOURCE)
+        .draw_style(GraphDrawStyle.LINE)
+        .fill_opacity(20 if stacked else 5)
+        .line_width(1)
+        .legend(
+            common_builders.VizLegendOptions()
+            .display_mode(LegendDisplayMode.TABLE)
+            .placement(LegendPlacement.BOTTOM)
+            .show_legend(True)
+            .calcs(["lastNotNull", "max"])
+        )
+        .height(8)
+        .span(12)
+    )
+    if stacked:
+        panel = panel.stacking(common_builders.StackingConfig().mode(StackingMode.NORMAL))
+    for q in queries:
+        panel = panel.with_target(q)
+    return panel
+
+
+def single(title: str, description: str, expr: str) -> stat.Panel:
+    """A one-number panel."""
+    return (
+        stat.Panel()
+        .title(title)
+        .description(description)
+        .datasource(DATASOURCE)
+        .with_target(query(expr, title))
+        .graph_mode(BigValueGraphMode.AREA)
+        .height(4)
+        .span(6)
+    )
+
+
+def quantiles(metric: str, by: str, selector: str) -> list[prometheus.Dataquery]:
+    """p50/p95/p99 of a histogram, per `by` label(s)."""
+    out = []
+    group = f"le, {by}" if by else "le"
+    legend = f"{{{{{by}}}}} " if by else ""
+    for ref, q in zip("ABC", ("0.5", "0.95", "0.99"), strict=True):
+        expr = (
+            f"histogram_quantile({q}, sum by ({group}) "
+            f"(rate({metric}_bucket{{{selector}}}[$__rate_interval])))"
+        )
+        out.append(query(expr, f"{legend}p{int(float(q) * 100)}", ref))
+    return out
+
+
+def build() -> dashboard.Dashboard:
+    """The whole dashboard: backlog, throughput and outcomes, latency, scaling."""
+    return (
+        dashboard.Dashboard("leaseq")
+        .uid(UID)
+        .description("leaseq queues: backlog, throughput, outcomes, latency and scaling.")
+        .tags(["leaseq", "queue"])
+        .refresh("30s")
+        .time("now-3h", "now")
+        .timezone("browser")
+        .editable()
+        .with_variable(
+            dashboard.DatasourceVariable("datasource")
+            .label("Data source")
+            .type("prometheus")
+            .current(VariableOption(selected=True, text="Prometheus", value="prometheus"))
+        )
+        .with_variable(
+            dashboard.QueryVariable("namespace")
+            .label("Namespace")
+            .datasource(DATASOURCE)
+            .query({"query": "label_values(leaseq_queue_jobs, namespace)", "refId": "ns"})
+            .refresh(VariableRefresh.ON_TIME_RANGE_CHANGED)
+            .sort(VariableSort.ALPHABETICAL_ASC)
+            .multi(True)
+            .include_all(True)
+        )
+        .with_variable(
+            dashboard.QueryVariable("queue")
+            .label("Queue")
+            .datasource(DATASOURCE)
+            .query({"query": f"label_values(leaseq_queue_jobs{{{NS}}}, queue)", "refId": "queue"})
+            .refresh(VariableRefresh.ON_TIME_RANGE_CHANGED)
+            .sort(VariableSort.ALPHABETICAL_ASC)
+            .multi(True)
+            .include_all(True)
+        )
+        .with_row(dashboard.Row("Backlog"))
+        .with_panel(
+            graph(
+                "Jobs by state",
+                "Jobs per queue and state, counted in PostgreSQL by the operator at scrape time.",
+                "short",
+                query(f"max by (queue, state) (leaseq_queue_jobs{{{SEL}}})", "{{queue}} {{state}}"),
+                stacked=True,
+            )
+        )
+        .with_panel(
+            graph(
+                "Oldest ready job age",
+                "How long the oldest ready job has waited. Rising: the pool is too small.",
+                "s",
+                query(
+                    f"max by (queue) (leaseq_queue_oldest_ready_age_seconds{{{SEL}}})", "{{queue}}"
+                ),
+            )
+        )
+        .with_panel(
+            graph(
+                "Heartbeat age of running jobs",
+                "Oldest heartbeat among running jobs. Above the lease, the reaper should act.",
+                "s",
+                query(
+                    f"max by (queue) (leaseq_queue_max_heartbeat_age_seconds{{{SEL}}})",
+                    "{{queue}}",
+                ),
+            )
+        )
+        .with_panel(
+            graph(
+                "Live workers and jobs in flight",
+                "Registered live workers per queue, and the jobs they are running right now.",
+                "short",
+                query(f"max by (queue) (leaseq_queue_workers{{{SEL}}})", "{{queue}} workers"),
+                query(
+                    f"sum by (queue) (leaseq_jobs_in_flight{{{SEL}}})", "{{queue}} in flight", "B"
+                ),
+            )
+        )
+        .with_row(dashboard.Row("Throughput and outcomes"))
+        .with_panel(
+            graph(
+                "Jobs finished by outcome",
+                "Finished jobs per second by outcome, as the workers count them.",
+                "ops",
+                query(
+                    "sum by (queue, outcome) "
+                    f"(rate(leaseq_jobs_finished_total{{{SEL}}}[$__rate_interval]))",
+                    "{{queue}} {{outcome}}",
+                ),
+                stacked=True,
+            )
+        )
+        .with_panel(
+            graph(
+                "Claims",
+                "Jobs claimed per second.",
+                "ops",
+                query(
+                    f"sum by (queue) (rate(leaseq_jobs_claimed_total{{{SEL}}}[$__rate_interval]))",
+                    "{{queue}}",
+                ),
+            )
+        )
+        .with_panel(
+            graph(
+                "Lease expirations and fencing",
+                "Expired leases the reaper put back (retried) or buried (dead); leases workers"
+                " lost; stale calls refused by the fencing token.",
+                "ops",
+                query(
+                    "sum by (queue, outcome) "
+                    f"(rate(leaseq_reaped_total{{{SEL}}}[$__rate_interval]))",
+                    "{{queue}} reaped {{outcome}}",
+                ),
+                query(
+                    f"sum by (queue) (rate(leaseq_lease_losses_total{{{SEL}}}[$__rate_interval]))",
+                    "{{queue}} lease lost",
+                    "B",
+                ),
+                query(
+                    f"sum by (queue) (rate(leaseq_fenced_calls_total{{{SEL}}}[$__rate_interval]))",
+                    "{{queue}} fenced",
+                    "C",
+                ),
+            )
+        )
+        .with_panel(
+            graph(
+                "Lease renewals",
+                "Heartbeats that renewed a lease, per second.",
+                "ops",
+                query(
+                    "sum by (queue) "
+                    f"(rate(leaseq_lease_renewals_total{{{SEL}}}[$__rate_interval]))",
+                    "{{queue}}",
+                ),
+            )
+        )
+        .with_row(dashboard.Row("Latency"))
+        .with_panel(
+            graph(
+                "Job duration",
+                "p50 / p95 / p99 of a job's run time, per queue.",
+                "s",
+                *quantiles("leaseq_job_duration_seconds", "queue", SEL),
+            )
+        )
+        .with_panel(
+            graph(
+                "Claim latency",
+                "p50 / p95 / p99 of one claim round trip to PostgreSQL.",
+                "s",
+                *quantiles("leaseq_claim_latency_seconds", "", NS),
+            )
+        )
+        .with_row(dashboard.Row("Scaling"))
+        .with_panel(
+            graph(
+                "Desired vs current replicas",
+                "What the operator wants per WorkerPool, and what its Deployment has.",
+                "short",
+                query(
+                    f"max by (workerpool) (leaseq_workerpool_desired_replicas{{{NS}}})",
+                    "{{workerpool}} desired",
+                ),
+                query(
+                    f"max by (workerpool) (leaseq_workerpool_current_replicas{{{NS}}})",
+                    "{{workerpool}} current",
+                    "B",
+                ),
+            )
+        )
+        .with_panel(
+            single(
+                "Reaper leaders",
+                "Operators holding the reaper leadership: exactly 1 is healthy.",
+                f"sum(leaseq_reaper_leader{{{NS}}})",
+            )
+        )
+        .with_panel(
+            single(
+                "Draining workers",
+                "Workers that got SIGTERM and are finishing or releasing their jobs.",
+                f"sum(leaseq_worker_draining{{{NS}}})",
+            )
+        )
+    )
+
+
+def render() -> str:
+    """The dashboard JSON exactly as shipped (stable key order, trailing newline)."""
+    return JSONEncoder(sort_keys=True, indent=2).encode(build().build()) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--check", action="store_true", help="fail if leaseq.json is stale")
+    args = parser.parse_args(argv)
+    text = render()
+    if args.check:
+        if OUTPUT.read_text() != text:
+            print(f"{OUTPUT} is stale: run python {Path(__file__)}", file=sys.stderr)
+            return 1
+        return 0
+    OUTPUT.write_text(text)
+    print(f"wrote {OUTPUT}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

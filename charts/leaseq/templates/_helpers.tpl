@@ -1,0 +1,144 @@
+{{/* Chart name, truncated to the 63 characters a label value allows. */}}
+{{- define "leaseq.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{/* Resource name prefix: <release>-<chart>, or <release> when it already contains it. */}}
+{{- define "leaseq.fullname" -}}
+{{- if .Values.fullnameOverride -}}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- $name := default .Chart.Name .Values.nameOverride -}}
+{{- if contains $name .Release.Name -}}
+{{- .Release.Name | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+
+{{/* Name of one component's objects: <fullname>-<component>. */}}
+{{- define "leaseq.componentName" -}}
+{{- printf "%s-%s" (include "leaseq.fullname" .root | trunc 50 | trimSuffix "-") .component -}}
+{{- end -}}
+
+{{/* Labels every object carries. helm.sh/chart changes with each chart version, so it is
+     never part of a selector (selectors are immutable). */}}
+{{- define "leaseq.labels" -}}
+helm.sh/chart: {{ printf "%s-%s" .root.Chart.Name .root.Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+app.kubernetes.io/managed-by: {{ .root.Release.Service }}
+app.kubernetes.io/version: {{ .root.Chart.AppVersion | quote }}
+app.kubernetes.io/part-of: leaseq
+{{ include "leaseq.selectorLabels" . }}
+{{- end -}}
+
+{{/* Selector labels: stable for the life of a release. */}}
+{{- define "leaseq.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "leaseq.name" .root }}
+app.kubernetes.io/instance: {{ .root.Release.Name }}
+app.kubernetes.io/component: {{ .component }}
+{{- end -}}
+
+{{/* The leaseq image reference: digest wins over tag; the tag defaults to appVersion. */}}
+{{- define "leaseq.image" -}}
+{{- if .Values.image.digest -}}
+{{- printf "%s@%s" .Values.image.repository .Values.image.digest -}}
+{{- else -}}
+{{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) -}}
+{{- end -}}
+{{- end -}}
+
+{{/* The ServiceAccount of the operator. */}}
+{{- define "leaseq.operatorServiceAccount" -}}
+{{- include "leaseq.componentName" (dict "root" . "component" "operator") -}}
+{{- end -}}
+
+{{/* The ServiceAccount of workers, migration and test pods: no API rights at all. */}}
+{{- define "leaseq.workloadServiceAccount" -}}
+{{- include "leaseq.componentName" (dict "root" . "component" "workload") -}}
+{{- end -}}
+
+{{/* Secret holding the database URL: existingSecret, else <fullname>-database (created by
+     the chart from database.url or for the in-cluster PostgreSQL, else by the user). */}}
+{{- define "leaseq.databaseSecret" -}}
+{{- if .Values.database.existingSecret -}}
+{{- .Values.database.existingSecret -}}
+{{- else -}}
+{{- include "leaseq.componentName" (dict "root" . "component" "database") -}}
+{{- end -}}
+{{- end -}}
+
+{{/* Whether the chart creates the database Secret. */}}
+{{- define "leaseq.createDatabaseSecret" -}}
+{{- if and (not .Values.database.existingSecret) (or .Values.database.url .Values.postgresql.enabled) -}}true{{- end -}}
+{{- end -}}
+
+{{/* Host name of the in-cluster PostgreSQL Service. */}}
+{{- define "leaseq.postgresqlHost" -}}
+{{- include "leaseq.componentName" (dict "root" . "component" "postgresql") -}}
+{{- end -}}
+
+{{/* Environment every leaseq process gets: database URL, logging, metrics port. */}}
+{{- define "leaseq.commonEnv" -}}
+- name: LEASEQ_DATABASE_URL
+  valueFrom:
+    secretKeyRef:
+      name: {{ include "leaseq.databaseSecret" . }}
+      key: {{ .Values.database.secretKey }}
+- name: LEASEQ_LOG_LEVEL
+  value: {{ .Values.logLevel | quote }}
+- name: LEASEQ_LOG_FORMAT
+  value: {{ .Values.logFormat | quote }}
+- name: LEASEQ_METRICS_PORT
+  value: {{ .Values.metricsPort | quote }}
+{{- end -}}
+
+{{/* Pod-level security context of every leaseq pod. */}}
+{{- define "leaseq.podSecurityContext" -}}
+runAsNonRoot: true
+runAsUser: {{ .Values.runAsUser }}
+runAsGroup: {{ .Values.runAsGroup }}
+fsGroup: {{ .Values.runAsGroup }}
+seccompProfile:
+  type: RuntimeDefault
+{{- end -}}
+
+{{/* Container-level security context of every container the chart runs. */}}
+{{- define "leaseq.containerSecurityContext" -}}
+runAsNonRoot: true
+readOnlyRootFilesystem: true
+allowPrivilegeEscalation: false
+privileged: false
+capabilities:
+  drop: [ALL]
+seccompProfile:
+  type: RuntimeDefault
+{{- end -}}
+
+{{/* PromQL matcher that scopes the alerts to this release. */}}
+{{- define "leaseq.alertMatcher" -}}
+{{- .Values.alerts.matcher | default (printf "namespace=%q" .Release.Namespace) -}}
+{{- end -}}
+
+{{/* The alert rules, rendered once from alerts/leaseq.rules.yaml (the single source for
+     the PrometheusRule and the Grafana-provisioned rules). */}}
+{{- define "leaseq.alertRules" -}}
+{{- tpl (.Files.Get "alerts/leaseq.rules.yaml") . -}}
+{{- end -}}
+
+{{/* Refuse settings that would break the drain guarantee or leases. */}}
+{{- define "leaseq.validate" -}}
+{{- $w := .Values.worker -}}
+{{- if $w.enabled -}}
+{{- $need := add $w.drainSeconds $w.terminationGraceMarginSeconds -}}
+{{- if lt (int $w.terminationGracePeriodSeconds) (int $need) -}}
+{{- fail (printf "worker.terminationGracePeriodSeconds (%d) must be at least worker.drainSeconds + worker.terminationGraceMarginSeconds (%d + %d = %d): Kubernetes would kill draining workers before they release their jobs" (int $w.terminationGracePeriodSeconds) (int $w.drainSeconds) (int $w.terminationGraceMarginSeconds) (int $need)) -}}
+{{- end -}}
+{{- if ge (int $w.heartbeatSeconds) (int $w.leaseSeconds) -}}
+{{- fail (printf "worker.heartbeatSeconds (%d) must be below worker.leaseSeconds (%d), or every lease expires between two heartbeats" (int $w.heartbeatSeconds) (int $w.leaseSeconds)) -}}
+{{- end -}}
+{{- if lt (int $w.pool.maxReplicas) (int $w.pool.minReplicas) -}}
+{{- fail (printf "worker.pool.maxReplicas (%d) must be >= worker.pool.minReplicas (%d)" (int $w.pool.maxReplicas) (int $w.pool.minReplicas)) -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}

@@ -1,0 +1,76 @@
+"""The `helm test` Pod's script, run here as rendered, against a real PostgreSQL and a local
+metrics endpoint: it passes on a migrated database that serves the metric, and fails (with a
+message saying why) on an unmigrated database or a metrics endpoint without the metric."""
+
+from __future__ import annotations
+
+import http.server
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+
+import pytest
+from chartkit import Helm, one
+
+
+class _Metrics(http.server.BaseHTTPRequestHandler):
+    body = b""
+
+    def do_GET(self) -> None:
+        self.send_response(200)
+        self.end_headers()
+        self.wfile.write(self.body)
+
+    def log_message(self, format: str, *args: object) -> None:  # quiet test output
+        pass
+
+
+@pytest.fixture
+def metrics_url() -> Iterator[str]:
+    """A /metrics endpoint serving one operator sample."""
+    handler = type("Handler", (_Metrics,), {"body": b'leaseq_queue_jobs{state="ready"} 0\n'})
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}/metrics"
+    finally:
+        server.shutdown()
+        thread.join()
+
+
+def hook_script(helm: Helm) -> str:
+    pod = one(helm.render(), "Pod", "test")
+    script: str = pod["spec"]["containers"][0]["args"][0]
+    return script
+
+
+def run_script(script: str, url: str, *targets: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-c", script, *targets],
+        env={"LEASEQ_DATABASE_URL": url, "PATH": "/usr/bin:/bin"},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+        cwd="/",
+    )
+
+
+def test_passes_on_a_migrated_database(helm: Helm, database_url: str, metrics_url: str) -> None:
+    proc = run_script(hook_script(helm), database_url, f"{metrics_url} leaseq_queue_jobs")
+    assert proc.returncode == 0, proc.stderr
+    assert "leaseq schema present" in proc.stdout
+
+
+def test_fails_without_the_schema(helm: Helm, empty_database_url: str) -> None:
+    proc = run_script(hook_script(helm), empty_database_url)
+    assert proc.returncode != 0
+    assert "did the migration run?" in proc.stderr
+
+
+def test_fails_without_the_metric(helm: Helm, database_url: str, metrics_url: str) -> None:
+    proc = run_script(hook_script(helm), database_url, f"{metrics_url} leaseq_jobs_claimed_total")
+    assert proc.returncode != 0
+    assert "answered without leaseq_jobs_claimed_total" in proc.stderr

@@ -1,0 +1,274 @@
+"""End to end on kind: the image, the chart, the operator's scaling and the queue's guarantees.
+
+Run it (needs a running Docker engine, kind, kubectl and helm; the rest comes from the venv):
+
+    scripts/fetch-tools.sh && PATH="$PWD/.tools/bin:$PATH" pytest -m e2e tests/e2e -v
+
+One test, in the order a user would see it: create the cluster from kind-config.yaml, build
+the image and load it, `helm install` with the in-cluster PostgreSQL (ci/kind-values.yaml),
+enqueue 100 slow jobs, watch the WorkerPool scale the workers to maxReplicas, force-delete a
+busy worker pod and see its job run again elsewhere, `helm upgrade` (a rolling restart) while
+jobs run, watch the pool scale back to zero, then check every job succeeded with exactly one
+effect and none went dead, and `helm test` passes.
+
+LEASEQ_E2E_KEEP_CLUSTER=1 keeps (and reuses) the cluster; LEASEQ_E2E_NODE_IMAGE picks the
+node image (e.g. the oldest Kubernetes the chart claims).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TypeVar
+
+import psycopg
+import pytest
+
+import leaseq
+
+pytestmark = pytest.mark.e2e
+
+REPO = Path(__file__).resolve().parents[2]
+CHART = REPO / "charts" / "leaseq"
+CLUSTER = "leaseq-e2e"
+NAMESPACE = "leaseq-e2e"
+RELEASE = "leaseq"
+IMAGE = "leaseq:e2e"  # ci/kind-values.yaml: repository leaseq, tag e2e, pullPolicy Never
+QUEUE = "e2e"  # ci/kind-values.yaml: worker.queues
+JOBS = 100
+JOB_SECONDS = 15
+MAX_REPLICAS = 4  # ci/kind-values.yaml: worker.pool.maxReplicas
+WORKER = f"{RELEASE}-worker"
+POSTGRES = f"{RELEASE}-postgresql"
+
+T = TypeVar("T")
+
+
+def missing_tools() -> str | None:
+    """Why the e2e cannot run here, or None."""
+    for name in ("docker", "kind", "kubectl", "helm"):
+        if shutil.which(name) is None:
+            return f"{name} not on PATH"
+    probe = subprocess.run(["docker", "info"], capture_output=True, text=True, check=False)
+    if probe.returncode != 0:
+        return "no Docker engine answers `docker info`"
+    return None
+
+
+@dataclass(frozen=True)
+class Cluster:
+    kubeconfig: Path
+
+    def env(self) -> dict[str, str]:
+        return {**os.environ, "KUBECONFIG": str(self.kubeconfig)}
+
+    def run(self, *args: str, timeout: float = 900) -> str:
+        """Run a command against the cluster; fail the test with its output if it fails."""
+        proc = subprocess.run(
+            args, capture_output=True, text=True, env=self.env(), timeout=timeout, check=False
+        )
+        if proc.returncode != 0:
+            pytest.fail(f"{' '.join(args)} exited {proc.returncode}:\n{proc.stdout}{proc.stderr}")
+        return proc.stdout
+
+    def kubectl(self, *args: str) -> str:
+        return self.run("kubectl", "-n", NAMESPACE, *args)
+
+    def jsonpath(self, resource: str, path: str) -> str:
+        return self.kubectl("get", resource, "-o", f"jsonpath={path}").strip()
+
+    def helm(self, *args: str) -> str:
+        return self.run("helm", "-n", NAMESPACE, *args)
+
+
+def wait_for(what: str, probe: Callable[[], T | None], timeout: float, every: float = 2.0) -> T:
+    """Poll `probe` until it returns something other than None/False; fail after `timeout`."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = probe()
+        if value is not None and value is not False:
+            return value
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out after {timeout:.0f}s waiting for {what}")
+        time.sleep(every)
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    reason = missing_tools()
+    if reason:
+        pytest.skip(f"e2e needs docker (with a running engine), kind, kubectl and helm: {reason}")
+    keep = os.environ.get("LEASEQ_E2E_KEEP_CLUSTER") == "1"
+    existing = subprocess.run(
+        ["kind", "get", "clusters"], capture_output=True, text=True, check=True
+    ).stdout.split()
+    if CLUSTER not in existing:
+        create = ["kind", "create", "cluster", "--name", CLUSTER, "--wait", "180s"]
+        create += ["--config", str(REPO / "kind-config.yaml")]
+        if os.environ.get("LEASEQ_E2E_NODE_IMAGE"):
+            create += ["--image", os.environ["LEASEQ_E2E_NODE_IMAGE"]]
+        subprocess.run(create, check=True, timeout=600)
+    kubeconfig = tmp_path_factory.mktemp("kube") / "config"
+    kubeconfig.write_text(
+        subprocess.run(
+            ["kind", "get", "kubeconfig", "--name", CLUSTER],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
+    )
+    try:
+        yield Cluster(kubeconfig)
+    finally:
+        if not keep:
+            subprocess.run(["kind", "delete", "cluster", "--name", CLUSTER], check=False)
+
+
+@pytest.fixture(scope="module")
+def installed(cluster: Cluster) -> Cluster:
+    """The image built and loaded, the chart installed with the demo PostgreSQL."""
+    subprocess.run(["docker", "build", "-t", IMAGE, str(REPO)], check=True, timeout=1200)
+    subprocess.run(["kind", "load", "docker-image", IMAGE, "--name", CLUSTER], check=True)
+    cluster.run("helm", "uninstall", RELEASE, "-n", NAMESPACE, "--ignore-not-found", "--wait")
+    cluster.helm(
+        "install",
+        RELEASE,
+        str(CHART),
+        "--create-namespace",
+        "-f",
+        str(CHART / "ci" / "kind-values.yaml"),
+        "--wait",
+        "--timeout",
+        "10m",
+    )
+    return cluster
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+@pytest.fixture(scope="module")
+def database_url(installed: Cluster) -> Iterator[str]:
+    """The in-cluster PostgreSQL, port-forwarded to this machine."""
+    port = free_port()
+    forward = subprocess.Popen(
+        ["kubectl", "-n", NAMESPACE, "port-forward", f"svc/{POSTGRES}", f"{port}:5432"],
+        env=installed.env(),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    url = f"postgresql://leaseq:leaseq-demo@127.0.0.1:{port}/leaseq"
+
+    def connects() -> bool:
+        try:
+            psycopg.connect(url, connect_timeout=3).close()
+        except psycopg.OperationalError:
+            return False
+        return True
+
+    try:
+        wait_for("the port-forward to PostgreSQL", connects, timeout=60)
+        yield url
+    finally:
+        forward.terminate()
+        forward.wait(timeout=10)
+
+
+def replicas(cluster: Cluster) -> tuple[int, int]:
+    """(spec.replicas, readyReplicas) of the worker Deployment."""
+    spec = cluster.jsonpath(f"deployment/{WORKER}", "{.spec.replicas}") or "0"
+    ready = cluster.jsonpath(f"deployment/{WORKER}", "{.status.readyReplicas}") or "0"
+    return int(spec), int(ready)
+
+
+def test_scale_crash_upgrade_scale_down(installed: Cluster, database_url: str) -> None:
+    cluster = installed
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        queue = leaseq.Queue(conn)
+        specs = [
+            leaseq.JobSpec(
+                queue=QUEUE,
+                job_type="infer",
+                payload={"seconds": JOB_SECONDS, "doc": f"doc-{i}"},
+                idempotency_key=f"e2e-doc-{i}",
+            )
+            for i in range(JOBS)
+        ]
+        job_ids = [e.job_id for e in queue.enqueue_many(specs)]
+        assert len(set(job_ids)) == JOBS
+
+        # The WorkerPool scales the Deployment up to maxReplicas, and they all get ready.
+        wait_for(
+            f"{MAX_REPLICAS} ready workers",
+            lambda: replicas(cluster) == (MAX_REPLICAS, MAX_REPLICAS) or None,
+            timeout=600,
+        )
+
+        # Force-delete a pod that holds a running job: the job must run again elsewhere.
+        def busy() -> tuple[str, int] | None:
+            by_worker = {w.worker_id: w.pod for w in queue.workers([QUEUE]) if w.pod}
+            for job in queue.jobs(status="running", queue=QUEUE):
+                pod = by_worker.get(job.lease_owner or "")
+                if pod:
+                    return pod, job.id
+            return None
+
+        victim_pod, victim_job = wait_for("a busy worker pod", busy, timeout=120)
+        cluster.kubectl("delete", "pod", victim_pod, "--grace-period=0", "--force")
+        wait_for(
+            f"job {victim_job} to be claimed again",
+            lambda: len(queue.attempts(victim_job)) >= 2 or None,
+            timeout=300,
+        )
+
+        # A rolling restart through helm while jobs run: draining pods release or finish.
+        cluster.helm(
+            "upgrade",
+            RELEASE,
+            str(CHART),
+            "--reuse-values",
+            "--set-string",
+            f"worker.podAnnotations.leaseq\\.dev/e2e-restart={time.time_ns()}",
+            "--wait",
+            "--timeout",
+            "10m",
+        )
+
+        # Everything runs to the end, then the pool scales back to minReplicas (0).
+        def drained() -> bool:
+            return all(s.ready + s.scheduled + s.running == 0 for s in queue.stats([QUEUE]))
+
+        wait_for("the queue to drain", drained, timeout=900, every=5)
+        wait_for("the scale-down to 0", lambda: replicas(cluster) == (0, 0) or None, timeout=600)
+
+        # Every job succeeded, exactly one effect each, nothing dead.
+        records = [queue.get(job_id) for job_id in job_ids]
+        assert [r.id for r in records if r.status != "succeeded"] == []
+        assert queue.jobs(status="dead", queue=QUEUE) == []
+        effects = conn.execute(
+            "select job_id, count(*) from leaseq.job_results where job_id = any(%s) "
+            "group by job_id",
+            (job_ids,),
+        ).fetchall()
+        assert dict(effects) == dict.fromkeys(job_ids, 1)
+        for i, job_id in enumerate(job_ids):
+            effect = queue.effect(f"e2e-doc-{i}")
+            assert effect is not None
+            assert effect.job_id == job_id
+        # The force-deleted pod's job ran again elsewhere, and completed once (above).
+        attempts = queue.attempts(victim_job)
+        assert len(attempts) >= 2
+        assert any(victim_pod in a.worker for a in attempts)
+        assert any(victim_pod not in a.worker for a in attempts)
+
+    cluster.helm("test", RELEASE, "--timeout", "5m")

@@ -111,18 +111,17 @@ class PoolTick:
         return scaling.Demand(depth["ready"], depth["scheduledSoon"], depth["running"])
 
     def protect(self, pool: PoolSpec, current: int, desired: int) -> int:
-        """Set deletion costs on the Deployment's pods; the desired count shrinks by at most
-        the number of idle pods."""
+        """Set deletion costs on the Deployment's pods; never shrink below the busy pods."""
         pods = [p for p in self.app.kube.pods(self.namespace, pool.deployment) if not p.terminating]
         workers = self.app.databases.queue(None).workers(pool.queues)
         loads = protection.pod_loads([p.name for p in pods], workers)
         changes = protection.cost_changes(loads, {p.name: p.annotations for p in pods})
         for pod, cost in changes.items():
             self.app.kube.annotate_pod(self.namespace, pod, {protection.DELETION_COST: cost})
-        idle = sum(1 for load in loads.values() if load.idle)
-        limited = protection.limit_scale_down(current, desired, idle)
+        busy = sum(1 for load in loads.values() if not load.idle)
+        limited = protection.limit_scale_down(current, desired, busy)
         if limited != desired:
-            self.logger.info(f"scale-down to {desired} limited to {limited}: only {idle} idle pods")
+            self.logger.info(f"scale-down to {desired} limited to {limited}: {busy} pods are busy")
         return limited
 
     def run(self, state: PoolState, now: float) -> bool:

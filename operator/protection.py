@@ -5,7 +5,7 @@ first among otherwise equal pods (same phase and readiness), so before shrinking
 marks idle pods cheap and busy ones expensive: more jobs in flight and older in-flight work
 cost more. The annotation is best-effort (the ReplicaSet controller may act on a stale view,
 and it prefers unready pods whatever their cost), so a scale-down is also limited to the
-number of idle pods: a busy worker is never the one that has to go.
+replicas that are not busy: a busy worker is never the one that has to go.
 """
 
 from __future__ import annotations
@@ -72,8 +72,9 @@ def cost_changes(
     return changes
 
 
-def limit_scale_down(current: int, desired: int, idle: int) -> int:
-    """``desired``, raised so that a scale-down removes at most ``idle`` replicas."""
+def limit_scale_down(current: int, desired: int, busy: int) -> int:
+    """``desired``, raised so that a scale-down never needs a busy pod to go: at most the
+    replicas that are not busy (idle pods, and replicas whose pod does not exist yet) go."""
     if desired >= current:
         return desired
-    return max(desired, current - max(idle, 0))
+    return max(desired, min(current, busy))

@@ -16,8 +16,11 @@ from leaseq.operator.handlers import build_registry
 from leaseq.operator.kube import Cluster
 
 
-def kopf_settings() -> kopf.OperatorSettings:
+def kopf_settings(config: OperatorConfig) -> kopf.OperatorSettings:
     settings = kopf.OperatorSettings()
+    # On shutdown, let a tick in progress finish (it can wait for the database this long)
+    # instead of orphaning it while the pools close under it.
+    settings.background.instant_exit_timeout = config.database_timeout + config.tick_seconds
     # The CRD is installed with the chart before the operator starts: no need to rescan the
     # cluster's resources (which also needs cluster-wide list rights on namespaces and CRDs).
     settings.scanning.disabled = True
@@ -46,7 +49,7 @@ def run(
         asyncio.run(
             kopf.operator(
                 registry=build_registry(app),
-                settings=kopf_settings(),
+                settings=kopf_settings(config),
                 standalone=True,
                 clusterwide=not config.namespace,
                 namespaces=[config.namespace] if config.namespace else (),

@@ -27,6 +27,15 @@ class PoolState:
     history: tuple[Recommendation, ...] = ()
     last_poll: float | None = None
 
+    def due(self, poll_seconds: object, now: float, tick: float) -> bool:
+        """True once ``poll_seconds`` passed since the last reading, to the nearest timer tick
+        (always for a value that is not a number: the spec check then reports it)."""
+        if self.last_poll is None or isinstance(poll_seconds, bool):
+            return True
+        if not isinstance(poll_seconds, int | float):
+            return True
+        return now - self.last_poll >= poll_seconds - tick / 2
+
 
 class Databases:
     """One connection pool per database: the operator's own, shared by every WorkerPool that

@@ -93,6 +93,7 @@ class PoolTick:
             self.condition(conditions.SPEC_VALID, False, "InvalidSpec", str(exc))
             raise
         self.condition(conditions.SPEC_VALID, True, "Valid", "spec accepted")
+        self.app.metrics.known_queues(pool.queues)
         return pool
 
     def read_depth(self, pool: PoolSpec) -> scaling.Demand | LeaseqError:
@@ -191,10 +192,8 @@ def build_registry(app: OperatorApp) -> kopf.OperatorRegistry:
     def tick(body: kopf.Body, patch: kopf.Patch, logger: kopf.Logger, **_: Any) -> None:
         key = f"{body.metadata.namespace}/{body.metadata.name}"
         state = app.pools.setdefault(key, PoolState())
-        poll = body.spec.get("pollSeconds")
         now = time.monotonic()
-        due = state.last_poll is None or not isinstance(poll, int | float)
-        if not due and now - (state.last_poll or 0.0) < float(poll) - app.config.tick_seconds / 2:
+        if not state.due(body.spec.get("pollSeconds"), now, app.config.tick_seconds):
             return
         state.last_poll = now
         pool_tick = PoolTick(app, body, patch, logger)

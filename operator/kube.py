@@ -100,7 +100,7 @@ class Kube:
         self._core = kubernetes.client.CoreV1Api(self._client)
 
     def close(self) -> None:
-        self._client.close()
+        self._client.close()  # type: ignore[no-untyped-call]
 
     def replicas(self, namespace: str, deployment: str) -> int:
         """The Deployment's spec.replicas, read through its scale subresource."""

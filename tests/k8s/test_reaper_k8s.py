@@ -64,7 +64,9 @@ def test_only_the_leader_scales(
     [scaled] = api.events("ScaledUp")
     assert "from 0 to 2" in scaled.message
     gauges = [
-        _sample(op.app.metrics.registry, "leaseq_workerpool_desired_replicas", workerpool="default/ocr")
+        _sample(
+            op.app.metrics.registry, "leaseq_workerpool_desired_replicas", workerpool="default/ocr"
+        )
         for op in operators
     ]
     assert sorted(gauges) == [0, 2]

@@ -36,7 +36,8 @@ def test_enqueue_scales_up_then_drain_scales_to_zero(
     for job in queue.claim(["ocr"], "w1", limit=5):
         queue.complete(job.lease)
     eventually(lambda: api.replicas("workers") == 0, what="scaled to zero after the window")
-    assert api.events("ScaledUp") and api.events("ScaledDown")
+    assert api.events("ScaledUp")
+    assert api.events("ScaledDown")
 
 
 def _register(queue: leaseq.Queue, conn: leaseq.db.Conn, worker: str, pod: str) -> None:
@@ -84,8 +85,9 @@ def test_scale_down_spares_busy_pods_and_marks_them_expensive(
     cost = {pod: int(api.annotations(pod)[DELETION_COST]) for pod in pods}
     assert cost["pod-d"] == cost["pod-e"] == 0
     assert cost["pod-a"] > cost["pod-b"] > cost["pod-c"] > 0
-    versions = {pod: api.core.read_namespaced_pod(pod, "default").metadata.resource_version
-                for pod in pods}
+    versions = {
+        pod: api.core.read_namespaced_pod(pod, "default").metadata.resource_version for pod in pods
+    }
 
     # pod-c's job ends: it is idle now; the next scale-down re-marks only pod-c.
     queue.complete(recent.lease)
@@ -127,7 +129,9 @@ def test_database_down_holds_replicas_and_sets_a_condition(
             [name],
         )
         condition = eventually(
-            lambda: (c := api.condition("ocr", "DatabaseReachable")) and c["status"] == "False" and c
+            lambda: (
+                (c := api.condition("ocr", "DatabaseReachable")) and c["status"] == "False" and c
+            )
         )
         assert "unreachable" in condition["message"] or "connect" in condition["message"]
         assert api.replicas("workers") == 3  # held: nothing was scaled on missing data

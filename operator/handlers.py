@@ -33,6 +33,7 @@ from leaseq.operator.app import OperatorApp, PoolState
 from leaseq.operator.conditions import Condition
 from leaseq.operator.kube import KubeError, TargetNotFound
 from leaseq.operator.spec import GROUP, PLURAL, VERSION, InvalidSpec, PoolSpec, parse
+from leaseq.queue import Queue
 
 log = logging.getLogger("leaseq.operator.handlers")
 
@@ -67,6 +68,7 @@ class PoolTick:
         self.key = f"{self.namespace}/{body.metadata.name}"
         self.status: dict[str, Any] = {}
         self.updates: list[Condition] = []
+        self.queue: Queue | None = None  # the pool's database, once its depth was read
 
     # -- reporting -------------------------------------------------------------------------
 
@@ -102,7 +104,8 @@ class PoolTick:
             if pool.database_secret is not None:
                 ref = pool.database_secret
                 url = self.app.kube.secret_value(self.namespace, ref.name, ref.key)
-            stats = self.app.databases.queue(url).stats(pool.queues, horizon=pool.poll_seconds)
+            self.queue = self.app.databases.queue(url)
+            stats = self.queue.stats(pool.queues, horizon=pool.poll_seconds)
         except LeaseqError as exc:
             self.condition(conditions.DATABASE_REACHABLE, False, "DatabaseUnreadable", str(exc))
             return exc
@@ -114,7 +117,11 @@ class PoolTick:
     def protect(self, pool: PoolSpec, current: int, desired: int) -> int:
         """Set deletion costs on the Deployment's pods; never shrink below the busy pods."""
         pods = [p for p in self.app.kube.pods(self.namespace, pool.deployment) if not p.terminating]
-        workers = self.app.databases.queue(None).workers(pool.queues)
+        try:
+            workers = self.queue.workers(pool.queues) if self.queue else []
+        except LeaseqError as exc:  # which pods are busy is unknown: shrink nothing
+            self.logger.warning(f"holding {current} replicas: cannot read the workers: {exc}")
+            return current
         loads = protection.pod_loads([p.name for p in pods], workers)
         changes = protection.cost_changes(loads, {p.name: p.annotations for p in pods})
         for pod, cost in changes.items():

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 import time
+import warnings
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -50,7 +51,9 @@ def crd() -> dict[str, Any]:
 @pytest.fixture
 def emulator(crd: dict[str, Any]) -> Iterator[EmulatorServer]:
     server = EmulatorServer()
-    server.emulator.resources.load_bundled()
+    with warnings.catch_warnings():  # kmock reads its bundle with a deprecated importlib call
+        warnings.simplefilter("ignore", DeprecationWarning)
+        server.emulator.resources.load_bundled()
     [version] = crd["spec"]["versions"]
     server.emulator.resources["leaseq.dev/v1/workerpools"] = kmock.ResourceInfo(
         kind=crd["spec"]["names"]["kind"],

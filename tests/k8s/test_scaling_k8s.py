@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import json
+import socket
+import urllib.request
+
 import leaseq
 import psycopg
 import pytest
@@ -167,3 +171,42 @@ def test_invalid_workerpool_is_refused_with_a_readable_message(
         "leaseq.dev", "v1", "default", "workerpools", "bad", {"spec": {"maxReplicas": 8}}
     )
     eventually(lambda: (api.condition("bad", "SpecValid") or {}).get("status") == "True")
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def test_finalizer_on_the_workerpool_only_liveness_and_deletion(
+    api: Api, start_operator: StartOperator
+) -> None:
+    api.create_deployment("workers", replicas=1)
+    port = _free_port()
+    operator = start_operator(health_port=port)
+    api.create_pool("ocr", {"deployment": "workers", "queues": ["ocr"], "pollSeconds": 0.1})
+    eventually(
+        lambda: "leaseq.dev/operator" in (api.pool("ocr")["metadata"].get("finalizers") or [])
+    )
+    eventually(lambda: api.pool("ocr").get("status", {}).get("desiredReplicas") is not None)
+    deployment = api.apps.read_namespaced_deployment("workers", "default")
+    assert not deployment.metadata.finalizers  # users' Deployments are never timed or held
+
+    health = json.loads(urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz").read())
+    assert health["reaper"] == {"leading": True}
+
+    registry = operator.app.metrics.registry
+    gauge = "leaseq_workerpool_desired_replicas"
+    assert registry.get_sample_value(gauge, {"workerpool": "default/ocr"}) is not None
+    api.custom.delete_namespaced_custom_object("leaseq.dev", "v1", "default", "workerpools", "ocr")
+    eventually(
+        lambda: (
+            not api.custom.list_namespaced_custom_object(
+                "leaseq.dev", "v1", "default", "workerpools"
+            )["items"]
+        ),
+        what="the WorkerPool is gone",
+    )
+    eventually(lambda: registry.get_sample_value(gauge, {"workerpool": "default/ocr"}) is None)
+    assert api.replicas("workers") == 1

@@ -164,10 +164,12 @@ class Reaper:
 
     def _run(self) -> None:
         while not self._stop.is_set():
+            backlog = False
             try:
-                self.run_once()
+                backlog = len(self.run_once().reaped) == REAP_BATCH
             except LeaseqError as exc:
                 log.warning("reaper pass failed: %s", exc)
             except Exception:
                 log.exception("reaper pass failed unexpectedly")
-            self._stop.wait(self.interval)
+            if not backlog:  # a full batch: more may be waiting, go again at once
+                self._stop.wait(self.interval)

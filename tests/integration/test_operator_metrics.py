@@ -45,10 +45,10 @@ def test_queue_series_come_from_the_database(queue: leaseq.Queue, conn: leaseq.d
 
 
 def test_unreadable_database_is_reported_not_raised(server_url: str) -> None:
-    broken = leaseq.Queue(leaseq.open_pool(server_url + "-does-not-exist", timeout=0.5))
     metrics = OperatorMetrics()
-    metrics.watch_queues(broken)
-    text = generate_latest(metrics.registry).decode()
+    with leaseq.open_pool(server_url + "-does-not-exist", timeout=0.5) as broken:
+        metrics.watch_queues(leaseq.Queue(broken))
+        text = generate_latest(metrics.registry).decode()
     assert "leaseq_operator_database_up 0.0" in text
     assert "leaseq_queue_jobs" not in text
 

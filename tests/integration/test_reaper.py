@@ -102,10 +102,10 @@ def test_released_lease_is_taken_at_once(pooled: leaseq.Queue) -> None:
 def test_renewal_failure_steps_down(pooled: leaseq.Queue, server_url: str) -> None:
     lease = LeaderLease(pooled, "op-a", ttl=15)
     assert lease.renew()
-    broken = leaseq.Queue(leaseq.open_pool(server_url + "-does-not-exist", timeout=0.5))
-    lease.queue = broken
-    with pytest.raises(leaseq.DatabaseUnavailable):
-        lease.renew()
+    with leaseq.open_pool(server_url + "-does-not-exist", timeout=0.5) as broken:
+        lease.queue = leaseq.Queue(broken)
+        with pytest.raises(leaseq.DatabaseUnavailable):
+            lease.renew()
     assert not lease.held
 
 

@@ -184,7 +184,7 @@ def test_finalizer_on_the_workerpool_only_liveness_and_deletion(
 ) -> None:
     api.create_deployment("workers", replicas=1)
     port = _free_port()
-    operator = start_operator(health_port=port)
+    operator = start_operator(health_port=port, namespace="")  # cluster-wide, the default
     api.create_pool("ocr", {"deployment": "workers", "queues": ["ocr"], "pollSeconds": 0.1})
     eventually(
         lambda: "leaseq.dev/operator" in (api.pool("ocr")["metadata"].get("finalizers") or [])

@@ -47,6 +47,22 @@ def _calling(what: str) -> Iterator[None]:
         raise KubeError(f"{what}: {exc}") from exc
 
 
+def label_selector(selector: kubernetes.client.V1LabelSelector) -> str:
+    """A Deployment's selector in the ``labelSelector`` query syntax (equality and set-based)."""
+    terms = [f"{k}={v}" for k, v in sorted((selector.match_labels or {}).items())]
+    for expr in selector.match_expressions or []:
+        values = ",".join(expr.values or [])
+        terms.append(
+            {
+                "In": f"{expr.key} in ({values})",
+                "NotIn": f"{expr.key} notin ({values})",
+                "Exists": expr.key,
+                "DoesNotExist": f"!{expr.key}",
+            }[expr.operator]
+        )
+    return ",".join(terms)
+
+
 @dataclass(frozen=True)
 class Pod:
     """A pod of a Deployment, as far as scale-down protection cares."""
@@ -119,10 +135,9 @@ class Kube:
         """The pods the Deployment's selector matches (its current and older ReplicaSets')."""
         with _calling(f"read deployment {namespace}/{deployment}"):
             found = self._apps.read_namespaced_deployment(deployment, namespace)
-        labels = found.spec.selector.match_labels if found.spec and found.spec.selector else None
-        if not labels:
-            return []  # matchExpressions-only selectors: no protection, limited to idle pods (0)
-        selector = ",".join(f"{k}={v}" for k, v in sorted(labels.items()))
+        if found.spec is None or found.spec.selector is None:
+            return []
+        selector = label_selector(found.spec.selector)
         with _calling(f"list pods of deployment {namespace}/{deployment}"):
             listed = self._core.list_namespaced_pod(namespace, label_selector=selector)
         return [

@@ -5,7 +5,9 @@ from __future__ import annotations
 from datetime import UTC, datetime
 
 import pytest
+from kubernetes.client import V1LabelSelector, V1LabelSelectorRequirement
 from leaseq.models import WorkerRecord
+from leaseq.operator.kube import label_selector
 from leaseq.operator.protection import (
     DELETION_COST,
     PodLoad,
@@ -76,3 +78,18 @@ def test_scale_down_never_needs_a_busy_pod(
     current: int, desired: int, busy: int, result: int
 ) -> None:
     assert limit_scale_down(current, desired, busy) == result
+
+
+def test_deployment_selectors_become_label_selectors() -> None:
+    selector = V1LabelSelector(
+        match_labels={"app": "workers", "tier": "jobs"},
+        match_expressions=[
+            V1LabelSelectorRequirement(key="track", operator="In", values=["stable", "canary"]),
+            V1LabelSelectorRequirement(key="legacy", operator="DoesNotExist"),
+            V1LabelSelectorRequirement(key="zone", operator="Exists"),
+            V1LabelSelectorRequirement(key="env", operator="NotIn", values=["dev"]),
+        ],
+    )
+    assert label_selector(selector) == (
+        "app=workers,tier=jobs,track in (stable,canary),!legacy,zone,env notin (dev)"
+    )

@@ -14,13 +14,13 @@ One tick of a pool, every ``pollSeconds`` (checked at each timer tick):
    ``pollSeconds`` (no scaling on missing data);
 3. decide with :func:`leaseq.operator.scaling.decide`; only the replica holding the reaper
    lease acts on the decision (the others keep their history warm for a failover);
-4. before shrinking, mark pods by deletion cost and shrink by no more than the idle pods;
+4. before shrinking, mark pods by deletion cost (idle cheapest) and never shrink below the
+   number of busy pods;
 5. patch the Deployment's scale, the status, and post an Event for every change.
 """
 
 from __future__ import annotations
 
-import logging
 import time
 from collections.abc import Mapping
 from typing import Any
@@ -34,8 +34,6 @@ from leaseq.operator.conditions import Condition
 from leaseq.operator.kube import KubeError, TargetNotFound
 from leaseq.operator.spec import GROUP, PLURAL, VERSION, InvalidSpec, PoolSpec, parse
 from leaseq.queue import Queue
-
-log = logging.getLogger("leaseq.operator.handlers")
 
 
 def _depth(stats: list[QueueStats]) -> dict[str, Any]:

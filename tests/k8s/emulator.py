@@ -2,7 +2,7 @@
 
 kmock 0.8 stores objects as plain JSON and merges every write. The subclass below restores
 what kopf and the operator need from a real API server; each patch says which behaviour it
-restores (see /work/shared/notes/kopf-kmock.md for how the gaps were found). It does not
+restores (the gaps were found running kopf 1.45 against kmock 0.8). It does not
 validate objects against schemas (tests validate WorkerPools against the CRD separately),
 run controllers, or implement PUT, strategic-merge semantics or watch bookmarks.
 
@@ -15,7 +15,6 @@ from __future__ import annotations
 import asyncio
 import copy
 import datetime
-import json
 import re
 import threading
 import uuid
@@ -353,12 +352,3 @@ class EmulatorServer:
             self._loop.call_soon_threadsafe(self._stop.set)
         if self._thread is not None:
             self._thread.join(30)
-
-    def call(self, fn: Any, timeout: float = 30) -> Any:
-        """Run ``fn()`` (a coroutine function) on the emulator's loop and return its result."""
-        assert self._loop is not None
-        return asyncio.run_coroutine_threadsafe(fn(), self._loop).result(timeout)
-
-
-def dump(obj: Any) -> str:
-    return json.dumps(obj, indent=1, sort_keys=True, default=str)

@@ -32,6 +32,11 @@ def test_only_the_leader_reaps_and_a_standby_takes_over(
     leader = next(op for op in operators if op.app.leading)
     standby = next(op for op in operators if not op.app.leading)
 
+    holder, term = conn.execute(
+        "SELECT holder, term FROM leaseq.leader_leases WHERE name = 'reaper'"
+    ).fetchone()  # type: ignore[misc]
+    assert (holder, term) == (leader.app.config.operator_id, leader.app.reaper.lease.term)
+
     ids = _expire(queue, conn, "dead-worker", 3)
     eventually(lambda: all(queue.get(i).status == "pending" for i in ids), what="reaped")
     reaped = "leaseq_reaped_total"

@@ -1,1 +1,0 @@
-"""leaseq.operator: the kopf operator that scales WorkerPools and runs the reaper."""

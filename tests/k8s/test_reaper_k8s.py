@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import leaseq
 import pytest
-from conftest import Api, StartOperator, eventually
+from harness import Api, StartOperator, eventually
 from prometheus_client import CollectorRegistry
 
 pytestmark = pytest.mark.k8s

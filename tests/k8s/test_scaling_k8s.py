@@ -9,7 +9,7 @@ import urllib.request
 import leaseq
 import psycopg
 import pytest
-from conftest import Api, StartOperator, eventually
+from harness import Api, StartOperator, eventually
 from leaseq.operator.protection import DELETION_COST
 from psycopg.conninfo import conninfo_to_dict
 

@@ -330,10 +330,13 @@ class Queue:
 
     # -- operations -----------------------------------------------------------------------
 
-    def reap(self, *, limit: int = 1000, now: datetime | None = None) -> list[Reaped]:
+    def reap(
+        self, *, limit: int = 1000, conn: Conn | None = None, now: datetime | None = None
+    ) -> list[Reaped]:
         """Bring back running jobs whose lease expired: pending after backoff, or dead when
-        their attempts are used up. Safe to run concurrently (rows are skipped, not shared)."""
-        with self.connection("reap") as c:
+        their attempts are used up. Safe to run concurrently (rows are skipped, not shared).
+        Given ``conn`` inside a transaction, joins it (the reaper holds its lock there)."""
+        with self.connection("reap", conn) as c:
             reaped = self.store.job_reap(c, limit=limit, retry=self.retry, now=now)
         for job in reaped:
             log.warning(

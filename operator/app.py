@@ -1,0 +1,114 @@
+"""One running operator: its database pools, Kubernetes client, reaper, metrics and pool state."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from dataclasses import dataclass
+
+from leaseq.db import Conn, open_pool
+from leaseq.operator.config import OperatorConfig
+from leaseq.operator.kube import Cluster, Kube
+from leaseq.operator.metrics import OperatorMetrics
+from leaseq.operator.reaper import LeaderLease, Reaper
+from leaseq.operator.scaling import Recommendation
+from leaseq.queue import Queue
+from psycopg_pool import ConnectionPool
+
+log = logging.getLogger("leaseq.operator")
+
+POOL_MAX_SIZE = 8
+
+
+@dataclass
+class PoolState:
+    """What the operator remembers about one WorkerPool between ticks (in memory only)."""
+
+    history: tuple[Recommendation, ...] = ()
+    last_poll: float | None = None
+
+    def due(self, poll_seconds: object, now: float, tick: float) -> bool:
+        """True once ``poll_seconds`` passed since the last reading, to the nearest timer tick
+        (always for a value that is not a number: the spec check then reports it)."""
+        if self.last_poll is None or isinstance(poll_seconds, bool):
+            return True
+        if not isinstance(poll_seconds, int | float):
+            return True
+        return now - self.last_poll >= poll_seconds - tick / 2
+
+
+class Databases:
+    """One connection pool per database: the operator's own, shared by every WorkerPool that
+    names no secret (and by the reaper and metrics), plus one per URL a secret names."""
+
+    def __init__(self, default_url: str, timeout: float) -> None:
+        self._default_url = default_url
+        self._timeout = timeout
+        self._pools: dict[str, ConnectionPool[Conn]] = {}
+        self._lock = threading.Lock()
+
+    def queue(self, url: str | None = None) -> Queue:
+        url = url or self._default_url
+        with self._lock:
+            pool = self._pools.get(url)
+            if pool is None:
+                pool = open_pool(
+                    url,
+                    min_size=1,
+                    max_size=POOL_MAX_SIZE,
+                    name="leaseq-operator",
+                    timeout=self._timeout,
+                )
+                self._pools[url] = pool
+        return Queue(pool)
+
+    def close(self) -> None:
+        with self._lock:
+            pools, self._pools = list(self._pools.values()), {}
+        for pool in pools:
+            pool.close()
+
+
+class OperatorApp:
+    """The pieces one operator process shares across all WorkerPools."""
+
+    def __init__(self, config: OperatorConfig, cluster: Cluster) -> None:
+        self.config = config
+        self.cluster = cluster
+        self.kube = Kube(cluster)
+        self.databases = Databases(config.database_url, config.database_timeout)
+        self.queue = self.databases.queue()
+        self.metrics = OperatorMetrics()
+        self.metrics.watch_queues(self.queue)
+        self.reaper = Reaper(
+            LeaderLease(self.queue, config.operator_id, config.leader_ttl_seconds),
+            config.reap_interval_seconds,
+            on_reaped=self.metrics.count_reaped,
+            on_leading=lambda leading: self.metrics.leader.set(1 if leading else 0),
+        )
+        self.pools: dict[str, PoolState] = {}
+        self._started = False
+        self._stopped = False
+
+    @property
+    def leading(self) -> bool:
+        """True in the one replica that holds the reaper lease: it reaps and scales."""
+        return self.reaper.leading
+
+    def start(self) -> None:
+        if not self._started:
+            self._started = True
+            self.metrics.serve(self.config.metrics_port)
+            self.reaper.start()
+            log.info("operator started", extra={"operator_id": self.config.operator_id})
+
+    def stop(self) -> None:
+        """Stop the reaper (releasing its lease), metrics and pools; safe to call twice."""
+        if self._stopped:
+            return
+        self._stopped = True
+        if self._started:
+            self.reaper.stop()
+        self.metrics.close()
+        self.databases.close()
+        self.kube.close()

@@ -1,0 +1,105 @@
+"""The operator's settings: flags with LEASEQ_* fallbacks, checked once, frozen, passed on."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import socket
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from leaseq import settings
+from leaseq.errors import ConfigError
+from leaseq.settings import Option
+
+NAMESPACE = Option(
+    "namespace", "LEASEQ_NAMESPACE", str, "", "namespace to watch WorkerPools in (empty: all)"
+)
+OPERATOR_ID = Option(
+    "operator_id",
+    "LEASEQ_OPERATOR_ID",
+    str,
+    None,
+    "this replica's name in the reaper lease (default: pod name, else hostname-pid)",
+)
+REAP_INTERVAL = Option(
+    "reap_interval_seconds",
+    "LEASEQ_REAP_INTERVAL_SECONDS",
+    settings.positive_float,
+    5.0,
+    "seconds between reaper passes (and leader lease renewals)",
+)
+LEADER_TTL = Option(
+    "leader_ttl_seconds",
+    "LEASEQ_LEADER_TTL_SECONDS",
+    settings.positive_float,
+    15.0,
+    "seconds a reaper lease lasts without renewal; another replica takes over after it",
+)
+HEALTH_PORT = Option(
+    "health_port",
+    "LEASEQ_HEALTH_PORT",
+    settings.port,
+    8080,
+    "port of kopf's liveness endpoint /healthz (0: off)",
+)
+METRICS_PORT = Option(
+    "metrics_port", "LEASEQ_METRICS_PORT", settings.port, 9100, "port of /metrics (0: off)"
+)
+
+OPTIONS = (
+    settings.DATABASE_URL,
+    NAMESPACE,
+    OPERATOR_ID,
+    REAP_INTERVAL,
+    LEADER_TTL,
+    HEALTH_PORT,
+    METRICS_PORT,
+    settings.LOG_LEVEL,
+    settings.LOG_FORMAT,
+)
+
+
+def default_operator_id(environ: Mapping[str, str]) -> str:
+    return environ.get("LEASEQ_POD_NAME") or f"{socket.gethostname()}-{os.getpid()}"
+
+
+@dataclass(frozen=True)
+class OperatorConfig:
+    """Everything ``leaseq operator`` needs, validated.
+
+    ``tick_seconds`` is the resolution of the WorkerPool timers (a pool polls every
+    ``pollSeconds``, checked at each tick) and ``database_timeout`` how long a call waits for
+    a pooled connection before the database counts as unreachable; neither is a flag.
+    """
+
+    database_url: str
+    namespace: str = ""
+    operator_id: str = "leaseq-operator"
+    reap_interval_seconds: float = 5.0
+    leader_ttl_seconds: float = 15.0
+    health_port: int = 8080
+    metrics_port: int = 9100
+    log_level: str = "INFO"
+    log_format: str = "text"
+    tick_seconds: float = 1.0
+    database_timeout: float = 5.0
+
+    def __post_init__(self) -> None:
+        if self.leader_ttl_seconds <= self.reap_interval_seconds:
+            raise ConfigError(
+                f"{LEADER_TTL.flag} ({self.leader_ttl_seconds}) must be longer than "
+                f"{REAP_INTERVAL.flag} ({self.reap_interval_seconds}): the lease is renewed "
+                "once per pass and would lapse between passes"
+            )
+
+    @classmethod
+    def from_args(
+        cls, args: argparse.Namespace, environ: Mapping[str, str] | None = None
+    ) -> OperatorConfig:
+        env = os.environ if environ is None else environ
+        values: dict[str, Any] = settings.resolve(args, OPTIONS, env)
+        values["database_url"] = settings.require(values, settings.DATABASE_URL)
+        values["operator_id"] = values["operator_id"] or default_operator_id(env)
+        return cls(**values)

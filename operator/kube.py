@@ -1,0 +1,172 @@
+"""The operator's calls to the Kubernetes API, through the synchronous ``kubernetes`` client.
+
+Every method blocks: call them from kopf's sync handlers (which kopf runs in threads) or other
+threads, never from a coroutine. Failures surface as :class:`KubeError` (with the HTTP status),
+and a missing target as :class:`TargetNotFound`, so handlers never parse client exceptions.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+import kopf
+import kubernetes.client
+import kubernetes.config
+from kubernetes.client.exceptions import ApiException
+from leaseq.errors import ConfigError, LeaseqError
+
+MERGE_PATCH = "application/merge-patch+json"
+
+
+class KubeError(LeaseqError):
+    """A Kubernetes API call failed; ``status`` is the HTTP status (0: no response)."""
+
+    def __init__(self, message: str, status: int = 0) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+class TargetNotFound(KubeError):
+    """The object a WorkerPool names does not exist."""
+
+
+@contextmanager
+def _calling(what: str) -> Iterator[None]:
+    try:
+        yield
+    except ApiException as exc:
+        status = int(exc.status or 0)
+        kind = TargetNotFound if status == 404 else KubeError
+        raise kind(f"{what}: HTTP {status} {exc.reason or ''}".strip(), status) from exc
+    except (OSError, ValueError) as exc:  # connection failures; unparseable responses
+        raise KubeError(f"{what}: {exc}") from exc
+
+
+def label_selector(selector: kubernetes.client.V1LabelSelector) -> str:
+    """A Deployment's selector in the ``labelSelector`` query syntax (equality and set-based)."""
+    terms = [f"{k}={v}" for k, v in sorted((selector.match_labels or {}).items())]
+    for expr in selector.match_expressions or []:
+        values = ",".join(expr.values or [])
+        terms.append(
+            {
+                "In": f"{expr.key} in ({values})",
+                "NotIn": f"{expr.key} notin ({values})",
+                "Exists": expr.key,
+                "DoesNotExist": f"!{expr.key}",
+            }[expr.operator]
+        )
+    return ",".join(terms)
+
+
+@dataclass(frozen=True)
+class Pod:
+    """A pod of a Deployment, as far as scale-down protection cares."""
+
+    name: str
+    annotations: Mapping[str, str]
+    terminating: bool
+
+
+@dataclass(frozen=True)
+class Cluster:
+    """How to reach the API server: the sync client's configuration and kopf's login."""
+
+    configuration: kubernetes.client.Configuration
+    login: Callable[..., kopf.ConnectionInfo | None]
+
+    @classmethod
+    def from_environment(cls) -> Cluster:
+        """In-cluster service account, else the current kubeconfig context (as kubectl does)."""
+        try:
+            kubernetes.config.load_incluster_config()  # type: ignore[no-untyped-call]
+        except kubernetes.config.ConfigException:
+            try:
+                kubernetes.config.load_kube_config()  # type: ignore[no-untyped-call]
+            except kubernetes.config.ConfigException as exc:
+                raise ConfigError(
+                    f"no Kubernetes credentials: not in a pod and no usable kubeconfig ({exc})"
+                ) from exc
+        return cls(kubernetes.client.Configuration.get_default_copy(), kopf.login_via_client)
+
+    @classmethod
+    def at(cls, server: str) -> Cluster:
+        """An API server at ``server`` that needs no credentials (tests, ``kubectl proxy``)."""
+
+        def login(**_: Any) -> kopf.ConnectionInfo:
+            return kopf.ConnectionInfo(server=server, insecure=True)
+
+        return cls(kubernetes.client.Configuration(host=server), login)
+
+
+@dataclass
+class Kube:
+    """Typed calls on one shared API client (thread-safe: urllib3 pools its connections)."""
+
+    cluster: Cluster
+    _client: kubernetes.client.ApiClient = field(init=False)
+
+    def __post_init__(self) -> None:
+        self._client = kubernetes.client.ApiClient(self.cluster.configuration)
+        self._apps = kubernetes.client.AppsV1Api(self._client)
+        self._core = kubernetes.client.CoreV1Api(self._client)
+
+    def close(self) -> None:
+        self._client.close()  # type: ignore[no-untyped-call]
+
+    def replicas(self, namespace: str, deployment: str) -> int:
+        """The Deployment's spec.replicas, read through its scale subresource."""
+        with _calling(f"read scale of deployment {namespace}/{deployment}"):
+            scale = self._apps.read_namespaced_deployment_scale(deployment, namespace)
+        return int(scale.spec.replicas or 0) if scale.spec else 0
+
+    def scale(self, namespace: str, deployment: str, replicas: int) -> None:
+        """Set spec.replicas through the scale subresource (nothing else of the Deployment)."""
+        with _calling(f"scale deployment {namespace}/{deployment} to {replicas}"):
+            self._apps.patch_namespaced_deployment_scale(
+                deployment, namespace, {"spec": {"replicas": replicas}}, _content_type=MERGE_PATCH
+            )
+
+    def pods(self, namespace: str, deployment: str) -> list[Pod]:
+        """The pods the Deployment's selector matches (its current and older ReplicaSets')."""
+        with _calling(f"read deployment {namespace}/{deployment}"):
+            found = self._apps.read_namespaced_deployment(deployment, namespace)
+        if found.spec is None or found.spec.selector is None:
+            return []
+        selector = label_selector(found.spec.selector)
+        with _calling(f"list pods of deployment {namespace}/{deployment}"):
+            listed = self._core.list_namespaced_pod(namespace, label_selector=selector)
+        return [
+            Pod(
+                name=pod.metadata.name or "",
+                annotations=dict(pod.metadata.annotations or {}),
+                terminating=pod.metadata.deletion_timestamp is not None,
+            )
+            for pod in listed.items
+            if pod.metadata is not None
+        ]
+
+    def annotate_pod(self, namespace: str, pod: str, annotations: Mapping[str, str]) -> None:
+        with _calling(f"annotate pod {namespace}/{pod}"):
+            self._core.patch_namespaced_pod(
+                pod,
+                namespace,
+                {"metadata": {"annotations": dict(annotations)}},
+                _content_type=MERGE_PATCH,
+            )
+
+    def secret_value(self, namespace: str, name: str, key: str) -> str:
+        """One key of a Secret, decoded."""
+        with _calling(f"read secret {namespace}/{name}"):
+            secret = self._core.read_namespaced_secret(name, namespace)
+        encoded = (secret.data or {}).get(key)
+        if encoded is None:
+            raise TargetNotFound(f"secret {namespace}/{name} has no key {key!r}", 404)
+        try:
+            return base64.b64decode(encoded, validate=True).decode()
+        except (binascii.Error, UnicodeDecodeError) as exc:
+            raise KubeError(f"secret {namespace}/{name} key {key!r} is not text: {exc}") from exc

@@ -1,0 +1,175 @@
+"""The reaper: brings back jobs whose worker died, in exactly one operator replica at a time.
+
+Two mechanisms, on purpose:
+
+* **Who reaps** is decided by a leader lease in PostgreSQL (``leaseq.leader_leases``: holder,
+  term, expiry in database time). The holder renews it every pass, only while the term it
+  holds is still the row's term; a failed or refused renewal steps it down at once. A lease,
+  not a session advisory lock, because it survives reconnects and poolers, is visible (who
+  leads, since when, in which term), and expires by itself when its holder hangs. kopf
+  peering is not used: it coordinates event handling, it is not a lock. The replica holding
+  the lease is also the one that scales WorkerPools (see :mod:`leaseq.operator.handlers`).
+* **That no two reap at once** is guaranteed by the transaction-scoped advisory lock every
+  reap pass takes (``leader_reap_lock``) in the same transaction as the reap statement. A
+  lease alone cannot promise that: a leader paused past its TTL (GC, a frozen node) still
+  believes it leads when it wakes. The lock makes overlapping passes impossible, and the
+  reap statement's ``SKIP LOCKED`` keeps even the rows safe.
+
+Every reaped job is logged with its previous owner and token, counted in
+``leaseq_reaped_total{queue,outcome}``, and recorded in ``job_attempts`` by the statement.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from leaseq.errors import LeaseqError
+from leaseq.models import Reaped
+from leaseq.queue import Queue
+
+log = logging.getLogger("leaseq.operator.reaper")
+
+LEASE_NAME = "reaper"
+REAP_BATCH = 1000
+
+
+@dataclass(frozen=True)
+class Pass:
+    """What one reaper pass did: ``leading`` after renewal, ``locked`` if it got the lock."""
+
+    leading: bool
+    locked: bool
+    reaped: tuple[Reaped, ...] = ()
+
+
+@dataclass
+class LeaderLease:
+    """This replica's view of the named lease: held while ``term`` is set and not lapsed."""
+
+    queue: Queue
+    holder: str
+    ttl: float
+    name: str = LEASE_NAME
+    clock: Callable[[], float] = time.monotonic
+    term: int = 0
+    _valid_until: float = field(default=0.0, init=False)
+
+    @property
+    def held(self) -> bool:
+        """True while the last renewal succeeded less than a TTL ago (by the local clock)."""
+        return self.term > 0 and self.clock() < self._valid_until
+
+    def renew(self, now: datetime | None = None) -> bool:
+        """Take or renew the lease; on refusal or a database error, step down (and re-raise)."""
+        started = self.clock()
+        try:
+            with self.queue.connection("renew reaper lease") as conn:
+                row = self.queue.store.leader_acquire(
+                    conn, name=self.name, holder=self.holder, term=self.term, ttl=self.ttl, now=now
+                )
+        except LeaseqError:
+            self._step_down("renewal failed")
+            raise
+        if row is None:
+            self._step_down("another replica holds the lease")
+            return False
+        term = int(row["term"])
+        if term != self.term:
+            log.info("reaper lease acquired", extra={"holder": self.holder, "term": term})
+        self.term = term
+        self._valid_until = started + self.ttl
+        return True
+
+    def release(self) -> None:
+        """Give the lease up (on shutdown) so another replica takes over without waiting."""
+        if self.term:
+            with self.queue.connection("release reaper lease") as conn:
+                self.queue.store.leader_release(
+                    conn, name=self.name, holder=self.holder, term=self.term
+                )
+            self._step_down("released")
+
+    def _step_down(self, why: str) -> None:
+        if self.term:
+            log.warning("reaper lease lost: %s", why, extra={"holder": self.holder})
+        self.term = 0
+        self._valid_until = 0.0
+
+
+OnReaped = Callable[[Reaped], None]
+
+
+@dataclass
+class Reaper:
+    """Reap passes under the lease and the lock; :meth:`start` runs them in a daemon thread."""
+
+    lease: LeaderLease
+    interval: float
+    on_reaped: OnReaped = lambda job: None
+    on_leading: Callable[[bool], None] = lambda leading: None
+    _stop: threading.Event = field(default_factory=threading.Event, init=False)
+    _thread: threading.Thread | None = field(default=None, init=False)
+
+    @property
+    def leading(self) -> bool:
+        return self.lease.held
+
+    def run_once(self, now: datetime | None = None) -> Pass:
+        """Renew the lease; if held, reap expired jobs holding the advisory lock."""
+        try:
+            leading = self.lease.renew(now)
+        finally:
+            self.on_leading(self.lease.held)
+        if not leading:
+            return Pass(leading=False, locked=False)
+        queue = self.lease.queue
+        with queue.connection("reap") as conn, conn.transaction():
+            if not queue.store.leader_reap_lock(conn):
+                log.warning("reap pass skipped: another reaper holds the lock")
+                return Pass(leading=True, locked=False)
+            reaped = queue.reap(limit=REAP_BATCH, conn=conn, now=now)
+        for job in reaped:
+            self.on_reaped(job)
+        if reaped:
+            log.info(
+                "reaped %d jobs",
+                len(reaped),
+                extra={"holder": self.lease.holder, "term": self.lease.term},
+            )
+        return Pass(leading=True, locked=True, reaped=tuple(reaped))
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._run, name="leaseq-reaper", daemon=True)
+        self._thread.start()
+
+    def stop(self, timeout: float = 10.0) -> None:
+        """Stop the thread, then release the lease so another replica takes over at once."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout)
+        try:
+            self.lease.release()
+        except LeaseqError as exc:
+            log.warning("could not release the reaper lease: %s", exc)
+        self.on_leading(False)
+
+    @property
+    def alive(self) -> bool:
+        return self._thread is not None and self._thread.is_alive()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            backlog = False
+            try:
+                backlog = len(self.run_once().reaped) == REAP_BATCH
+            except LeaseqError as exc:
+                log.warning("reaper pass failed: %s", exc)
+            except Exception:
+                log.exception("reaper pass failed unexpectedly")
+            if not backlog:  # a full batch: more may be waiting, go again at once
+                self._stop.wait(self.interval)

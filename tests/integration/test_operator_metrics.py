@@ -1,0 +1,85 @@
+"""The operator's /metrics: queue series computed from PostgreSQL at scrape time."""
+
+from __future__ import annotations
+
+import urllib.request
+
+import leaseq
+from leaseq.models import Reaped
+from leaseq.operator.metrics import OperatorMetrics
+from prometheus_client import generate_latest
+
+
+def _value(metrics: OperatorMetrics, name: str, **labels: str) -> float | None:
+    return metrics.registry.get_sample_value(name, labels)
+
+
+def test_queue_series_come_from_the_database(queue: leaseq.Queue, conn: leaseq.db.Conn) -> None:
+    metrics = OperatorMetrics()
+    metrics.watch_queues(queue)
+    for n in range(3):
+        queue.enqueue("ocr", "extract", {"n": n})
+    queue.enqueue("ocr", "extract", delay=3600)
+    queue.store.worker_upsert(
+        conn,
+        worker_id="w1",
+        pod="p1",
+        node=None,
+        queues=["ocr", "mail"],
+        concurrency=1,
+        state="running",
+        in_flight=0,
+    )
+    [job] = queue.claim(["ocr"], "w1")
+    assert _value(metrics, "leaseq_queue_jobs", queue="ocr", state="ready") == 2
+    assert _value(metrics, "leaseq_queue_jobs", queue="ocr", state="scheduled") == 1
+    assert _value(metrics, "leaseq_queue_jobs", queue="ocr", state="running") == 1
+    assert _value(metrics, "leaseq_queue_jobs", queue="ocr", state="dead") == 0
+    assert _value(metrics, "leaseq_queue_workers", queue="ocr") == 1
+    assert _value(metrics, "leaseq_queue_workers", queue="mail") == 1
+    assert (_value(metrics, "leaseq_queue_oldest_ready_age_seconds", queue="ocr") or 0) >= 0
+    assert _value(metrics, "leaseq_queue_max_heartbeat_age_seconds", queue="ocr") is not None
+    assert _value(metrics, "leaseq_operator_database_up") == 1
+    queue.fail(job.lease, "boom", retryable=False)
+    assert _value(metrics, "leaseq_queue_jobs", queue="ocr", state="dead") == 1
+
+
+def test_unreadable_database_is_reported_not_raised(server_url: str) -> None:
+    metrics = OperatorMetrics()
+    with leaseq.open_pool(server_url + "-does-not-exist", timeout=0.5) as broken:
+        metrics.watch_queues(leaseq.Queue(broken))
+        text = generate_latest(metrics.registry).decode()
+    assert "leaseq_operator_database_up 0.0" in text
+    assert "leaseq_queue_jobs" not in text
+
+
+def test_counters_gauges_and_http(queue: leaseq.Queue) -> None:
+    metrics = OperatorMetrics()
+    metrics.known_queues(("ocr",))
+    assert _value(metrics, "leaseq_reaped_total", queue="ocr", outcome="dead") == 0
+    metrics.count_reaped(Reaped(1, "ocr", "extract", "dead", "w1", 1, 5, False))
+    metrics.count_reaped(Reaped(2, "ocr", "extract", "pending", "w1", 1, 1, False))
+    assert _value(metrics, "leaseq_reaped_total", queue="ocr", outcome="dead") == 1
+    assert _value(metrics, "leaseq_reaped_total", queue="ocr", outcome="retried") == 1
+    metrics.pool("default/ocr", desired=3, current=1)
+    assert _value(metrics, "leaseq_workerpool_desired_replicas", workerpool="default/ocr") == 3
+    metrics.forget_pool("default/ocr")
+    assert _value(metrics, "leaseq_workerpool_current_replicas", workerpool="default/ocr") is None
+    metrics.serve(0)  # 0: off
+    assert metrics._server is None
+    metrics.leader.set(1)
+    metrics.serve(_free_port(), addr="127.0.0.1")
+    try:
+        port = metrics._server.server_port  # type: ignore[union-attr]
+        body = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics").read().decode()
+    finally:
+        metrics.close()
+    assert "leaseq_reaper_leader 1.0" in body
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])

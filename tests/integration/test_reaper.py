@@ -1,0 +1,129 @@
+"""The reaper's singleton: a leader lease with a term in PostgreSQL, and the advisory lock."""
+
+from __future__ import annotations
+
+import time
+from datetime import datetime, timedelta
+
+import leaseq
+import pytest
+from leaseq.operator.reaper import LeaderLease, Reaper
+from psycopg_pool import ConnectionPool
+
+
+class Clock:
+    """A local monotonic clock the test moves (the lease's validity is measured on it)."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@pytest.fixture
+def pooled(pool: ConnectionPool[leaseq.db.Conn]) -> leaseq.Queue:
+    return leaseq.Queue(pool)
+
+
+@pytest.fixture
+def db_now(conn: leaseq.db.Conn) -> datetime:
+    now: datetime = conn.execute("SELECT now()").fetchone()[0]  # type: ignore[index]
+    return now
+
+
+def _reaper(queue: leaseq.Queue, holder: str, clock: Clock | None = None) -> Reaper:
+    lease = LeaderLease(queue, holder, ttl=15, clock=clock or Clock())
+    return Reaper(lease, interval=60)
+
+
+def _expired_jobs(queue: leaseq.Queue, now: datetime, count: int) -> list[int]:
+    started = now - timedelta(minutes=5)
+    ids = [queue.enqueue("ocr", "extract", now=started).job_id for _ in range(count)]
+    queue.claim(["ocr"], "crashed-worker", limit=count, lease_seconds=30, now=started)
+    return ids
+
+
+def test_one_of_two_reapers_leads_and_reaps(pooled: leaseq.Queue, db_now: datetime) -> None:
+    ids = _expired_jobs(pooled, db_now, 3)
+    first, second = _reaper(pooled, "op-a"), _reaper(pooled, "op-b")
+    a = first.run_once(now=db_now)
+    b = second.run_once(now=db_now)
+    assert (a.leading, a.locked, len(a.reaped)) == (True, True, 3)
+    assert (b.leading, b.locked, b.reaped) == (False, False, ())
+    assert {job.job_id for job in a.reaped} == set(ids)
+    assert {job.previous_owner for job in a.reaped} == {"crashed-worker"}
+    assert all(pooled.get(i).status == "pending" for i in ids)
+
+
+def test_a_held_lock_stops_even_the_leader(
+    pooled: leaseq.Queue, conn: leaseq.db.Conn, db_now: datetime
+) -> None:
+    """Two processes that both believe they lead (a paused leader waking up) never overlap."""
+    ids = _expired_jobs(pooled, db_now, 2)
+    reaper = _reaper(pooled, "op-a")
+    with conn.transaction():
+        assert pooled.store.leader_reap_lock(conn)  # another reaper's pass in progress
+        blocked = reaper.run_once(now=db_now)
+    assert (blocked.leading, blocked.locked, blocked.reaped) == (True, False, ())
+    assert all(pooled.get(i).status == "running" for i in ids)
+    assert len(reaper.run_once(now=db_now).reaped) == 2
+
+
+def test_lease_expires_and_the_old_holder_steps_down(
+    pooled: leaseq.Queue, db_now: datetime
+) -> None:
+    clock = Clock()
+    old = LeaderLease(pooled, "op-a", ttl=15, clock=clock)
+    new = LeaderLease(pooled, "op-b", ttl=15)
+    assert old.renew(now=db_now)
+    assert old.held
+    assert not new.renew(now=db_now + timedelta(seconds=10))
+    # op-a stalls past its TTL: locally it no longer counts itself leader ...
+    clock.now += 16
+    assert not old.held
+    # ... and in the database op-b takes over with a new term.
+    assert new.renew(now=db_now + timedelta(seconds=16))
+    assert new.term == old.term + 1
+    # op-a wakes up: its renewal names a term that is gone, so it steps down.
+    assert not old.renew(now=db_now + timedelta(seconds=17))
+    assert (old.term, old.held) == (0, False)
+
+
+def test_released_lease_is_taken_at_once(pooled: leaseq.Queue) -> None:
+    first, second = LeaderLease(pooled, "op-a", ttl=15), LeaderLease(pooled, "op-b", ttl=15)
+    assert first.renew()
+    assert not second.renew()
+    first.release()
+    assert not first.held
+    assert second.renew()
+
+
+def test_renewal_failure_steps_down(pooled: leaseq.Queue, server_url: str) -> None:
+    lease = LeaderLease(pooled, "op-a", ttl=15)
+    assert lease.renew()
+    with leaseq.open_pool(server_url + "-does-not-exist", timeout=0.5) as broken:
+        lease.queue = leaseq.Queue(broken)
+        with pytest.raises(leaseq.DatabaseUnavailable):
+            lease.renew()
+    assert not lease.held
+
+
+def test_thread_reaps_reports_leadership_and_stops_cleanly(
+    pooled: leaseq.Queue, db_now: datetime
+) -> None:
+    seen: list[bool] = []
+    reaper = Reaper(LeaderLease(pooled, "op-a", ttl=2), interval=0.05, on_leading=seen.append)
+    [job_id] = _expired_jobs(pooled, db_now, 1)
+    reaper.start()
+    try:
+        deadline = time.monotonic() + 30
+        while pooled.get(job_id).status != "pending":
+            assert time.monotonic() < deadline, "the reaper thread did not reap"
+            time.sleep(0.05)
+    finally:
+        reaper.stop()
+    assert not reaper.alive
+    assert not reaper.leading
+    assert seen[0] is True
+    assert seen[-1] is False

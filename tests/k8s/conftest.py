@@ -1,0 +1,98 @@
+"""The real operator (kopf, in a thread with its own loop) against the emulator and real PG."""
+
+from __future__ import annotations
+
+import threading
+import warnings
+from collections.abc import Iterator
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import kmock
+import kubernetes.client
+import pytest
+import yaml
+from emulator import EmulatorServer
+from harness import NAMESPACE, Api, RunningOperator, StartOperator, eventually
+from leaseq.operator.app import OperatorApp
+from leaseq.operator.config import OperatorConfig
+from leaseq.operator.kube import Cluster
+from leaseq.operator.runner import run
+
+CRD_PATH = Path(__file__).parents[2] / "charts" / "leaseq" / "crds" / "workerpools.leaseq.dev.yaml"
+
+
+@pytest.fixture(scope="session")
+def crd() -> dict[str, Any]:
+    loaded: dict[str, Any] = yaml.safe_load(CRD_PATH.read_text())
+    return loaded
+
+
+@pytest.fixture
+def emulator(crd: dict[str, Any]) -> Iterator[EmulatorServer]:
+    server = EmulatorServer()
+    with warnings.catch_warnings():  # kmock reads its bundle with a deprecated importlib call
+        warnings.simplefilter("ignore", DeprecationWarning)
+        server.emulator.resources.load_bundled()
+    [version] = crd["spec"]["versions"]
+    server.emulator.resources["leaseq.dev/v1/workerpools"] = kmock.ResourceInfo(
+        kind=crd["spec"]["names"]["kind"],
+        singular=crd["spec"]["names"]["singular"],
+        namespaced=True,
+        verbs={"get", "list", "watch", "create", "patch", "delete"},
+        subresources=set(version["subresources"]),
+    )
+    with server:
+        yield server
+
+
+@pytest.fixture
+def api(emulator: EmulatorServer) -> Iterator[Api]:
+    client = kubernetes.client.ApiClient(kubernetes.client.Configuration(host=emulator.url))
+    yield Api(client)
+    client.close()
+
+
+@pytest.fixture
+def start_operator(emulator: EmulatorServer, database_url: str) -> Iterator[StartOperator]:
+    """Start a real operator; ``config`` overrides go to OperatorConfig (short intervals)."""
+    running: list[RunningOperator] = []
+
+    def start(**overrides: Any) -> RunningOperator:
+        config = OperatorConfig(
+            database_url=database_url,
+            namespace=NAMESPACE,
+            operator_id=f"operator-{len(running)}",
+            reap_interval_seconds=0.2,
+            leader_ttl_seconds=2.0,
+            health_port=0,
+            metrics_port=0,
+            tick_seconds=0.1,
+            database_timeout=1.0,
+        )
+        config = replace(config, **overrides)
+        app = OperatorApp(config, Cluster.at(emulator.url))
+        stop_flag, ready_flag = threading.Event(), threading.Event()
+        errors: list[BaseException] = []
+
+        def target() -> None:
+            try:
+                run(config, app.cluster, stop_flag=stop_flag, ready_flag=ready_flag, app=app)
+            except BaseException as exc:
+                errors.append(exc)
+                raise
+
+        thread = threading.Thread(target=target, name=config.operator_id, daemon=True)
+        thread.start()
+        handle = RunningOperator(app, stop_flag, thread, errors)
+        running.append(handle)
+        eventually(lambda: ready_flag.is_set() or errors, what="operator ready")
+        assert not errors, errors
+        return handle
+
+    yield start
+    for handle in running:
+        handle.stop_flag.set()
+    for handle in running:
+        handle.thread.join(30)

@@ -1,0 +1,77 @@
+"""Two operator replicas against one database: exactly one leads, reaps and scales."""
+
+from __future__ import annotations
+
+import leaseq
+import pytest
+from harness import Api, StartOperator, eventually
+from prometheus_client import CollectorRegistry
+
+pytestmark = pytest.mark.k8s
+
+
+def _sample(registry: CollectorRegistry, name: str, **labels: str) -> float:
+    return registry.get_sample_value(name, labels) or 0.0
+
+
+def _expire(queue: leaseq.Queue, conn: leaseq.db.Conn, worker: str, count: int) -> list[int]:
+    """Jobs claimed by ``worker`` whose leases ran out a minute ago (the worker died)."""
+    past = conn.execute("SELECT now() - interval '2 minutes'").fetchone()[0]  # type: ignore[index]
+    ids = [queue.enqueue("ocr", "extract", now=past).job_id for _ in range(count)]
+    claimed = queue.claim(["ocr"], worker, limit=count, lease_seconds=60, now=past)
+    assert sorted(job.id for job in claimed) == sorted(ids)
+    return ids
+
+
+def test_only_the_leader_reaps_and_a_standby_takes_over(
+    api: Api, start_operator: StartOperator, queue: leaseq.Queue, conn: leaseq.db.Conn
+) -> None:
+    first, second = start_operator(), start_operator()
+    operators = [first, second]
+    eventually(lambda: sum(op.app.leading for op in operators) == 1, what="one leader")
+    leader = next(op for op in operators if op.app.leading)
+    standby = next(op for op in operators if not op.app.leading)
+
+    holder, term = conn.execute(
+        "SELECT holder, term FROM leaseq.leader_leases WHERE name = 'reaper'"
+    ).fetchone()  # type: ignore[misc]
+    assert (holder, term) == (leader.app.config.operator_id, leader.app.reaper.lease.term)
+
+    ids = _expire(queue, conn, "dead-worker", 3)
+    eventually(lambda: all(queue.get(i).status == "pending" for i in ids), what="reaped")
+    reaped = "leaseq_reaped_total"
+    assert _sample(leader.app.metrics.registry, reaped, queue="ocr", outcome="retried") == 3
+    assert _sample(standby.app.metrics.registry, reaped, queue="ocr", outcome="retried") == 0
+    assert _sample(leader.app.metrics.registry, "leaseq_reaper_leader") == 1
+    assert _sample(standby.app.metrics.registry, "leaseq_reaper_leader") == 0
+    for job_id in ids:
+        [attempt] = queue.attempts(job_id)
+        assert attempt.outcome == "lease_expired"
+        assert attempt.worker == "dead-worker"
+
+    # The leader stops (releasing its lease): the standby leads and reaps from now on.
+    leader.stop()
+    eventually(lambda: standby.app.leading, what="the standby took over")
+    more = _expire(queue, conn, "another-dead-worker", 2)
+    eventually(lambda: all(queue.get(i).status == "pending" for i in more), what="reaped again")
+    assert _sample(standby.app.metrics.registry, reaped, queue="ocr", outcome="retried") == 2
+
+
+def test_only_the_leader_scales(
+    api: Api, start_operator: StartOperator, queue: leaseq.Queue
+) -> None:
+    api.create_deployment("workers", replicas=0)
+    operators = [start_operator(), start_operator()]
+    eventually(lambda: sum(op.app.leading for op in operators) == 1, what="one leader")
+    api.create_pool("ocr", {"deployment": "workers", "queues": ["ocr"], "pollSeconds": 0.1})
+    queue.enqueue_many([leaseq.JobSpec("ocr", "extract"), leaseq.JobSpec("ocr", "extract")])
+    eventually(lambda: api.replicas("workers") == 2)
+    [scaled] = api.events("ScaledUp")
+    assert "from 0 to 2" in scaled.message
+    gauges = [
+        _sample(
+            op.app.metrics.registry, "leaseq_workerpool_desired_replicas", workerpool="default/ocr"
+        )
+        for op in operators
+    ]
+    assert sorted(gauges) == [0, 2]

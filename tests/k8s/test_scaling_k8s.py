@@ -1,0 +1,212 @@
+"""The operator scales a Deployment from queue depth in PostgreSQL (emulated API server)."""
+
+from __future__ import annotations
+
+import json
+import socket
+import urllib.request
+
+import leaseq
+import psycopg
+import pytest
+from harness import Api, StartOperator, eventually
+from leaseq.operator.protection import DELETION_COST
+from psycopg.conninfo import conninfo_to_dict
+
+pytestmark = pytest.mark.k8s
+
+
+def test_enqueue_scales_up_then_drain_scales_to_zero(
+    api: Api, start_operator: StartOperator, queue: leaseq.Queue
+) -> None:
+    api.create_deployment("workers", replicas=0)
+    start_operator()
+    api.create_pool(
+        "ocr",
+        {
+            "deployment": "workers",
+            "queues": ["ocr"],
+            "jobsPerReplica": 2,
+            "maxReplicas": 4,
+            "pollSeconds": 0.1,
+            "scaleDownStabilizationSeconds": 0.5,
+        },
+    )
+    for n in range(5):
+        queue.enqueue("ocr", "extract", {"n": n})
+    eventually(lambda: api.replicas("workers") == 3, what="ceil(5 / 2) replicas")
+    status = eventually(lambda: api.pool("ocr").get("status", {}).get("desiredReplicas") == 3)
+    assert status
+    for job in queue.claim(["ocr"], "w1", limit=5):
+        queue.complete(job.lease)
+    eventually(lambda: api.replicas("workers") == 0, what="scaled to zero after the window")
+    assert api.events("ScaledUp")
+    assert api.events("ScaledDown")
+
+
+def _register(queue: leaseq.Queue, conn: leaseq.db.Conn, worker: str, pod: str) -> None:
+    queue.store.worker_upsert(
+        conn,
+        worker_id=worker,
+        pod=pod,
+        node="node-1",
+        queues=["ocr"],
+        concurrency=4,
+        state="running",
+        in_flight=0,
+    )
+
+
+def test_scale_down_spares_busy_pods_and_marks_them_expensive(
+    api: Api, start_operator: StartOperator, queue: leaseq.Queue, conn: leaseq.db.Conn
+) -> None:
+    api.create_deployment("workers", replicas=5)
+    pods = ["pod-a", "pod-b", "pod-c", "pod-d", "pod-e"]
+    for pod in pods:
+        api.create_pod(pod, "workers")
+    for worker, pod in zip(["w-a", "w-b", "w-c", "w-d"], pods, strict=False):
+        _register(queue, conn, worker, pod)
+    long_ago = conn.execute("SELECT now() - interval '10 minutes'").fetchone()[0]  # type: ignore[index]
+    for n in range(4):
+        queue.enqueue("ocr", "extract", {"n": n}, now=long_ago)
+    # pod-a: two jobs for 10 minutes; pod-b: one for 10 minutes; pod-c: one just started.
+    queue.claim(["ocr"], "w-a", limit=2, lease_seconds=3600, now=long_ago)
+    queue.claim(["ocr"], "w-b", lease_seconds=3600, now=long_ago)
+    [recent] = queue.claim(["ocr"], "w-c", lease_seconds=3600)
+    start_operator()
+    api.create_pool(
+        "ocr",
+        {
+            "deployment": "workers",
+            "queues": ["ocr"],
+            "jobsPerReplica": 4,  # 4 running jobs ask for 1 replica ...
+            "pollSeconds": 0.1,
+            "scaleDownStabilizationSeconds": 0,
+        },
+    )
+    # ... but three pods are busy: the pool shrinks to 3, never below its busy pods.
+    eventually(lambda: api.replicas("workers") == 3, what="shrunk to the busy pods")
+    cost = {pod: int(api.annotations(pod)[DELETION_COST]) for pod in pods}
+    assert cost["pod-d"] == cost["pod-e"] == 0
+    assert cost["pod-a"] > cost["pod-b"] > cost["pod-c"] > 0
+    versions = {
+        pod: api.core.read_namespaced_pod(pod, "default").metadata.resource_version for pod in pods
+    }
+
+    # pod-c's job ends: it is idle now; the next scale-down re-marks only pod-c.
+    queue.complete(recent.lease)
+    eventually(lambda: api.replicas("workers") == 2, what="shrunk to the two busy pods")
+    assert api.annotations("pod-c")[DELETION_COST] == "0"
+    unchanged = [p for p in pods if p != "pod-c"]
+    assert {
+        p: api.core.read_namespaced_pod(p, "default").metadata.resource_version for p in unchanged
+    } == {p: versions[p] for p in unchanged}
+
+
+def test_database_down_holds_replicas_and_sets_a_condition(
+    api: Api,
+    start_operator: StartOperator,
+    queue: leaseq.Queue,
+    server_url: str,
+    database_url: str,
+) -> None:
+    api.create_deployment("workers", replicas=0)
+    for n in range(3):
+        queue.enqueue("ocr", "extract", {"n": n})
+    start_operator()
+    api.create_pool(
+        "ocr",
+        {
+            "deployment": "workers",
+            "queues": ["ocr"],
+            "pollSeconds": 0.1,
+            "scaleDownStabilizationSeconds": 0,
+        },
+    )
+    eventually(lambda: api.replicas("workers") == 3, what="scaled up to 3")
+    name = conninfo_to_dict(database_url)["dbname"]
+    with psycopg.connect(server_url, autocommit=True) as admin:
+        admin.execute(f'ALTER DATABASE "{name}" ALLOW_CONNECTIONS false')
+        admin.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+            " WHERE datname = %s AND pid <> pg_backend_pid()",
+            [name],
+        )
+        condition = eventually(
+            lambda: (
+                (c := api.condition("ocr", "DatabaseReachable")) and c["status"] == "False" and c
+            )
+        )
+        assert "unreachable" in condition["message"] or "connect" in condition["message"]
+        assert api.replicas("workers") == 3  # held: nothing was scaled on missing data
+        assert api.events("DatabaseUnreadable")
+        admin.execute(f'ALTER DATABASE "{name}" ALLOW_CONNECTIONS true')
+    # The database is back: the jobs are still there, and so are the replicas.
+    eventually(lambda: (api.condition("ocr", "DatabaseReachable") or {}).get("status") == "True")
+    assert api.replicas("workers") == 3
+
+
+def test_invalid_workerpool_is_refused_with_a_readable_message(
+    api: Api, start_operator: StartOperator
+) -> None:
+    api.create_deployment("workers", replicas=2)
+    start_operator()
+    # The emulator does not enforce the CRD schema (tests/unit/test_crd.py does): this spec
+    # reaches the operator, whose own check must refuse it.
+    api.create_pool(
+        "bad",
+        {"deployment": "workers", "queues": ["ocr"], "minReplicas": 5, "maxReplicas": 2},
+    )
+    condition = eventually(lambda: api.condition("bad", "SpecValid"))
+    assert condition["status"] == "False"
+    assert condition["message"] == (
+        "spec.maxReplicas (2) must be greater than or equal to spec.minReplicas (5)"
+    )
+    [event] = api.events("InvalidSpec")
+    assert event.type == "Warning"
+    assert api.replicas("workers") == 2
+
+    # Fixed in place: the next tick accepts it.
+    api.custom.patch_namespaced_custom_object(
+        "leaseq.dev", "v1", "default", "workerpools", "bad", {"spec": {"maxReplicas": 8}}
+    )
+    eventually(lambda: (api.condition("bad", "SpecValid") or {}).get("status") == "True")
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def test_finalizer_on_the_workerpool_only_liveness_and_deletion(
+    api: Api, start_operator: StartOperator
+) -> None:
+    api.create_deployment("workers", replicas=1)
+    port = _free_port()
+    operator = start_operator(health_port=port, namespace="")  # cluster-wide, the default
+    api.create_pool("ocr", {"deployment": "workers", "queues": ["ocr"], "pollSeconds": 0.1})
+    eventually(
+        lambda: "leaseq.dev/operator" in (api.pool("ocr")["metadata"].get("finalizers") or [])
+    )
+    eventually(lambda: api.pool("ocr").get("status", {}).get("desiredReplicas") is not None)
+    deployment = api.apps.read_namespaced_deployment("workers", "default")
+    assert not deployment.metadata.finalizers  # users' Deployments are never timed or held
+
+    health = json.loads(urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz").read())
+    assert health["reaper"] == {"leading": True}
+
+    registry = operator.app.metrics.registry
+    gauge = "leaseq_workerpool_desired_replicas"
+    assert registry.get_sample_value(gauge, {"workerpool": "default/ocr"}) is not None
+    api.custom.delete_namespaced_custom_object("leaseq.dev", "v1", "default", "workerpools", "ocr")
+    eventually(
+        lambda: (
+            not api.custom.list_namespaced_custom_object(
+                "leaseq.dev", "v1", "default", "workerpools"
+            )["items"]
+        ),
+        what="the WorkerPool is gone",
+    )
+    eventually(lambda: registry.get_sample_value(gauge, {"workerpool": "default/ocr"}) is None)
+    assert api.replicas("workers") == 1

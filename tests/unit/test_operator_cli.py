@@ -1,0 +1,51 @@
+"""`leaseq operator` settings: flags, LEASEQ_* variables, defaults, and refusals."""
+
+from __future__ import annotations
+
+import pytest
+from leaseq.errors import ConfigError
+from leaseq.operator.cli import build_parser, main
+from leaseq.operator.config import OperatorConfig
+
+URL = {"LEASEQ_DATABASE_URL": "postgresql://db"}
+
+
+def config(argv: list[str], env: dict[str, str]) -> OperatorConfig:
+    return OperatorConfig.from_args(build_parser().parse_args(argv), env)
+
+
+def test_flags_beat_environment_beats_defaults() -> None:
+    env = {
+        "LEASEQ_DATABASE_URL": "postgresql://env/db",
+        "LEASEQ_NAMESPACE": "jobs",
+        "LEASEQ_REAP_INTERVAL_SECONDS": "2",
+        "LEASEQ_POD_NAME": "leaseq-operator-0",
+    }
+    got = config(["--namespace", "other", "--metrics-port", "0"], env)
+    assert got.database_url == "postgresql://env/db"
+    assert got.namespace == "other"
+    assert got.reap_interval_seconds == 2.0
+    assert got.leader_ttl_seconds == 15.0
+    assert got.metrics_port == 0
+    assert got.health_port == 8080
+    assert got.operator_id == "leaseq-operator-0"
+
+
+def test_refusals_name_the_setting() -> None:
+    with pytest.raises(ConfigError, match="--database-url is required"):
+        config([], {})
+    with pytest.raises(ConfigError, match="LEASEQ_LEADER_TTL_SECONDS='x'"):
+        config([], {"LEASEQ_DATABASE_URL": "u", "LEASEQ_LEADER_TTL_SECONDS": "x"})
+    with pytest.raises(ConfigError, match="must be longer than --reap-interval-seconds"):
+        config(
+            ["--leader-ttl-seconds", "5", "--reap-interval-seconds", "5"],
+            {"LEASEQ_DATABASE_URL": "u"},
+        )
+
+
+def test_main_reports_configuration_errors(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("LEASEQ_DATABASE_URL", raising=False)
+    assert main([]) == 2
+    assert "--database-url is required" in capsys.readouterr().err

@@ -1,0 +1,135 @@
+"""The WorkerPool CRD's schema (as an API server applies it) and the operator's own spec check.
+
+The emulator does not validate objects, so this is where the CRD's openAPIV3Schema is proven:
+structural checks with a JSON-schema validator (OpenAPI 3.0 schemas are draft-4 style), the
+CRD's defaults applied as the API server does, then its CEL rules evaluated with cel-python.
+"""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+from typing import Any
+
+import celpy
+import jsonschema
+import pytest
+import yaml
+from leaseq.operator.spec import DEFAULTS, InvalidSpec, PoolSpec, SecretRef, parse
+
+CRD_PATH = Path(__file__).parents[2] / "charts" / "leaseq" / "crds" / "workerpools.leaseq.dev.yaml"
+CRD = yaml.safe_load(CRD_PATH.read_text())
+[VERSION] = CRD["spec"]["versions"]
+SCHEMA = VERSION["schema"]["openAPIV3Schema"]
+SPEC_SCHEMA = SCHEMA["properties"]["spec"]
+
+GOOD: dict[str, Any] = {"deployment": "workers", "queues": ["ocr"]}
+
+
+def with_defaults(spec: dict[str, Any]) -> dict[str, Any]:
+    """Structural defaulting: absent fields get the schema's defaults (before validation)."""
+    out = copy.deepcopy(spec)
+    for name, prop in SPEC_SCHEMA["properties"].items():
+        if name not in out and "default" in prop:
+            out[name] = prop["default"]
+    return out
+
+
+def api_server_errors(spec: dict[str, Any]) -> list[str]:
+    """What the API server would refuse the WorkerPool for (empty: accepted)."""
+    body = {"apiVersion": "leaseq.dev/v1", "kind": "WorkerPool", "spec": with_defaults(spec)}
+    validator = jsonschema.Draft4Validator(SCHEMA)
+    errors = [
+        f"{'.'.join(map(str, e.absolute_path))}: {e.message}" for e in validator.iter_errors(body)
+    ]
+    if errors:
+        return errors
+    env = celpy.Environment()
+    for rule in SPEC_SCHEMA.get("x-kubernetes-validations", []):
+        program = env.program(env.compile(rule["rule"]))
+        if not program.evaluate({"self": celpy.json_to_cel(body["spec"])}):
+            errors.append(rule["message"])
+    return errors
+
+
+@pytest.mark.parametrize(
+    ("spec", "complaint"),
+    [
+        ({**GOOD, "minReplicas": 5, "maxReplicas": 2}, "maxReplicas must be greater than or"),
+        ({**GOOD, "maxReplicas": 0}, "maxReplicas: 0 is less than the minimum of 1"),
+        ({**GOOD, "minReplicas": -1}, "minReplicas: -1 is less than the minimum of 0"),
+        ({**GOOD, "jobsPerReplica": 0}, "jobsPerReplica: 0 is less than the minimum of 1"),
+        ({**GOOD, "pollSeconds": 0}, "pollSeconds: 0 is less than or equal to the minimum"),
+        ({**GOOD, "scaleDownStabilizationSeconds": -5}, "scaleDownStabilizationSeconds: -5"),
+        ({**GOOD, "scaleUpStabilizationSeconds": -1}, "scaleUpStabilizationSeconds: -1"),
+        ({**GOOD, "queues": []}, "queues: [] should be non-empty"),
+        ({**GOOD, "queues": [""]}, "queues.0: '' should be non-empty"),
+        ({"queues": ["ocr"]}, "'deployment' is a required property"),
+        ({**GOOD, "minReplicas": 1.5}, "minReplicas: 1.5 is not of type 'integer'"),
+        ({**GOOD, "databaseSecretRef": {"name": "db"}}, "'key' is a required property"),
+    ],
+)
+def test_crd_schema_refuses_bad_specs(spec: dict[str, Any], complaint: str) -> None:
+    errors = api_server_errors(spec)
+    assert any(complaint in e for e in errors), errors
+    with pytest.raises(InvalidSpec):
+        parse(with_defaults(spec))  # the operator refuses whatever the schema refuses
+
+
+def test_crd_schema_accepts_good_specs() -> None:
+    assert api_server_errors(GOOD) == []
+    full = {
+        **GOOD,
+        "minReplicas": 0,
+        "maxReplicas": 0 + 1,
+        "jobsPerReplica": 4,
+        "pollSeconds": 0.5,
+        "scaleUpStabilizationSeconds": 0,
+        "scaleDownStabilizationSeconds": 600,
+        "databaseSecretRef": {"name": "db", "key": "url"},
+    }
+    assert api_server_errors(full) == []
+    assert parse(full).database_secret == SecretRef("db", "url")
+
+
+def test_operator_defaults_are_the_crds() -> None:
+    assert with_defaults({}) == dict(DEFAULTS)
+    assert parse(GOOD) == PoolSpec(
+        deployment="workers",
+        queues=("ocr",),
+        min_replicas=0,
+        max_replicas=10,
+        jobs_per_replica=1,
+        poll_seconds=10.0,
+        scale_up_seconds=0.0,
+        scale_down_seconds=300.0,
+    )
+
+
+@pytest.mark.parametrize(
+    ("spec", "message"),
+    [
+        ({**GOOD, "queues": ["ocr", "ocr"]}, "spec.queues names a queue twice: ['ocr', 'ocr']"),
+        ({**GOOD, "queues": ["x" * 129]}, "is 129 characters long; the limit is 128"),
+        ({**GOOD, "maxReplicas": True}, "spec.maxReplicas must be an integer, got True"),
+        ({**GOOD, "pollSeconds": "10s"}, "spec.pollSeconds must be a number of seconds, got '10s'"),
+        ({**GOOD, "deployment": ""}, "spec.deployment must be a non-empty string, got ''"),
+        ({**GOOD, "databaseSecretRef": "db"}, "spec.databaseSecretRef must be an object"),
+    ],
+)
+def test_operator_refuses_what_the_schema_cannot_say(spec: dict[str, Any], message: str) -> None:
+    with pytest.raises(InvalidSpec) as refused:
+        parse(spec)
+    assert message in str(refused.value)
+
+
+def test_printer_columns_point_at_real_fields() -> None:
+    status = SCHEMA["properties"]["status"]["properties"]
+    for column in VERSION["additionalPrinterColumns"]:
+        path = column["jsonPath"].split("[")[0].lstrip(".").split(".")
+        section, field = path[0], path[1]
+        if section == "spec":
+            assert field in SPEC_SCHEMA["properties"], column
+        elif section == "status":
+            assert field in status, column
+    assert VERSION["subresources"] == {"status": {}}

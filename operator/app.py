@@ -6,6 +6,8 @@ import logging
 import threading
 from dataclasses import dataclass
 
+from psycopg_pool import ConnectionPool
+
 from leaseq.db import Conn, open_pool
 from leaseq.operator.config import OperatorConfig
 from leaseq.operator.kube import Cluster, Kube
@@ -13,7 +15,6 @@ from leaseq.operator.metrics import OperatorMetrics
 from leaseq.operator.reaper import LeaderLease, Reaper
 from leaseq.operator.scaling import Recommendation
 from leaseq.queue import Queue
-from psycopg_pool import ConnectionPool
 
 log = logging.getLogger("leaseq.operator")
 

@@ -7,6 +7,7 @@ import logging
 import sys
 
 import kopf
+
 from leaseq import settings
 from leaseq.errors import LeaseqError
 from leaseq.operator.config import OPTIONS, OperatorConfig

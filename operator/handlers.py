@@ -26,6 +26,7 @@ from collections.abc import Mapping
 from typing import Any
 
 import kopf
+
 from leaseq.errors import LeaseqError
 from leaseq.models import QueueStats
 from leaseq.operator import conditions, protection, scaling

@@ -18,6 +18,7 @@ import kopf
 import kubernetes.client
 import kubernetes.config
 from kubernetes.client.exceptions import ApiException
+
 from leaseq.errors import ConfigError, LeaseqError
 
 MERGE_PATCH = "application/merge-patch+json"

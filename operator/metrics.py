@@ -15,12 +15,13 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from wsgiref.simple_server import WSGIServer
 
-from leaseq.errors import LeaseqError
-from leaseq.models import Reaped
-from leaseq.queue import Queue
 from prometheus_client import CollectorRegistry, Counter, Gauge, start_http_server
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
+
+from leaseq.errors import LeaseqError
+from leaseq.models import Reaped
+from leaseq.queue import Queue
 
 log = logging.getLogger("leaseq.operator.metrics")
 

@@ -10,6 +10,7 @@ import logging
 import threading
 
 import kopf
+
 from leaseq.operator.app import OperatorApp
 from leaseq.operator.config import OperatorConfig
 from leaseq.operator.handlers import build_registry

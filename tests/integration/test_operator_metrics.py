@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import urllib.request
 
+from prometheus_client import generate_latest
+
 import leaseq
 from leaseq.models import Reaped
 from leaseq.operator.metrics import OperatorMetrics
-from prometheus_client import generate_latest
 
 
 def _value(metrics: OperatorMetrics, name: str, **labels: str) -> float | None:

@@ -5,10 +5,11 @@ from __future__ import annotations
 import time
 from datetime import datetime, timedelta
 
-import leaseq
 import pytest
-from leaseq.operator.reaper import LeaderLease, Reaper
 from psycopg_pool import ConnectionPool
+
+import leaseq
+from leaseq.operator.reaper import LeaderLease, Reaper
 
 
 class Clock:

@@ -15,6 +15,7 @@ import pytest
 import yaml
 from emulator import EmulatorServer
 from harness import NAMESPACE, Api, RunningOperator, StartOperator, eventually
+
 from leaseq.operator.app import OperatorApp
 from leaseq.operator.config import OperatorConfig
 from leaseq.operator.kube import Cluster

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import kubernetes.client
+
 from leaseq.operator.app import OperatorApp
 
 NAMESPACE = "default"

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-import leaseq
 import pytest
 from harness import Api, StartOperator, eventually
 from prometheus_client import CollectorRegistry
+
+import leaseq
 
 pytestmark = pytest.mark.k8s
 

@@ -6,12 +6,13 @@ import json
 import socket
 import urllib.request
 
-import leaseq
 import psycopg
 import pytest
 from harness import Api, StartOperator, eventually
-from leaseq.operator.protection import DELETION_COST
 from psycopg.conninfo import conninfo_to_dict
+
+import leaseq
+from leaseq.operator.protection import DELETION_COST
 
 pytestmark = pytest.mark.k8s
 

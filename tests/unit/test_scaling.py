@@ -8,6 +8,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 import pytest
+
 from leaseq.operator.scaling import Decision, Demand, Recommendation, decide, replicas_for
 from leaseq.operator.spec import PoolSpec
 

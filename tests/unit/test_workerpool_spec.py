@@ -15,6 +15,7 @@ import celpy
 import jsonschema
 import pytest
 import yaml
+
 from leaseq.operator.spec import DEFAULTS, InvalidSpec, PoolSpec, SecretRef, parse
 
 CRD_PATH = Path(__file__).parents[2] / "charts" / "leaseq" / "crds" / "workerpools.leaseq.dev.yaml"

@@ -1,4 +1,5 @@
-"""Schema migrations: numbered files in ``leaseq.sql/migrations``, applied under an advisory lock."""
+"""Schema migrations: numbered files in ``leaseq.sql/migrations``, applied under an advisory
+lock."""
 
 from __future__ import annotations
 
@@ -58,7 +59,8 @@ def _refuse_newer(applied: dict[int, str]) -> None:
     if newest > code_version():
         raise SchemaTooNew(
             f"the database's leaseq schema is at version {newest} ({applied[newest]}), newer than "
-            f"this leaseq ({code_version()}); upgrade leaseq instead of migrating. Nothing was changed."
+            f"this leaseq ({code_version()}); upgrade leaseq instead of migrating. "
+            "Nothing was changed."
         )
 
 

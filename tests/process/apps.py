@@ -20,6 +20,9 @@ def started() -> None:
 
 
 def _seconds(payload: dict[str, Any], ctx: JobContext) -> float:
+    by_worker = payload.get("seconds_by_worker", {})
+    if ctx.worker_id in by_worker:
+        return float(by_worker[ctx.worker_id])
     by_attempt = payload.get("seconds_by_attempt")
     if by_attempt:
         return float(by_attempt[min(ctx.attempt, len(by_attempt)) - 1])

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import signal
 import socket
 import subprocess
 import sys
@@ -136,8 +135,10 @@ def spawn_worker(database_url: str, tmp_path: Path) -> Iterator[Callable[..., Wo
         with leaseq.connect(database_url, action="test") as conn:
             queue = leaseq.Queue(conn)
             wait_for(
-                lambda: proc.poll() is not None
-                or any(w.worker_id == worker_id for w in queue.workers()),
+                lambda: (
+                    proc.poll() is not None
+                    or any(w.worker_id == worker_id for w in queue.workers())
+                ),
                 f"worker {worker_id} to register",
             )
         assert proc.poll() is None, log.read_text()

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import argparse
+import importlib
 import os
 import sys
 from collections.abc import Sequence
 
 from leaseq import commands, settings, worker_settings
 from leaseq.db import connect
-from leaseq.errors import LeaseqError
+from leaseq.errors import ConfigError, LeaseqError
 from leaseq.migrate import migrate
 
 
@@ -52,9 +53,11 @@ def _cmd_demo(args: argparse.Namespace) -> int:
 
 def _cmd_operator(args: argparse.Namespace) -> int:
     # Imported here so every other command works where the operator's dependencies are absent.
-    from leaseq.operator.cli import main as operator_main
-
-    return int(operator_main(list(args.rest)))
+    try:
+        operator_cli = importlib.import_module("leaseq.operator.cli")
+    except ModuleNotFoundError as exc:
+        raise ConfigError(f"the operator is not part of this installation ({exc})") from exc
+    return int(operator_cli.main(list(args.rest)))
 
 
 def build_parser() -> argparse.ArgumentParser:

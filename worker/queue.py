@@ -18,7 +18,7 @@ from typing import Any
 import psycopg
 from leaseq import validation
 from leaseq.db import Conn
-from leaseq.errors import JobNotFound, JobStateError, translate
+from leaseq.errors import InvalidJob, JobNotFound, JobStateError, translate
 from leaseq.models import (
     AttemptRecord,
     Cancelled,
@@ -76,7 +76,7 @@ class JobSpec:
         validation.optional_key("idempotency_key", self.idempotency_key)
         validation.optional_key("dedup_key", self.dedup_key)
         if self.run_at is not None and self.run_at.tzinfo is None:
-            raise validation.InvalidJob("run_at", "must be timezone-aware")
+            raise InvalidJob("run_at", "must be timezone-aware")
         return self
 
 
@@ -113,7 +113,9 @@ class Queue:
                 with target.connection() as pooled:
                     yield pooled
             except psycopg.Error as exc:
-                raise translate(exc, action=action, conninfo=target.conninfo) from exc
+                # psycopg_pool >= 3.3 also accepts a callable conninfo: name no endpoint then.
+                info = target.conninfo if isinstance(target.conninfo, str) else ""
+                raise translate(exc, action=action, conninfo=info) from exc
         elif target.autocommit or target.info.transaction_status == TransactionStatus.INTRANS:
             yield target
         else:
@@ -220,12 +222,12 @@ class Queue:
         if isinstance(queues, str):
             queues = [queues]
         if not queues:
-            raise validation.InvalidJob("queues", "must name at least one queue")
+            raise InvalidJob("queues", "must name at least one queue")
         for queue in queues:
             validation.name("queue", queue)
         validation.name("owner", owner)
         if not 1 <= limit <= MAX_CLAIM_BATCH:
-            raise validation.InvalidJob("limit", f"must be in [1, {MAX_CLAIM_BATCH}], got {limit}")
+            raise InvalidJob("limit", f"must be in [1, {MAX_CLAIM_BATCH}], got {limit}")
         validation.positive("lease_seconds", lease_seconds)
         with self.connection("claim") as c:
             return self.store.job_claim(
@@ -397,7 +399,7 @@ class Queue:
         validation.non_negative("older_than", older_than)
         for status in statuses:
             if status not in FINISHED_STATUSES:
-                raise validation.InvalidJob(
+                raise InvalidJob(
                     "statuses", f"{status!r} is not a finished status {FINISHED_STATUSES}"
                 )
         validation.at_least("batch", batch, 1)

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from leaseq import validation
-from leaseq.errors import ConfigError
+from leaseq.errors import ConfigError, InvalidJob
 
 if TYPE_CHECKING:
     from leaseq.context import JobContext
@@ -64,7 +64,7 @@ class Registry:
             validation.name("job_type", job_type)
             if progress_timeout is not None:
                 validation.positive("progress_timeout", progress_timeout)
-        except validation.InvalidJob as exc:
+        except InvalidJob as exc:
             raise ConfigError(str(exc)) from exc
         if job_type in self._types:
             raise ConfigError(f"job type {job_type!r} is registered twice")

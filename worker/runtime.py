@@ -300,6 +300,7 @@ class Worker:
     def _run(self, job: InFlight) -> None:
         """Run the handler and settle the attempt from its outcome (unless already given up)."""
         started = time.monotonic()
+        call: Callable[[], Outcome]
         try:
             if job.job_type is None:
                 error = f"no handler for job type {job.job.job_type!r} in {self.settings.app}"
@@ -370,6 +371,7 @@ class Worker:
             self.metrics.finish(job.job.queue, self._type_label(job.job), "lease_lost")
             job.settled.set()
             return
+        call: Callable[[], Outcome]
         if reason is StopReason.DRAINING:
             self._settle_taken(
                 job, "release", partial(self.queue.release, lease, reason="worker draining")

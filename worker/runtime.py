@@ -35,7 +35,7 @@ from leaseq.inflight import InFlight, InFlightTable
 from leaseq.listener import Listener
 from leaseq.metrics import WorkerMetrics
 from leaseq.migrate import check_schema
-from leaseq.models import ClaimedJob, Completed, Failed, Fenced, Released
+from leaseq.models import ClaimedJob, Completed, Failed, Fenced, Released, RetryPolicy
 from leaseq.queue import Queue
 from leaseq.registry import Registry
 from leaseq.shutdown import SignalWatch
@@ -72,7 +72,10 @@ def application_name(conninfo: str, worker_id: str) -> str:
 class Worker:
     """One worker process. Build it with settings and a registry, then :meth:`run` it."""
 
-    def __init__(self, settings: WorkerSettings, registry: Registry) -> None:
+    def __init__(
+        self, settings: WorkerSettings, registry: Registry, *, retry: RetryPolicy | None = None
+    ) -> None:
+        """``retry``: backoff between failed attempts (default :class:`RetryPolicy`)."""
         self.settings = settings
         self.registry = registry
         self.metrics = WorkerMetrics(settings.queues, registry.job_types)
@@ -89,7 +92,7 @@ class Worker:
             name=f"leaseq-{settings.worker_id}",
             timeout=max(2.0, min(10.0, settings.lease_seconds / 2)),
         )
-        self.queue = Queue(self.pool)
+        self.queue = Queue(self.pool, retry=retry)
         self.heartbeat = HeartbeatLoop(
             self.queue,
             self.jobs,

@@ -7,6 +7,7 @@ import threading
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
+from leaseq.errors import ConfigError
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
 log = logging.getLogger("leaseq.http")
@@ -40,7 +41,12 @@ class ProbeServer:
             def log_message(self, format: str, *args: object) -> None:
                 log.debug("http: " + format, *args)
 
-        self._server = ThreadingHTTPServer(("0.0.0.0", port), Handler)  # noqa: S104 - pod port
+        try:
+            self._server = ThreadingHTTPServer(("0.0.0.0", port), Handler)  # noqa: S104 - pod port
+        except OSError as exc:
+            raise ConfigError(
+                f"cannot serve HTTP on port {port} ({exc}); set --metrics-port"
+            ) from exc
         self._server.daemon_threads = True
         self.port = self._server.server_address[1]
         self._thread = threading.Thread(

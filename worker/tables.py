@@ -32,7 +32,9 @@ def table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
     cells = [[str(c) for c in headers], *[["-" if c is None else str(c) for c in r] for r in rows]]
     widths = [max(len(row[i]) for row in cells) for i in range(len(headers))]
     numeric = [
-        all(isinstance(r[i], int | float) for r in rows) and bool(rows) for i in range(len(headers))
+        any(isinstance(r[i], int | float) for r in rows)
+        and all(r[i] is None or isinstance(r[i], int | float) for r in rows)
+        for i in range(len(headers))
     ]
     lines = []
     for row in cells:

@@ -29,6 +29,11 @@ class Health:
             self._allowance[loop] = allowance
             self._ticks[loop] = time.monotonic()
 
+    def forget(self, loop: str) -> None:
+        """``loop`` ended on purpose: stop expecting ticks from it."""
+        with self._lock:
+            self._allowance.pop(loop, None)
+
     def tick(self, loop: str) -> None:
         with self._lock:
             self._ticks[loop] = time.monotonic()

@@ -40,7 +40,6 @@ class HeartbeatLoop:
         queue: Queue,
         jobs: InFlightTable,
         *,
-        worker_id: str,
         lease_seconds: float,
         interval: float,
         metrics: WorkerMetrics,
@@ -51,7 +50,6 @@ class HeartbeatLoop:
     ) -> None:
         self.queue = queue
         self.jobs = jobs
-        self.worker_id = worker_id
         self.lease_seconds = lease_seconds
         self.interval = interval
         self.metrics = metrics

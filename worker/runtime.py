@@ -21,7 +21,7 @@ import threading
 import time
 from collections.abc import Callable
 from functools import partial
-from typing import Any, TypeVar
+from typing import Any
 
 from leaseq import validation
 from leaseq.backoff import Backoff
@@ -44,7 +44,6 @@ from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 log = logging.getLogger("leaseq.worker")
 
-T = TypeVar("T")
 Outcome = Completed | Failed | Released | Fenced
 
 #: How long, after the drain, the worker waits for settling calls already under way.
@@ -84,6 +83,12 @@ class Worker:
         self.draining = threading.Event()
         self.stopping = threading.Event()
         self.wake = threading.Event()
+        # Bound first: a busy port must fail before anything else is started.
+        self.http: ProbeServer | None = None
+        if settings.metrics_port:
+            self.http = ProbeServer(
+                settings.metrics_port, self.metrics.registry, self.health.healthy, self.health.ready
+            )
         self.conninfo = application_name(settings.database_url, settings.worker_id)
         self.pool = open_pool(
             self.conninfo,
@@ -96,7 +101,6 @@ class Worker:
         self.heartbeat = HeartbeatLoop(
             self.queue,
             self.jobs,
-            worker_id=settings.worker_id,
             lease_seconds=settings.lease_seconds,
             interval=settings.heartbeat_seconds,
             metrics=self.metrics,
@@ -113,11 +117,6 @@ class Worker:
             health=self.health,
             stopping=self.stopping,
         )
-        self.http: ProbeServer | None = None
-        if settings.metrics_port:
-            self.http = ProbeServer(
-                settings.metrics_port, self.metrics.registry, self.health.healthy, self.health.ready
-            )
         self._threads: list[threading.Thread] = []
 
     @property
@@ -128,7 +127,8 @@ class Worker:
 
     def run(self, signals: SignalWatch) -> int:
         """Serve until the first signal, drain, release what is left, deregister; returns
-        the exit status (0 after a drain). ``signals`` must already be installed."""
+        the exit status (0 after a drain). ``signals`` is installed by the caller (the CLI),
+        or triggered by code that embeds the worker."""
         s = self.settings
         log.info(
             "worker starting: queues %s, concurrency %d, lease %.1fs, heartbeat %.1fs",
@@ -231,6 +231,14 @@ class Worker:
         s = self.settings
         idle = Backoff(min(0.5, s.poll_seconds), s.poll_seconds)
         failures = Backoff(0.5, 15.0)
+        try:
+            self._dispatch(idle, failures)
+        finally:
+            # Claiming ends with the drain, which may outlast any liveness allowance.
+            self.health.forget("dispatcher")
+
+    def _dispatch(self, idle: Backoff, failures: Backoff) -> None:
+        s = self.settings
         while not self.draining.is_set():
             self.health.tick("dispatcher")
             free = s.concurrency - len(self.jobs)
@@ -376,9 +384,10 @@ class Worker:
             return
         call: Callable[[], Outcome]
         if reason is StopReason.DRAINING:
-            self._settle_taken(
-                job, "release", partial(self.queue.release, lease, reason="worker draining")
-            )
+            # Bounded: the pod's grace period is running out.
+            until = time.monotonic() + SETTLE_GRACE_SECONDS
+            release = partial(self.queue.release, lease, reason="worker draining")
+            self._settle_taken(job, "release", release, until)
             return
         if reason is StopReason.TIMED_OUT:
             error = f"timed out: ran past its max runtime of {job.job.timeout_seconds}s"
@@ -413,19 +422,24 @@ class Worker:
             return
         self._settle_taken(job, call, fn)
 
-    def _settle_taken(self, job: InFlight, call: str, fn: Callable[[], Outcome]) -> None:
+    def _settle_taken(
+        self, job: InFlight, call: str, fn: Callable[[], Outcome], until: float | None = None
+    ) -> None:
         try:
-            outcome = self._with_retries(job, call, fn)
-            if outcome is not None:
-                self._record(job, call, outcome)
+            name = self._deliver(job, call, fn, until)
+            if name is not None:
+                self._record(job, call, name)
         finally:
             job.settled.set()
 
-    def _with_retries(self, job: InFlight, call: str, fn: Callable[[], T]) -> T | Fenced | None:
-        """``fn()``, retried while PostgreSQL is unreachable and the lease may still hold.
-        A retried call that comes back fenced is checked against the audit trail: if the
-        first try had been applied, that is the outcome. None: gave up (the reaper will
-        take the job back)."""
+    def _deliver(
+        self, job: InFlight, call: str, fn: Callable[[], Outcome], until: float | None
+    ) -> str | None:
+        """``fn()``, retried while PostgreSQL is unreachable, the lease may still hold and
+        ``until`` (monotonic) has not passed; returns the attempt's outcome name (see
+        :data:`leaseq.metrics.OUTCOMES`), or None after giving up (the reaper will take the
+        job back). A retried call that comes back fenced is checked against the audit trail:
+        if the first try had been applied before the connection dropped, that is the outcome."""
         backoff = Backoff(0.1, 2.0)
         retried = False
         while True:
@@ -433,7 +447,8 @@ class Worker:
                 result = fn()
             except DatabaseUnavailable as exc:
                 self.health.db_failed(exc)
-                if time.monotonic() > job.lease_bound or self.stopping.is_set():
+                limit = job.lease_bound if until is None else min(until, job.lease_bound)
+                if time.monotonic() > limit or self.stopping.is_set():
                     log.error(
                         "%s not delivered (database unreachable, lease expired): %s; "
                         "the reaper will return the job",
@@ -450,38 +465,52 @@ class Worker:
                 retried = True
                 continue
             self.health.db_ok()
-            if retried and isinstance(result, Fenced) and self._was_applied(job, call):
-                log.info(
-                    "%s had been applied before the connection dropped", call, extra=job.fields()
-                )
-                return None
-            return result
+            if retried and isinstance(result, Fenced):
+                applied = self._applied(job, call)
+                if applied is not None:
+                    log.info(
+                        "%s had been applied before the connection dropped",
+                        call,
+                        extra=job.fields(),
+                    )
+                    return applied
+            return self._name(job, result)
 
-    def _was_applied(self, job: InFlight, call: str) -> bool:
+    def _name(self, job: InFlight, outcome: Outcome) -> str:
+        if isinstance(outcome, Fenced):
+            return "fenced"
+        if isinstance(outcome, Completed):
+            return "succeeded"
+        if isinstance(outcome, Released):
+            return "released"
+        if job.settled_by == StopReason.TIMED_OUT.value:
+            return "timed_out"
+        return "dead" if outcome.status == "dead" else "failed"
+
+    def _applied(self, job: InFlight, call: str) -> str | None:
+        """The outcome name if the audit trail shows ``call`` was applied for this lease."""
         try:
             attempts = self.queue.attempts(job.job.id)
+            mine = [
+                a.outcome
+                for a in attempts
+                if a.lease_token == job.job.lease.token and a.outcome in _APPLIED[call]
+            ]
+            if not mine:
+                return None
+            if mine[0] == "failed" and self.queue.get(job.job.id).status == "dead":
+                return "dead"
+            return mine[0]
         except LeaseqError:
-            return False
-        return any(
-            a.lease_token == job.job.lease.token and a.outcome in _APPLIED[call] for a in attempts
-        )
+            return None
 
-    def _record(self, job: InFlight, call: str, outcome: Outcome) -> None:
+    def _record(self, job: InFlight, call: str, name: str) -> None:
         queue, job_type = job.job.queue, self._type_label(job.job)
-        if isinstance(outcome, Fenced):
+        self.metrics.finish(queue, job_type, name)
+        if name == "fenced":
             self.metrics.fenced.labels(queue).inc()
-            self.metrics.finish(queue, job_type, "fenced")
             log.warning("%s fenced: the lease was lost", call, extra=job.fields())
             return
-        if isinstance(outcome, Completed):
-            name = "succeeded"
-        elif isinstance(outcome, Released):
-            name = "released"
-        elif job.settled_by == StopReason.TIMED_OUT.value:
-            name = "timed_out"
-        else:
-            name = "dead" if outcome.status == "dead" else "failed"
-        self.metrics.finish(queue, job_type, name)
         log.info("attempt settled: %s", name, extra={**job.fields(), "outcome": name})
 
     # -- draining ---------------------------------------------------------------------

@@ -94,12 +94,15 @@ class Demo:
             reaper.start()
             try:
                 for n in (1, 2, 3):
-                    self.spawn(f"demo-w{n}")
+                    self.spawn(f"w{n}")
                 finished = self.watch(queue)
             finally:
                 self._stop_reaper.set()
                 self.stop_all()
                 reaper.join(timeout=5)
+                # The SIGKILLed worker could not deregister; in production the operator
+                # prunes such stale rows.
+                queue.store.worker_delete(conn, self.procs["w1"].name)
             return self.summary(queue, ids, finished)
 
     def enqueue(self, queue: Queue) -> dict[str, int]:
@@ -132,8 +135,10 @@ class Demo:
         )
         return {"flaky": enqueued[1].job_id, "broken": enqueued[2].job_id}
 
-    def spawn(self, name: str) -> None:
-        log = self.workdir / f"{name}.log"
+    def spawn(self, key: str) -> None:
+        # Worker ids unique to this run: several demos may share one database.
+        name = f"{self.queue_name}-{key}"
+        log = self.workdir / f"{key}.log"
         cmd = [
             sys.executable, "-m", "leaseq.cli", "worker",
             "--app", "leaseq.demo_app:registry",
@@ -152,7 +157,7 @@ class Demo:
             popen = subprocess.Popen(
                 cmd, env=env, stdout=out, stderr=subprocess.STDOUT, cwd=self.workdir
             )
-        self.procs[name] = Proc(name, popen, log)
+        self.procs[key] = Proc(name, popen, log)
         self.say(f"started worker {name} (pid {popen.pid}, {CONCURRENCY} slots)")
 
     def reap_loop(self) -> None:
@@ -199,7 +204,7 @@ class Demo:
 
     def chaos_step(self, jobs: list[JobRecord]) -> None:
         c = self.chaos
-        w1, w2 = self.procs["demo-w1"], self.procs["demo-w2"]
+        w1, w2 = self.procs["w1"], self.procs["w2"]
         # Kill once a job has saved a checkpoint (step 3), so its next attempt resumes.
         if c.killed_at is None and self.holds(jobs, w1.name, range(4, 8)):
             c.killed_jobs = self.held_by(jobs, w1.name)
@@ -226,14 +231,14 @@ class Demo:
         elif w2.fate == "terminated" and w2.popen.poll() is not None:
             w2.fate = f"exited {w2.popen.returncode}"
             self.say(f"{w2.name} exited with status {w2.popen.returncode}; starting a replacement")
-            self.spawn("demo-w4")
+            self.spawn("w4")
 
     def progress(self, jobs: list[JobRecord]) -> None:
         states = Counter(j.status for j in jobs)
         retrying = sum(1 for j in jobs if j.status == "pending" and j.attempt_count > 0)
         workers = " ".join(
-            f"{p.name}:{p.fate if p.fate != 'running' else len(self.held_by(jobs, p.name))}"
-            for p in self.procs.values()
+            f"{key}:{p.fate if p.fate != 'running' else len(self.held_by(jobs, p.name))}"
+            for key, p in self.procs.items()
         )
         line = (
             f"{self.t()} pending {states['pending']:2d} (retrying {retrying}) | running "
@@ -285,7 +290,7 @@ class Demo:
                 reaped = c.reaped.get(job_id)
                 after = f"{reaped - c.killed_at:.1f}s after the kill" if reaped else "never"
                 print(
-                    f"  killed with {self.procs['demo-w1'].name}: job {job_id} reclaimed {after},"
+                    f"  killed with {self.procs['w1'].name}: job {job_id} reclaimed {after},"
                     f" then {jobs[job_id].status} on attempt {jobs[job_id].attempt_count},"
                     f" resumed from checkpoint step {self.resumed(jobs[job_id])}"
                 )
@@ -294,7 +299,7 @@ class Demo:
         )
         if c.terminated_at is not None:
             print(
-                f"  SIGTERM {self.procs['demo-w2'].name}: held {c.terminated_jobs}; finished in "
+                f"  SIGTERM {self.procs['w2'].name}: held {c.terminated_jobs}; finished in "
                 f"the drain window: {[i for i in c.terminated_jobs if i not in released]}; "
                 f"released at once: {released}, resumed from checkpoint steps "
                 f"{[self.resumed(jobs[i]) for i in released]} on "
@@ -325,16 +330,20 @@ class Demo:
             c.killed_at is not None
             and all(
                 jobs[i].status == "succeeded"
-                and any(a.worker == "demo-w1" and a.outcome == "lease_expired" for a in attempts[i])
+                and any(
+                    a.worker == self.procs["w1"].name and a.outcome == "lease_expired"
+                    for a in attempts[i]
+                )
                 for i in c.killed_jobs
             ),
             "every job of the SIGKILLed worker expired, was reaped and then succeeded elsewhere",
         )
         check(
-            self.procs["demo-w2"].popen.returncode == 0
+            self.procs["w2"].popen.returncode == 0
             and all(jobs[i].status == "succeeded" for i in c.terminated_jobs)
             and all(
-                next(a.worker for a in attempts[i] if a.outcome == "succeeded") != "demo-w2"
+                next(a.worker for a in attempts[i] if a.outcome == "succeeded")
+                != self.procs["w2"].name
                 for i in released
             ),
             "the SIGTERMed worker exited 0; what it released finished on another worker",

@@ -351,7 +351,19 @@ class Worker:
             # The handler's return value cannot be stored: retrying would not change it.
             self._fail(job, PermanentError(f"handler returned an unusable result: {exc}"), False)
             return
-        call = partial(self.queue.complete, job.job.lease, result, effect_key=job.job.effect_key)
+        progress, version = job.context.pending_progress()
+        final = progress if version > job.sent_progress_version else None
+        try:
+            validation.json_value("progress", final, limit=65536)
+        except InvalidJob:
+            final = None  # the heartbeat already logged why it was not stored
+        call = partial(
+            self.queue.complete,
+            job.job.lease,
+            result,
+            effect_key=job.job.effect_key,
+            progress=final,
+        )
         self._settle(job, "handler", "complete", call)
 
     def _fail(self, job: InFlight, exc: BaseException, retryable: bool) -> None:

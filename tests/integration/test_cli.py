@@ -68,6 +68,17 @@ def test_errors_are_one_line_and_exit_2(
     assert "unreachable" in capsys.readouterr().err
 
 
+def test_worker_refuses_a_bad_configuration_before_starting(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("LEASEQ_APP", raising=False)
+    assert main(["worker", "--database-url", "postgresql://x/y", "--queue", "q"]) == 2
+    assert "--app is required" in capsys.readouterr().err
+    argv = ["worker", "--database-url", "postgresql://x/y", "--queue", "q", "--app", "nope:app"]
+    assert main(argv) == 2
+    assert "cannot import 'nope'" in capsys.readouterr().err
+
+
 def test_operator_subcommand_passes_every_argument_through(
     capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:

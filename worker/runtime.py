@@ -12,6 +12,11 @@ dropped) by exactly one party (:mod:`leaseq.inflight`); a result is never report
 attempt whose lease PostgreSQL declared lost; calls that fail because the database is
 unreachable are retried with backoff while the lease may still be held, and after that the
 reaper takes the job back. No error ends the process silently: every loop logs and carries on.
+
+Threads cannot be killed: a handler that ignores ``ctx.should_stop`` after its attempt was
+given up keeps its slot (and ``leaseq_jobs_in_flight``) until it returns; its result is
+dropped. At exit, such threads are abandoned (they are daemons), after their jobs were
+settled, so a SIGTERM never waits on them past the drain window.
 """
 
 from __future__ import annotations

@@ -46,21 +46,21 @@ def status(args: argparse.Namespace) -> int:
     """Depth per queue and the registered workers; ``--watch`` refreshes until Ctrl-C."""
     with _connect(args, "status") as conn:
         queue = Queue(conn)
-        while True:
-            stats = queue.stats(args.queue or None)
-            workers = queue.workers(args.queue or None)
-            if args.json:
-                print(to_json({"queues": stats, "workers": workers}), flush=True)
-            else:
-                if args.watch and sys.stdout.isatty():
-                    print("\033[2J\033[H", end="")
-                print(_status_text(stats, workers), flush=True)
-            if not args.watch:
-                return 0
-            try:
+        try:
+            while True:
+                stats = queue.stats(args.queue or None)
+                workers = queue.workers(args.queue or None)
+                if args.json:
+                    print(to_json({"queues": stats, "workers": workers}), flush=True)
+                else:
+                    if args.watch and sys.stdout.isatty():
+                        print("\033[2J\033[H", end="")
+                    print(_status_text(stats, workers), flush=True)
+                if not args.watch:
+                    return 0
                 time.sleep(args.watch)
-            except KeyboardInterrupt:
-                return 0
+        except KeyboardInterrupt:
+            return 0
 
 
 def _status_text(stats: list[Any], workers: list[Any]) -> str:

@@ -1,5 +1,6 @@
 """leaseq: a PostgreSQL work queue for slow jobs, with leases, heartbeats and fencing tokens."""
 
+from leaseq.context import Interrupted, JobContext, PermanentError, StopReason
 from leaseq.db import connect, open_pool
 from leaseq.errors import (
     ConfigError,
@@ -34,6 +35,7 @@ from leaseq.models import (
     WorkerRecord,
 )
 from leaseq.queue import JobSpec, Queue
+from leaseq.registry import Registry
 
 __all__ = [
     "AttemptRecord",
@@ -50,7 +52,9 @@ __all__ = [
     "Fenced",
     "Heartbeat",
     "HeartbeatStatus",
+    "Interrupted",
     "InvalidJob",
+    "JobContext",
     "JobNotFound",
     "JobRecord",
     "JobSpec",
@@ -58,13 +62,16 @@ __all__ = [
     "Lease",
     "LeaseqError",
     "MigrationReport",
+    "PermanentError",
     "Queue",
     "QueueStats",
     "Reaped",
+    "Registry",
     "Released",
     "RetryPolicy",
     "SchemaNotReady",
     "SchemaTooNew",
+    "StopReason",
     "WorkerRecord",
     "check_schema",
     "connect",

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import argparse
+import importlib
+import os
 import sys
 from collections.abc import Sequence
 
-from leaseq import settings
+from leaseq import commands, settings, worker_settings
 from leaseq.db import connect
-from leaseq.errors import LeaseqError
+from leaseq.errors import ConfigError, LeaseqError
 from leaseq.migrate import migrate
 
 
@@ -21,17 +23,81 @@ def _cmd_migrate(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_worker(args: argparse.Namespace) -> int:
+    from leaseq import logs
+    from leaseq.registry import load_app
+    from leaseq.runtime import Worker
+    from leaseq.shutdown import SignalWatch
+
+    config = worker_settings.WorkerSettings.from_args(args)
+    logs.configure(config.log_level, config.log_format)
+    # Like other worker CLIs, find --app in the working directory too (last, so it never
+    # shadows an installed module).
+    if os.getcwd() not in sys.path:
+        sys.path.append(os.getcwd())
+    worker = Worker(config, load_app(config.app))
+    signals = SignalWatch()
+    signals.install()
+    try:
+        return worker.run(signals)
+    finally:
+        signals.uninstall()
+        signals.close()
+
+
+def _cmd_demo(args: argparse.Namespace) -> int:
+    from leaseq import demo
+
+    return demo.main(args)
+
+
+def _cmd_operator(args: argparse.Namespace) -> int:
+    # Imported here so every other command works where the operator's dependencies are absent.
+    try:
+        operator_cli = importlib.import_module("leaseq.operator.cli")
+    except ModuleNotFoundError as exc:
+        raise ConfigError(f"the operator is not part of this installation ({exc})") from exc
+    return int(operator_cli.main(list(args.rest)))
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="leaseq", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("migrate", help="create or upgrade leaseq's schema (idempotent)")
     settings.add_options(p, [settings.DATABASE_URL])
     p.set_defaults(func=_cmd_migrate)
+
+    p = sub.add_parser(
+        "worker",
+        help="run jobs: claim, run handlers, renew leases; drains on SIGTERM",
+        description="Run a worker process. Every flag falls back to its LEASEQ_* variable.",
+    )
+    settings.add_options(p, worker_settings.OPTIONS)
+    p.set_defaults(func=_cmd_worker)
+
+    commands.add_commands(sub)
+
+    p = sub.add_parser(
+        "demo",
+        help="see leaseq survive crashes: 3 workers, a SIGKILL and a SIGTERM, in under a minute",
+    )
+    settings.add_options(p, [settings.DATABASE_URL])
+    p.add_argument("--jobs", type=int, default=36, help="simulated inference jobs (default 36)")
+    p.set_defaults(func=_cmd_demo)
+
+    p = sub.add_parser("operator", add_help=False, help="run the Kubernetes operator")
+    p.add_argument("rest", nargs=argparse.REMAINDER)
+    p.set_defaults(func=_cmd_operator)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["operator"]:
+        # Everything after `operator` is the operator's own command line, flags included.
+        args = argparse.Namespace(func=_cmd_operator, rest=argv[1:])
+    else:
+        args = build_parser().parse_args(argv)
     try:
         return int(args.func(args))
     except LeaseqError as exc:

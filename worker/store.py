@@ -501,3 +501,9 @@ class Store:
     def migration_apply(self, conn: Conn, script: bytes) -> None:
         """Run one migration file's statements (the caller holds the transaction)."""
         self._execute_text(conn, script, "migrate")
+
+    # -- worker runtime (sql/queries/worker.sql) -------------------------------------------
+
+    def worker_listen(self, conn: Conn) -> None:
+        """Subscribe ``conn`` (autocommit, dedicated) to wake-ups on channel leaseq_jobs."""
+        self._dicts(conn, "worker_listen", {}, "listen")

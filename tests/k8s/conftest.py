@@ -14,12 +14,13 @@ import kubernetes.client
 import pytest
 import yaml
 from emulator import EmulatorServer
-from harness import NAMESPACE, Api, RunningOperator, StartOperator, eventually
+from harness import NAMESPACE, Api, RunningOperator, StartOperator
 
 from leaseq.operator.app import OperatorApp
 from leaseq.operator.config import OperatorConfig
 from leaseq.operator.kube import Cluster
 from leaseq.operator.runner import run
+from support.polling import wait_for
 
 CRD_PATH = Path(__file__).parents[2] / "charts" / "leaseq" / "crds" / "workerpools.leaseq.dev.yaml"
 
@@ -88,7 +89,7 @@ def start_operator(emulator: EmulatorServer, database_url: str) -> Iterator[Star
         thread.start()
         handle = RunningOperator(app, stop_flag, thread, errors)
         running.append(handle)
-        eventually(lambda: ready_flag.is_set() or errors, what="operator ready")
+        wait_for(lambda: ready_flag.is_set() or errors, what="operator ready")
         assert not errors, errors
         return handle
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -15,22 +14,6 @@ from leaseq.operator.app import OperatorApp
 NAMESPACE = "default"
 WORKERPOOLS = ("leaseq.dev", "v1", "workerpools")
 T = TypeVar("T")
-
-
-def eventually(check: Callable[[], T], timeout: float = 30.0, what: str = "") -> T:
-    """Poll ``check`` until it returns a truthy value (returned) or the deadline passes."""
-    deadline = time.monotonic() + timeout
-    last: Any = None
-    while True:
-        try:
-            last = check()
-            if last:
-                return last
-        except AssertionError as exc:
-            last = exc
-        if time.monotonic() > deadline:
-            raise AssertionError(f"not reached within {timeout}s: {what or check}; last: {last!r}")
-        time.sleep(0.05)
 
 
 @dataclass

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import pytest
-from harness import Api, StartOperator, eventually
+from harness import Api, StartOperator
 from prometheus_client import CollectorRegistry
 
 import leaseq
+from support.polling import wait_for
 
 pytestmark = pytest.mark.k8s
 
@@ -29,7 +30,7 @@ def test_only_the_leader_reaps_and_a_standby_takes_over(
 ) -> None:
     first, second = start_operator(), start_operator()
     operators = [first, second]
-    eventually(lambda: sum(op.app.leading for op in operators) == 1, what="one leader")
+    wait_for(lambda: sum(op.app.leading for op in operators) == 1, what="one leader")
     leader = next(op for op in operators if op.app.leading)
     standby = next(op for op in operators if not op.app.leading)
 
@@ -39,7 +40,7 @@ def test_only_the_leader_reaps_and_a_standby_takes_over(
     assert (holder, term) == (leader.app.config.operator_id, leader.app.reaper.lease.term)
 
     ids = _expire(queue, conn, "dead-worker", 3)
-    eventually(lambda: all(queue.get(i).status == "pending" for i in ids), what="reaped")
+    wait_for(lambda: all(queue.get(i).status == "pending" for i in ids), what="reaped")
     reaped = "leaseq_reaped_total"
     assert _sample(leader.app.metrics.registry, reaped, queue="ocr", outcome="retried") == 3
     assert _sample(standby.app.metrics.registry, reaped, queue="ocr", outcome="retried") == 0
@@ -52,9 +53,9 @@ def test_only_the_leader_reaps_and_a_standby_takes_over(
 
     # The leader stops (releasing its lease): the standby leads and reaps from now on.
     leader.stop()
-    eventually(lambda: standby.app.leading, what="the standby took over")
+    wait_for(lambda: standby.app.leading, what="the standby took over")
     more = _expire(queue, conn, "another-dead-worker", 2)
-    eventually(lambda: all(queue.get(i).status == "pending" for i in more), what="reaped again")
+    wait_for(lambda: all(queue.get(i).status == "pending" for i in more), what="reaped again")
     assert _sample(standby.app.metrics.registry, reaped, queue="ocr", outcome="retried") == 2
 
 
@@ -63,10 +64,10 @@ def test_only_the_leader_scales(
 ) -> None:
     api.create_deployment("workers", replicas=0)
     operators = [start_operator(), start_operator()]
-    eventually(lambda: sum(op.app.leading for op in operators) == 1, what="one leader")
+    wait_for(lambda: sum(op.app.leading for op in operators) == 1, what="one leader")
     api.create_pool("ocr", {"deployment": "workers", "queues": ["ocr"], "pollSeconds": 0.1})
     queue.enqueue_many([leaseq.JobSpec("ocr", "extract"), leaseq.JobSpec("ocr", "extract")])
-    eventually(lambda: api.replicas("workers") == 2)
+    wait_for(lambda: api.replicas("workers") == 2)
     [scaled] = api.events("ScaledUp")
     assert "from 0 to 2" in scaled.message
     gauges = [

@@ -8,11 +8,12 @@ import urllib.request
 
 import psycopg
 import pytest
-from harness import Api, StartOperator, eventually
+from harness import Api, StartOperator
 from psycopg.conninfo import conninfo_to_dict
 
 import leaseq
 from leaseq.operator.protection import DELETION_COST
+from support.polling import wait_for
 
 pytestmark = pytest.mark.k8s
 
@@ -35,12 +36,12 @@ def test_enqueue_scales_up_then_drain_scales_to_zero(
     )
     for n in range(5):
         queue.enqueue("ocr", "extract", {"n": n})
-    eventually(lambda: api.replicas("workers") == 3, what="ceil(5 / 2) replicas")
-    status = eventually(lambda: api.pool("ocr").get("status", {}).get("desiredReplicas") == 3)
+    wait_for(lambda: api.replicas("workers") == 3, what="ceil(5 / 2) replicas")
+    status = wait_for(lambda: api.pool("ocr").get("status", {}).get("desiredReplicas") == 3)
     assert status
     for job in queue.claim(["ocr"], "w1", limit=5):
         queue.complete(job.lease)
-    eventually(lambda: api.replicas("workers") == 0, what="scaled to zero after the window")
+    wait_for(lambda: api.replicas("workers") == 0, what="scaled to zero after the window")
     assert api.events("ScaledUp")
     assert api.events("ScaledDown")
 
@@ -86,7 +87,7 @@ def test_scale_down_spares_busy_pods_and_marks_them_expensive(
         },
     )
     # ... but three pods are busy: the pool shrinks to 3, never below its busy pods.
-    eventually(lambda: api.replicas("workers") == 3, what="shrunk to the busy pods")
+    wait_for(lambda: api.replicas("workers") == 3, what="shrunk to the busy pods")
     cost = {pod: int(api.annotations(pod)[DELETION_COST]) for pod in pods}
     assert cost["pod-d"] == cost["pod-e"] == 0
     assert cost["pod-a"] > cost["pod-b"] > cost["pod-c"] > 0
@@ -96,7 +97,7 @@ def test_scale_down_spares_busy_pods_and_marks_them_expensive(
 
     # pod-c's job ends: it is idle now; the next scale-down re-marks only pod-c.
     queue.complete(recent.lease)
-    eventually(lambda: api.replicas("workers") == 2, what="shrunk to the two busy pods")
+    wait_for(lambda: api.replicas("workers") == 2, what="shrunk to the two busy pods")
     assert api.annotations("pod-c")[DELETION_COST] == "0"
     unchanged = [p for p in pods if p != "pod-c"]
     assert {
@@ -124,7 +125,7 @@ def test_database_down_holds_replicas_and_sets_a_condition(
             "scaleDownStabilizationSeconds": 0,
         },
     )
-    eventually(lambda: api.replicas("workers") == 3, what="scaled up to 3")
+    wait_for(lambda: api.replicas("workers") == 3, what="scaled up to 3")
     name = conninfo_to_dict(database_url)["dbname"]
     with psycopg.connect(server_url, autocommit=True) as admin:
         admin.execute(f'ALTER DATABASE "{name}" ALLOW_CONNECTIONS false')
@@ -133,7 +134,7 @@ def test_database_down_holds_replicas_and_sets_a_condition(
             " WHERE datname = %s AND pid <> pg_backend_pid()",
             [name],
         )
-        condition = eventually(
+        condition = wait_for(
             lambda: (
                 (c := api.condition("ocr", "DatabaseReachable")) and c["status"] == "False" and c
             )
@@ -143,7 +144,7 @@ def test_database_down_holds_replicas_and_sets_a_condition(
         assert api.events("DatabaseUnreadable")
         admin.execute(f'ALTER DATABASE "{name}" ALLOW_CONNECTIONS true')
     # The database is back: the jobs are still there, and so are the replicas.
-    eventually(lambda: (api.condition("ocr", "DatabaseReachable") or {}).get("status") == "True")
+    wait_for(lambda: (api.condition("ocr", "DatabaseReachable") or {}).get("status") == "True")
     assert api.replicas("workers") == 3
 
 
@@ -158,7 +159,7 @@ def test_invalid_workerpool_is_refused_with_a_readable_message(
         "bad",
         {"deployment": "workers", "queues": ["ocr"], "minReplicas": 5, "maxReplicas": 2},
     )
-    condition = eventually(lambda: api.condition("bad", "SpecValid"))
+    condition = wait_for(lambda: api.condition("bad", "SpecValid"))
     assert condition["status"] == "False"
     assert condition["message"] == (
         "spec.maxReplicas (2) must be greater than or equal to spec.minReplicas (5)"
@@ -171,7 +172,7 @@ def test_invalid_workerpool_is_refused_with_a_readable_message(
     api.custom.patch_namespaced_custom_object(
         "leaseq.dev", "v1", "default", "workerpools", "bad", {"spec": {"maxReplicas": 8}}
     )
-    eventually(lambda: (api.condition("bad", "SpecValid") or {}).get("status") == "True")
+    wait_for(lambda: (api.condition("bad", "SpecValid") or {}).get("status") == "True")
 
 
 def _free_port() -> int:
@@ -187,10 +188,8 @@ def test_finalizer_on_the_workerpool_only_liveness_and_deletion(
     port = _free_port()
     operator = start_operator(health_port=port, namespace="")  # cluster-wide, the default
     api.create_pool("ocr", {"deployment": "workers", "queues": ["ocr"], "pollSeconds": 0.1})
-    eventually(
-        lambda: "leaseq.dev/operator" in (api.pool("ocr")["metadata"].get("finalizers") or [])
-    )
-    eventually(lambda: api.pool("ocr").get("status", {}).get("desiredReplicas") is not None)
+    wait_for(lambda: "leaseq.dev/operator" in (api.pool("ocr")["metadata"].get("finalizers") or []))
+    wait_for(lambda: api.pool("ocr").get("status", {}).get("desiredReplicas") is not None)
     deployment = api.apps.read_namespaced_deployment("workers", "default")
     assert not deployment.metadata.finalizers  # users' Deployments are never timed or held
 
@@ -201,7 +200,7 @@ def test_finalizer_on_the_workerpool_only_liveness_and_deletion(
     gauge = "leaseq_workerpool_desired_replicas"
     assert registry.get_sample_value(gauge, {"workerpool": "default/ocr"}) is not None
     api.custom.delete_namespaced_custom_object("leaseq.dev", "v1", "default", "workerpools", "ocr")
-    eventually(
+    wait_for(
         lambda: (
             not api.custom.list_namespaced_custom_object(
                 "leaseq.dev", "v1", "default", "workerpools"
@@ -209,5 +208,5 @@ def test_finalizer_on_the_workerpool_only_liveness_and_deletion(
         ),
         what="the WorkerPool is gone",
     )
-    eventually(lambda: registry.get_sample_value(gauge, {"workerpool": "default/ocr"}) is None)
+    wait_for(lambda: registry.get_sample_value(gauge, {"workerpool": "default/ocr"}) is None)
     assert api.replicas("workers") == 1

@@ -1,0 +1,91 @@
+"""The operator commands of the `leaseq` CLI against a real database."""
+
+from __future__ import annotations
+
+import json
+import sys
+import types
+
+import pytest
+
+import leaseq
+from leaseq.cli import main
+
+
+def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str]:
+    code = main(list(argv))
+    return code, capsys.readouterr().out
+
+
+def test_enqueue_status_list_show_retry_cancel_prune(
+    database_url: str, queue: leaseq.Queue, capsys: pytest.CaptureFixture[str]
+) -> None:
+    db = ["--database-url", database_url]
+    code, out = run(capsys, "enqueue", "ocr", "extract", "--payload", '{"doc": 1}', "--json", *db)
+    assert code == 0
+    job_id = json.loads(out)["job_id"]
+    [job] = queue.claim(["ocr"], "w1")
+    queue.fail(job.lease, "boom", retryable=False)
+    queue.enqueue("ocr", "extract", {"doc": 2})
+
+    code, out = run(capsys, "status", "--json", *db)
+    [stats] = json.loads(out)["queues"]
+    assert (stats["queue"], stats["ready"], stats["dead"]) == ("ocr", 1, 1)
+    code, out = run(capsys, "status", *db)
+    assert out.splitlines()[0].split() == [
+        "QUEUE", "READY", "SCHEDULED", "RUNNING", "DEAD", "OLDEST", "READY", "MAX", "HEARTBEAT"
+    ]  # fmt: skip
+    assert "no workers registered" in out
+
+    code, out = run(capsys, "jobs", "list", "--status", "dead", "--json", *db)
+    assert [j["id"] for j in json.loads(out)] == [job_id]
+    code, out = run(capsys, "jobs", "list", "--status", "dead", *db)
+    assert "boom" in out
+    code, out = run(capsys, "jobs", "show", str(job_id), *db)
+    assert "failed" in out
+    assert "w1" in out
+    code, out = run(capsys, "jobs", "show", str(job_id), "--json", *db)
+    shown = json.loads(out)
+    assert [a["outcome"] for a in shown["attempts"]] == ["failed"]
+
+    code, out = run(capsys, "retry", str(job_id), *db)
+    assert (code, queue.get(job_id).status) == (0, "pending")
+    code, out = run(capsys, "cancel", str(job_id), "--reason", "not needed", *db)
+    assert (code, queue.get(job_id).status) == (0, "cancelled")
+    code, out = run(capsys, "cancel", str(job_id), *db)
+    assert code == 1
+    assert "already cancelled" in out
+
+    code, out = run(capsys, "prune", "--older-than", "0s", "--json", *db)
+    assert json.loads(out) == {"deleted": 1}
+
+
+def test_errors_are_one_line_and_exit_2(
+    database_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["jobs", "show", "999", "--database-url", database_url]) == 2
+    assert "job 999 does not exist" in capsys.readouterr().err
+    assert main(["retry", "1", "--database-url", "postgresql://127.0.0.1:1/none"]) == 2
+    assert "unreachable" in capsys.readouterr().err
+
+
+def test_worker_refuses_a_bad_configuration_before_starting(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("LEASEQ_APP", raising=False)
+    assert main(["worker", "--database-url", "postgresql://x/y", "--queue", "q"]) == 2
+    assert "--app is required" in capsys.readouterr().err
+    argv = ["worker", "--database-url", "postgresql://x/y", "--queue", "q", "--app", "nope:app"]
+    assert main(argv) == 2
+    assert "cannot import 'nope'" in capsys.readouterr().err
+
+
+def test_operator_subcommand_passes_every_argument_through(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    seen: list[list[str]] = []
+    fake = types.ModuleType("leaseq.operator.cli")
+    fake.main = lambda argv: seen.append(argv) or 0  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "leaseq.operator.cli", fake)
+    assert main(["operator", "--namespace", "ns", "--help"]) == 0
+    assert seen == [["--namespace", "ns", "--help"]]

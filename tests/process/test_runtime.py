@@ -1,0 +1,251 @@
+"""The worker runtime in this process (threads, real PostgreSQL, real time), for behaviour
+that needs a precise interleaving no signal can give: a completion racing a cancel, stop
+reasons, checkpoints, concurrency, start-up."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+
+import leaseq
+from leaseq.context import Interrupted, JobContext, PermanentError, StopReason
+from leaseq.registry import Registry
+from leaseq.runtime import Worker
+from leaseq.shutdown import SignalWatch
+from leaseq.worker_settings import WorkerSettings
+from support.polling import wait_for
+
+pytestmark = pytest.mark.process
+
+FAST_RETRY = leaseq.RetryPolicy(base_seconds=0.1, cap_seconds=0.2)
+
+
+@dataclass
+class Running:
+    worker: Worker
+    signals: SignalWatch
+    thread: threading.Thread
+    exit: list[int] = field(default_factory=list)
+
+    def sample(self, name: str, **labels: str) -> float:
+        value = self.worker.metrics.registry.get_sample_value(name, labels)
+        return 0.0 if value is None else value
+
+    def stop(self) -> int:
+        self.signals.trigger()
+        self.thread.join(timeout=30)
+        assert not self.thread.is_alive()
+        return self.exit[0]
+
+
+@pytest.fixture
+def start_worker(database_url: str) -> Iterator[Callable[..., Running]]:
+    started: list[Running] = []
+
+    def start(registry: Registry, url: str = database_url, **overrides: Any) -> Running:
+        options: dict[str, Any] = {
+            "database_url": url,
+            "app": "test",
+            "queues": ("q",),
+            "lease_seconds": 30.0,
+            "heartbeat_seconds": 10.0,
+            "poll_seconds": 0.2,
+            "drain_seconds": 10.0,
+            "worker_id": "w-in",
+            "metrics_port": 0,
+            **overrides,
+        }
+        worker = Worker(WorkerSettings(**options), registry, retry=FAST_RETRY)
+        signals = SignalWatch()
+        running = Running(worker, signals, threading.Thread(target=lambda: None))
+        running.thread = threading.Thread(
+            target=lambda: running.exit.append(worker.run(signals)), daemon=True
+        )
+        running.thread.start()
+        started.append(running)
+        return running
+
+    yield start
+    for running in started:
+        if running.thread.is_alive():
+            running.signals.trigger()
+            running.signals.trigger()
+            running.thread.join(timeout=30)
+
+
+def test_a_completion_after_cancel_is_fenced_and_counted(
+    queue: leaseq.Queue, start_worker: Callable[..., Running]
+) -> None:
+    go = threading.Event()
+    registry = Registry()
+
+    @registry.job("hold")
+    def hold(payload: Any, ctx: JobContext) -> str:
+        go.wait(30)
+        return "late"
+
+    w = start_worker(registry)  # renewals every 10 s: nothing notices the cancel first
+    job_id = queue.enqueue("q", "hold", idempotency_key="k-cancel").job_id
+    wait_for(lambda: queue.get(job_id).status == "running", "the job to start")
+    assert queue.cancel(job_id).cancelled
+    go.set()
+
+    wait_for(lambda: w.sample("leaseq_fenced_calls_total", queue="q") == 1, "the fenced complete")
+    assert w.sample("leaseq_jobs_finished_total", queue="q", job_type="hold", outcome="fenced") == 1
+    assert queue.get(job_id).status == "cancelled"
+    assert queue.effect("k-cancel") is None
+    assert [a.outcome for a in queue.attempts(job_id)] == ["fenced"]
+    assert w.stop() == 0
+
+
+def test_a_cancelled_job_stops_its_handler_with_the_reason(
+    queue: leaseq.Queue, start_worker: Callable[..., Running]
+) -> None:
+    reasons: list[StopReason | None] = []
+    registry = Registry()
+
+    @registry.job("wait")
+    def wait(payload: Any, ctx: JobContext) -> None:
+        ctx.wait(30)
+        reasons.append(ctx.stop_reason)
+        return None
+
+    w = start_worker(registry, lease_seconds=2.0, heartbeat_seconds=0.2)
+    job_id = queue.enqueue("q", "wait").job_id
+    wait_for(lambda: queue.get(job_id).status == "running", "the job to start")
+    queue.cancel(job_id)
+
+    wait_for(lambda: reasons == [StopReason.CANCELLED], "the handler to see the cancel")
+    labels = {"queue": "q", "job_type": "wait", "outcome": "lease_lost"}
+    assert w.sample("leaseq_jobs_finished_total", **labels) == 1
+    assert w.sample("leaseq_lease_losses_total", queue="q") == 1
+    assert w.sample("leaseq_jobs_finished_total", queue="q", job_type="wait", outcome="fenced") == 0
+    assert queue.get(job_id).status == "cancelled"
+
+
+def test_progress_is_stored_and_a_checkpoint_reaches_the_next_attempt(
+    queue: leaseq.Queue, start_worker: Callable[..., Running]
+) -> None:
+    seen = threading.Event()
+    registry = Registry()
+
+    @registry.job("resume")
+    def resume(payload: Any, ctx: JobContext) -> Any:
+        if ctx.attempt == 1:
+            ctx.progress({"pct": 50})
+            assert ctx.checkpoint({"step": 3})
+            seen.wait(30)
+            raise RuntimeError("crash after the checkpoint")
+        return {"resumed": ctx.last_checkpoint}
+
+    start_worker(registry, lease_seconds=2.0, heartbeat_seconds=0.2)
+    job_id = queue.enqueue("q", "resume").job_id
+    wait_for(lambda: queue.get(job_id).progress == {"pct": 50}, "progress stored by a renewal")
+    seen.set()
+
+    job = wait_for(lambda: (j := queue.get(job_id)).status == "succeeded" and j, "attempt 2")
+    assert job.result == {"resumed": {"step": 3}}
+    assert job.attempt_count == 2
+    assert [a.outcome for a in queue.attempts(job_id)] == ["failed", "succeeded"]
+
+
+def test_handler_errors_unknown_types_and_bad_results(
+    queue: leaseq.Queue, start_worker: Callable[..., Running]
+) -> None:
+    registry = Registry()
+
+    @registry.job("permanent")
+    def permanent(payload: Any, ctx: JobContext) -> None:
+        raise PermanentError("bad input")
+
+    @registry.job("unusable")
+    def unusable(payload: Any, ctx: JobContext) -> object:
+        return object()
+
+    w = start_worker(registry, concurrency=3)
+    ids = {
+        "permanent": queue.enqueue("q", "permanent", max_attempts=5).job_id,
+        "unusable": queue.enqueue("q", "unusable", max_attempts=5).job_id,
+        "missing": queue.enqueue("q", "missing", max_attempts=1).job_id,
+    }
+    for job_id in ids.values():
+        wait_for(lambda j=job_id: queue.get(j).status == "dead", f"job {job_id} to die")
+
+    assert queue.get(ids["permanent"]).attempt_count == 1
+    assert queue.get(ids["permanent"]).last_error == "PermanentError: bad input"
+    assert queue.get(ids["unusable"]).attempt_count == 1
+    assert "unusable result" in (queue.get(ids["unusable"]).last_error or "")
+    assert queue.get(ids["missing"]).last_error_code == "UNKNOWN_JOB_TYPE"
+    labels = {"queue": "q", "job_type": "_unknown", "outcome": "dead"}
+    assert w.sample("leaseq_jobs_finished_total", **labels) == 1
+
+
+def test_an_interrupted_handler_hands_its_job_back_when_draining(
+    queue: leaseq.Queue, start_worker: Callable[..., Running]
+) -> None:
+    registry = Registry()
+
+    @registry.job("long")
+    def long(payload: Any, ctx: JobContext) -> None:
+        while not ctx.draining:
+            ctx.wait(0.02)
+        ctx.checkpoint({"saved": True})
+        raise Interrupted("draining")
+
+    w = start_worker(registry)
+    job_id = queue.enqueue("q", "long").job_id
+    wait_for(lambda: queue.get(job_id).status == "running", "the job to start")
+    assert w.stop() == 0
+
+    job = queue.get(job_id)
+    assert (job.status, job.attempt_count, job.checkpoint) == ("pending", 0, {"saved": True})
+    assert [a.outcome for a in queue.attempts(job_id)] == ["released"]
+    assert queue.workers() == []
+
+
+def test_slots_run_concurrently_and_start_up_hooks_run_once(
+    queue: leaseq.Queue, start_worker: Callable[..., Running]
+) -> None:
+    registry = Registry()
+    hooks: list[str] = []
+    barrier = threading.Barrier(3, timeout=30)
+    lock = threading.Lock()
+    running = [0, 0]  # now, most at once
+
+    @registry.on_startup
+    def load() -> None:
+        hooks.append("loaded")
+
+    @registry.job("together")
+    def together(payload: Any, ctx: JobContext) -> None:
+        with lock:
+            running[0] += 1
+            running[1] = max(running)
+        barrier.wait()  # only passes if three handlers run at the same time
+        with lock:
+            running[0] -= 1
+
+    start_worker(registry, concurrency=3)
+    ids = [queue.enqueue("q", "together").job_id for _ in range(9)]
+    wait_for(lambda: all(queue.get(i).status == "succeeded" for i in ids), "every job")
+    assert hooks == ["loaded"]
+    assert running[1] == 3
+
+
+def test_the_worker_waits_for_the_schema_and_is_not_ready_meanwhile(
+    empty_database_url: str, start_worker: Callable[..., Running]
+) -> None:
+    registry = Registry()
+    w = start_worker(registry, url=empty_database_url)
+    wait_for(lambda: "schema" in w.worker.health.ready()[1], "the schema check to fail")
+    assert not w.worker.health.ready()[0]
+
+    with leaseq.connect(empty_database_url, action="test") as conn:
+        leaseq.migrate(conn)
+        wait_for(lambda: leaseq.Queue(conn).workers(), "the worker to register")
+    assert w.worker.health.ready() == (True, "ok")
+    assert w.stop() == 0

@@ -1,0 +1,72 @@
+"""CLI formatting and argument parsing."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+from datetime import UTC, datetime
+
+import pytest
+
+from leaseq.commands import duration, json_argument
+from leaseq.logs import JsonFormatter, TextFormatter
+from leaseq.models import Enqueued
+from leaseq.tables import age, table, to_json
+
+
+@pytest.mark.parametrize(
+    ("seconds", "text"),
+    [(None, "-"), (0.25, "0.2s"), (42, "42s"), (192, "3m12s"), (7500, "2h05m"), (273600, "3d04h")],
+)
+def test_age(seconds: float | None, text: str) -> None:
+    assert age(seconds) == text
+
+
+@pytest.mark.parametrize(
+    ("text", "seconds"), [("90", 90), ("90s", 90), ("15m", 900), ("12h", 43200), ("7d", 604800)]
+)
+def test_duration(text: str, seconds: float) -> None:
+    assert duration(text) == seconds
+
+
+def test_bad_arguments_are_refused() -> None:
+    with pytest.raises(argparse.ArgumentTypeError, match="not a duration"):
+        duration("soon")
+    with pytest.raises(argparse.ArgumentTypeError, match="not valid JSON"):
+        json_argument("{oops")
+
+
+def test_table_aligns_text_left_and_numbers_right() -> None:
+    text = table(["QUEUE", "READY"], [["ocr", 5], ["inference", 120], ["x", None]])
+    assert text.splitlines() == [
+        "QUEUE      READY",
+        "ocr            5",
+        "inference    120",
+        "x              -",
+    ]
+
+
+def test_to_json_handles_dataclasses_and_datetimes() -> None:
+    moment = datetime(2024, 5, 1, 12, 0, tzinfo=UTC)
+    data = json.loads(to_json({"job": Enqueued(3, True), "at": moment}))
+    assert data == {"job": {"job_id": 3, "created": True}, "at": "2024-05-01T12:00:00+00:00"}
+
+
+def record(**extra: object) -> logging.LogRecord:
+    rec = logging.LogRecord("leaseq.worker", logging.INFO, __file__, 1, "claimed %s", ("x",), None)
+    rec.__dict__.update(extra)
+    return rec
+
+
+def test_json_log_lines_carry_the_job_fields() -> None:
+    line = json.loads(JsonFormatter().format(record(job_id=4, queue="q", worker="w", token=2)))
+    assert line["msg"] == "claimed x"
+    assert (line["job_id"], line["queue"], line["worker"], line["token"]) == (4, "q", "w", 2)
+    assert "attempt" not in line
+
+
+def test_text_log_lines_append_key_values() -> None:
+    assert (
+        TextFormatter().format(record(job_id=4, attempt=1)).endswith("claimed x job_id=4 attempt=1")
+    )

@@ -1,0 +1,260 @@
+"""Pure pieces of the worker runtime: backoff, settings, registry, context, in-flight table,
+health, metrics, signal watch."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import random
+import signal
+import threading
+import time
+from datetime import UTC, datetime
+from typing import Any
+
+import pytest
+
+from leaseq import settings
+from leaseq.backoff import Backoff
+from leaseq.context import Interrupted, JobContext, StopReason
+from leaseq.errors import ConfigError, DatabaseError
+from leaseq.health import Health
+from leaseq.inflight import InFlight, InFlightTable
+from leaseq.metrics import OUTCOMES, WorkerMetrics
+from leaseq.models import ClaimedJob, Lease
+from leaseq.registry import Registry, load_app
+from leaseq.shutdown import SignalWatch
+from leaseq.worker_settings import OPTIONS, WorkerSettings
+
+
+def test_backoff_doubles_within_jittered_bounds_up_to_the_cap() -> None:
+    backoff = Backoff(0.5, 4.0, rng=random.Random(1))
+    steps = [0.5, 1.0, 2.0, 4.0, 4.0]
+    for step in steps:
+        assert step / 2 <= backoff.next() <= step
+    backoff.reset()
+    assert 0.25 <= backoff.next() <= 0.5
+    with pytest.raises(ValueError):
+        Backoff(2.0, 1.0)
+
+
+def parse(argv: list[str], env: dict[str, str] | None = None) -> WorkerSettings:
+    parser = argparse.ArgumentParser()
+    settings.add_options(parser, OPTIONS)
+    return WorkerSettings.from_args(parser.parse_args(argv), env or {})
+
+
+def test_worker_settings_from_flags_and_environment() -> None:
+    env = {
+        "LEASEQ_DATABASE_URL": "postgresql://db/x",
+        "LEASEQ_APP": "pkg.jobs:registry",
+        "LEASEQ_QUEUES": "ocr, infer,ocr",
+        "LEASEQ_CONCURRENCY": "4",
+        "LEASEQ_LISTEN": "false",
+    }
+    s = parse(["--concurrency", "8", "--worker-id", "w-1"], env)
+    assert s.queues == ("ocr", "infer")
+    assert s.concurrency == 8  # the flag wins over the variable
+    assert s.listen is False
+    assert (s.lease_seconds, s.heartbeat_seconds, s.poll_seconds) == (30.0, 10.0, 5.0)
+    assert (s.drain_seconds, s.metrics_port, s.worker_id) == (25.0, 9100, "w-1")
+    flags = parse(["--queue", "a", "--queue", "b"], env)
+    assert flags.queues == ("a", "b")
+    assert parse([], env).worker_id.endswith(f"-{os.getpid()}")
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--heartbeat-seconds", "30"], "must be below --lease-seconds"),
+        (["--listen", "maybe"], "--listen"),
+        (["--concurrency", "0"], "--concurrency"),
+    ],
+)
+def test_worker_settings_refuse_bad_values(argv: list[str], message: str) -> None:
+    env = {"LEASEQ_DATABASE_URL": "postgresql://db/x", "LEASEQ_APP": "a:b", "LEASEQ_QUEUES": "q"}
+    with pytest.raises(ConfigError, match=message):
+        parse(argv, env)
+
+
+def test_worker_settings_name_what_is_missing() -> None:
+    with pytest.raises(ConfigError, match="--app is required"):
+        parse(["--database-url", "postgresql://db/x", "--queue", "q"])
+    with pytest.raises(ConfigError, match="--queue is required"):
+        parse(["--database-url", "postgresql://db/x", "--app", "a:b"])
+
+
+registry = Registry()
+
+
+@registry.job("unit")
+def unit_handler(payload: Any, ctx: JobContext) -> None:
+    return None
+
+
+def test_registry_registers_by_job_type_and_runs_hooks_in_order() -> None:
+    reg = Registry()
+    calls: list[str] = []
+    reg.on_startup(lambda: calls.append("a"))
+    reg.on_startup(lambda: calls.append("b"))
+
+    @reg.job("ocr", progress_timeout=5)
+    def ocr(payload: Any, ctx: JobContext) -> None:
+        return None
+
+    reg.run_startup()
+    assert calls == ["a", "b"]
+    found = reg.get("ocr")
+    assert found is not None
+    assert (found.handler, found.progress_timeout) == (ocr, 5)
+    assert reg.get("nope") is None
+    assert reg.job_types == ["ocr"]
+    with pytest.raises(ConfigError, match="twice"):
+        reg.job("ocr")
+    with pytest.raises(ConfigError, match="job_type"):
+        reg.job("")
+    with pytest.raises(ConfigError, match="progress_timeout"):
+        reg.job("x", progress_timeout=0)
+
+
+@pytest.mark.parametrize(
+    ("path", "message"),
+    [
+        ("no_colon", "must look like"),
+        ("leaseq_no_such_module:registry", "cannot import"),
+        (f"{__name__}:missing", "has no 'missing'"),
+        (f"{__name__}:unit_handler", "not a leaseq.Registry"),
+    ],
+)
+def test_load_app_says_what_is_wrong(path: str, message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        load_app(path)
+
+
+def test_load_app_returns_the_registry() -> None:
+    assert load_app(f"{__name__}:registry") is registry
+
+
+def claimed(timeout: float | None = None, key: str | None = None) -> ClaimedJob:
+    now = datetime.now(UTC)
+    return ClaimedJob(
+        id=7,
+        queue="q",
+        job_type="unit",
+        payload={"x": 1},
+        priority=100,
+        attempt=2,
+        max_attempts=5,
+        lease=Lease(7, "w", 11, 2, now),
+        lease_expires_at=now,
+        timeout_seconds=timeout,
+        idempotency_key=key,
+        checkpoint={"step": 3},
+    )
+
+
+def context(job: ClaimedJob | None = None) -> JobContext:
+    # No checkpoint call is made here, so no queue is needed.
+    return JobContext(job or claimed(), None, "w", threading.Event())  # type: ignore[arg-type]
+
+
+def test_context_exposes_the_attempt_and_derives_the_effect_key_from_the_work() -> None:
+    ctx = context(claimed(key="invoice-412"))
+    assert (ctx.job_id, ctx.attempt, ctx.lease_token, ctx.payload) == (7, 2, 11, {"x": 1})
+    assert ctx.last_checkpoint == {"step": 3}
+    assert ctx.effect_key == "invoice-412"
+    assert context().effect_key == "job:7"
+
+
+def test_context_progress_is_versioned_and_the_first_stop_reason_wins() -> None:
+    ctx = context()
+    assert ctx.pending_progress() == (None, 0)
+    ctx.progress({"pct": 10})
+    ctx.progress({"pct": 20})
+    assert ctx.pending_progress() == ({"pct": 20}, 2)
+    assert ctx.seconds_since_progress() >= 0
+    assert not ctx.should_stop
+    assert ctx.wait(0) is False
+    ctx.request_stop(StopReason.TIMED_OUT)
+    ctx.request_stop(StopReason.LEASE_LOST)
+    assert ctx.should_stop
+    assert ctx.stop_reason is StopReason.TIMED_OUT
+    assert ctx.wait(10) is True  # returns at once once stopped
+    with pytest.raises(Interrupted, match="timed_out"):
+        ctx.raise_if_stopped()
+
+
+def test_in_flight_attempt_is_settled_by_exactly_one_party() -> None:
+    job = InFlight.start(
+        claimed(timeout=10.0), None, context(), sent_at=100.0, received_at=100.2, lease_seconds=30
+    )
+    assert job.lease_bound == pytest.approx(130.2)
+    assert job.deadline == pytest.approx(109.5)  # before the database's deadline, never after
+    assert InFlight.start(
+        claimed(timeout=1.0), None, context(), sent_at=0.0, received_at=0.0, lease_seconds=30
+    ).deadline == pytest.approx(0.75)
+    assert job.take("heartbeat")
+    assert not job.take("handler")
+    assert job.settled_by == "heartbeat"
+
+    table = InFlightTable()
+    table.add(job)
+    assert len(table) == 1
+    assert table.running() == []
+    assert not table.wait_settled(0.01)
+    job.settled.set()
+    assert table.wait_settled(0.01)
+    table.remove(job)
+    assert len(table) == 0
+
+
+def test_health_reports_silent_loops_database_errors_and_draining() -> None:
+    health = Health()
+    assert health.ready() == (False, "database: not connected yet")
+    health.db_ok()
+    assert health.ready() == (True, "ok")
+    health.db_failed(DatabaseError("boom"))
+    assert health.ready() == (False, "database: boom")
+    health.db_ok()
+    health.draining = True
+    assert health.ready() == (False, "draining")
+
+    health.expect("dispatcher", 0.0)
+    time.sleep(0.01)  # the allowance is zero: any age is too old
+    ok, reason = health.healthy()
+    assert not ok
+    assert "dispatcher loop silent" in reason
+    health.expect("dispatcher", 60.0)
+    assert health.healthy() == (True, "ok")
+
+
+def test_metrics_start_every_known_series_at_zero() -> None:
+    m = WorkerMetrics(["a", "b"], ["ocr"])
+    get = m.registry.get_sample_value
+    for queue in ("a", "b"):
+        assert get("leaseq_jobs_in_flight", {"queue": queue}) == 0
+        assert get("leaseq_lease_renewals_total", {"queue": queue}) == 0
+        assert get("leaseq_jobs_claimed_total", {"queue": queue, "job_type": "ocr"}) == 0
+        for outcome in OUTCOMES:
+            labels = {"queue": queue, "job_type": "ocr", "outcome": outcome}
+            assert get("leaseq_jobs_finished_total", labels) == 0
+    m.finish("a", "ocr", "succeeded")
+    labels = {"queue": "a", "job_type": "ocr", "outcome": "succeeded"}
+    assert get("leaseq_jobs_finished_total", labels) == 1
+    with pytest.raises(ValueError, match="unknown outcome"):
+        m.finish("a", "ocr", "exploded")
+
+
+def test_signal_watch_counts_real_signals_and_triggers() -> None:
+    watch = SignalWatch()
+    watch.install()
+    try:
+        assert watch.wait(0, 0.01) == 0
+        os.kill(os.getpid(), signal.SIGTERM)
+        assert watch.wait(0, 10) == 1
+        watch.trigger()
+        assert watch.wait(1, 10) == 2
+    finally:
+        watch.uninstall()
+        watch.close()
+    assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL

@@ -1,0 +1,83 @@
+"""LISTEN for wake-ups on its own connection; reconnect with backoff when it drops.
+
+Notifications only make claims prompt. Correctness never depends on them: the dispatcher
+polls anyway, so while this connection is down (or LISTEN is disabled) every job is still
+drained, at the poll interval.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable, Collection
+
+import psycopg
+
+from leaseq.backoff import Backoff
+from leaseq.db import Conn, connect
+from leaseq.errors import LeaseqError, translate
+from leaseq.health import Health
+from leaseq.store import Store
+
+log = logging.getLogger("leaseq.listener")
+
+CHANNEL = "leaseq_jobs"
+
+
+class Listener:
+    """Calls ``wake()`` for every notification naming one of ``queues``, and once after each
+    (re)connect in case something was enqueued while it was away."""
+
+    def __init__(
+        self,
+        conninfo: str,
+        queues: Collection[str],
+        wake: Callable[[], None],
+        *,
+        store: Store,
+        health: Health,
+        stopping: threading.Event,
+        check_every: float = 1.0,
+    ) -> None:
+        self.conninfo = conninfo
+        self.queues = frozenset(queues)
+        self.wake = wake
+        self.store = store
+        self.health = health
+        self.stopping = stopping
+        self.check_every = check_every
+        self.connected = threading.Event()
+
+    def run(self) -> None:
+        backoff = Backoff(0.5, 15.0)
+        while not self.stopping.is_set():
+            self.health.tick("listener")
+            try:
+                with connect(self.conninfo, action="listen") as conn:
+                    self.store.worker_listen(conn)
+                    self.connected.set()
+                    backoff.reset()
+                    log.info("listening on channel %s", CHANNEL)
+                    self.wake()
+                    while not self.stopping.is_set():
+                        self.health.tick("listener")
+                        self._receive(conn)
+            except LeaseqError as exc:
+                delay = backoff.next()
+                log.warning(
+                    "listener connection lost (%s); polling meanwhile, re-listening in %.1fs",
+                    exc,
+                    delay,
+                )
+                self.stopping.wait(delay)
+            finally:
+                self.connected.clear()
+
+    def _receive(self, conn: Conn) -> None:
+        """Deliver notifications for up to ``check_every`` seconds."""
+        try:
+            for note in conn.notifies(timeout=self.check_every):
+                if note.payload in self.queues:
+                    self.wake()
+        except psycopg.Error as exc:
+            raise translate(exc, action="listen", conninfo=self.conninfo) from exc

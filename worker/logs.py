@@ -1,0 +1,62 @@
+"""Structured log lines: JSON objects or ``key=value`` text, with leaseq's context fields.
+
+Queue and worker code log with ``extra={"job_id": ..., "queue": ..., "worker": ...,
+"attempt": ..., "token": ...}``; the formatters here put those fields in every line that has
+them, so one job can be followed across workers with a single filter.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+from datetime import UTC, datetime
+from typing import Any
+
+FIELDS = ("job_id", "queue", "job_type", "worker", "attempt", "token", "outcome")
+
+
+def _fields(record: logging.LogRecord) -> dict[str, Any]:
+    return {name: getattr(record, name) for name in FIELDS if hasattr(record, name)}
+
+
+class JsonFormatter(logging.Formatter):
+    """One JSON object per line: ts, level, logger, msg, the context fields, exc if any."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        line: dict[str, Any] = {
+            "ts": datetime.fromtimestamp(record.created, UTC).isoformat(timespec="milliseconds"),
+            "level": record.levelname,
+            "logger": record.name,
+            "msg": record.getMessage(),
+            **_fields(record),
+        }
+        if record.exc_info:
+            line["exc"] = self.formatException(record.exc_info)
+        return json.dumps(line, default=str)
+
+
+class TextFormatter(logging.Formatter):
+    """``time LEVEL logger: message key=value ...`` for humans."""
+
+    def __init__(self) -> None:
+        super().__init__("%(asctime)s %(levelname)s %(name)s: %(message)s")
+
+    def format(self, record: logging.LogRecord) -> str:
+        text = super().format(record)
+        extra = " ".join(f"{k}={v}" for k, v in _fields(record).items())
+        if not extra:
+            return text
+        head, sep, tail = text.partition("\n")
+        return f"{head} {extra}{sep}{tail}"
+
+
+def configure(level: str, fmt: str) -> None:
+    """Send every leaseq (and library) log line to stderr in ``fmt`` (json or text)."""
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(JsonFormatter() if fmt == "json" else TextFormatter())
+    root = logging.getLogger()
+    for old in list(root.handlers):
+        root.removeHandler(old)
+    root.addHandler(handler)
+    root.setLevel(level)

@@ -1,0 +1,559 @@
+"""The worker process: claim, run, renew, settle; drain on SIGTERM.
+
+Threads: the main thread waits for signals and runs the drain; a dispatcher claims work
+whenever a slot is free (woken by LISTEN notifications, by finished jobs, else by a
+jittered idle backoff capped at the poll interval); one heartbeat loop renews every lease;
+a listener holds the LISTEN connection; every claimed attempt runs its handler in a thread
+of its own (at most ``concurrency`` at once). Every database call is one autocommit
+statement from a psycopg_pool pool, so no transaction is ever open while a handler runs.
+
+Guarantees, on top of the queue's: an attempt is settled (completed, failed, released or
+dropped) by exactly one party (:mod:`leaseq.inflight`); a result is never reported for an
+attempt whose lease PostgreSQL declared lost; calls that fail because the database is
+unreachable are retried with backoff while the lease may still be held, and after that the
+reaper takes the job back. No error ends the process silently: every loop logs and carries on.
+
+Threads cannot be killed: a handler that ignores ``ctx.should_stop`` after its attempt was
+given up keeps its slot (and ``leaseq_jobs_in_flight``) until it returns; its result is
+dropped. At exit, such threads are abandoned (they are daemons), after their jobs were
+settled, so a SIGTERM never waits on them past the drain window.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from functools import partial
+from typing import Any
+
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
+
+from leaseq import validation
+from leaseq.backoff import Backoff
+from leaseq.context import Interrupted, JobContext, PermanentError, StopReason
+from leaseq.db import open_pool
+from leaseq.errors import DatabaseUnavailable, InvalidJob, LeaseqError, SchemaNotReady
+from leaseq.health import Health
+from leaseq.heartbeat import HeartbeatLoop
+from leaseq.http_server import ProbeServer
+from leaseq.inflight import InFlight, InFlightTable
+from leaseq.listener import Listener
+from leaseq.metrics import WorkerMetrics
+from leaseq.migrate import check_schema
+from leaseq.models import ClaimedJob, Completed, Failed, Fenced, Released, RetryPolicy
+from leaseq.queue import Queue
+from leaseq.registry import Registry
+from leaseq.shutdown import SignalWatch
+from leaseq.worker_settings import WorkerSettings
+
+log = logging.getLogger("leaseq.worker")
+
+Outcome = Completed | Failed | Released | Fenced
+
+#: How long, after the drain, the worker waits for settling calls already under way.
+SETTLE_GRACE_SECONDS = 5.0
+#: Label used for job types this worker has no handler for (keeps label sets bounded).
+UNKNOWN_JOB_TYPE = "_unknown"
+
+# Attempt-row outcomes that show an ambiguous call (retried after a lost connection) had
+# in fact been applied, by the call that was retried.
+_APPLIED = {
+    "complete": {"succeeded"},
+    "fail": {"failed", "timed_out"},
+    "release": {"released"},
+}
+
+
+def application_name(conninfo: str, worker_id: str) -> str:
+    """``conninfo`` with application_name set to the worker (unless the URL sets one), so
+    an operator can find this worker's sessions in pg_stat_activity."""
+    if conninfo_to_dict(conninfo).get("application_name"):
+        return conninfo
+    return make_conninfo(conninfo, application_name=f"leaseq worker {worker_id}"[:63])
+
+
+class Worker:
+    """One worker process. Build it with settings and a registry, then :meth:`run` it."""
+
+    def __init__(
+        self, settings: WorkerSettings, registry: Registry, *, retry: RetryPolicy | None = None
+    ) -> None:
+        """``retry``: backoff between failed attempts (default :class:`RetryPolicy`)."""
+        self.settings = settings
+        self.registry = registry
+        self.metrics = WorkerMetrics(settings.queues, registry.job_types)
+        self.health = Health()
+        self.jobs = InFlightTable()
+        self.draining = threading.Event()
+        self.stopping = threading.Event()
+        self.wake = threading.Event()
+        # Bound first: a busy port must fail before anything else is started.
+        self.http: ProbeServer | None = None
+        if settings.metrics_port:
+            self.http = ProbeServer(
+                settings.metrics_port, self.metrics.registry, self.health.healthy, self.health.ready
+            )
+        self.conninfo = application_name(settings.database_url, settings.worker_id)
+        self.pool = open_pool(
+            self.conninfo,
+            min_size=2,
+            max_size=settings.concurrency + 4,
+            name=f"leaseq-{settings.worker_id}",
+            timeout=max(2.0, min(10.0, settings.lease_seconds / 2)),
+        )
+        self.queue = Queue(self.pool, retry=retry)
+        self.heartbeat = HeartbeatLoop(
+            self.queue,
+            self.jobs,
+            lease_seconds=settings.lease_seconds,
+            interval=settings.heartbeat_seconds,
+            metrics=self.metrics,
+            health=self.health,
+            give_up=self.give_up,
+            register=self.register,
+            stopping=self.stopping,
+        )
+        self.listener = Listener(
+            self.conninfo,
+            settings.queues,
+            self.wake.set,
+            store=self.queue.store,
+            health=self.health,
+            stopping=self.stopping,
+        )
+        self._threads: list[threading.Thread] = []
+
+    @property
+    def _fields(self) -> dict[str, Any]:
+        return {"worker": self.settings.worker_id}
+
+    # -- lifecycle --------------------------------------------------------------------
+
+    def run(self, signals: SignalWatch) -> int:
+        """Serve until the first signal, drain, release what is left, deregister; returns
+        the exit status (0 after a drain). ``signals`` is installed by the caller (the CLI),
+        or triggered by code that embeds the worker."""
+        s = self.settings
+        log.info(
+            "worker starting: queues %s, concurrency %d, lease %.1fs, heartbeat %.1fs",
+            ",".join(s.queues),
+            s.concurrency,
+            s.lease_seconds,
+            s.heartbeat_seconds,
+            extra=self._fields,
+        )
+        try:
+            if self.http:
+                self.http.start()
+            self.registry.run_startup()
+            if not self._wait_for_schema(signals):
+                return 0
+            self.register()
+            self._start_threads()
+            seen = signals.wait(0, None)
+            self.drain(signals, seen)
+            return 0
+        finally:
+            self.stopping.set()
+            self.wake.set()
+            self.heartbeat.nudge.set()
+            for thread in self._threads:
+                thread.join(timeout=5.0)
+            self._deregister()
+            self.pool.close(timeout=2.0)
+            if self.http:
+                self.http.stop()
+            log.info("worker stopped", extra=self._fields)
+
+    def _wait_for_schema(self, signals: SignalWatch) -> bool:
+        """Wait (with backoff) until PostgreSQL answers with the schema this code needs;
+        False if a signal arrived first. SchemaTooNew and other errors propagate."""
+        backoff = Backoff(0.5, 10.0)
+        while True:
+            try:
+                with self.queue.connection("check schema") as conn:
+                    check_schema(conn, self.queue.store)
+                self.health.db_ok()
+                return True
+            except (DatabaseUnavailable, SchemaNotReady) as exc:
+                self.health.db_failed(exc)
+                delay = backoff.next()
+                log.warning("waiting for the database: %s (retry in %.1fs)", exc, delay)
+                if signals.wait(0, delay) > 0:
+                    return False
+
+    def _start_threads(self) -> None:
+        s = self.settings
+        loops: list[tuple[str, Callable[[], None], float]] = [
+            ("dispatcher", self.dispatch, 3 * s.poll_seconds + 60),
+            ("heartbeat", self.heartbeat.run, 3 * s.heartbeat_seconds + 60),
+        ]
+        if s.listen:
+            loops.append(("listener", self.listener.run, 120.0))
+        for name, target, allowance in loops:
+            self.health.expect(name, allowance)
+            thread = threading.Thread(target=target, name=f"leaseq-{name}", daemon=True)
+            thread.start()
+            self._threads.append(thread)
+
+    # -- registry of workers ----------------------------------------------------------
+
+    def register(self) -> None:
+        """Upsert this worker's row (state and in-flight count); failures are logged only."""
+        s = self.settings
+        try:
+            with self.queue.connection("register worker") as conn:
+                self.queue.store.worker_upsert(
+                    conn,
+                    worker_id=s.worker_id,
+                    pod=s.pod_name,
+                    node=s.node_name,
+                    queues=s.queues,
+                    concurrency=s.concurrency,
+                    state="draining" if self.draining.is_set() else "running",
+                    in_flight=len(self.jobs),
+                )
+        except LeaseqError as exc:
+            if isinstance(exc, DatabaseUnavailable):
+                self.health.db_failed(exc)
+            log.warning("could not update the workers table: %s", exc, extra=self._fields)
+            return
+        self.health.db_ok()
+        self.metrics.last_heartbeat.set_to_current_time()
+
+    def _deregister(self) -> None:
+        try:
+            with self.queue.connection("remove worker") as conn:
+                self.queue.store.worker_delete(conn, self.settings.worker_id)
+        except LeaseqError as exc:
+            log.warning("could not remove this worker's row: %s", exc, extra=self._fields)
+
+    # -- claiming ---------------------------------------------------------------------
+
+    def dispatch(self) -> None:
+        """Claim whenever a slot is free, until draining starts."""
+        s = self.settings
+        idle = Backoff(min(0.5, s.poll_seconds), s.poll_seconds)
+        failures = Backoff(0.5, 15.0)
+        try:
+            self._dispatch(idle, failures)
+        finally:
+            # Claiming ends with the drain, which may outlast any liveness allowance.
+            self.health.forget("dispatcher")
+
+    def _dispatch(self, idle: Backoff, failures: Backoff) -> None:
+        s = self.settings
+        while not self.draining.is_set():
+            self.health.tick("dispatcher")
+            free = s.concurrency - len(self.jobs)
+            if free <= 0:
+                self.wake.wait(s.poll_seconds)
+                self.wake.clear()
+                continue
+            # Cleared before claiming: a notification during the claim keeps it set.
+            self.wake.clear()
+            try:
+                claimed = self._claim(free)
+            except LeaseqError as exc:
+                if isinstance(exc, DatabaseUnavailable):
+                    self.health.db_failed(exc)
+                delay = failures.next()
+                log.warning("claim failed (%s); retrying in %.1fs", exc, delay, extra=self._fields)
+                self.wake.wait(delay)
+                continue
+            except Exception:
+                log.exception("dispatcher error; continuing", extra=self._fields)
+                self.wake.wait(failures.next())
+                continue
+            failures.reset()
+            if len(claimed) == free:
+                idle.reset()
+                continue
+            if claimed:
+                idle.reset()
+            self.wake.wait(idle.next())
+
+    def _claim(self, free: int) -> list[InFlight]:
+        s = self.settings
+        sent = time.monotonic()
+        claimed = self.queue.claim(s.queues, s.worker_id, limit=free, lease_seconds=s.lease_seconds)
+        received = time.monotonic()
+        self.health.db_ok()
+        self.metrics.claim_latency.observe(received - sent)
+        started = []
+        for job in claimed:
+            attempt = InFlight.start(
+                job,
+                self.registry.get(job.job_type),
+                JobContext(job, self.queue, s.worker_id, self.draining),
+                sent_at=sent,
+                received_at=received,
+                lease_seconds=s.lease_seconds,
+            )
+            self.jobs.add(attempt)
+            self.metrics.in_flight.labels(job.queue).inc()
+            self.metrics.claimed.labels(job.queue, self._type_label(job)).inc()
+            started.append(attempt)
+        for attempt in started:
+            if self.draining.is_set():
+                # SIGTERM arrived while the claim was in flight: hand it straight back.
+                self.give_up(attempt, StopReason.DRAINING)
+                self._finished(attempt)
+                continue
+            log.info("claimed", extra=attempt.fields())
+            thread = threading.Thread(
+                target=self._run, args=(attempt,), name=f"leaseq-job-{attempt.job.id}", daemon=True
+            )
+            thread.start()
+        return started
+
+    def _type_label(self, job: ClaimedJob) -> str:
+        return job.job_type if self.registry.get(job.job_type) else UNKNOWN_JOB_TYPE
+
+    # -- running a job ----------------------------------------------------------------
+
+    def _run(self, job: InFlight) -> None:
+        """Run the handler and settle the attempt from its outcome (unless already given up)."""
+        started = time.monotonic()
+        call: Callable[[], Outcome]
+        try:
+            if job.job_type is None:
+                error = f"no handler for job type {job.job.job_type!r} in {self.settings.app}"
+                call = partial(self.queue.fail, job.job.lease, error, error_code="UNKNOWN_JOB_TYPE")
+                self._settle(job, "handler", "fail", call)
+                return
+            try:
+                result = job.job_type.handler(job.job.payload, job.context)
+            except Interrupted:
+                call = partial(self.queue.release, job.job.lease, reason="handler interrupted")
+                self._settle(job, "handler", "release", call)
+            except PermanentError as exc:
+                self._fail(job, exc, retryable=False)
+            except Exception as exc:
+                log.warning("handler raised %r", exc, extra=job.fields(), exc_info=True)
+                self._fail(job, exc, retryable=True)
+            else:
+                self._complete(job, result)
+            finally:
+                self.metrics.duration.labels(job.job.queue, job.job.job_type).observe(
+                    time.monotonic() - started
+                )
+        except Exception:
+            log.exception("error settling the attempt", extra=job.fields())
+        finally:
+            self._finished(job)
+
+    def _finished(self, job: InFlight) -> None:
+        self.jobs.remove(job)
+        self.metrics.in_flight.labels(job.job.queue).dec()
+        self.wake.set()
+
+    def _complete(self, job: InFlight, result: Any) -> None:
+        try:
+            validation.json_value("result", result)
+        except InvalidJob as exc:
+            # The handler's return value cannot be stored: retrying would not change it.
+            self._fail(job, PermanentError(f"handler returned an unusable result: {exc}"), False)
+            return
+        progress, version = job.context.pending_progress()
+        final = progress if version > job.sent_progress_version else None
+        try:
+            validation.json_value("progress", final, limit=65536)
+        except InvalidJob:
+            final = None  # the heartbeat already logged why it was not stored
+        call = partial(
+            self.queue.complete,
+            job.job.lease,
+            result,
+            effect_key=job.job.effect_key,
+            progress=final,
+        )
+        self._settle(job, "handler", "complete", call)
+
+    def _fail(self, job: InFlight, exc: BaseException, retryable: bool) -> None:
+        call = partial(
+            self.queue.fail,
+            job.job.lease,
+            f"{type(exc).__name__}: {exc}",
+            retryable=retryable,
+            error_code=type(exc).__name__,
+        )
+        self._settle(job, "handler", "fail", call)
+
+    # -- giving up --------------------------------------------------------------------
+
+    def give_up(self, job: InFlight, reason: StopReason) -> None:
+        """Take the attempt away from its handler (which sees ``should_stop``) and settle it:
+        failed as timed out, failed for lack of progress, released, or, when the lease is
+        already gone, dropped without reporting anything."""
+        if not job.take(reason.value):
+            return
+        job.context.request_stop(reason)
+        lease = job.job.lease
+        if reason in (StopReason.LEASE_LOST, StopReason.CANCELLED):
+            log.warning(
+                "lease lost (%s): result will not be reported", reason.value, extra=job.fields()
+            )
+            self.metrics.losses.labels(job.job.queue).inc()
+            self.metrics.finish(job.job.queue, self._type_label(job.job), "lease_lost")
+            job.settled.set()
+            return
+        call: Callable[[], Outcome]
+        if reason is StopReason.DRAINING:
+            # Bounded: the pod's grace period is running out.
+            until = time.monotonic() + SETTLE_GRACE_SECONDS
+            release = partial(self.queue.release, lease, reason="worker draining")
+            self._settle_taken(job, "release", release, until)
+            return
+        if reason is StopReason.TIMED_OUT:
+            error = f"timed out: ran past its max runtime of {job.job.timeout_seconds}s"
+        else:
+            limit = job.job_type.progress_timeout if job.job_type else None
+            error = f"no progress reported for {limit}s"
+        call = partial(
+            self.queue.fail,
+            lease,
+            error,
+            error_code=reason.name,
+            timed_out=reason is StopReason.TIMED_OUT,
+        )
+        # Off the heartbeat thread: retries must not delay other jobs' renewals.
+        threading.Thread(
+            target=self._settle_taken,
+            args=(job, "fail", call),
+            name=f"leaseq-giveup-{job.job.id}",
+            daemon=True,
+        ).start()
+
+    # -- settling ---------------------------------------------------------------------
+
+    def _settle(self, job: InFlight, by: str, call: str, fn: Callable[[], Outcome]) -> None:
+        """Settle as ``by`` if nobody else has; otherwise drop the result, logged."""
+        if not job.take(by):
+            log.info(
+                "attempt already given up (%s); result not reported",
+                job.settled_by,
+                extra=job.fields(),
+            )
+            return
+        self._settle_taken(job, call, fn)
+
+    def _settle_taken(
+        self, job: InFlight, call: str, fn: Callable[[], Outcome], until: float | None = None
+    ) -> None:
+        try:
+            name = self._deliver(job, call, fn, until)
+            if name is not None:
+                self._record(job, call, name)
+        finally:
+            job.settled.set()
+
+    def _deliver(
+        self, job: InFlight, call: str, fn: Callable[[], Outcome], until: float | None
+    ) -> str | None:
+        """``fn()``, retried while PostgreSQL is unreachable, the lease may still hold and
+        ``until`` (monotonic) has not passed; returns the attempt's outcome name (see
+        :data:`leaseq.metrics.OUTCOMES`), or None after giving up (the reaper will take the
+        job back). A retried call that comes back fenced is checked against the audit trail:
+        if the first try had been applied before the connection dropped, that is the outcome."""
+        backoff = Backoff(0.1, 2.0)
+        retried = False
+        while True:
+            try:
+                result = fn()
+            except DatabaseUnavailable as exc:
+                self.health.db_failed(exc)
+                limit = job.lease_bound if until is None else min(until, job.lease_bound)
+                if time.monotonic() > limit or self.stopping.is_set():
+                    log.error(
+                        "%s not delivered (database unreachable, lease expired): %s; "
+                        "the reaper will return the job",
+                        call,
+                        exc,
+                        extra=job.fields(),
+                    )
+                    return None
+                delay = backoff.next()
+                log.warning(
+                    "%s failed (%s); retrying in %.1fs", call, exc, delay, extra=job.fields()
+                )
+                time.sleep(delay)
+                retried = True
+                continue
+            self.health.db_ok()
+            if retried and isinstance(result, Fenced):
+                applied = self._applied(job, call)
+                if applied is not None:
+                    log.info(
+                        "%s had been applied before the connection dropped",
+                        call,
+                        extra=job.fields(),
+                    )
+                    return applied
+            return self._name(job, result)
+
+    def _name(self, job: InFlight, outcome: Outcome) -> str:
+        if isinstance(outcome, Fenced):
+            return "fenced"
+        if isinstance(outcome, Completed):
+            return "succeeded"
+        if isinstance(outcome, Released):
+            return "released"
+        if job.settled_by == StopReason.TIMED_OUT.value:
+            return "timed_out"
+        return "dead" if outcome.status == "dead" else "failed"
+
+    def _applied(self, job: InFlight, call: str) -> str | None:
+        """The outcome name if the audit trail shows ``call`` was applied for this lease."""
+        try:
+            attempts = self.queue.attempts(job.job.id)
+            mine = [
+                a.outcome
+                for a in attempts
+                if a.lease_token == job.job.lease.token and a.outcome in _APPLIED[call]
+            ]
+            if not mine:
+                return None
+            if mine[0] == "failed" and self.queue.get(job.job.id).status == "dead":
+                return "dead"
+            return mine[0]
+        except LeaseqError:
+            return None
+
+    def _record(self, job: InFlight, call: str, name: str) -> None:
+        queue, job_type = job.job.queue, self._type_label(job.job)
+        self.metrics.finish(queue, job_type, name)
+        if name == "fenced":
+            self.metrics.fenced.labels(queue).inc()
+            log.warning("%s fenced: the lease was lost", call, extra=job.fields())
+            return
+        log.info("attempt settled: %s", name, extra={**job.fields(), "outcome": name})
+
+    # -- draining ---------------------------------------------------------------------
+
+    def drain(self, signals: SignalWatch, seen: int) -> None:
+        """Stop claiming now, let running attempts finish for ``drain_seconds``, then release
+        what is left (at once on a second signal) and wait briefly for settling calls."""
+        s = self.settings
+        self.draining.set()
+        self.health.draining = True
+        self.metrics.draining.set(1)
+        self.wake.set()
+        log.info(
+            "draining: %d job(s) in flight, up to %.1fs to finish",
+            len(self.jobs.running()),
+            s.drain_seconds,
+            extra=self._fields,
+        )
+        self.register()
+        end = time.monotonic() + s.drain_seconds
+        while self.jobs.running() and time.monotonic() < end and signals.count <= seen:
+            signals.wait(seen, min(0.1, max(0.0, end - time.monotonic())))
+        if signals.count > seen:
+            log.info("second signal: releasing in-flight jobs now", extra=self._fields)
+        for job in self.jobs.running():
+            self.give_up(job, StopReason.DRAINING)
+        if not self.jobs.wait_settled(SETTLE_GRACE_SECONDS):
+            log.warning("some attempts were still settling at exit", extra=self._fields)

@@ -1,0 +1,63 @@
+"""Output for the CLI: aligned text tables for people, JSON for scripts."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections.abc import Sequence
+from datetime import date, datetime
+from typing import Any
+
+
+def age(seconds: float | None) -> str:
+    """``None`` -> ``-``; otherwise a short human duration: 4s, 3m12s, 2h05m, 3d04h."""
+    if seconds is None:
+        return "-"
+    s = int(max(0.0, seconds))
+    if s < 60:
+        return f"{seconds:.1f}s" if seconds < 10 else f"{s}s"
+    if s < 3600:
+        return f"{s // 60}m{s % 60:02d}s"
+    if s < 86400:
+        return f"{s // 3600}h{s % 3600 // 60:02d}m"
+    return f"{s // 86400}d{s % 86400 // 3600:02d}h"
+
+
+def when(moment: datetime | None) -> str:
+    return "-" if moment is None else moment.astimezone().strftime("%Y-%m-%d %H:%M:%S")
+
+
+def table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
+    """Left-aligned columns separated by two spaces; numbers right-aligned."""
+    cells = [[str(c) for c in headers], *[["-" if c is None else str(c) for c in r] for r in rows]]
+    widths = [max(len(row[i]) for row in cells) for i in range(len(headers))]
+    numeric = [
+        any(isinstance(r[i], int | float) for r in rows)
+        and all(r[i] is None or isinstance(r[i], int | float) for r in rows)
+        for i in range(len(headers))
+    ]
+    lines = []
+    for row in cells:
+        parts = [
+            cell.rjust(width) if is_num else cell.ljust(width)
+            for cell, width, is_num in zip(row, widths, numeric, strict=True)
+        ]
+        lines.append("  ".join(parts).rstrip())
+    return "\n".join(lines)
+
+
+def _plain(value: Any) -> Any:
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {k: _plain(v) for k, v in dataclasses.asdict(value).items()}
+    if isinstance(value, datetime | date):
+        return value.isoformat()
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_plain(v) for v in value]
+    return value
+
+
+def to_json(value: Any) -> str:
+    """Dataclasses, datetimes (ISO 8601) and containers as indented JSON."""
+    return json.dumps(_plain(value), indent=2, default=str)

@@ -129,8 +129,6 @@ class HeartbeatLoop:
                 job.sent_progress_version = version
                 self.metrics.renewals.labels(job.job.queue).inc()
                 self.metrics.last_heartbeat.set_to_current_time()
-            elif beat.status is HeartbeatStatus.MAX_RUNTIME:
-                self.give_up(job, StopReason.TIMED_OUT)
             else:
                 self.metrics.fenced.labels(job.job.queue).inc()
                 self.give_up(job, self._why_lost(job))

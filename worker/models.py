@@ -109,16 +109,15 @@ class Released:
 class HeartbeatStatus(enum.Enum):
     """What a heartbeat found."""
 
+    #: The lease was extended (up to the job's maximum runtime at most).
     RENEWED = "renewed"
-    #: The lease is held but the job reached its maximum runtime: it was not extended.
-    MAX_RUNTIME = "max_runtime"
     #: The caller no longer holds the lease (expired, reclaimed, cancelled or finished).
     LOST = "lost"
 
 
 @dataclass(frozen=True)
 class Heartbeat:
-    """Result of a heartbeat; ``lease_expires_at`` is set when renewed."""
+    """Result of a heartbeat; ``lease_expires_at`` is the new end of the lease when renewed."""
 
     status: HeartbeatStatus
     lease_expires_at: datetime | None

@@ -239,20 +239,20 @@ class Queue:
         progress: Any = None,
         now: datetime | None = None,
     ) -> Heartbeat:
-        """Extend the lease to ``lease_seconds`` from now (never past the job's timeout) and
-        store ``progress``. LOST means stop working on the job: its result will be refused."""
+        """Extend the lease to ``lease_seconds`` from now and store ``progress``. The lease
+        never extends past the job's maximum runtime (``started_at + timeout``): near the end,
+        ``lease_expires_at`` is that deadline, and the worker must finish or fail the job by
+        then. LOST means stop working on the job: its result will be refused."""
         if progress is not None:
             validation.json_value("progress", progress, limit=65536)
         with self.connection("heartbeat") as c:
-            row = self.store.job_heartbeat(
+            expires = self.store.job_heartbeat(
                 c, lease, lease_seconds=lease_seconds, progress=progress, now=now
             )
-            if not row["held"]:
+            if expires is None:
                 self._fenced(c, lease, "heartbeat", now)
                 return Heartbeat(HeartbeatStatus.LOST, None)
-        if row["lease_expires_at"] is None:
-            return Heartbeat(HeartbeatStatus.MAX_RUNTIME, None)
-        return Heartbeat(HeartbeatStatus.RENEWED, row["lease_expires_at"])
+        return Heartbeat(HeartbeatStatus.RENEWED, expires)
 
     def checkpoint(self, lease: Lease, state: Any, *, now: datetime | None = None) -> bool:
         """Store durable state that the job's next attempt receives; False if the lease is lost."""

@@ -148,9 +148,9 @@ class Store:
         lease_seconds: float,
         progress: Any = None,
         now: datetime | None = None,
-    ) -> DictRow:
-        """Row with ``held`` (bool) and ``lease_expires_at`` (None unless renewed)."""
-        return self._dicts(
+    ) -> datetime | None:
+        """The new end of the lease; None when the lease is not held."""
+        rows = self._dicts(
             conn,
             "job_heartbeat",
             {
@@ -162,7 +162,8 @@ class Store:
                 "now": now,
             },
             "heartbeat",
-        )[0]
+        )
+        return rows[0]["lease_expires_at"] if rows else None
 
     def job_checkpoint(
         self, conn: Conn, lease: Lease, checkpoint: Any, now: datetime | None = None

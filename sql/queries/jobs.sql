@@ -61,27 +61,16 @@ claimed AS (
 SELECT * FROM claimed ORDER BY priority, available_at, id;
 
 -- name: job_heartbeat
--- Extends a held lease (never past the job's max runtime) and stores progress; says whether the lease was held and whether it was renewed.
-WITH t AS (SELECT coalesce(%(now)s::timestamptz, now()) AS now),
-held AS (
-    SELECT j.id, j.started_at, j.timeout
-      FROM leaseq.jobs j, t
-     WHERE j.id = %(id)s AND j.status = 'running' AND j.lease_owner = %(owner)s
-       AND j.lease_token = %(token)s AND j.lease_expires_at > t.now
-),
-renewed AS (
-    UPDATE leaseq.jobs j
-       SET heartbeat_at = t.now,
-           lease_expires_at = CASE
-               WHEN held.timeout IS NULL THEN t.now + make_interval(secs => %(lease_seconds)s)
-               ELSE least(t.now + make_interval(secs => %(lease_seconds)s), held.started_at + held.timeout)
-           END,
-           progress = coalesce(%(progress)s::jsonb, j.progress)
-      FROM held, t
-     WHERE j.id = held.id AND (held.timeout IS NULL OR held.started_at + held.timeout > t.now)
-    RETURNING j.lease_expires_at
-)
-SELECT (SELECT count(*) FROM held) = 1 AS held, (SELECT lease_expires_at FROM renewed) AS lease_expires_at;
+-- Extends a held lease (capped at started_at + timeout, the job's max runtime) and stores progress; no row when the lease is not held.
+UPDATE leaseq.jobs j
+   SET heartbeat_at = t.now,
+       lease_expires_at = least(t.now + make_interval(secs => %(lease_seconds)s),
+                                coalesce(j.started_at + j.timeout, 'infinity')),
+       progress = coalesce(%(progress)s::jsonb, j.progress)
+  FROM (SELECT coalesce(%(now)s::timestamptz, now()) AS now) t
+ WHERE j.id = %(id)s AND j.status = 'running' AND j.lease_owner = %(owner)s
+   AND j.lease_token = %(token)s AND j.lease_expires_at > t.now
+RETURNING j.lease_expires_at;
 
 -- name: job_checkpoint
 -- Stores durable handler state for the next attempt, only for the current lease holder.

@@ -100,12 +100,15 @@ def test_heartbeat_extends_lease_stores_progress_and_stops_at_max_runtime(
     # Renewal is capped at started_at + timeout ...
     beat = queue.heartbeat(job.lease, lease_seconds=20, now=now + timedelta(seconds=29))
     assert beat.lease_expires_at == now + timedelta(seconds=49)
-    # ... and refused once the job has used its maximum runtime (lease still held).
-    job_row = queue.get(job.id)
-    assert job_row.lease_expires_at == now + timedelta(seconds=49)
+    assert queue.get(job.id).lease_expires_at == now + timedelta(seconds=49)
+    # ... so once the job has used its maximum runtime the lease is gone.
+    beat = queue.heartbeat(job.lease, lease_seconds=20, now=now + timedelta(seconds=49))
+    assert beat.status is HeartbeatStatus.LOST
 
 
-def test_heartbeat_at_max_runtime_reports_it(queue: leaseq.Queue, conn: leaseq.db.Conn) -> None:
+def test_job_at_its_max_runtime_is_failed_as_timed_out(
+    queue: leaseq.Queue, conn: leaseq.db.Conn
+) -> None:
     now = db_now(conn)
     queue.enqueue("q", "t", timeout=10, now=now)
     job = claim_one(queue, lease_seconds=30, now=now)  # lease capped at the timeout: now+10

@@ -44,9 +44,7 @@ HEALTH_PORT = Option(
     8080,
     "port of kopf's liveness endpoint /healthz (0: off)",
 )
-METRICS_PORT = Option(
-    "metrics_port", "LEASEQ_METRICS_PORT", settings.port, 9100, "port of /metrics (0: off)"
-)
+METRICS_PORT = settings.METRICS_PORT
 
 OPTIONS = (
     settings.DATABASE_URL,

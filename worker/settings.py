@@ -85,6 +85,13 @@ DATABASE_URL = Option(
     None,
     "PostgreSQL URL, e.g. postgresql://user:pass@host:5432/db",
 )
+METRICS_PORT = Option(
+    "metrics_port",
+    "LEASEQ_METRICS_PORT",
+    port,
+    9100,
+    "HTTP port for /metrics (a worker also serves /healthz and /readyz there); 0 disables",
+)
 LOG_LEVEL = Option(
     "log_level",
     "LEASEQ_LOG_LEVEL",

@@ -76,13 +76,7 @@ WORKER_ID = Option(
 )
 POD_NAME = Option("pod_name", "LEASEQ_POD_NAME", str, None, "Kubernetes pod (downward API)")
 NODE_NAME = Option("node_name", "LEASEQ_NODE_NAME", str, None, "Kubernetes node (downward API)")
-METRICS_PORT = Option(
-    "metrics_port",
-    "LEASEQ_METRICS_PORT",
-    settings.port,
-    9100,
-    "HTTP port for /metrics, /healthz and /readyz (0 disables)",
-)
+METRICS_PORT = settings.METRICS_PORT
 
 OPTIONS = [
     settings.DATABASE_URL,

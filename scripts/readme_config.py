@@ -1,0 +1,32 @@
+"""Print the README's configuration tables from the settings declarations.
+
+`python scripts/readme_config.py` prints them; tests/unit/test_readme.py checks the README
+holds exactly this text between the CONFIGURATION markers.
+"""
+
+from __future__ import annotations
+
+from leaseq import settings, worker_settings
+from leaseq.operator import config
+
+COMMON = [settings.DATABASE_URL, settings.METRICS_PORT, settings.LOG_LEVEL, settings.LOG_FORMAT]
+
+
+def tables() -> str:
+    """The three tables: options of every role, of the worker, of the operator."""
+    worker = [o for o in worker_settings.OPTIONS if o not in COMMON]
+    operator = [o for o in config.OPTIONS if o not in COMMON]
+    return "\n\n".join(
+        [
+            "All roles:",
+            settings.docs_table(COMMON),
+            "`leaseq worker`:",
+            settings.docs_table(worker),
+            "`leaseq operator`:",
+            settings.docs_table(operator),
+        ]
+    )
+
+
+if __name__ == "__main__":
+    print(tables())

@@ -84,6 +84,7 @@ class OperatorApp:
         self.reaper = Reaper(
             LeaderLease(self.queue, config.operator_id, config.leader_ttl_seconds),
             config.reap_interval_seconds,
+            vacuum_dead_tuples=config.vacuum_dead_tuples,
             on_reaped=self.metrics.count_reaped,
             on_leading=lambda leading: self.metrics.leader.set(1 if leading else 0),
         )

@@ -37,6 +37,14 @@ LEADER_TTL = Option(
     15.0,
     "seconds a reaper lease lasts without renewal; another replica takes over after it",
 )
+VACUUM_DEAD_TUPLES = Option(
+    "vacuum_dead_tuples",
+    "LEASEQ_VACUUM_DEAD_TUPLES",
+    settings.non_negative_int,
+    2000,
+    "after a reaper pass, VACUUM leaseq.jobs once it has this many dead row versions, so churn"
+    " never buries the claim index's head (0: leave it to autovacuum alone)",
+)
 HEALTH_PORT = Option(
     "health_port",
     "LEASEQ_HEALTH_PORT",
@@ -52,6 +60,7 @@ OPTIONS = (
     OPERATOR_ID,
     REAP_INTERVAL,
     LEADER_TTL,
+    VACUUM_DEAD_TUPLES,
     HEALTH_PORT,
     METRICS_PORT,
     settings.LOG_LEVEL,
@@ -77,6 +86,7 @@ class OperatorConfig:
     operator_id: str = "leaseq-operator"
     reap_interval_seconds: float = 5.0
     leader_ttl_seconds: float = 15.0
+    vacuum_dead_tuples: int = 2000
     health_port: int = 8080
     metrics_port: int = 9100
     log_level: str = "INFO"

@@ -17,6 +17,10 @@ Two mechanisms, on purpose:
 
 Every reaped job is logged with its previous owner and token, counted in
 ``leaseq_reaped_total{queue,outcome}``, and recorded in ``job_attempts`` by the statement.
+
+After each pass the leader also vacuums ``leaseq.jobs`` once it holds ``vacuum_dead_tuples``
+dead row versions (:meth:`leaseq.Queue.vacuum`): churn buries the claim index's head in dead
+entries faster than autovacuum's once-a-minute wake-up clears them.
 """
 
 from __future__ import annotations
@@ -110,6 +114,7 @@ class Reaper:
 
     lease: LeaderLease
     interval: float
+    vacuum_dead_tuples: int = 0
     on_reaped: OnReaped = lambda job: None
     on_leading: Callable[[bool], None] = lambda leading: None
     _stop: threading.Event = field(default_factory=threading.Event, init=False)
@@ -135,6 +140,8 @@ class Reaper:
             reaped = queue.reap(limit=REAP_BATCH, conn=conn, now=now)
         for job in reaped:
             self.on_reaped(job)
+        if self.vacuum_dead_tuples:
+            queue.vacuum(min_dead_tuples=self.vacuum_dead_tuples)
         if reaped:
             log.info(
                 "reaped %d jobs",

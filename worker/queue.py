@@ -353,6 +353,24 @@ class Queue:
             )
         return reaped
 
+    def vacuum(self, *, min_dead_tuples: int) -> int | None:
+        """VACUUM leaseq.jobs when it holds at least ``min_dead_tuples`` dead row versions;
+        returns that count when it vacuumed, else None.
+
+        Why: every claim leaves a dead entry at the head of the claim index, and each claim
+        reads through them until VACUUM removes them. Autovacuum wakes at most once per
+        ``autovacuum_naptime`` (a minute by default), so under steady churn the head grows to
+        tens of thousands of dead entries; the reaper calls this every pass to keep it short.
+        Needs the table's owner (or MAINTAIN); otherwise PostgreSQL only warns."""
+        validation.at_least("min_dead_tuples", min_dead_tuples, 1)
+        with self.connection("vacuum") as c:
+            dead = self.store.jobs_dead_tuples(c)
+            if dead < min_dead_tuples:
+                return None
+            self.store.jobs_vacuum(c)
+        log.info("vacuumed leaseq.jobs (%d dead row versions)", dead)
+        return dead
+
     def cancel(self, job_id: int, *, reason: str | None = None) -> Cancelled:
         """Cancel a pending or running job. A running job's worker is fenced from now on."""
         with self.connection("cancel") as c:

@@ -55,6 +55,13 @@ def positive_int(text: str) -> int:
     return value
 
 
+def non_negative_int(text: str) -> int:
+    value = int(text)
+    if value < 0:
+        raise ValueError("must not be negative")
+    return value
+
+
 def port(text: str) -> int:
     value = int(text)
     if not 0 <= value <= 65535:

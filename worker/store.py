@@ -390,6 +390,13 @@ class Store:
         rows = self._typed(conn, "job_result", {"key": key}, EffectRecord, "read effect")
         return rows[0] if rows else None
 
+    def jobs_dead_tuples(self, conn: Conn) -> int:
+        return int(self._dicts(conn, "jobs_dead_tuples", {}, "vacuum")[0]["dead_tuples"])
+
+    def jobs_vacuum(self, conn: Conn) -> None:
+        """VACUUM needs a connection in autocommit mode outside any transaction."""
+        self._dicts(conn, "jobs_vacuum", None, "vacuum")
+
     # -- workers ------------------------------------------------------------------------
 
     def worker_upsert(

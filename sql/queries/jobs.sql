@@ -335,3 +335,12 @@ SELECT a.job_id, a.attempt, a.lease_token, a.worker, a.started_at, a.ended_at,
 SELECT r.idempotency_key, r.job_id, r.produced_by, r.produced_at, r.result
   FROM leaseq.job_results r
  WHERE r.idempotency_key = %(key)s;
+
+-- name: jobs_dead_tuples
+-- Dead row versions in leaseq.jobs by the statistics system (what VACUUM would clean up).
+SELECT coalesce((SELECT n_dead_tup FROM pg_stat_user_tables
+                  WHERE relid = 'leaseq.jobs'::regclass), 0) AS dead_tuples;
+
+-- name: jobs_vacuum
+-- Vacuums leaseq.jobs, skipping it when another vacuum holds it; must run outside a transaction.
+VACUUM (SKIP_LOCKED) leaseq.jobs;

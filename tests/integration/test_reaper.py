@@ -128,3 +128,29 @@ def test_thread_reaps_reports_leadership_and_stops_cleanly(
     assert not reaper.leading
     assert seen[0] is True
     assert seen[-1] is False
+
+
+def test_the_leader_vacuums_the_jobs_table_after_churn(
+    pooled: leaseq.Queue, conn: leaseq.db.Conn
+) -> None:
+    def vacuums() -> int:
+        row = conn.execute(
+            "SELECT vacuum_count FROM pg_stat_user_tables WHERE relid = 'leaseq.jobs'::regclass"
+        ).fetchone()
+        assert row is not None
+        return int(row[0])
+
+    lease = LeaderLease(pooled, "op-a", ttl=15, clock=Clock())
+    reaper = Reaper(lease, interval=60, vacuum_dead_tuples=500)
+    before = vacuums()
+    reaper.run_once()
+    assert vacuums() == before  # nothing dead yet: nothing to do
+    conn.execute(
+        "INSERT INTO leaseq.jobs (queue, job_type) SELECT 'q', 't' FROM generate_series(1, 1000)"
+    )
+    conn.execute(
+        "UPDATE leaseq.jobs SET status = 'succeeded', finished_at = now(), lease_owner = 'w'"
+    )
+    conn.execute("SELECT pg_stat_force_next_flush()")
+    reaper.run_once()
+    assert vacuums() == before + 1

@@ -42,11 +42,13 @@ def leaseq_env(c: Obj) -> set[str]:
 
 
 def environ(c: Obj) -> dict[str, str]:
-    """The container's env as the process sees it: Secret and downward-API references are
-    replaced by stand-ins (the Secret's URL by SECRET_URL, a field by "field:<path>")."""
+    """The container's LEASEQ_* env as the process sees it: Secret and downward-API
+    references are replaced by stand-ins (the URL by SECRET_URL, a field by "field:<path>")."""
     out = {}
     for e in c["env"]:
         ref = e.get("valueFrom", {})
+        if not e["name"].startswith("LEASEQ_"):
+            continue  # extraEnv, for the handlers
         if "secretKeyRef" in ref:
             out[e["name"]] = SECRET_URL
         elif "fieldRef" in ref:

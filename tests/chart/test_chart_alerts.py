@@ -156,6 +156,23 @@ CASES = [
             Fires("8m", [({}, "No operator in jobs holds the reaper leadership")]),
         ],
     ),
+    Case(
+        "LeaseqOperatorDatabaseUnreachable",
+        series={
+            f'leaseq_operator_database_up{{{NS},pod="op-a"}}': "1 1 0x10",
+            f'leaseq_operator_database_up{{{NS},pod="op-b"}}': "0x12",
+        },
+        quiet={
+            'leaseq_operator_database_up{namespace="other",pod="op-c"}': "0x12",
+        },
+        checks=[
+            Fires("5m", []),
+            Fires(
+                "8m",
+                [({}, "No operator in jobs can read PostgreSQL: the queue alerts are blind")],
+            ),
+        ],
+    ),
 ]
 
 

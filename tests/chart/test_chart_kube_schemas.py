@@ -24,8 +24,6 @@ from chartkit import (
 # Kinds whose schemas come from CRDs, not from Kubernetes itself.
 CUSTOM_KINDS = {
     "WorkerPool",
-    "KopfPeering",
-    "ClusterKopfPeering",
     "ServiceMonitor",
     "PrometheusRule",
 }

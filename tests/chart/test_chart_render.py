@@ -15,7 +15,6 @@ from chartkit import (
     MONITORING_API,
     Helm,
     Obj,
-    env_names,
     of_kind,
     one,
     pod_specs,
@@ -26,35 +25,13 @@ from chartkit import (
 
 VALUES = values_files()
 
-# CONTRACT.md "Environment variables" (the chart maps its values onto exactly these).
-CONTRACT_ENV = {
-    "LEASEQ_DATABASE_URL",
-    "LEASEQ_LOG_LEVEL",
-    "LEASEQ_LOG_FORMAT",
-    "LEASEQ_METRICS_PORT",
-    "LEASEQ_APP",
-    "LEASEQ_QUEUES",
-    "LEASEQ_CONCURRENCY",
-    "LEASEQ_DRAIN_SECONDS",
-    "LEASEQ_LEASE_SECONDS",
-    "LEASEQ_HEARTBEAT_SECONDS",
-    "LEASEQ_POLL_SECONDS",
-    "LEASEQ_WORKER_ID",
-    "LEASEQ_POD_NAME",
-    "LEASEQ_NODE_NAME",
-    "LEASEQ_NAMESPACE",
-    "LEASEQ_OPERATOR_ID",
-    "LEASEQ_REAP_INTERVAL_SECONDS",
-    "LEASEQ_LEADER_TTL_SECONDS",
-    "LEASEQ_HEALTH_PORT",
-}
-
-# What the operator does, and nothing more (issue 5 / CONTRACT.md).
+# What the operator calls (operator/kube.py, operator/handlers.py, kopf standalone with
+# scanning off), and nothing more.
 OPERATOR_RULES = {
     ("leaseq.dev", "workerpools"): {"get", "list", "watch", "patch"},
     ("leaseq.dev", "workerpools/status"): {"get", "patch"},
-    ("apps", "deployments"): {"get", "list", "watch"},
-    ("apps", "deployments/scale"): {"get", "patch", "update"},
+    ("apps", "deployments"): {"get"},
+    ("apps", "deployments/scale"): {"get", "patch"},
     ("", "pods"): {"list", "patch"},
     ("", "events"): {"create"},
 }
@@ -114,38 +91,6 @@ def test_probes(helm: Helm, values: Path | None) -> None:
         assert str(ports["metrics"]) == env["LEASEQ_METRICS_PORT"]
 
 
-@pytest.mark.parametrize("values", VALUES, ids=values_id)
-def test_only_contract_env_vars(helm: Helm, values: Path | None) -> None:
-    objs = helm.render(values)
-    for _, spec in pod_specs(objs):
-        for c in spec["containers"]:
-            leaseq = {n for n in env_names(c) if n.startswith("LEASEQ_")}
-            assert leaseq <= CONTRACT_ENV, leaseq - CONTRACT_ENV
-
-
-def test_worker_env_maps_values(helm: Helm) -> None:
-    objs = helm.render(
-        sets={
-            "worker.queues": "{ocr,pdf}",
-            "worker.concurrency": "3",
-            "worker.drainSeconds": "50",
-            "worker.terminationGracePeriodSeconds": "60",
-        }
-    )
-    deploy = one(objs, "Deployment", "worker")
-    spec = deploy["spec"]["template"]["spec"]
-    env = {e["name"]: e.get("value") for e in spec["containers"][0]["env"]}
-    assert env["LEASEQ_QUEUES"] == "ocr,pdf"
-    assert env["LEASEQ_CONCURRENCY"] == "3"
-    assert env["LEASEQ_DRAIN_SECONDS"] == "50"
-    assert spec["terminationGracePeriodSeconds"] == 60
-    # The operator owns the scale: an upgrade must not reset it.
-    assert "replicas" not in deploy["spec"]
-    pool = one(objs, "WorkerPool")
-    assert pool["spec"]["deployment"] == deploy["metadata"]["name"]
-    assert pool["spec"]["queues"] == ["ocr", "pdf"]
-
-
 @pytest.mark.parametrize(
     ("grace", "drain", "margin", "renders"),
     [(34, 25, 10, False), (35, 25, 10, True), (120, 120, 0, True), (129, 120, 10, False)],
@@ -170,7 +115,28 @@ def test_heartbeat_must_be_shorter_than_lease(helm: Helm) -> None:
         sets={"worker.heartbeatSeconds": "30", "worker.leaseSeconds": "30"}, check=False
     )
     assert proc.returncode != 0
-    assert "worker.heartbeatSeconds" in proc.stderr
+    assert "worker.heartbeatSeconds (30) must be below worker.leaseSeconds (30)" in proc.stderr
+
+
+@pytest.mark.parametrize(
+    ("ttl", "interval", "renders"), [(15, 15, False), (4, 5, False), (6, 5, True)]
+)
+def test_leader_ttl_must_exceed_the_reap_interval(
+    helm: Helm, ttl: int, interval: int, renders: bool
+) -> None:
+    proc = helm.template_raw(
+        sets={
+            "operator.leaderTtlSeconds": str(ttl),
+            "operator.reapIntervalSeconds": str(interval),
+        },
+        check=False,
+    )
+    assert (proc.returncode == 0) is renders, proc.stderr
+    if not renders:
+        assert (
+            f"operator.leaderTtlSeconds ({ttl}) must be longer than "
+            f"operator.reapIntervalSeconds ({interval})"
+        ) in proc.stderr
 
 
 def test_schema_rejects_unknown_keys(helm: Helm) -> None:
@@ -185,8 +151,7 @@ def test_rbac_is_namespaced_and_minimal(helm: Helm) -> None:
     assert not of_kind(objs, "ClusterRoleBinding")
     role = one(objs, "Role")
     assert role["metadata"]["namespace"] == "jobs"
-    expected = {**OPERATOR_RULES, ("kopf.dev", "kopfpeerings"): {"get", "list", "watch", "patch"}}
-    assert rules_of(role) == expected
+    assert rules_of(role) == OPERATOR_RULES
     binding = one(objs, "RoleBinding")
     assert binding["roleRef"]["name"] == role["metadata"]["name"]
     (subject,) = binding["subjects"]
@@ -199,16 +164,26 @@ def test_rbac_is_namespaced_and_minimal(helm: Helm) -> None:
 def test_rbac_cluster_wide_when_asked(helm: Helm) -> None:
     objs = helm.render(sets={"operator.clusterWide": "true"})
     assert not of_kind(objs, "Role")
-    role = one(objs, "ClusterRole")
-    expected = {
-        **OPERATOR_RULES,
-        ("kopf.dev", "clusterkopfpeerings"): {"get", "list", "watch", "patch"},
-    }
-    assert rules_of(role) == expected
-    assert one(objs, "ClusterKopfPeering")["metadata"]["name"] == "default"
+    assert rules_of(one(objs, "ClusterRole")) == OPERATOR_RULES
     operator = one(objs, "Deployment", "operator")["spec"]["template"]["spec"]
     env = {e["name"]: e.get("value") for e in operator["containers"][0]["env"]}
     assert env["LEASEQ_NAMESPACE"] == ""
+
+
+@pytest.mark.parametrize("kind", ["Role", "ClusterRole"])
+def test_rbac_reads_only_the_named_database_secrets(helm: Helm, kind: str) -> None:
+    """Secrets are opt-in, `get` only, and only the ones WorkerPools name."""
+    objs = helm.render(
+        sets={
+            "operator.databaseSecrets": "{pool-a-db,pool-b-db}",
+            "operator.clusterWide": str(kind == "ClusterRole").lower(),
+        }
+    )
+    role = one(objs, kind)
+    assert rules_of(role) == {**OPERATOR_RULES, ("", "secrets"): {"get"}}
+    (secrets,) = [r for r in role["rules"] if "secrets" in r["resources"]]
+    assert secrets["resourceNames"] == ["pool-a-db", "pool-b-db"]
+    assert not any(r.get("resourceNames") for r in role["rules"] if r is not secrets)
 
 
 @pytest.mark.parametrize("values", VALUES, ids=values_id)
@@ -339,7 +314,7 @@ def test_helm_test_hook_checks_database_and_metrics(helm: Helm) -> None:
 def test_crds_ship_from_crds_dir(helm: Helm) -> None:
     with_crds = helm.render(include_crds=True)
     names = {c["metadata"]["name"] for c in of_kind(with_crds, "CustomResourceDefinition")}
-    assert {"workerpools.leaseq.dev", "kopfpeerings.kopf.dev"} <= names
+    assert names == {"workerpools.leaseq.dev"}
     assert not of_kind(helm.render(), "CustomResourceDefinition")
 
 

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import urllib.request
-
 from prometheus_client import generate_latest
 
 import leaseq
 from leaseq.models import Reaped
 from leaseq.operator.metrics import OperatorMetrics
+from support import net
 
 
 def _value(metrics: OperatorMetrics, name: str, **labels: str) -> float | None:
@@ -69,18 +68,11 @@ def test_counters_gauges_and_http(queue: leaseq.Queue) -> None:
     metrics.serve(0)  # 0: off
     assert metrics._server is None
     metrics.leader.set(1)
-    metrics.serve(_free_port(), addr="127.0.0.1")
+    port = net.free_port()
+    metrics.serve(port, addr="127.0.0.1")
     try:
-        port = metrics._server.server_port  # type: ignore[union-attr]
-        body = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics").read().decode()
+        status, body = net.get(f"http://127.0.0.1:{port}/metrics")
     finally:
         metrics.close()
+    assert status == 200
     assert "leaseq_reaper_leader 1.0" in body
-
-
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])

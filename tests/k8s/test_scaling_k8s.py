@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import json
-import socket
-import urllib.request
 
 import psycopg
 import pytest
@@ -13,6 +11,7 @@ from psycopg.conninfo import conninfo_to_dict
 
 import leaseq
 from leaseq.operator.protection import DELETION_COST
+from support import net
 from support.polling import wait_for
 
 pytestmark = pytest.mark.k8s
@@ -175,17 +174,11 @@ def test_invalid_workerpool_is_refused_with_a_readable_message(
     wait_for(lambda: (api.condition("bad", "SpecValid") or {}).get("status") == "True")
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def test_finalizer_on_the_workerpool_only_liveness_and_deletion(
     api: Api, start_operator: StartOperator
 ) -> None:
     api.create_deployment("workers", replicas=1)
-    port = _free_port()
+    port = net.free_port()
     operator = start_operator(health_port=port, namespace="")  # cluster-wide, the default
     api.create_pool("ocr", {"deployment": "workers", "queues": ["ocr"], "pollSeconds": 0.1})
     wait_for(lambda: "leaseq.dev/operator" in (api.pool("ocr")["metadata"].get("finalizers") or []))
@@ -193,7 +186,9 @@ def test_finalizer_on_the_workerpool_only_liveness_and_deletion(
     deployment = api.apps.read_namespaced_deployment("workers", "default")
     assert not deployment.metadata.finalizers  # users' Deployments are never timed or held
 
-    health = json.loads(urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz").read())
+    status, body = net.get(f"http://127.0.0.1:{port}/healthz")
+    assert status == 200, body
+    health = json.loads(body)
     assert health["reaper"] == {"leading": True}
 
     registry = operator.app.metrics.registry

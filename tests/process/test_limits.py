@@ -5,10 +5,10 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import pytest
-from conftest import WorkerProcess
 
 import leaseq
 from support.polling import wait_for
+from support.workers import WorkerProcess
 
 pytestmark = pytest.mark.process
 

@@ -7,10 +7,10 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from conftest import WorkerProcess
 
 import leaseq
 from support.polling import wait_for
+from support.workers import WorkerProcess
 
 pytestmark = pytest.mark.process
 

@@ -6,8 +6,9 @@ JSON by hand: change this file and run
     python charts/leaseq/dashboards/build.py          # rewrite leaseq.json
     python charts/leaseq/dashboards/build.py --check  # exit 1 if leaseq.json is stale
 
-Every query filters on the `namespace` and `queue` variables; the metric names are the ones in
-CONTRACT.md (tests/chart checks that).
+Every query filters on the `namespace` and `queue` variables; tests/chart checks that every
+metric name here is exported by a live worker or operator, and that every exported one is
+charted.
 """
 
 from __future__ import annotations
@@ -290,6 +291,14 @@ def build() -> dashboard.Dashboard:
                 "Reaper leaders",
                 "Operators holding the reaper leadership: exactly 1 is healthy.",
                 f"sum(leaseq_reaper_leader{{{NS}}})",
+            )
+        )
+        .with_panel(
+            single(
+                "Operator database reachable",
+                "1 while an operator can read PostgreSQL. At 0 the queue series are missing:"
+                " the backlog panels go blank and the queue alerts cannot fire.",
+                f"max(leaseq_operator_database_up{{{NS}}})",
             )
         )
         .with_panel(

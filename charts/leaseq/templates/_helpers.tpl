@@ -78,13 +78,20 @@ app.kubernetes.io/component: {{ .component }}
 {{- include "leaseq.componentName" (dict "root" . "component" "postgresql") -}}
 {{- end -}}
 
-{{/* Environment every leaseq process gets: database URL, logging, metrics port. */}}
-{{- define "leaseq.commonEnv" -}}
+{{/* LEASEQ_DATABASE_URL from the database Secret: the one variable every leaseq process
+     (and the helm test Pod) reads. */}}
+{{- define "leaseq.databaseEnv" -}}
 - name: LEASEQ_DATABASE_URL
   valueFrom:
     secretKeyRef:
       name: {{ include "leaseq.databaseSecret" . }}
       key: {{ .Values.database.secretKey }}
+{{- end -}}
+
+{{/* Environment of the long-running roles (worker, operator): database URL, logging, metrics
+     port. `leaseq migrate` reads only the database URL. */}}
+{{- define "leaseq.commonEnv" -}}
+{{ include "leaseq.databaseEnv" . }}
 - name: LEASEQ_LOG_LEVEL
   value: {{ .Values.logLevel | quote }}
 - name: LEASEQ_LOG_FORMAT
@@ -126,7 +133,7 @@ seccompProfile:
 {{- tpl (.Files.Get "alerts/leaseq.rules.yaml") . -}}
 {{- end -}}
 
-{{/* Refuse settings that would break the drain guarantee or leases. */}}
+{{/* Refuse settings that would break the drain guarantee, leases or the reaper's lease. */}}
 {{- define "leaseq.validate" -}}
 {{- $w := .Values.worker -}}
 {{- if $w.enabled -}}
@@ -134,11 +141,15 @@ seccompProfile:
 {{- if lt (int $w.terminationGracePeriodSeconds) (int $need) -}}
 {{- fail (printf "worker.terminationGracePeriodSeconds (%d) must be at least worker.drainSeconds + worker.terminationGraceMarginSeconds (%d + %d = %d): Kubernetes would kill draining workers before they release their jobs" (int $w.terminationGracePeriodSeconds) (int $w.drainSeconds) (int $w.terminationGraceMarginSeconds) (int $need)) -}}
 {{- end -}}
-{{- if ge (int $w.heartbeatSeconds) (int $w.leaseSeconds) -}}
-{{- fail (printf "worker.heartbeatSeconds (%d) must be below worker.leaseSeconds (%d), or every lease expires between two heartbeats" (int $w.heartbeatSeconds) (int $w.leaseSeconds)) -}}
+{{- if ge (float64 $w.heartbeatSeconds) (float64 $w.leaseSeconds) -}}
+{{- fail (printf "worker.heartbeatSeconds (%v) must be below worker.leaseSeconds (%v), or every lease expires between two heartbeats" $w.heartbeatSeconds $w.leaseSeconds) -}}
 {{- end -}}
 {{- if lt (int $w.pool.maxReplicas) (int $w.pool.minReplicas) -}}
 {{- fail (printf "worker.pool.maxReplicas (%d) must be >= worker.pool.minReplicas (%d)" (int $w.pool.maxReplicas) (int $w.pool.minReplicas)) -}}
 {{- end -}}
+{{- end -}}
+{{- $op := .Values.operator -}}
+{{- if and $op.enabled (le (float64 $op.leaderTtlSeconds) (float64 $op.reapIntervalSeconds)) -}}
+{{- fail (printf "operator.leaderTtlSeconds (%v) must be longer than operator.reapIntervalSeconds (%v): the leader renews its lease once per pass, so it would lapse between passes and the reaper would change hands all the time" $op.leaderTtlSeconds $op.reapIntervalSeconds) -}}
 {{- end -}}
 {{- end -}}

@@ -117,6 +117,7 @@ WORKER_VALUES = {
 OPERATOR_VALUES = {
     "operator.reapIntervalSeconds": "3",
     "operator.leaderTtlSeconds": "12",
+    "operator.vacuumDeadTuples": "500",
     "operator.healthPort": "8081",
 }
 COMMON_SETTINGS: dict[str, Any] = {
@@ -161,6 +162,7 @@ def test_operator_values_map_onto_its_config(helm: Helm, cluster_wide: str, name
         operator_id="field:metadata.name",  # each replica its own name in the leader lease
         reap_interval_seconds=3,
         leader_ttl_seconds=12,
+        vacuum_dead_tuples=500,
         health_port=8081,
     )
     ports = {p["name"]: p["containerPort"] for p in operator["ports"]}

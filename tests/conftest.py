@@ -6,6 +6,7 @@ database created from it (and dropped after), so tests never see each other's ro
 
 from __future__ import annotations
 
+import logging
 import os
 import uuid
 from collections.abc import Iterator
@@ -93,3 +94,14 @@ def pool(database_url: str) -> Iterator[ConnectionPool[leaseq.db.Conn]]:
         yield p
     finally:
         p.close()
+
+
+@pytest.fixture(autouse=True)
+def _restore_logging() -> Iterator[None]:
+    """In-process CLI tests configure logging onto pytest's captured stderr; put the root
+    logger back so later log lines never go to a closed stream."""
+    root = logging.getLogger()
+    handlers, level = list(root.handlers), root.level
+    yield
+    root.handlers[:] = handlers
+    root.setLevel(level)

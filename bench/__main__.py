@@ -58,14 +58,17 @@ def run(args: argparse.Namespace, folder: Path) -> int:
     # The scenarios kill and reap workers on purpose; leaseq's warnings about it are expected.
     logging.getLogger("leaseq").setLevel(logging.ERROR)
     with server(args.database_url) as url:
-        ctx = Context(url, args.quick, folder, {**machine(), **server_info(url)})
+        environment = {**machine(), **server_info(url)}
         for name in names:
+            # Other load on the machine skews every timing: say how busy it was.
+            load = ", ".join(f"{x:.2f}" for x in os.getloadavg())
+            ctx = Context(url, args.quick, folder, {**environment, "loadavg_at_start": load})
             started = time.perf_counter()
             ctx.log(f"scenario {name} ({'quick' if args.quick else 'full'})")
             SCENARIOS[name](ctx)
             ctx.log(f"scenario {name} done in {time.perf_counter() - started:.0f} s")
     report.generate(folder)
-    ctx.log(f"report: {folder / 'REPORT.md'}")
+    print(f"report: {folder / 'REPORT.md'}", file=sys.stderr)
     return 0
 
 

@@ -57,19 +57,28 @@ def _plot(
 
 
 def _environment(folder: Path) -> str:
-    envs = sorted(folder.glob("*_env.csv"))
+    envs = {
+        e.name.removesuffix("_env.csv"): {r["key"]: r["value"] for r in read(e)}
+        for e in sorted(folder.glob("*_env.csv"))
+    }
     if not envs:
         return "_no environment recorded_\n"
-    out = []
-    for env in envs:
-        kv = {r["key"]: r["value"] for r in read(env)}
-        scenario = env.name.removesuffix("_env.csv")
-        params = ", ".join(f"{k[6:]}={v}" for k, v in kv.items() if k.startswith("param."))
+
+    def machine(kv: dict[str, str]) -> str:
         pg = ", ".join(f"{k[3:]}={v}" for k, v in kv.items() if k.startswith("pg."))
+        return (
+            f"{kv.get('cores')} cores, {kv.get('cpu_model')}, {kv.get('os')}, Python "
+            f"{kv.get('python')}; PostgreSQL {kv.get('pg_version')} ({pg})"
+        )
+
+    machines = {machine(kv) for kv in envs.values()}
+    out = [f"Machine and server: {machines.pop()}\n"] if len(machines) == 1 else []
+    for scenario, kv in envs.items():
+        params = ", ".join(f"{k[6:]}={v}" for k, v in kv.items() if k.startswith("param."))
+        where = "" if not machines else f"{machine(kv)}; "
         out.append(
-            f"- **{scenario}** ({kv.get('mode')}, {kv.get('run_at')}): {kv.get('cores')} cores "
-            f"{kv.get('cpu_model')}, {kv.get('os')}, Python {kv.get('python')}, PostgreSQL "
-            f"{kv.get('pg_version')} ({pg}). Parameters: {params}"
+            f"- **{scenario}** ({kv.get('mode')}, {kv.get('run_at')}, load average "
+            f"{kv.get('loadavg_at_start', 'not recorded')} at start): {where}{params}"
         )
     return "\n".join(out) + "\n"
 
@@ -335,8 +344,9 @@ def _history(folder: Path) -> str:
             xs.append(_f(r["first_claim"]))
             ys.append(_f(r["claim_p50_ms"]))
         out += "\nDrain of a backlog, claim latency by position (p50 per bucket):\n\n"
+        last = str(max(int(r["bucket"]) for r in drain))
         out += _table(
-            [r for r in drain if r["bucket"] in ("0", max(x["bucket"] for x in drain), "19")],
+            [r for r in drain if r["bucket"] in ("0", last)],
             ["arm", "bucket", "first_claim", "claims", "claim_p50_ms", "claim_p99_ms"],
         )
         out += "\n" + _plot(

@@ -291,6 +291,42 @@ class Queue:
         log.info("job succeeded", extra=_lease_fields(lease))
         return Completed(row["id"], row["effect_key"], row["effect_written"])
 
+    def complete_many(
+        self,
+        leases: Sequence[Lease],
+        results: Sequence[Any] | None = None,
+        *,
+        effect_keys: Sequence[str | None] | None = None,
+        now: datetime | None = None,
+    ) -> list[Completed | Fenced]:
+        """:meth:`complete` for several jobs in one statement and one commit (answers in the
+        order of ``leases``). Each lease is fenced on its own: a stale one gets
+        :class:`Fenced` and changes nothing, the others still complete."""
+        results = list(results) if results is not None else [None] * len(leases)
+        effect_keys = list(effect_keys) if effect_keys is not None else [None] * len(leases)
+        if not len(leases) == len(results) == len(effect_keys):
+            raise validation.InvalidJob("results", "need one result and effect key per lease")
+        if len({lease.job_id for lease in leases}) != len(leases):
+            raise validation.InvalidJob("leases", "name each job once")
+        for result, key in zip(results, effect_keys, strict=True):
+            validation.json_value("result", result)
+            validation.optional_key("effect_key", key)
+        if not leases:
+            return []
+        answers: list[Completed | Fenced] = []
+        with self.connection("complete") as c:
+            done = self.store.job_complete_many(
+                c, leases, results=results, effect_keys=effect_keys, now=now
+            )
+            for lease in leases:
+                row = done.get(lease.job_id)
+                if row is None:
+                    answers.append(self._fenced(c, lease, "complete", now))
+                else:
+                    log.info("job succeeded", extra=_lease_fields(lease))
+                    answers.append(Completed(row["id"], row["effect_key"], row["effect_written"]))
+        return answers
+
     def fail(
         self,
         lease: Lease,

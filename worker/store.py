@@ -515,3 +515,31 @@ class Store:
     def migration_apply(self, conn: Conn, script: bytes) -> None:
         """Run one migration file's statements (the caller holds the transaction)."""
         self._execute_text(conn, script, "migrate")
+
+    # -- batches (bench: issue 6) ------------------------------------------------------
+
+    def job_complete_many(
+        self,
+        conn: Conn,
+        leases: Sequence[Lease],
+        *,
+        results: Sequence[Any],
+        effect_keys: Sequence[str | None],
+        now: datetime | None = None,
+    ) -> dict[int, DictRow]:
+        """Rows (``id``, ``effect_key``, ``effect_written``) of the leases still held, by job
+        id; a lease missing from the answer is fenced."""
+        rows = self._dicts(
+            conn,
+            "job_complete_many",
+            {
+                "ids": [lease.job_id for lease in leases],
+                "owners": [lease.owner for lease in leases],
+                "tokens": [lease.token for lease in leases],
+                "results": [_json(r) for r in results],
+                "effect_keys": list(effect_keys),
+                "now": now,
+            },
+            "complete",
+        )
+        return {int(r["id"]): r for r in rows}

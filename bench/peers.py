@@ -351,13 +351,14 @@ def sleep_run(name: str, url: str, workers: int, jobs: int, job_seconds: float) 
 
 def _measure(ctx: Context, impl: noop.Implementation, plan: dict[str, Any]) -> list[dict[str, Any]]:
     rows: list[dict[str, Any]] = []
-    version = leaseq.__name__ if impl.name == "leaseq" else _version(impl.name)
+    package = "leaseq" if isinstance(impl, noop.Leaseq) else impl.name
     base = {
         "implementation": impl.name,
-        "version": _version("leaseq") if impl.name == "leaseq" else version,
+        "version": _version(package),
         "guarantees": impl.guarantees,
     }
-    with scratch_database(ctx.server_url, f"peer_{impl.name}", migrate=False) as url:
+    label = impl.name.replace("+", "_")
+    with scratch_database(ctx.server_url, f"peer_{label}", migrate=False) as url:
         impl.install(url)
         for workers in plan["workers"]:
             for batch in plan["batches"]:
@@ -374,6 +375,8 @@ def _measure(ctx: Context, impl: noop.Implementation, plan: dict[str, Any]) -> l
                     f"{row['jobs_per_second']} jobs/s"
                 )
                 rows.append({"kind": "noop", **base, **row})
+        if isinstance(impl, noop.Leaseq) and impl.batched:
+            return rows  # its claim and per-job path are leaseq's own, measured already
         if isinstance(impl, Pgqueuer):
             impl.enqueue(url, plan["sleep_jobs"], entrypoint="sleep")
         elif isinstance(impl, Procrastinate):
@@ -413,7 +416,7 @@ def run(ctx: Context) -> None:
             "job_seconds": 0.2,
         }
     rows: list[dict[str, Any]] = []
-    impls: list[noop.Implementation] = [noop.Leaseq(), Pgqueuer(), Procrastinate()]
+    impls: list[noop.Implementation] = [*noop.leaseq_variants(), Pgqueuer(), Procrastinate()]
     for impl in impls:
         try:
             rows.extend(_measure(ctx, impl, plan))

@@ -151,21 +151,22 @@ def _headline(folder: Path) -> str:
         name = r["implementation"]
         if name not in best or _f(r["jobs_per_second"]) > _f(best[name]["jobs_per_second"]):
             best[name] = r
-    if "leaseq" in best and len(best) > 1:
-        peer = max(
-            (r for n, r in best.items() if n != "leaseq"), key=lambda r: _f(r["jobs_per_second"])
-        )
-        mine = best["leaseq"]
-        lines.append(
-            (
-                "no-op throughput vs the fastest peer (best config each, same run)",
-                ">= 1.25x",
-                f"{_f(mine['jobs_per_second']) / _f(peer['jobs_per_second']):.2f}x: leaseq "
-                f"{mine['jobs_per_second']} jobs/s (W={mine['workers']}, batch "
-                f"{mine['batch']}) vs {peer['implementation']} {peer['jobs_per_second']} "
-                f"(W={peer['workers']}, batch {peer['batch']})",
+    peers_best = [r for n, r in best.items() if not n.startswith("leaseq")]
+    if peers_best:
+        peer = max(peers_best, key=lambda r: _f(r["jobs_per_second"]))
+        for name, mine in sorted(best.items()):
+            if not name.startswith("leaseq"):
+                continue
+            lines.append(
+                (
+                    f"no-op throughput, {name} vs the fastest peer (best config each, same run)",
+                    ">= 1.25x",
+                    f"{_f(mine['jobs_per_second']) / _f(peer['jobs_per_second']):.2f}x: "
+                    f"{mine['jobs_per_second']} jobs/s (W={mine['workers']}, batch "
+                    f"{mine['batch']}) vs {peer['implementation']} {peer['jobs_per_second']} "
+                    f"(W={peer['workers']}, batch {peer['batch']})",
+                )
             )
-        )
     for r in _by(noop, kind="wakeup", wake_mode="notify"):
         lines.append(
             (
@@ -367,6 +368,7 @@ def _throughput(folder: Path) -> str:
     out = _table(
         noop,
         [
+            "implementation",
             "workers",
             "batch",
             "jobs",
@@ -379,9 +381,9 @@ def _throughput(folder: Path) -> str:
         ],
     )
     series = {}
-    for batch in sorted({r["batch"] for r in noop}, key=int):
-        part = _by(noop, batch=batch)
-        series[f"batch {batch}"] = (
+    for impl, batch in sorted({(r["implementation"], r["batch"]) for r in noop}):
+        part = _by(noop, implementation=impl, batch=batch)
+        series[f"{impl} batch {batch}"] = (
             [_f(r["workers"]) for r in part],
             [_f(r["jobs_per_second"]) for r in part],
         )
@@ -448,20 +450,22 @@ def _peers(folder: Path) -> str:
         ],
     )
     ratios = []
-    mine = {(r["workers"], r["batch"]): r for r in _by(rows, kind="noop", implementation="leaseq")}
-    for r in _by(rows, kind="noop"):
-        if r["implementation"] != "leaseq" and (r["workers"], r["batch"]) in mine:
-            m = mine[(r["workers"], r["batch"])]
-            ratios.append(
-                {
-                    "peer": r["implementation"],
-                    "workers": r["workers"],
-                    "batch": r["batch"],
-                    "ratio": f"{_f(m['jobs_per_second']) / _f(r['jobs_per_second']):.2f}",
-                }
-            )
+    noop = _by(rows, kind="noop")
+    for mine in (r for r in noop if r["implementation"].startswith("leaseq")):
+        for r in noop:
+            same = (r["workers"], r["batch"]) == (mine["workers"], mine["batch"])
+            if same and not r["implementation"].startswith("leaseq"):
+                ratios.append(
+                    {
+                        "leaseq": mine["implementation"],
+                        "peer": r["implementation"],
+                        "workers": r["workers"],
+                        "batch": r["batch"],
+                        "ratio": f"{_f(mine['jobs_per_second']) / _f(r['jobs_per_second']):.2f}",
+                    }
+                )
     out += "\nleaseq / peer no-op throughput at the same workers and batch:\n\n"
-    out += _table(ratios, ["peer", "workers", "batch", "ratio"])
+    out += _table(ratios, ["leaseq", "peer", "workers", "batch", "ratio"])
     out += "\nScenario 1's workload through each queue's claim and completion calls:\n\n"
     out += _table(
         _by(rows, kind="sleep"),

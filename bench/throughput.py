@@ -99,16 +99,19 @@ def run(ctx: Context) -> None:
         jobs, cap, counts, batches, wake_jobs = 1000, 10.0, (2, 8), (1, 10), 8
     else:
         jobs, cap, counts, batches, wake_jobs = 10_000, 30.0, (1, 2, 4, 8, 16), (1, 10, 50), 30
-    impl = noop.Leaseq()
     rows: list[dict[str, Any]] = []
     with scratch_database(ctx.server_url, "throughput") as url:
-        for batch in batches:
-            for workers in counts:
-                row = noop.measure(
-                    impl, url, jobs=jobs, workers=workers, batch=batch, cap_seconds=cap
-                )
-                ctx.log(f"noop leaseq W={workers} batch={batch}: {row['jobs_per_second']} jobs/s")
-                rows.append({"kind": "noop", **row})
+        for impl in noop.leaseq_variants():
+            for batch in batches:
+                for workers in counts:
+                    row = noop.measure(
+                        impl, url, jobs=jobs, workers=workers, batch=batch, cap_seconds=cap
+                    )
+                    ctx.log(
+                        f"noop {impl.name} W={workers} batch={batch}: "
+                        f"{row['jobs_per_second']} jobs/s"
+                    )
+                    rows.append({"kind": "noop", **row})
         for mode, poll in (("notify", 5.0), ("poll", 0.1), ("poll", 1.0)):
             row = wakeup(url, mode, poll, wake_jobs)
             ctx.log(f"wake-up {mode} (poll {poll} s): p50 {row['wakeup_p50_ms']} ms")

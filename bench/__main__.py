@@ -11,7 +11,7 @@ import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from bench import claim_scaling, crash, history, peers, report, throughput, txn_scope
+from bench import ab, claim_scaling, crash, history, peers, report, throughput, txn_scope
 from bench.context import Context
 from bench.env import machine, server, server_info
 
@@ -22,7 +22,10 @@ SCENARIOS: dict[str, Callable[[Context], None]] = {
     throughput.NAME: throughput.run,
     crash.NAME: crash.run,
     peers.NAME: peers.run,
+    ab.NAME: ab.run,
 }
+# Run only when named with --only: a repeated, interleaved comparison for proposals.
+OPT_IN = {ab.NAME}
 
 RESULTS = Path(__file__).parent / "results"
 
@@ -41,6 +44,11 @@ def build_parser() -> argparse.ArgumentParser:
         "--only", default="", help=f"comma-separated scenarios to run: {', '.join(SCENARIOS)}"
     )
     parser.add_argument(
+        "--churn-arms",
+        default="leaseq,control",
+        help=f"history scenario's churn arms, from: {', '.join(history.ARMS)}",
+    )
+    parser.add_argument(
         "--results",
         type=Path,
         help="folder for CSV, REPORT.md and plots (default bench/results, or bench/results/quick "
@@ -50,8 +58,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def run(args: argparse.Namespace, folder: Path) -> int:
-    names = [n.strip() for n in args.only.split(",") if n.strip()] or list(SCENARIOS)
+    names = [n.strip() for n in args.only.split(",") if n.strip()] or [
+        n for n in SCENARIOS if n not in OPT_IN
+    ]
     unknown = [n for n in names if n not in SCENARIOS]
+    unknown += [a for a in args.churn_arms.split(",") if a.strip() not in history.ARMS]
     if unknown:
         print(f"unknown scenario(s) {unknown}; known: {list(SCENARIOS)}", file=sys.stderr)
         return 2
@@ -62,7 +73,13 @@ def run(args: argparse.Namespace, folder: Path) -> int:
         for name in names:
             # Other load on the machine skews every timing: say how busy it was.
             load = ", ".join(f"{x:.2f}" for x in os.getloadavg())
-            ctx = Context(url, args.quick, folder, {**environment, "loadavg_at_start": load})
+            ctx = Context(
+                url,
+                args.quick,
+                folder,
+                {**environment, "loadavg_at_start": load},
+                tuple(a.strip() for a in args.churn_arms.split(",") if a.strip()),
+            )
             started = time.perf_counter()
             ctx.log(f"scenario {name} ({'quick' if args.quick else 'full'})")
             SCENARIOS[name](ctx)

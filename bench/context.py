@@ -18,6 +18,7 @@ class Context:
     quick: bool
     folder: Path
     environment: dict[str, str]
+    churn_arms: tuple[str, ...] = ("leaseq", "control")
 
     def recorder(self, scenario: str) -> Recorder:
         return Recorder(self.folder, scenario, "quick" if self.quick else "full", self.environment)

@@ -283,12 +283,54 @@ def _sampling(url: str, arm: str, every: float) -> Iterator[ChurnSampler]:
         sampler.join()
 
 
+class VacuumLoop(threading.Thread):
+    """The proposed fix, prototyped here: every ``every`` seconds, when leaseq.jobs has more
+    dead tuples than the migration's threshold, VACUUM it (with index cleanup, so the claim
+    index's dead head goes) instead of waiting up to autovacuum_naptime for autovacuum."""
+
+    def __init__(self, url: str, every: float, threshold: int = 2000) -> None:
+        super().__init__(daemon=True)
+        self.url, self.every, self.threshold = url, every, threshold
+        self.halt = threading.Event()
+        self.vacuums = 0
+
+    def run(self) -> None:
+        with psycopg.connect(self.url, autocommit=True) as conn:
+            while not self.halt.wait(self.every):
+                row = conn.execute(
+                    "SELECT n_dead_tup FROM pg_stat_user_tables"
+                    " WHERE relid = 'leaseq.jobs'::regclass"
+                ).fetchone()
+                if row and row[0] > self.threshold:
+                    conn.execute("VACUUM (INDEX_CLEANUP ON, SKIP_LOCKED) leaseq.jobs")
+                    self.vacuums += 1
+
+
+@contextmanager
+def _vacuuming(url: str, every: float | None) -> Iterator[VacuumLoop | None]:
+    if every is None:
+        yield None
+        return
+    loop = VacuumLoop(url, every)
+    loop.start()
+    try:
+        yield loop
+    finally:
+        loop.halt.set()
+        loop.join()
+
+
+# Arms: the migration's settings, the control without them, and the proposed vacuum loop.
+ARMS: dict[str, float | None] = {"leaseq": None, "control": None, "leaseq+vacuum_5s": 5.0}
+
+
 def churn(
     ctx: Context, arm: str, jobs: int, every: float, wait_after: float, drain: int
 ) -> tuple[dict[str, Any], list[dict[str, Any]], list[dict[str, Any]]]:
     """Part 2 for one arm: summary row, cost samples, drain latency buckets."""
     processes, batch = 3, 100
-    with scratch_database(ctx.server_url, f"churn_{arm}") as url:
+    label = arm.replace("+", "_")
+    with scratch_database(ctx.server_url, f"churn_{label}") as url:
         with psycopg.connect(url, autocommit=True) as conn:
             if arm == "control":
                 conn.execute(f"ALTER TABLE leaseq.jobs RESET ({', '.join(TABLE_AUTOVACUUM)})")
@@ -300,7 +342,7 @@ def churn(
         with psycopg.connect(url, autocommit=True) as conn:
             conn.execute("VACUUM ANALYZE leaseq.jobs")
         share = [jobs // processes + (1 if i < jobs % processes else 0) for i in range(processes)]
-        with _sampling(url, arm, every) as sampler:
+        with _vacuuming(url, ARMS[arm]) as vacuum, _sampling(url, arm, every) as sampler:
             sampler.phase = "during"
             run = run_gang(
                 churn_worker,
@@ -338,6 +380,7 @@ def churn(
         "end_claim_ms": samples[-1]["claim_ms"],
         "end_claim_buffers": samples[-1]["claim_buffers"],
         "autovacuum_runs": samples[-1]["autovacuum_count"],
+        "explicit_vacuums": vacuum.vacuums if vacuum else 0,
     }
     buckets = 20
     size = max(len(claims) // buckets, 1)
@@ -372,7 +415,7 @@ def run(ctx: Context) -> None:
     recorder.table(f"{NAME}_explain", plans)
     recorder.table(f"{NAME}_sizes", sizes)
     summaries, samples, drains = [], [], []
-    for arm in ("leaseq", "control"):
+    for arm in ctx.churn_arms:
         summary, arm_samples, drained = churn(ctx, arm, jobs, every, wait_after, drain)
         ctx.log(f"churn {arm}: {summary}")
         summaries.append(summary)

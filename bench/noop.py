@@ -99,7 +99,7 @@ def leaseq_batch_worker(args: NoopArgs, signals: Signals) -> None:
         while not signals.stopping():
             jobs = queue.claim([QUEUE], args.owner, limit=args.batch)
             if jobs:
-                queue.complete_many([job.lease for job in jobs])  # type: ignore[attr-defined]
+                queue.complete_many([job.lease for job in jobs])  # type: ignore[attr-defined,unused-ignore]
             else:
                 time.sleep(0.005)
 

@@ -315,6 +315,7 @@ def _history(folder: Path) -> str:
                 "end_claim_buffers",
                 "end_claim_ms",
                 "autovacuum_runs",
+                "explicit_vacuums",
             ],
         )
     samples = read(folder / "history_churn_samples.csv")
@@ -495,6 +496,46 @@ def _peers(folder: Path) -> str:
     return out
 
 
+def _ab(folder: Path) -> str:
+    rows = read(folder / "ab.csv")
+    if not rows:
+        return "_not run (opt-in: `python -m bench --only ab`)_\n"
+    groups: dict[tuple[str, str, str], list[float]] = {}
+    for r in rows:
+        groups.setdefault((r["workers"], r["batch"], r["implementation"]), []).append(
+            _f(r["jobs_per_second"])
+        )
+    medians = {key: sorted(v)[len(v) // 2] for key, v in groups.items()}
+    table = []
+    for (workers, batch, impl), median in sorted(
+        medians.items(), key=lambda kv: (int(kv[0][0]), int(kv[0][1]), kv[0][2])
+    ):
+        peer = medians.get((workers, batch, "pgqueuer"))
+        table.append(
+            {
+                "workers": workers,
+                "batch": batch,
+                "implementation": impl,
+                "rounds": str(len(groups[(workers, batch, impl)])),
+                "median_jobs_per_second": f"{median:.0f}",
+                "all_rounds": " ".join(f"{x:.0f}" for x in groups[(workers, batch, impl)]),
+                "vs_pgqueuer": f"{median / peer:.2f}" if peer else "",
+            }
+        )
+    return "Median of interleaved rounds (each round runs every implementation once):\n\n" + _table(
+        table,
+        [
+            "workers",
+            "batch",
+            "implementation",
+            "rounds",
+            "median_jobs_per_second",
+            "all_rounds",
+            "vs_pgqueuer",
+        ],
+    )
+
+
 SECTIONS: list[tuple[str, Callable[[Path], str]]] = [
     ("1. Claim correctness and scaling (400 jobs x 200 ms)", _claim_scaling),
     ("2. Transaction scope (8 workers)", _txn_scope),
@@ -502,6 +543,7 @@ SECTIONS: list[tuple[str, Callable[[Path], str]]] = [
     ("4. No-op throughput and wake-up latency", _throughput),
     ("5. Crash timeline", _crash),
     ("6. Peers, same server, same run", _peers),
+    ("A/B: no-op throughput, interleaved rounds", _ab),
 ]
 
 

@@ -273,16 +273,53 @@ class Queue:
         idempotency key, else ``job:<id>``), in one statement. A repeat execution's effect is
         a no-op (``effect_written=False``). A stale lease gets :class:`Fenced`, and nothing
         changes."""
-        validation.json_value("result", result)
-        validation.optional_key("effect_key", effect_key)
+        return self.complete_many(
+            [lease], [result], effect_keys=[effect_key], progresses=[progress], now=now
+        )[0]
+
+    def complete_many(
+        self,
+        leases: Sequence[Lease],
+        results: Sequence[Any] | None = None,
+        *,
+        effect_keys: Sequence[str | None] | None = None,
+        progresses: Sequence[Any] | None = None,
+        now: datetime | None = None,
+    ) -> list[Completed | Fenced]:
+        """:meth:`complete` for several jobs in one statement and one commit (answers in the
+        order of ``leases``). Each lease is fenced on its own: a stale one gets
+        :class:`Fenced` and changes nothing, the others still complete."""
+        count = len(leases)
+        results = list(results) if results is not None else [None] * count
+        effect_keys = list(effect_keys) if effect_keys is not None else [None] * count
+        progresses = list(progresses) if progresses is not None else [None] * count
+        if not count == len(results) == len(effect_keys) == len(progresses):
+            raise InvalidJob("results", "need one result, effect key and progress per lease")
+        if len({lease.job_id for lease in leases}) != count:
+            raise InvalidJob("leases", "name each job once")
+        for result, key in zip(results, effect_keys, strict=True):
+            validation.json_value("result", result)
+            validation.optional_key("effect_key", key)
+        if not leases:
+            return []
+        answers: list[Completed | Fenced] = []
         with self.connection("complete") as c:
-            row = self.store.job_complete(
-                c, lease, result=result, effect_key=effect_key, progress=progress, now=now
+            done = self.store.job_complete(
+                c,
+                leases,
+                results=results,
+                effect_keys=effect_keys,
+                progresses=progresses,
+                now=now,
             )
-            if row is None:
-                return self._fenced(c, lease, "complete", now)
-        log.info("job succeeded", extra=_lease_fields(lease))
-        return Completed(row["id"], row["effect_key"], row["effect_written"])
+            for lease in leases:
+                row = done.get(lease.job_id)
+                if row is None:
+                    answers.append(self._fenced(c, lease, "complete", now))
+                else:
+                    log.info("job succeeded", extra=_lease_fields(lease))
+                    answers.append(Completed(row["id"], row["effect_key"], row["effect_written"]))
+        return answers
 
     def fail(
         self,

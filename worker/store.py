@@ -186,29 +186,30 @@ class Store:
     def job_complete(
         self,
         conn: Conn,
-        lease: Lease,
+        leases: Sequence[Lease],
         *,
-        result: Any,
-        effect_key: str | None,
-        progress: Any = None,
+        results: Sequence[Any],
+        effect_keys: Sequence[str | None],
+        progresses: Sequence[Any],
         now: datetime | None = None,
-    ) -> DictRow | None:
-        """Row with ``id``, ``effect_written`` and ``effect_key``; None when fenced."""
+    ) -> dict[int, DictRow]:
+        """Rows (``id``, ``effect_key``, ``effect_written``) of the leases still held, by job
+        id; a lease missing from the answer is fenced."""
         rows = self._dicts(
             conn,
             "job_complete",
             {
-                "id": lease.job_id,
-                "owner": lease.owner,
-                "token": lease.token,
-                "result": _json(result),
-                "effect_key": effect_key,
-                "progress": _json(progress),
+                "ids": [lease.job_id for lease in leases],
+                "owners": [lease.owner for lease in leases],
+                "tokens": [lease.token for lease in leases],
+                "results": [_json(r) for r in results],
+                "effect_keys": list(effect_keys),
+                "progresses": [_json(p) for p in progresses],
                 "now": now,
             },
             "complete",
         )
-        return rows[0] if rows else None
+        return {int(r["id"]): r for r in rows}
 
     def job_fail(
         self,

@@ -81,32 +81,41 @@ UPDATE leaseq.jobs
 RETURNING id;
 
 -- name: job_complete
--- Marks a held job succeeded, writes its effect through the idempotency key (a repeat is a no-op) and records the attempt, in one statement.
+-- Marks held jobs succeeded (one or a batch, each fenced by its own owner and token), writes each effect through its key (a repeat is a no-op) and records each attempt, in one statement.
 WITH t AS (SELECT coalesce(%(now)s::timestamptz, now()) AS now),
+req AS (
+    SELECT r.id, r.owner, r.token, r.result, r.effect_key, r.progress
+      FROM unnest(%(ids)s::bigint[], %(owners)s::text[], %(tokens)s::bigint[],
+                  %(results)s::jsonb[], %(effect_keys)s::text[], %(progresses)s::jsonb[])
+           AS r(id, owner, token, result, effect_key, progress)
+),
 done AS (
     UPDATE leaseq.jobs j
        SET status = 'succeeded', finished_at = t.now, lease_expires_at = NULL,
-           result = %(result)s, progress = coalesce(%(progress)s::jsonb, j.progress)
-      FROM t
-     WHERE j.id = %(id)s AND j.status = 'running' AND j.lease_owner = %(owner)s
-       AND j.lease_token = %(token)s AND j.lease_expires_at > t.now
-    RETURNING j.id, j.attempt_count, j.lease_token, j.started_at, j.finished_at, j.idempotency_key
+           result = req.result, progress = coalesce(req.progress, j.progress)
+      FROM t, req
+     WHERE j.id = req.id AND j.status = 'running' AND j.lease_owner = req.owner
+       AND j.lease_token = req.token AND j.lease_expires_at > t.now
+    RETURNING j.id, j.attempt_count, j.lease_token, j.lease_owner, j.started_at, j.finished_at,
+              coalesce(req.effect_key, j.idempotency_key, 'job:' || j.id) AS effect_key,
+              req.result
 ),
 effect AS (
     INSERT INTO leaseq.job_results (idempotency_key, job_id, produced_by, produced_at, result)
-    SELECT coalesce(%(effect_key)s, done.idempotency_key, 'job:' || done.id), done.id, %(owner)s,
-           done.finished_at, coalesce(%(result)s::jsonb, 'null'::jsonb)
+    SELECT done.effect_key, done.id, done.lease_owner, done.finished_at,
+           coalesce(done.result, 'null'::jsonb)
       FROM done
     ON CONFLICT (idempotency_key) DO NOTHING
-    RETURNING idempotency_key
+    RETURNING job_id
 ),
 attempt AS (
     INSERT INTO leaseq.job_attempts (job_id, attempt, lease_token, worker, started_at, ended_at, outcome)
-    SELECT done.id, done.attempt_count, done.lease_token, %(owner)s, done.started_at, done.finished_at, 'succeeded'
+    SELECT done.id, done.attempt_count, done.lease_token, done.lease_owner, done.started_at,
+           done.finished_at, 'succeeded'
       FROM done
 )
-SELECT done.id, EXISTS (SELECT 1 FROM effect) AS effect_written,
-       coalesce(%(effect_key)s, done.idempotency_key, 'job:' || done.id) AS effect_key
+SELECT done.id, done.effect_key,
+       EXISTS (SELECT 1 FROM effect e WHERE e.job_id = done.id) AS effect_written
   FROM done;
 
 -- name: job_fail
@@ -342,5 +351,5 @@ SELECT coalesce((SELECT n_dead_tup FROM pg_stat_user_tables
                   WHERE relid = 'leaseq.jobs'::regclass), 0) AS dead_tuples;
 
 -- name: jobs_vacuum
--- Vacuums leaseq.jobs, skipping it when another vacuum holds it; must run outside a transaction.
-VACUUM (SKIP_LOCKED) leaseq.jobs;
+-- Vacuums leaseq.jobs including its indexes (AUTO would skip them when few heap pages changed, leaving the claim index's dead head), skipping it when another vacuum holds it; outside any transaction.
+VACUUM (INDEX_CLEANUP ON, SKIP_LOCKED) leaseq.jobs;

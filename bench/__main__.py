@@ -1,0 +1,103 @@
+"""``python -m bench [--quick] [--database-url URL] [--only NAMES]`` runs the scenarios and writes
+CSV, then the report; ``python -m bench report`` regenerates the report from the CSV alone."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from bench import ab, claim_scaling, crash, history, peers, report, throughput, txn_scope
+from bench.context import Context
+from bench.env import machine, server, server_info
+
+SCENARIOS: dict[str, Callable[[Context], None]] = {
+    claim_scaling.NAME: claim_scaling.run,
+    txn_scope.NAME: txn_scope.run,
+    history.NAME: history.run,
+    throughput.NAME: throughput.run,
+    crash.NAME: crash.run,
+    peers.NAME: peers.run,
+    ab.NAME: ab.run,
+}
+# Run only when named with --only: a repeated, interleaved comparison for proposals.
+OPT_IN = {ab.NAME}
+
+RESULTS = Path(__file__).parent / "results"
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
+    parser.add_argument("command", nargs="?", choices=("run", "report"), default="run")
+    parser.add_argument("--quick", action="store_true", help="small configurations (< 3 min)")
+    parser.add_argument(
+        "--database-url",
+        default=os.environ.get("LEASEQ_BENCH_DATABASE_URL"),
+        help="server to use (each scenario creates and drops its own database); "
+        "default: a throwaway embedded PostgreSQL",
+    )
+    parser.add_argument(
+        "--only", default="", help=f"comma-separated scenarios to run: {', '.join(SCENARIOS)}"
+    )
+    parser.add_argument(
+        "--churn-arms",
+        default="leaseq,leaseq+reaper_vacuum_5s,control",
+        help=f"history scenario's churn arms, from: {', '.join(history.ARMS)}",
+    )
+    parser.add_argument(
+        "--results",
+        type=Path,
+        help="folder for CSV, REPORT.md and plots (default bench/results, or bench/results/quick "
+        "with --quick)",
+    )
+    return parser
+
+
+def run(args: argparse.Namespace, folder: Path) -> int:
+    names = [n.strip() for n in args.only.split(",") if n.strip()] or [
+        n for n in SCENARIOS if n not in OPT_IN
+    ]
+    unknown = [n for n in names if n not in SCENARIOS]
+    unknown += [a for a in args.churn_arms.split(",") if a.strip() not in history.ARMS]
+    if unknown:
+        print(f"unknown scenario(s) {unknown}; known: {list(SCENARIOS)}", file=sys.stderr)
+        return 2
+    # The scenarios kill and reap workers on purpose; leaseq's warnings about it are expected.
+    logging.getLogger("leaseq").setLevel(logging.ERROR)
+    with server(args.database_url) as url:
+        environment = {**machine(), **server_info(url)}
+        for name in names:
+            # Other load on the machine skews every timing: say how busy it was.
+            load = ", ".join(f"{x:.2f}" for x in os.getloadavg())
+            ctx = Context(
+                url,
+                args.quick,
+                folder,
+                {**environment, "loadavg_at_start": load},
+                tuple(a.strip() for a in args.churn_arms.split(",") if a.strip()),
+            )
+            started = time.perf_counter()
+            ctx.log(f"scenario {name} ({'quick' if args.quick else 'full'})")
+            SCENARIOS[name](ctx)
+            ctx.log(f"scenario {name} done in {time.perf_counter() - started:.0f} s")
+    report.generate(folder)
+    print(f"report: {folder / 'REPORT.md'}", file=sys.stderr)
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    folder = args.results or (RESULTS / "quick" if args.quick else RESULTS)
+    if args.command == "report":
+        report.generate(folder)
+        print(folder / "REPORT.md")
+        return 0
+    return run(args, folder)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

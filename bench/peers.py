@@ -1,0 +1,441 @@
+"""Scenario 6: leaseq and its peers on the same server in the same run.
+
+Peers: pgqueuer (asyncpg driver, batched dequeue) and procrastinate (psycopg), whatever
+versions are installed. Two measurements, each with the same harness for every queue:
+
+* ``noop``: no-op throughput (see :mod:`bench.noop`) with each queue's own worker runtime.
+* ``sleep``: scenario 1's workload (one job at a time per process, ``job_seconds`` of work)
+  through each queue's own claim and completion calls, for duplicates and claim latency.
+
+A peer that cannot be installed or run gets a row with its error instead of numbers.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import importlib.metadata
+import time
+import uuid
+from collections import Counter
+from collections.abc import Callable, Coroutine
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+import psycopg
+from psycopg.conninfo import conninfo_to_dict
+
+import leaseq
+from bench import noop
+from bench.context import Context
+from bench.env import scratch_database
+from bench.gang import Signals, cpu_per_job, run_gang, server_cpu_meter
+from bench.noop import NoopArgs
+from bench.stats import ms, percentile
+
+NAME = "peers"
+QUEUE = noop.QUEUE
+
+
+def _version(package: str) -> str:
+    try:
+        return importlib.metadata.version(package)
+    except importlib.metadata.PackageNotFoundError:
+        return "not installed"
+
+
+def _asyncpg_kwargs(url: str) -> dict[str, Any]:
+    parts = conninfo_to_dict(url)
+    return {
+        "host": parts.get("host"),
+        "port": int(parts.get("port") or 5432),
+        "user": parts.get("user"),
+        "password": parts.get("password") or None,
+        "database": parts.get("dbname"),
+    }
+
+
+def _run_async(main: Callable[[], Coroutine[Any, Any, Any]]) -> Any:
+    return asyncio.run(main())
+
+
+async def _until_stopped(signals: Signals, stop: Callable[[], object]) -> None:
+    while not signals.stopping():
+        await asyncio.sleep(0.05)
+    stop()
+
+
+# -- pgqueuer ------------------------------------------------------------------------------
+
+
+def pgqueuer_noop_worker(args: NoopArgs, signals: Signals) -> None:
+    """pgqueuer's own QueueManager with a no-op entrypoint, dequeuing ``batch`` at a time."""
+    import asyncpg  # type: ignore[import-untyped]
+    from pgqueuer import AsyncpgDriver, QueueManager
+    from pgqueuer.queries import Queries
+
+    async def main() -> None:
+        conn = await asyncpg.connect(**_asyncpg_kwargs(args.url))
+        manager = QueueManager(Queries(AsyncpgDriver(conn)))
+
+        @manager.entrypoint("noop")
+        async def work(job: object) -> None:
+            return None
+
+        signals.ready()
+        watcher = asyncio.create_task(_until_stopped(signals, manager.shutdown.set))
+        await manager.run(batch_size=args.batch, dequeue_timeout=timedelta(seconds=1))
+        await watcher
+
+    _run_async(main)
+
+
+class Pgqueuer:
+    name = "pgqueuer"
+    guarantees = (
+        "no lease token or fencing: a picked job whose worker heartbeat goes stale is re-picked; "
+        "completions are buffered and written in batches (a crash loses buffered completions, "
+        "so those jobs run again); finished jobs are moved to a log table"
+    )
+
+    def __init__(self) -> None:
+        self.enqueued = 0
+
+    def install(self, url: str) -> None:
+        import asyncpg
+        from pgqueuer import AsyncpgDriver
+        from pgqueuer.queries import Queries
+
+        async def main() -> None:
+            conn = await asyncpg.connect(**_asyncpg_kwargs(url))
+            try:
+                await Queries(AsyncpgDriver(conn)).install()
+            finally:
+                await conn.close()
+
+        _run_async(main)
+
+    def enqueue(self, url: str, jobs: int, entrypoint: str = "noop") -> None:
+        import asyncpg
+        from pgqueuer import AsyncpgDriver
+        from pgqueuer.queries import Queries
+
+        async def main() -> None:
+            conn = await asyncpg.connect(**_asyncpg_kwargs(url))
+            try:
+                await conn.execute("TRUNCATE pgqueuer")
+                queries = Queries(AsyncpgDriver(conn))
+                for start in range(0, jobs, 1000):
+                    n = min(1000, jobs - start)
+                    await queries.enqueue([entrypoint] * n, [None] * n, [0] * n)
+                await conn.execute("VACUUM ANALYZE pgqueuer")
+            finally:
+                await conn.close()
+
+        _run_async(main)
+        self.enqueued = jobs
+
+    def unfinished(self, conn: psycopg.Connection[Any]) -> bool:
+        row = conn.execute("SELECT EXISTS (SELECT 1 FROM pgqueuer)").fetchone()
+        return bool(row and row[0])
+
+    def finished(self, conn: psycopg.Connection[Any]) -> int:
+        row = conn.execute("SELECT count(*) FROM pgqueuer").fetchone()
+        return self.enqueued - (int(row[0]) if row else 0)
+
+    @property
+    def worker(self) -> Callable[[NoopArgs, Signals], object]:
+        return pgqueuer_noop_worker
+
+
+# -- procrastinate -------------------------------------------------------------------------
+
+
+def _procrastinate_app(url: str, pool: int) -> Any:
+    from procrastinate import App, PsycopgConnector
+
+    # A small pool per process keeps 16 processes under the server's max_connections.
+    app = App(connector=PsycopgConnector(conninfo=url, min_size=1, max_size=pool))
+
+    @app.task(name="noop", queue=QUEUE)
+    async def noop_task() -> None:
+        return None
+
+    @app.task(name="sleep", queue=QUEUE)
+    async def sleep_task() -> None:
+        return None
+
+    return app
+
+
+def procrastinate_noop_worker(args: NoopArgs, signals: Signals) -> None:
+    """procrastinate's own worker; ``batch`` is its concurrency (it fetches one job at a time)."""
+
+    async def main() -> None:
+        app = _procrastinate_app(args.url, pool=4)
+        async with app.open_async():
+            signals.ready()
+            worker = asyncio.create_task(
+                app.run_worker_async(
+                    queues=[QUEUE], concurrency=args.batch, wait=True, install_signal_handlers=False
+                )
+            )
+            await _until_stopped(signals, worker.cancel)
+            with contextlib.suppress(asyncio.CancelledError):
+                await worker
+
+    _run_async(main)
+
+
+class Procrastinate:
+    name = "procrastinate"
+    guarantees = (
+        "no lease or fencing token: a job stays 'doing' until its worker finishes; jobs of a "
+        "worker whose heartbeat stops are found by get_stalled_jobs and must be retried "
+        "explicitly; one fetch and one finish statement per job"
+    )
+
+    def install(self, url: str) -> None:
+        async def main() -> None:
+            app = _procrastinate_app(url, pool=2)
+            async with app.open_async():
+                await app.schema_manager.apply_schema_async()
+
+        _run_async(main)
+
+    def enqueue(self, url: str, jobs: int, task: str = "noop") -> None:
+        async def main() -> None:
+            app = _procrastinate_app(url, pool=2)
+            async with app.open_async():
+                await app.connector.execute_query_async("TRUNCATE procrastinate_jobs CASCADE")
+                for start in range(0, jobs, 1000):
+                    n = min(1000, jobs - start)
+                    await app.tasks[task].batch_defer_async(*({} for _ in range(n)))
+
+        _run_async(main)
+        with psycopg.connect(url, autocommit=True) as conn:
+            conn.execute("VACUUM ANALYZE procrastinate_jobs")
+
+    def unfinished(self, conn: psycopg.Connection[Any]) -> bool:
+        row = conn.execute(
+            "SELECT EXISTS (SELECT 1 FROM procrastinate_jobs WHERE status IN ('todo', 'doing'))"
+        ).fetchone()
+        return bool(row and row[0])
+
+    def finished(self, conn: psycopg.Connection[Any]) -> int:
+        row = conn.execute(
+            "SELECT count(*) FROM procrastinate_jobs WHERE status = 'succeeded'"
+        ).fetchone()
+        return int(row[0]) if row else 0
+
+    @property
+    def worker(self) -> Callable[[NoopArgs, Signals], object]:
+        return procrastinate_noop_worker
+
+
+# -- scenario 1's workload through each queue's claim and completion -----------------------
+
+
+@dataclass(frozen=True)
+class SleepArgs:
+    url: str
+    implementation: str
+    owner: str
+    job_seconds: float
+
+
+@dataclass(frozen=True)
+class Run:
+    """One execution: job id, claim latency (s), claim start and completion (wall clock)."""
+
+    job_id: int
+    claim_seconds: float
+    started: float
+    done: float
+
+
+def sleep_worker(args: SleepArgs, signals: Signals) -> list[Run]:
+    """Claim one job, sleep, complete; until a claim finds nothing."""
+    if args.implementation == "pgqueuer":
+        return _run_async(lambda: _pgqueuer_sleep(args, signals))  # type: ignore[no-any-return]
+    if args.implementation == "procrastinate":
+        return _run_async(lambda: _procrastinate_sleep(args, signals))  # type: ignore[no-any-return]
+    runs: list[Run] = []
+    with leaseq.connect(args.url, action="bench") as conn:
+        queue = leaseq.Queue(conn)
+        signals.ready()
+        while True:
+            started, t0 = time.time(), time.perf_counter()
+            jobs = queue.claim([QUEUE], args.owner, lease_seconds=60.0)
+            latency = time.perf_counter() - t0
+            if not jobs:
+                return runs
+            time.sleep(args.job_seconds)
+            queue.complete(jobs[0].lease)
+            runs.append(Run(jobs[0].id, latency, started, time.time()))
+
+
+async def _pgqueuer_sleep(args: SleepArgs, signals: Signals) -> list[Run]:
+    import asyncpg
+    from pgqueuer import AsyncpgDriver
+    from pgqueuer.queries import EntrypointExecutionParameter, Queries
+    from pgqueuer.types import QueueEntrypoint, QueueManagerId
+
+    conn = await asyncpg.connect(**_asyncpg_kwargs(args.url))
+    queries = Queries(AsyncpgDriver(conn))
+    entrypoints = {QueueEntrypoint("sleep"): EntrypointExecutionParameter(concurrency_limit=0)}
+    manager = QueueManagerId(uuid.uuid4())
+    runs: list[Run] = []
+    signals.ready()
+    while True:
+        started, t0 = time.time(), time.perf_counter()
+        jobs = await queries.dequeue(1, entrypoints, manager, None, timedelta(seconds=60))
+        latency = time.perf_counter() - t0
+        if not jobs:
+            await conn.close()
+            return runs
+        await asyncio.sleep(args.job_seconds)
+        await queries.log_jobs([(jobs[0], "successful", None)])
+        runs.append(Run(int(jobs[0].id), latency, started, time.time()))
+
+
+async def _procrastinate_sleep(args: SleepArgs, signals: Signals) -> list[Run]:
+    from procrastinate.jobs import Status
+
+    app = _procrastinate_app(args.url, pool=1)
+    runs: list[Run] = []
+    async with app.open_async():
+        manager = app.job_manager
+        worker_id = await manager.register_worker()
+        signals.ready()
+        while True:
+            started, t0 = time.time(), time.perf_counter()
+            job = await manager.fetch_job(queues=[QUEUE], worker_id=worker_id)
+            latency = time.perf_counter() - t0
+            if job is None:
+                return runs
+            await asyncio.sleep(args.job_seconds)
+            await manager.finish_job(job, status=Status.SUCCEEDED, delete_job=False)
+            runs.append(Run(int(job.id or 0), latency, started, time.time()))
+
+
+def sleep_run(name: str, url: str, workers: int, jobs: int, job_seconds: float) -> dict[str, Any]:
+    """Scenario 1's workload on one queue: one CSV row."""
+    run = run_gang(
+        sleep_worker,
+        [SleepArgs(url, name, f"w{i + 1}", job_seconds) for i in range(workers)],
+        server_cpu=server_cpu_meter(url),
+    )
+    runs = [r for batch in run.results for r in batch]
+    copies = Counter(r.job_id for r in runs)
+    span = max(r.done for r in runs) - min(r.started for r in runs)
+    ideal = jobs * job_seconds / workers
+    return {
+        "kind": "sleep",
+        "implementation": name,
+        "workers": workers,
+        "jobs": jobs,
+        "job_seconds": job_seconds,
+        "executions": len(runs),
+        "duplicates": len(runs) - len(copies),
+        "unfinished": jobs - len(copies),
+        "seconds": round(span, 4),
+        "jobs_per_second": round(len(copies) / span, 2),
+        "efficiency": round(ideal / span, 4),
+        "claim_p50_ms": ms(percentile([r.claim_seconds for r in runs], 50)),
+        "claim_p99_ms": ms(percentile([r.claim_seconds for r in runs], 99)),
+        **cpu_per_job(run, jobs),
+    }
+
+
+def _measure(ctx: Context, impl: noop.Implementation, plan: dict[str, Any]) -> list[dict[str, Any]]:
+    rows: list[dict[str, Any]] = []
+    package = "leaseq" if isinstance(impl, noop.Leaseq) else impl.name
+    base = {
+        "implementation": impl.name,
+        "version": _version(package),
+        "guarantees": impl.guarantees,
+    }
+    label = impl.name.replace("+", "_")
+    with scratch_database(ctx.server_url, f"peer_{label}", migrate=False) as url:
+        impl.install(url)
+        for workers in plan["workers"]:
+            for batch in plan["batches"]:
+                row = noop.measure(
+                    impl,
+                    url,
+                    jobs=plan["jobs"],
+                    workers=workers,
+                    batch=batch,
+                    cap_seconds=plan["cap"],
+                )
+                ctx.log(
+                    f"peers noop {impl.name} W={workers} batch={batch}: "
+                    f"{row['jobs_per_second']} jobs/s"
+                )
+                rows.append({"kind": "noop", **base, **row})
+        if isinstance(impl, noop.Leaseq) and impl.batched:
+            return rows  # its claim and per-job path are leaseq's own, measured already
+        if isinstance(impl, Pgqueuer):
+            impl.enqueue(url, plan["sleep_jobs"], entrypoint="sleep")
+        elif isinstance(impl, Procrastinate):
+            impl.enqueue(url, plan["sleep_jobs"], task="sleep")
+        else:
+            impl.enqueue(url, plan["sleep_jobs"])
+        row = sleep_run(
+            impl.name, url, plan["sleep_workers"], plan["sleep_jobs"], plan["job_seconds"]
+        )
+        ctx.log(
+            f"peers sleep {impl.name}: {row['duplicates']} duplicates, "
+            f"claim p50 {row['claim_p50_ms']} ms, efficiency {row['efficiency']}"
+        )
+        rows.append({**base, **row})
+    return rows
+
+
+def run(ctx: Context) -> None:
+    if ctx.quick:
+        plan = {
+            "jobs": 1000,
+            "cap": 5.0,
+            "workers": (4,),
+            "batches": (10,),
+            "sleep_workers": 8,
+            "sleep_jobs": 48,
+            "job_seconds": 0.2,
+        }
+    else:
+        plan = {
+            "jobs": 10_000,
+            "cap": 30.0,
+            "workers": (4, 16),
+            "batches": (1, 10),
+            "sleep_workers": 16,
+            "sleep_jobs": 400,
+            "job_seconds": 0.2,
+        }
+    rows: list[dict[str, Any]] = []
+    impls: list[noop.Implementation] = [*noop.leaseq_variants(), Pgqueuer(), Procrastinate()]
+    for impl in impls:
+        try:
+            rows.extend(_measure(ctx, impl, plan))
+        except Exception as exc:  # a peer that cannot run is reported, not fatal
+            ctx.log(f"peers {impl.name} failed: {exc}")
+            rows.append(
+                {
+                    "kind": "error",
+                    "implementation": impl.name,
+                    "version": _version(impl.name),
+                    "error": f"{type(exc).__name__}: {exc}",
+                }
+            )
+    recorder = ctx.recorder(NAME)
+    recorder.params(
+        {
+            **plan,
+            "procrastinate_pool_per_process": 4,
+            "pgqueuer_driver": "asyncpg " + _version("asyncpg"),
+        }
+    )
+    recorder.table(NAME, rows)

@@ -1,0 +1,568 @@
+"""``python -m bench report``: REPORT.md and PNG plots, generated from the CSV files only."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt
+
+from bench.results import read
+
+Rows = list[dict[str, str]]
+
+
+def _f(value: str | None) -> float:
+    try:
+        return float(value) if value not in (None, "") else float("nan")
+    except ValueError:
+        return float("nan")
+
+
+def _table(rows: Rows, columns: Sequence[str], headers: Sequence[str] | None = None) -> str:
+    if not rows:
+        return "_no rows_\n"
+    head = headers or columns
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    lines += ["| " + " | ".join(r.get(c, "") for c in columns) + " |" for r in rows]
+    return "\n".join(lines) + "\n"
+
+
+def _plot(
+    path: Path,
+    title: str,
+    xlabel: str,
+    ylabel: str,
+    series: dict[str, tuple[list[float], list[float]]],
+    *,
+    logy: bool = False,
+) -> str:
+    fig, ax = plt.subplots(figsize=(7, 4))
+    for label, (xs, ys) in series.items():
+        ax.plot(xs, ys, marker="o", markersize=3, label=label)
+    ax.set_title(title)
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    if logy:
+        ax.set_yscale("log")
+    ax.grid(True, alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return f"![{title}]({path.name})\n"
+
+
+def _environment(folder: Path) -> str:
+    envs = {
+        e.name.removesuffix("_env.csv"): {r["key"]: r["value"] for r in read(e)}
+        for e in sorted(folder.glob("*_env.csv"))
+    }
+    if not envs:
+        return "_no environment recorded_\n"
+
+    def machine(kv: dict[str, str]) -> str:
+        pg = ", ".join(f"{k[3:]}={v}" for k, v in kv.items() if k.startswith("pg."))
+        return (
+            f"{kv.get('cores')} cores, {kv.get('cpu_model')}, {kv.get('os')}, Python "
+            f"{kv.get('python')}; PostgreSQL {kv.get('pg_version')} ({pg})"
+        )
+
+    machines = {machine(kv) for kv in envs.values()}
+    out = [f"Machine and server: {machines.pop()}\n"] if len(machines) == 1 else []
+    for scenario, kv in envs.items():
+        params = ", ".join(f"{k[6:]}={v}" for k, v in kv.items() if k.startswith("param."))
+        where = "" if not machines else f"{machine(kv)}; "
+        out.append(
+            f"- **{scenario}** ({kv.get('mode')}, {kv.get('run_at')}, load average "
+            f"{kv.get('loadavg_at_start', 'not recorded')} at start): {where}{params}"
+        )
+    return "\n".join(out) + "\n"
+
+
+def _by(rows: Rows, **match: str) -> Rows:
+    return [r for r in rows if all(r.get(k) == v for k, v in match.items())]
+
+
+def _headline(folder: Path) -> str:
+    claim = read(folder / "claim_scaling.csv")
+    explain = read(folder / "history_explain.csv")
+    churn = read(folder / "history_churn.csv")
+    noop = read(folder / "throughput.csv")
+    peers = read(folder / "peers.csv")
+    lines: list[tuple[str, str, str]] = []
+    leaseq_claims = _by(claim, strategy="leaseq")
+    if leaseq_claims:
+        dup = sum(int(r["duplicates"]) for r in leaseq_claims)
+        wrong = sum(int(r["wrong_attempt_counts"]) for r in leaseq_claims)
+        naive = max(_by(claim, strategy="naive"), key=lambda r: int(r["workers"]), default=None)
+        lines.append(
+            (
+                "duplicates / wrong attempt counts, every W",
+                "0 / 0",
+                f"{dup} / {wrong} (naive at W={naive['workers']}: {naive['executions']} "
+                f"executions for {naive['jobs']} jobs)"
+                if naive
+                else f"{dup} / {wrong}",
+            )
+        )
+        top = max(leaseq_claims, key=lambda r: int(r["workers"]))
+        lines.append(
+            (
+                f"efficiency vs linear at W={top['workers']}",
+                ">= 98%",
+                f"{_f(top['efficiency']):.1%}",
+            )
+        )
+        lines.append(
+            (
+                f"claim p50 at W={top['workers']}",
+                "<= 1.5 ms",
+                f"{top['claim_p50_ms']} ms (p99 {top['claim_p99_ms']} ms)",
+            )
+        )
+    claims = _by(explain, statement="job_claim", partial_index="True")
+    if len(claims) >= 2:
+        fresh, old = claims[0], claims[-1]
+        lines.append(
+            (
+                f"claim with {old['finished_rows']} finished rows vs 0",
+                "unchanged",
+                f"{old['buffers']} vs {fresh['buffers']} buffers, {old['execution_ms']} vs "
+                f"{fresh['execution_ms']} ms",
+            )
+        )
+    for arm in churn:
+        lines.append(
+            (
+                f"claim after {arm['jobs']} churned jobs ({arm['arm']} autovacuum settings) "
+                "vs fresh",
+                "<= 2x" if arm["arm"] == "leaseq" else "(control)",
+                f"{arm['after_claim_buffers']} vs {arm['fresh_claim_buffers']} buffers, "
+                f"{arm['after_claim_ms']} vs {arm['fresh_claim_ms']} ms (worst during: "
+                f"{arm['worst_claim_buffers']} buffers, {arm['worst_claim_ms']} ms)",
+            )
+        )
+    best: dict[str, dict[str, str]] = {}
+    for r in _by(peers, kind="noop"):
+        name = r["implementation"]
+        if name not in best or _f(r["jobs_per_second"]) > _f(best[name]["jobs_per_second"]):
+            best[name] = r
+    peers_best = [r for n, r in best.items() if not n.startswith("leaseq")]
+    if peers_best:
+        peer = max(peers_best, key=lambda r: _f(r["jobs_per_second"]))
+        for name, mine in sorted(best.items()):
+            if not name.startswith("leaseq"):
+                continue
+            lines.append(
+                (
+                    f"no-op throughput, {name} vs the fastest peer (best config each, same run)",
+                    ">= 1.25x",
+                    f"{_f(mine['jobs_per_second']) / _f(peer['jobs_per_second']):.2f}x: "
+                    f"{mine['jobs_per_second']} jobs/s (W={mine['workers']}, batch "
+                    f"{mine['batch']}) vs {peer['implementation']} {peer['jobs_per_second']} "
+                    f"(W={peer['workers']}, batch {peer['batch']})",
+                )
+            )
+    for r in _by(noop, kind="wakeup", wake_mode="notify"):
+        lines.append(
+            (
+                "wake-up latency with LISTEN/NOTIFY, p50 / p99",
+                "< 20 ms",
+                f"{r['wakeup_p50_ms']} / {r['wakeup_p99_ms']} ms",
+            )
+        )
+    if not lines:
+        return "_no results yet_\n"
+    body = ["| measure | goal (issue 6) | measured |", "|---|---|---|"]
+    body += [f"| {a} | {b} | {c} |" for a, b, c in lines]
+    return "\n".join(body) + "\n"
+
+
+def _claim_scaling(folder: Path) -> str:
+    rows = read(folder / "claim_scaling.csv")
+    if not rows:
+        return "_not run_\n"
+    out = _table(
+        rows,
+        [
+            "strategy",
+            "workers",
+            "jobs",
+            "executions",
+            "duplicates",
+            "max_copies_of_one_job",
+            "max_copies_window_ms",
+            "wrong_attempt_counts",
+            "seconds",
+            "ideal_seconds",
+            "jobs_per_second",
+            "efficiency",
+            "claim_p50_ms",
+            "claim_p99_ms",
+            "client_cpu_ms_per_job",
+            "server_cpu_ms_per_job",
+        ],
+    )
+    series = {
+        s: (
+            [_f(r["workers"]) for r in _by(rows, strategy=s)],
+            [_f(r["efficiency"]) for r in _by(rows, strategy=s)],
+        )
+        for s in ("naive", "leaseq")
+    }
+    out += "\n" + _plot(
+        folder / "claim_efficiency.png",
+        "Efficiency vs ideal N*d/W",
+        "workers",
+        "efficiency",
+        series,
+    )
+    series = {
+        s: (
+            [_f(r["workers"]) for r in _by(rows, strategy=s)],
+            [_f(r["executions"]) for r in _by(rows, strategy=s)],
+        )
+        for s in ("naive", "leaseq")
+    }
+    out += _plot(
+        folder / "claim_executions.png",
+        "Executions for the same jobs",
+        "workers",
+        "executions",
+        series,
+    )
+    return out
+
+
+def _txn_scope(folder: Path) -> str:
+    rows = read(folder / "txn_scope.csv")
+    if not rows:
+        return "_not run_\n"
+    out = _table(
+        rows,
+        [
+            "scope",
+            "workers",
+            "job_seconds",
+            "jobs",
+            "jobs_per_second",
+            "claim_p50_ms",
+            "max_idle_in_transaction",
+            "mean_idle_in_transaction",
+            "max_transaction_age_s",
+            "max_xmin_age",
+            "samples",
+        ],
+    )
+    samples = read(folder / "txn_scope_samples.csv")
+    series: dict[str, tuple[list[float], list[float]]] = {}
+    for r in samples:
+        xs, ys = series.setdefault(f"{r['scope']} {r['job_seconds']} s", ([], []))
+        xs.append(_f(r["t"]))
+        ys.append(_f(r["oldest_transaction_s"]))
+    if series:
+        out += "\n" + _plot(
+            folder / "txn_scope_age.png",
+            "Oldest open transaction (sampled)",
+            "seconds into the run",
+            "age (s)",
+            series,
+        )
+    return out
+
+
+def _history(folder: Path) -> str:
+    explain = read(folder / "history_explain.csv")
+    if not explain:
+        return "_not run_\n"
+    out = "Claim cost, 500 pending jobs (median of 5 runs; buffers of the last, warm run):\n\n"
+    out += _table(
+        explain,
+        [
+            "finished_rows",
+            "partial_index",
+            "statement",
+            "buffers",
+            "execution_ms",
+            "planning_ms",
+            "scans",
+        ],
+    )
+    out += "\nSizes:\n\n" + _table(
+        read(folder / "history_sizes.csv"), ["condition", "relation", "kind", "bytes"]
+    )
+    churn = read(folder / "history_churn.csv")
+    if churn:
+        out += "\nChurn through leaseq's own lifecycle, autovacuum at the server's defaults:\n\n"
+        out += _table(
+            churn,
+            [
+                "arm",
+                "reloptions",
+                "jobs",
+                "seconds",
+                "jobs_per_second",
+                "fresh_claim_buffers",
+                "fresh_claim_ms",
+                "worst_claim_buffers",
+                "worst_claim_ms",
+                "after_claim_buffers",
+                "after_claim_ms",
+                "end_claim_buffers",
+                "end_claim_ms",
+                "autovacuum_runs",
+                "explicit_vacuums",
+            ],
+        )
+    samples = read(folder / "history_churn_samples.csv")
+    for metric, label, logy in (
+        ("claim_buffers", "buffers per claim", True),
+        ("claim_ms", "claim execution (ms)", True),
+        ("n_dead_tup", "dead tuples", False),
+    ):
+        series: dict[str, tuple[list[float], list[float]]] = {}
+        for r in samples:
+            xs, ys = series.setdefault(r["arm"], ([], []))
+            xs.append(_f(r["t"]))
+            ys.append(_f(r[metric]))
+        if series:
+            out += "\n" + _plot(
+                folder / f"history_churn_{metric}.png",
+                f"Claim during and after churn: {label}",
+                "seconds",
+                label,
+                series,
+                logy=logy,
+            )
+    drain = read(folder / "history_drain.csv")
+    if drain:
+        series = {}
+        for r in drain:
+            xs, ys = series.setdefault(r["arm"], ([], []))
+            xs.append(_f(r["first_claim"]))
+            ys.append(_f(r["claim_p50_ms"]))
+        out += "\nDrain of a backlog, claim latency by position (p50 per bucket):\n\n"
+        last = str(max(int(r["bucket"]) for r in drain))
+        out += _table(
+            [r for r in drain if r["bucket"] in ("0", last)],
+            ["arm", "bucket", "first_claim", "claims", "claim_p50_ms", "claim_p99_ms"],
+        )
+        out += "\n" + _plot(
+            folder / "history_drain.png",
+            "Claim latency over a drain",
+            "claim number",
+            "p50 (ms)",
+            series,
+        )
+    return out
+
+
+def _throughput(folder: Path) -> str:
+    rows = read(folder / "throughput.csv")
+    if not rows:
+        return "_not run_\n"
+    noop = _by(rows, kind="noop")
+    out = _table(
+        noop,
+        [
+            "implementation",
+            "workers",
+            "batch",
+            "jobs",
+            "finished",
+            "seconds",
+            "jobs_per_second",
+            "client_cpu_ms_per_job",
+            "server_cpu_ms_per_job",
+            "machine_cpu_ms_per_job",
+        ],
+    )
+    series = {}
+    for impl, batch in sorted({(r["implementation"], r["batch"]) for r in noop}):
+        part = _by(noop, implementation=impl, batch=batch)
+        series[f"{impl} batch {batch}"] = (
+            [_f(r["workers"]) for r in part],
+            [_f(r["jobs_per_second"]) for r in part],
+        )
+    out += "\n" + _plot(
+        folder / "throughput_noop.png", "leaseq no-op throughput", "workers", "jobs/s", series
+    )
+    out += "\nWake-up latency, enqueue commit to claim returned:\n\n"
+    out += _table(
+        _by(rows, kind="wakeup"),
+        [
+            "wake_mode",
+            "poll_seconds",
+            "jobs",
+            "claimed",
+            "wakeup_p50_ms",
+            "wakeup_p99_ms",
+            "wakeup_max_ms",
+        ],
+    )
+    return out
+
+
+def _crash(folder: Path) -> str:
+    rows = read(folder / "crash.csv")
+    if not rows:
+        return "_not run_\n"
+    return "Seconds relative to the SIGKILL (database time):\n\n" + _table(
+        rows,
+        [
+            "lease_s",
+            "heartbeat_s",
+            "reap_every_s",
+            "job_s",
+            "heartbeat_age_at_kill_s",
+            "lease_left_at_kill_s",
+            "expired_after_s",
+            "reaped_after_s",
+            "retry_at_after_s",
+            "reclaimed_after_s",
+            "finished_after_s",
+            "final_status",
+            "attempt_count",
+            "attempt_outcomes",
+        ],
+    )
+
+
+def _peers(folder: Path) -> str:
+    rows = read(folder / "peers.csv")
+    if not rows:
+        return "_not run_\n"
+    out = _table(
+        _by(rows, kind="noop"),
+        [
+            "implementation",
+            "version",
+            "workers",
+            "batch",
+            "finished",
+            "seconds",
+            "jobs_per_second",
+            "client_cpu_ms_per_job",
+            "server_cpu_ms_per_job",
+        ],
+    )
+    ratios = []
+    noop = _by(rows, kind="noop")
+    for mine in (r for r in noop if r["implementation"].startswith("leaseq")):
+        for r in noop:
+            same = (r["workers"], r["batch"]) == (mine["workers"], mine["batch"])
+            if same and not r["implementation"].startswith("leaseq"):
+                ratios.append(
+                    {
+                        "leaseq": mine["implementation"],
+                        "peer": r["implementation"],
+                        "workers": r["workers"],
+                        "batch": r["batch"],
+                        "ratio": f"{_f(mine['jobs_per_second']) / _f(r['jobs_per_second']):.2f}",
+                    }
+                )
+    out += "\nleaseq / peer no-op throughput at the same workers and batch:\n\n"
+    out += _table(ratios, ["leaseq", "peer", "workers", "batch", "ratio"])
+    out += "\nScenario 1's workload through each queue's claim and completion calls:\n\n"
+    out += _table(
+        _by(rows, kind="sleep"),
+        [
+            "implementation",
+            "workers",
+            "jobs",
+            "executions",
+            "duplicates",
+            "unfinished",
+            "jobs_per_second",
+            "efficiency",
+            "claim_p50_ms",
+            "claim_p99_ms",
+        ],
+    )
+    seen: dict[str, str] = {}
+    for r in rows:
+        if r.get("guarantees"):
+            seen[r["implementation"]] = r["guarantees"]
+    out += "\nWhat each queue guarantees while doing this:\n\n"
+    out += "".join(f"- **{name}**: {text}\n" for name, text in seen.items())
+    errors = _by(rows, kind="error")
+    if errors:
+        out += "\nPeers that could not run:\n\n"
+        out += "".join(f"- {r['implementation']} {r['version']}: {r['error']}\n" for r in errors)
+    return out
+
+
+def _ab(folder: Path) -> str:
+    rows = read(folder / "ab.csv")
+    if not rows:
+        return "_not run (opt-in: `python -m bench --only ab`)_\n"
+    groups: dict[tuple[str, str, str], list[float]] = {}
+    for r in rows:
+        groups.setdefault((r["workers"], r["batch"], r["implementation"]), []).append(
+            _f(r["jobs_per_second"])
+        )
+    medians = {key: sorted(v)[len(v) // 2] for key, v in groups.items()}
+    table = []
+    for (workers, batch, impl), median in sorted(
+        medians.items(), key=lambda kv: (int(kv[0][0]), int(kv[0][1]), kv[0][2])
+    ):
+        peer = medians.get((workers, batch, "pgqueuer"))
+        table.append(
+            {
+                "workers": workers,
+                "batch": batch,
+                "implementation": impl,
+                "rounds": str(len(groups[(workers, batch, impl)])),
+                "median_jobs_per_second": f"{median:.0f}",
+                "all_rounds": " ".join(f"{x:.0f}" for x in groups[(workers, batch, impl)]),
+                "vs_pgqueuer": f"{median / peer:.2f}" if peer else "",
+            }
+        )
+    return "Median of interleaved rounds (each round runs every implementation once):\n\n" + _table(
+        table,
+        [
+            "workers",
+            "batch",
+            "implementation",
+            "rounds",
+            "median_jobs_per_second",
+            "all_rounds",
+            "vs_pgqueuer",
+        ],
+    )
+
+
+SECTIONS: list[tuple[str, Callable[[Path], str]]] = [
+    ("1. Claim correctness and scaling (400 jobs x 200 ms)", _claim_scaling),
+    ("2. Transaction scope (8 workers)", _txn_scope),
+    ("3. History and churn", _history),
+    ("4. No-op throughput and wake-up latency", _throughput),
+    ("5. Crash timeline", _crash),
+    ("6. Peers, same server, same run", _peers),
+    ("A/B: no-op throughput, interleaved rounds", _ab),
+]
+
+
+def generate(folder: Path) -> Path:
+    """Write ``folder/REPORT.md`` and its plots from the CSV files in ``folder``."""
+    folder.mkdir(parents=True, exist_ok=True)
+    parts = [
+        "# leaseq benchmarks\n",
+        "Generated by `python -m bench report` from the CSV files in this folder; do not edit.\n"
+        "Absolute numbers belong to this machine; compare implementations only within one run. "
+        "CPU per job: `client` is the worker processes, `server` the PostgreSQL processes, "
+        "`machine` everything on the machine (including unrelated load).\n",
+        "## Headline\n",
+        _headline(folder),
+        "## Environment\n",
+        _environment(folder),
+    ]
+    for title, section in SECTIONS:
+        parts += [f"## {title}\n", section(folder)]
+    path = folder / "REPORT.md"
+    path.write_text("\n".join(parts))
+    return path

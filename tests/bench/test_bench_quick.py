@@ -1,0 +1,47 @@
+"""Smoke test of the benchmark harness: one tiny configuration, CSV, then the report.
+
+It checks that the pieces run end to end, never how fast anything is (CI runs
+``python -m bench --quick`` for the full quick suite).
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+if str(ROOT) not in sys.path:
+    # bench/ is a folder of the repository, not part of the installed package. Appended, not
+    # prepended: the repository root also holds operator/, which must not shadow the stdlib.
+    sys.path.append(str(ROOT))
+
+from bench import claim_scaling, report  # noqa: E402
+from bench.__main__ import main  # noqa: E402
+from bench.context import Context  # noqa: E402
+from bench.env import machine, scratch_database, server_info  # noqa: E402
+from bench.results import read  # noqa: E402
+
+
+def test_tiny_claim_run_writes_csv_and_report(server_url: str, tmp_path: Path) -> None:
+    ctx = Context(server_url, True, tmp_path, {**machine(), **server_info(server_url)})
+    with scratch_database(server_url, "smoke") as url:
+        rows = [
+            claim_scaling.measure(url, s, workers=2, jobs=6, job_seconds=0.01)
+            for s in ("naive", "leaseq")
+        ]
+    recorder = ctx.recorder(claim_scaling.NAME)
+    recorder.params({"jobs": 6})
+    recorder.table(claim_scaling.NAME, rows)
+
+    written = read(tmp_path / "claim_scaling.csv")
+    assert [r["strategy"] for r in written] == ["naive", "leaseq"]
+    leaseq_row = written[1]
+    assert leaseq_row["executions"] == "6"
+    assert leaseq_row["duplicates"] == "0"
+    assert leaseq_row["pg_version"]
+
+    assert main(["report", "--results", str(tmp_path)]) == 0
+    text = (tmp_path / "REPORT.md").read_text()
+    assert "Claim correctness and scaling" in text
+    assert (tmp_path / "claim_efficiency.png").stat().st_size > 0
+    assert report.generate(tmp_path) == tmp_path / "REPORT.md"

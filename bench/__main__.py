@@ -28,6 +28,7 @@ SCENARIOS: dict[str, Callable[[Context], None]] = {
 OPT_IN = {ab.NAME}
 
 RESULTS = Path(__file__).parent / "results"
+README = Path(__file__).parents[1] / "README.md"
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -84,16 +85,23 @@ def run(args: argparse.Namespace, folder: Path) -> int:
             ctx.log(f"scenario {name} ({'quick' if args.quick else 'full'})")
             SCENARIOS[name](ctx)
             ctx.log(f"scenario {name} done in {time.perf_counter() - started:.0f} s")
-    report.generate(folder)
+    _report(folder)
     print(f"report: {folder / 'REPORT.md'}", file=sys.stderr)
     return 0
+
+
+def _report(folder: Path) -> None:
+    """REPORT.md from the CSV; for the committed results, the README's headline too."""
+    report.generate(folder)
+    if folder.resolve() == RESULTS.resolve():
+        report.update_readme(README, folder)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     folder = args.results or (RESULTS / "quick" if args.quick else RESULTS)
     if args.command == "report":
-        report.generate(folder)
+        _report(folder)
         print(folder / "REPORT.md")
         return 0
     return run(args, folder)

@@ -138,9 +138,8 @@ def _headline(folder: Path) -> str:
     for arm in churn:
         lines.append(
             (
-                f"claim after {arm['jobs']} churned jobs ({arm['arm']} autovacuum settings) "
-                "vs fresh",
-                "<= 2x" if arm["arm"] == "leaseq" else "(control)",
+                f"claim after {arm['jobs']} churned jobs vs fresh, arm `{arm['arm']}`",
+                "(control)" if arm["arm"] == "control" else "<= 2x",
                 f"{arm['after_claim_buffers']} vs {arm['fresh_claim_buffers']} buffers, "
                 f"{arm['after_claim_ms']} vs {arm['fresh_claim_ms']} ms (worst during: "
                 f"{arm['worst_claim_buffers']} buffers, {arm['worst_claim_ms']} ms)",
@@ -545,6 +544,31 @@ SECTIONS: list[tuple[str, Callable[[Path], str]]] = [
     ("6. Peers, same server, same run", _peers),
     ("A/B: no-op throughput, interleaved rounds", _ab),
 ]
+
+
+README_START = "<!-- BENCH HEADLINE (python -m bench report) -->\n"
+README_END = "<!-- /BENCH HEADLINE -->"
+
+
+def readme_section(folder: Path) -> str:
+    """The README's benchmark section: the headline table and where it came from."""
+    env = {r["key"]: r["value"] for r in read(folder / "claim_scaling_env.csv")}
+    where = (
+        f"Measured on {env['cores']} cores ({env['cpu_model']}), PostgreSQL "
+        f"{env['pg_version']}; full tables, plots and parameters in "
+        "[bench/results/REPORT.md](bench/results/REPORT.md)."
+        if env
+        else ""
+    )
+    return f"{_headline(folder)}\n{where}\n"
+
+
+def update_readme(readme: Path, folder: Path) -> None:
+    """Replace the README's benchmark section with the one generated from ``folder``."""
+    text = readme.read_text()
+    start = text.index(README_START) + len(README_START)
+    end = text.index(README_END)
+    readme.write_text(text[:start] + readme_section(folder) + text[end:])
 
 
 def generate(folder: Path) -> Path:

@@ -6,20 +6,13 @@ It checks that the pieces run end to end, never how fast anything is (CI runs
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
-if str(ROOT) not in sys.path:
-    # bench/ is a folder of the repository, not part of the installed package. Appended, not
-    # prepended: the repository root also holds operator/, which must not shadow the stdlib.
-    sys.path.append(str(ROOT))
-
-from bench import claim_scaling, report  # noqa: E402
-from bench.__main__ import main  # noqa: E402
-from bench.context import Context  # noqa: E402
-from bench.env import machine, scratch_database, server_info  # noqa: E402
-from bench.results import read  # noqa: E402
+from bench import claim_scaling, report
+from bench.__main__ import main
+from bench.context import Context
+from bench.env import machine, scratch_database, server_info
+from bench.results import read
 
 
 def test_tiny_claim_run_writes_csv_and_report(server_url: str, tmp_path: Path) -> None:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 from datetime import datetime, timedelta
 
 import pytest
@@ -10,6 +9,7 @@ from psycopg_pool import ConnectionPool
 
 import leaseq
 from leaseq.operator.reaper import LeaderLease, Reaper
+from support.polling import wait_for
 
 
 class Clock:
@@ -118,10 +118,7 @@ def test_thread_reaps_reports_leadership_and_stops_cleanly(
     [job_id] = _expired_jobs(pooled, db_now, 1)
     reaper.start()
     try:
-        deadline = time.monotonic() + 30
-        while pooled.get(job_id).status != "pending":
-            assert time.monotonic() < deadline, "the reaper thread did not reap"
-            time.sleep(0.05)
+        wait_for(lambda: pooled.get(job_id).status == "pending", "the reaper thread reaps")
     finally:
         reaper.stop()
     assert not reaper.alive

@@ -18,9 +18,10 @@ Two mechanisms, on purpose:
 Every reaped job is logged with its previous owner and token, counted in
 ``leaseq_reaped_total{queue,outcome}``, and recorded in ``job_attempts`` by the statement.
 
-After each pass the leader also vacuums ``leaseq.jobs`` once it holds ``vacuum_dead_tuples``
-dead row versions (:meth:`leaseq.Queue.vacuum`): churn buries the claim index's head in dead
-entries faster than autovacuum's once-a-minute wake-up clears them.
+After each pass the leader also forgets workers silent for ten minutes (a SIGKILLed pod never
+removes its own row from ``leaseq.workers``) and vacuums ``leaseq.jobs`` once it holds
+``vacuum_dead_tuples`` dead row versions (:meth:`leaseq.Queue.vacuum`): churn buries the claim
+index's head in dead entries faster than autovacuum's once-a-minute wake-up clears them.
 """
 
 from __future__ import annotations
@@ -40,6 +41,9 @@ log = logging.getLogger("leaseq.operator.reaper")
 
 LEASE_NAME = "reaper"
 REAP_BATCH = 1000
+# Registry rows of workers silent this long are removed (ten times the operator's 60 s
+# liveness horizon for leaseq_queue_workers, so a slow worker is never forgotten).
+FORGET_WORKERS_AFTER = 600.0
 
 
 @dataclass(frozen=True)
@@ -140,6 +144,7 @@ class Reaper:
             reaped = queue.reap(limit=REAP_BATCH, conn=conn, now=now)
         for job in reaped:
             self.on_reaped(job)
+        queue.forget_workers(silent_for=FORGET_WORKERS_AFTER, now=now)
         if self.vacuum_dead_tuples:
             queue.vacuum(min_dead_tuples=self.vacuum_dead_tuples)
         if reaped:

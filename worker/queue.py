@@ -495,6 +495,16 @@ class Queue:
         with self.connection("list jobs") as c:
             return self.store.job_list(c, status=status, queue=queue, limit=limit)
 
+    def forget_workers(self, *, silent_for: float, now: datetime | None = None) -> list[str]:
+        """Remove registry rows of workers silent for ``silent_for`` seconds (a SIGKILLed pod
+        never deletes its own); their jobs, if any, are the reaper's. Returns their ids."""
+        validation.positive("silent_for", silent_for)
+        with self.connection("forget workers") as c:
+            gone = self.store.worker_prune_stale(c, older_than=silent_for, now=now)
+        for worker in gone:
+            log.info("forgot silent worker", extra={"worker": worker})
+        return gone
+
     def workers(self, queues: Sequence[str] | None = None) -> list[WorkerRecord]:
         with self.connection("list workers") as c:
             return self.store.worker_list(c, queues=queues)

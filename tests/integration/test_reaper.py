@@ -151,3 +151,23 @@ def test_the_leader_vacuums_the_jobs_table_after_churn(
     conn.execute("SELECT pg_stat_force_next_flush()")
     reaper.run_once()
     assert vacuums() == before + 1
+
+
+def test_the_leader_forgets_workers_that_went_silent(
+    pooled: leaseq.Queue, db_now: datetime
+) -> None:
+    for worker, seen in (("gone", db_now - timedelta(hours=1)), ("alive", db_now)):
+        with pooled.connection("test") as c:
+            pooled.store.worker_upsert(
+                c,
+                worker_id=worker,
+                pod=None,
+                node=None,
+                queues=["q"],
+                concurrency=1,
+                state="running",
+                in_flight=0,
+                now=seen,
+            )
+    _reaper(pooled, "op-a").run_once(now=db_now)
+    assert [w.worker_id for w in pooled.workers()] == ["alive"]

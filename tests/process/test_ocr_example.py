@@ -41,7 +41,7 @@ def ocr_worker(database_url: str, tmp_path: Path) -> Iterator[Spawn]:
             "--poll-seconds", "0.5",
             "--drain-seconds", "60",
             "--log-level", "DEBUG",
-            env={"LEASEQ_OCR_DEVICE": "cpu"},
+            env={"OCR_DEVICE": "cpu"},
         )  # fmt: skip
 
     yield spawn

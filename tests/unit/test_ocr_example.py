@@ -33,12 +33,12 @@ def test_device_follows_the_setting_and_what_onnxruntime_offers(
 
 
 def test_cuda_without_a_cuda_build_refuses_to_start() -> None:
-    with pytest.raises(leaseq.ConfigError, match=r"LEASEQ_OCR_DEVICE=cuda.*onnxruntime-gpu"):
+    with pytest.raises(leaseq.ConfigError, match=r"OCR_DEVICE=cuda.*onnxruntime-gpu"):
         choose_device("cuda", CPU_ONLY)
 
 
 def test_unknown_device_is_named() -> None:
-    with pytest.raises(leaseq.ConfigError, match=r"LEASEQ_OCR_DEVICE='tpu'.*auto, cpu, cuda"):
+    with pytest.raises(leaseq.ConfigError, match=r"OCR_DEVICE='tpu'.*auto, cpu, cuda"):
         choose_device("tpu", WITH_CUDA)
 
 

@@ -13,7 +13,7 @@ after the page in hand. The result, which is also the job's effect, holds the te
 page, where it came from and the device that read it.
 
 The model loads once per worker process, before its first claim (``on_startup``), on the
-device ``LEASEQ_OCR_DEVICE`` chooses (auto, cpu or cuda; see
+device ``OCR_DEVICE`` chooses (auto, cpu or cuda; see
 :mod:`leaseq.examples.ocr_model`). This module uses only the public ``leaseq`` API.
 """
 

@@ -6,15 +6,15 @@ for photos of rotated text, turned correct lines of clean pages upside down (2 o
 in our test pages), so it is not run. Recognition drops spaces now and then (the model is
 trained mostly on Chinese text): compare texts without whitespace.
 
-The device comes from ``LEASEQ_OCR_DEVICE``: ``auto`` (the default) takes CUDA when this
-onnxruntime build offers ``CUDAExecutionProvider`` (the ``onnxruntime-gpu`` package) and the
-CPU otherwise; ``cuda`` refuses to start without it, so a GPU pool never silently runs on CPU;
-``cpu`` never touches a GPU.
+The device comes from the app's own variable ``OCR_DEVICE`` (not a worker setting):
+``auto`` (the default) takes CUDA when this onnxruntime build offers ``CUDAExecutionProvider``
+(the ``onnxruntime-gpu`` package) and the CPU otherwise; ``cuda`` refuses to start without
+it, so a GPU pool never silently runs on CPU; ``cpu`` never touches a GPU.
 
 :meth:`OcrModel.read` reads several pages with one model call per stage over all their text
 lines: detection runs per page (pages differ in size), then recognition runs on the lines of
-every page together, in batches of up to ``batch`` lines.
-Reading pages one at a time is ``read([page])``.
+every page together, in batches of up to ``batch`` lines. Reading pages one at a time is
+``read([page])``.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ from rapidocr_onnxruntime import RapidOCR  # type: ignore[import-untyped]
 
 from leaseq import ConfigError
 
-DEVICE_ENV = "LEASEQ_OCR_DEVICE"
+DEVICE_ENV = "OCR_DEVICE"
 CUDA_PROVIDER = "CUDAExecutionProvider"
 # Detection scales a page so its longer side is at most this many pixels (rapidocr's own
 # default scales the shorter side up to 736 px: a wide page becomes ~3000 px, ~4x slower,
@@ -49,7 +49,7 @@ class Device(enum.Enum):
 
 
 def choose_device(setting: str, available: Sequence[str]) -> Device:
-    """The device to run on (CPU or CUDA) for the ``LEASEQ_OCR_DEVICE`` value ``setting``,
+    """The device to run on (CPU or CUDA) for the ``OCR_DEVICE`` value ``setting``,
     given onnxruntime's available providers. ConfigError on an unknown value, or on ``cuda``
     when this onnxruntime build has no CUDA provider."""
     try:

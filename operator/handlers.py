@@ -114,17 +114,29 @@ class PoolTick:
         return scaling.Demand(depth["ready"], depth["scheduledSoon"], depth["running"])
 
     def protect(self, pool: PoolSpec, current: int, desired: int) -> int:
-        """Set deletion costs on the Deployment's pods; never shrink below the busy pods."""
+        """Keep the pods' safe-to-evict annotations in step with their busyness (every tick:
+        the cluster autoscaler drains nodes at any time). Before a scale-down, also set
+        deletion costs, and never shrink below the busy pods."""
+        shrinking = desired < current
         pods = [p for p in self.app.kube.pods(self.namespace, pool.deployment) if not p.terminating]
         try:
             workers = self.queue.workers(pool.queues) if self.queue else []
-        except LeaseqError as exc:  # which pods are busy is unknown: shrink nothing
-            self.logger.warning(f"holding {current} replicas: cannot read the workers: {exc}")
-            return current
+        except LeaseqError as exc:  # which pods are busy is unknown: change and shrink nothing
+            held = f"holding {current} replicas, " if shrinking else ""
+            self.logger.warning(f"{held}pod annotations unchanged: cannot read the workers: {exc}")
+            return current if shrinking else desired
         loads = protection.pod_loads([p.name for p in pods], workers)
-        changes = protection.cost_changes(loads, {p.name: p.annotations for p in pods})
-        for pod, cost in changes.items():
-            self.app.kube.annotate_pod(self.namespace, pod, {protection.DELETION_COST: cost})
+        annotations = {p.name: p.annotations for p in pods}
+        patches: dict[str, dict[str, str]] = {}
+        for pod, value in protection.eviction_changes(loads, annotations).items():
+            patches.setdefault(pod, {})[protection.SAFE_TO_EVICT] = value
+        if shrinking:
+            for pod, cost in protection.cost_changes(loads, annotations).items():
+                patches.setdefault(pod, {})[protection.DELETION_COST] = cost
+        for pod, patch in patches.items():
+            self.app.kube.annotate_pod(self.namespace, pod, patch)
+        if not shrinking:
+            return desired
         busy = sum(1 for load in loads.values() if not load.idle)
         limited = protection.limit_scale_down(current, desired, busy)
         if limited != desired:
@@ -156,9 +168,7 @@ class PoolTick:
             )
         if not self.app.leading:
             return False  # a standby replica: the leader scales and writes status
-        desired = decision.desired
-        if desired < current:
-            desired = self.protect(pool, current, desired)
+        desired = self.protect(pool, current, decision.desired)
         if desired != current:
             self.app.kube.scale(self.namespace, pool.deployment, desired)
             self.status["lastScaleTime"] = conditions.timestamp()

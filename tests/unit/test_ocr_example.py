@@ -9,8 +9,8 @@ import pytest
 
 import leaseq
 from leaseq.examples import pages
-from leaseq.examples.ocr import _pixels, parse_document, read_page
-from leaseq.examples.ocr_model import Device, OcrModel, choose_device
+from leaseq.examples.ocr import decode_image, parse_document, read_page
+from leaseq.examples.ocr_model import Device, OcrModel, choose_device, choose_threads
 
 CPU_ONLY = ["AzureExecutionProvider", "CPUExecutionProvider"]
 WITH_CUDA = ["CUDAExecutionProvider", "CPUExecutionProvider"]
@@ -35,6 +35,17 @@ def test_device_follows_the_setting_and_what_onnxruntime_offers(
 def test_cuda_without_a_cuda_build_refuses_to_start() -> None:
     with pytest.raises(leaseq.ConfigError, match=r"OCR_DEVICE=cuda.*onnxruntime-gpu"):
         choose_device("cuda", CPU_ONLY)
+
+
+@pytest.mark.parametrize(("setting", "threads"), [("1", 1), ("4", 4)])
+def test_threads_setting(setting: str, threads: int) -> None:
+    assert choose_threads(setting) == threads
+
+
+@pytest.mark.parametrize("setting", ["0", "-2", "two", ""])
+def test_bad_threads_setting_is_named(setting: str) -> None:
+    with pytest.raises(leaseq.ConfigError, match=r"OCR_THREADS=.*positive integer"):
+        choose_threads(setting)
 
 
 def test_unknown_device_is_named() -> None:
@@ -73,20 +84,20 @@ def squeeze(text: str) -> str:
     return "".join(text.split())
 
 
-def test_model_reads_rendered_pages_and_batching_changes_nothing(model: OcrModel) -> None:
+def test_model_reads_rendered_pages_batched_or_not(model: OcrModel) -> None:
     payload, drawn = pages.document("unit", 3)
-    images = [_pixels(p, p.image) for p in parse_document(payload) if p.image]
-    batched = model.read(images)
-    one_by_one = [model.read([image])[0] for image in images]
-    assert [[squeeze(line.text) for line in page] for page in batched] == [
-        [squeeze(line) for line in lines] for lines in drawn
-    ]
-    assert [[line.text for line in page] for page in batched] == [
-        [line.text for line in page] for page in one_by_one
-    ]
-    # rapidocr's own pipeline (without the angle classifier) reads the same lines.
+    images = [decode_image(p) for p in parse_document(payload)]
+    expected = [[squeeze(line) for line in lines] for lines in drawn]
+    batched = model.read(images, lines_per_call=64)  # one recognition call for 3 pages
+    one_by_one = [model.read([image])[0] for image in images]  # one line per call on CPU
+    # Batching pads lines to the widest of the call, which moves spaces, never letters.
+    for read in (batched, one_by_one):
+        assert [[squeeze(line.text) for line in page] for page in read] == expected
+    # rapidocr's own pipeline (without the angle classifier) batches a page's lines in one
+    # call: it reads exactly what read() does with the same batching.
     own, _ = model.engine(images[0], use_cls=False)
-    assert [row[1] for row in own] == [line.text for line in one_by_one[0]]
+    [same] = model.read(images[:1], lines_per_call=64)
+    assert [row[1] for row in own] == [line.text for line in same]
 
 
 def test_a_page_without_text_reads_as_empty(model: OcrModel) -> None:

@@ -13,8 +13,8 @@ after the page in hand. The result, which is also the job's effect, holds the te
 page, where it came from and the device that read it.
 
 The model loads once per worker process, before its first claim (``on_startup``), on the
-device ``OCR_DEVICE`` chooses (auto, cpu or cuda; see
-:mod:`leaseq.examples.ocr_model`). This module uses only the public ``leaseq`` API.
+device ``OCR_DEVICE`` chooses (auto, cpu or cuda) with ``OCR_THREADS`` CPU threads per
+inference (see :mod:`leaseq.examples.ocr_model`). This module uses only the public ``leaseq`` API.
 """
 
 from __future__ import annotations
@@ -32,7 +32,14 @@ import numpy as np
 from PIL import Image, UnidentifiedImageError
 
 from leaseq import Interrupted, JobContext, PermanentError, Registry
-from leaseq.examples.ocr_model import DEVICE_ENV, OcrModel, available_providers, choose_device
+from leaseq.examples.ocr_model import (
+    DEVICE_ENV,
+    THREADS_ENV,
+    OcrModel,
+    available_providers,
+    choose_device,
+    choose_threads,
+)
 
 registry = Registry()
 log = logging.getLogger("leaseq.examples.ocr")
@@ -46,7 +53,7 @@ MAX_PAGES = 500
 def load_model() -> None:
     """Load the OCR models once per process, on the configured device."""
     device = choose_device(os.environ.get(DEVICE_ENV, "auto"), available_providers())
-    model = OcrModel.load(device)
+    model = OcrModel.load(device, threads=choose_threads(os.environ.get(THREADS_ENV, "1")))
     MODEL["ocr"] = model
     log.info(
         "OCR model loaded on %s in %.2f s (providers %s)",
@@ -97,9 +104,12 @@ def parse_document(payload: Any) -> list[Page]:
     return pages
 
 
-def _pixels(page: Page, image: bytes) -> np.ndarray[Any, np.dtype[np.uint8]]:
+def decode_image(page: Page) -> np.ndarray[Any, np.dtype[np.uint8]]:
+    """The page's image as RGB pixels; PermanentError if it has none or it cannot be decoded."""
+    if page.image is None:
+        raise PermanentError(f"page {page.number}: has no image")
     try:
-        with Image.open(io.BytesIO(image)) as opened:
+        with Image.open(io.BytesIO(page.image)) as opened:
             return np.asarray(opened.convert("RGB"))
     except (UnidentifiedImageError, OSError, ValueError) as exc:
         raise PermanentError(f"page {page.number}: image cannot be decoded ({exc})") from exc
@@ -115,7 +125,7 @@ def read_page(model: OcrModel, page: Page) -> dict[str, Any]:
             "text": text,
             "lines": len(text.splitlines()),
         }
-    [lines] = model.read([_pixels(page, page.image)])
+    [lines] = model.read([decode_image(page)])
     confidence = min((line.confidence for line in lines), default=None)
     return {
         "page": page.number,

@@ -11,10 +11,14 @@ The device comes from the app's own variable ``OCR_DEVICE`` (not a worker settin
 (the ``onnxruntime-gpu`` package) and the CPU otherwise; ``cuda`` refuses to start without
 it, so a GPU pool never silently runs on CPU; ``cpu`` never touches a GPU.
 
-:meth:`OcrModel.read` reads several pages with one model call per stage over all their text
-lines: detection runs per page (pages differ in size), then recognition runs on the lines of
-every page together, in batches of up to ``batch`` lines. Reading pages one at a time is
-``read([page])``.
+``OCR_THREADS`` (default 1) is the CPU threads one inference uses. One thread per inference
+and one worker slot per core is the setup that was fastest on this loaded 2-core machine:
+onnxruntime's default (a thread per core of the node, not of the pod's CPU limit) makes
+concurrent inferences fight over cores.
+
+:meth:`OcrModel.read` reads several pages: detection runs per page (one image per model call:
+pages differ in size), then recognition runs on the lines of every page together,
+``lines_per_call`` lines per model call. Reading pages one at a time is ``read([page])``.
 """
 
 from __future__ import annotations
@@ -32,6 +36,7 @@ from rapidocr_onnxruntime import RapidOCR  # type: ignore[import-untyped]
 from leaseq import ConfigError
 
 DEVICE_ENV = "OCR_DEVICE"
+THREADS_ENV = "OCR_THREADS"
 CUDA_PROVIDER = "CUDAExecutionProvider"
 # Detection scales a page so its longer side is at most this many pixels (rapidocr's own
 # default scales the shorter side up to 736 px: a wide page becomes ~3000 px, ~4x slower,
@@ -72,6 +77,18 @@ def available_providers() -> list[str]:
     return list(onnxruntime.get_available_providers())
 
 
+def choose_threads(setting: str) -> int:
+    """CPU threads per inference for the ``OCR_THREADS`` value ``setting`` (a positive
+    integer); ConfigError otherwise."""
+    try:
+        threads = int(setting)
+    except ValueError:
+        threads = 0
+    if threads < 1:
+        raise ConfigError(f"{THREADS_ENV}={setting!r}: must be a positive integer")
+    return threads
+
+
 @dataclass(frozen=True)
 class Line:
     """One line of text as read, with the recogniser's confidence in [0, 1]."""
@@ -82,16 +99,21 @@ class Line:
 
 @dataclass(frozen=True)
 class OcrModel:
-    """The loaded models (load once per process: :meth:`load`), and what loading cost."""
+    """The loaded models (load once per process: :meth:`load`), and what loading cost.
+    Thread-safe: slots of one worker process share it (onnxruntime sessions are)."""
 
     engine: Any
     device: Device
     providers: list[str]
     load_seconds: float
+    #: Text lines per recognition call by default: 1 on CPU, where bigger batches cost more
+    #: CPU per line here (bench/ocr.py measures it); MAX_BATCH on CUDA (not measured here).
+    lines_per_call: int
 
     @classmethod
-    def load(cls, device: Device, *, batch: int = MAX_BATCH) -> OcrModel:
-        """Load the three ONNX models on ``device`` (CPU or CUDA)."""
+    def load(cls, device: Device, *, threads: int = 1) -> OcrModel:
+        """Load the three ONNX models on ``device`` (CPU or CUDA), each inference using
+        ``threads`` CPU threads."""
         started = time.perf_counter()
         cuda = device is Device.CUDA
         engine = RapidOCR(
@@ -99,12 +121,14 @@ class OcrModel:
             rec_use_cuda=cuda,
             det_limit_type="max",
             det_limit_side_len=DETECT_MAX_SIDE,
-            rec_batch_num=batch,
+            rec_batch_num=MAX_BATCH,
+            intra_op_num_threads=threads,
         )
         providers = list(engine.text_rec.session.session.get_providers())
         if cuda and CUDA_PROVIDER not in providers:
             raise ConfigError(f"{DEVICE_ENV}=cuda, but the model session runs on {providers}")
-        return cls(engine, device, providers, time.perf_counter() - started)
+        per_call = MAX_BATCH if cuda else 1
+        return cls(engine, device, providers, time.perf_counter() - started, per_call)
 
     def lines_of(self, page: Image) -> list[Image]:
         """The text lines detected on one RGB page, cropped, in reading order."""
@@ -117,19 +141,22 @@ class OcrModel:
             return []
         return list(engine.get_crop_img_list(padded, boxes))
 
-    def recognize(self, lines: Sequence[Image]) -> list[Line]:
-        """Read cropped lines, up to the load's ``batch`` lines per model call; one
-        :class:`Line` per input line, in order."""
-        if not lines:
-            return []
-        read, _ = self.engine.text_rec(list(lines))
-        return [Line(str(r[0]), float(r[1])) for r in read]
+    def recognize(self, lines: Sequence[Image], per_call: int | None = None) -> list[Line]:
+        """Read cropped lines, ``per_call`` (default :attr:`lines_per_call`, at most
+        MAX_BATCH) per model call; one :class:`Line` per input line, in order."""
+        size = min(per_call or self.lines_per_call, MAX_BATCH)
+        out = []
+        for start in range(0, len(lines), size):
+            read, _ = self.engine.text_rec(list(lines[start : start + size]))
+            out += [Line(str(r[0]), float(r[1])) for r in read]
+        return out
 
-    def read(self, pages: Sequence[Image]) -> list[list[Line]]:
-        """The lines of each page: detection per page, then one recognition pass over the
-        lines of all ``pages`` together. Low-confidence lines are dropped, as rapidocr does."""
+    def read(self, pages: Sequence[Image], lines_per_call: int | None = None) -> list[list[Line]]:
+        """The lines of each page: detection per page, then recognition over the lines of
+        all ``pages`` together, ``lines_per_call`` per model call. Low-confidence lines are
+        dropped, as rapidocr does."""
         per_page = [self.lines_of(page) for page in pages]
-        read = iter(self.recognize([line for lines in per_page for line in lines]))
+        read = iter(self.recognize([line for lines in per_page for line in lines], lines_per_call))
         floor = float(self.engine.text_score)
         out = []
         for lines in per_page:

@@ -61,7 +61,7 @@ def run(ctx: Context) -> None:
         ctx.log(f"skipping {NAME}: {exc} (pip install 'leaseq[ocr]')")
         return
     arms = [(1, 1), (1, 6), (4, 24)] + ([] if ctx.quick else [(8, 48)])
-    pages, repeats = (8, 2) if ctx.quick else (24, 5)
+    pages, repeats = (8, 2) if ctx.quick else (12, 3)
     images = _pixels(pages)
     loads, reads = [], []
     for repeat in range(1, repeats + 1):

@@ -5,6 +5,8 @@ last checkpointed page, bad documents going dead, and text holding NULs."""
 from __future__ import annotations
 
 import signal
+import subprocess
+import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -177,3 +179,21 @@ def test_a_document_whose_text_holds_nuls_is_read_end_to_end(
     assert "Total" in middle["text"] and "due" in middle["text"] and "412" in middle["text"]
     assert squeeze(first["text"]) == squeeze("".join(drawn[0]))
     assert squeeze(last["text"]) == squeeze("".join(drawn[1]))
+
+
+@pytest.mark.demo
+def test_the_ocr_demo_accounts_for_every_document(database_url: str, tmp_path: Path) -> None:
+    code = (
+        f"import sys; from leaseq import ocr_demo; sys.exit(ocr_demo.run({database_url!r}, 2, 4))"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=DOCUMENT_SECONDS * 3,
+        cwd=tmp_path,
+    )
+    print(done.stdout, done.stderr)
+    assert done.returncode == 0
+    assert "all checks hold" in done.stdout
+    assert "FAIL" not in done.stdout

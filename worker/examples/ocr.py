@@ -111,7 +111,10 @@ def decode_image(page: Page) -> np.ndarray[Any, np.dtype[np.uint8]]:
     try:
         with Image.open(io.BytesIO(page.image)) as opened:
             return np.asarray(opened.convert("RGB"))
-    except (UnidentifiedImageError, OSError, ValueError) as exc:
+    except UnidentifiedImageError as exc:
+        reason = "not an image format Pillow reads"
+        raise PermanentError(f"page {page.number}: image cannot be decoded ({reason})") from exc
+    except (OSError, ValueError) as exc:
         raise PermanentError(f"page {page.number}: image cannot be decoded ({exc})") from exc
 
 

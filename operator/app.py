@@ -8,13 +8,13 @@ from dataclasses import dataclass
 
 from psycopg_pool import ConnectionPool
 
-from leaseq.db import Conn, open_pool
+from leaseq.core.db import Conn, open_pool
+from leaseq.core.queue import Queue
 from leaseq.operator.config import OperatorConfig
 from leaseq.operator.kube import Cluster, Kube
 from leaseq.operator.metrics import OperatorMetrics
 from leaseq.operator.reaper import LeaderLease, Reaper
 from leaseq.operator.scaling import Recommendation
-from leaseq.queue import Queue
 
 log = logging.getLogger("leaseq.operator")
 

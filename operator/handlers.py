@@ -27,14 +27,14 @@ from typing import Any
 
 import kopf
 
-from leaseq.errors import LeaseqError
-from leaseq.models import QueueStats
+from leaseq.core.errors import LeaseqError
+from leaseq.core.models import QueueStats
+from leaseq.core.queue import Queue
 from leaseq.operator import conditions, protection, scaling
 from leaseq.operator.app import OperatorApp, PoolState
 from leaseq.operator.conditions import Condition
 from leaseq.operator.kube import KubeError, TargetNotFound
 from leaseq.operator.spec import GROUP, PLURAL, VERSION, InvalidSpec, PoolSpec, parse
-from leaseq.queue import Queue
 
 
 def _depth(stats: list[QueueStats]) -> dict[str, Any]:

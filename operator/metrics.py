@@ -19,9 +19,9 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, start_http_serv
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from leaseq.errors import LeaseqError
-from leaseq.models import Reaped
-from leaseq.queue import Queue
+from leaseq.core.errors import LeaseqError
+from leaseq.core.models import Reaped
+from leaseq.core.queue import Queue
 
 log = logging.getLogger("leaseq.operator.metrics")
 

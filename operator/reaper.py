@@ -33,9 +33,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from leaseq.errors import LeaseqError
-from leaseq.models import Reaped
-from leaseq.queue import Queue
+from leaseq.core.errors import LeaseqError
+from leaseq.core.models import Reaped
+from leaseq.core.queue import Queue
 
 log = logging.getLogger("leaseq.operator.reaper")
 

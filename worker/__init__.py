@@ -1,8 +1,7 @@
 """leaseq: a PostgreSQL work queue for slow jobs, with leases, heartbeats and fencing tokens."""
 
-from leaseq.context import Interrupted, JobContext, PermanentError, StopReason
-from leaseq.db import connect, open_pool
-from leaseq.errors import (
+from leaseq.core.db import connect, open_pool
+from leaseq.core.errors import (
     ConfigError,
     DatabaseError,
     DatabaseUnavailable,
@@ -14,8 +13,7 @@ from leaseq.errors import (
     SchemaNotReady,
     SchemaTooNew,
 )
-from leaseq.migrate import MigrationReport, check_schema, migrate
-from leaseq.models import (
+from leaseq.core.models import (
     AttemptRecord,
     Cancelled,
     ClaimedJob,
@@ -34,8 +32,10 @@ from leaseq.models import (
     RetryPolicy,
     WorkerRecord,
 )
-from leaseq.queue import JobSpec, Queue
-from leaseq.registry import Registry
+from leaseq.core.queue import JobSpec, Queue
+from leaseq.core.schema import MigrationReport, check_schema, migrate
+from leaseq.runtime.context import Interrupted, JobContext, PermanentError, StopReason
+from leaseq.runtime.registry import Registry
 
 __all__ = [
     "AttemptRecord",

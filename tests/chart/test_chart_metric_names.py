@@ -43,7 +43,7 @@ def worker_samples(database_url: str, tmp_path: Path) -> Iterator[dict[str, Expo
     """A `leaseq worker` process serving the chart's default app on queue "q"."""
     workers = Workers(database_url, tmp_path)
     try:
-        worker = workers.start("metrics", "--app", "leaseq.demo_app:registry", "--queue", "q")
+        worker = workers.start("metrics", "--app", "leaseq.demo.app:registry", "--queue", "q")
         yield scrape(worker.port)
     finally:
         workers.stop_all()

@@ -5,7 +5,7 @@ from __future__ import annotations
 from prometheus_client import generate_latest
 
 import leaseq
-from leaseq.models import Reaped
+from leaseq.core.models import Reaped
 from leaseq.operator.metrics import OperatorMetrics
 from support import net
 
@@ -14,7 +14,9 @@ def _value(metrics: OperatorMetrics, name: str, **labels: str) -> float | None:
     return metrics.registry.get_sample_value(name, labels)
 
 
-def test_queue_series_come_from_the_database(queue: leaseq.Queue, conn: leaseq.db.Conn) -> None:
+def test_queue_series_come_from_the_database(
+    queue: leaseq.Queue, conn: leaseq.core.db.Conn
+) -> None:
     metrics = OperatorMetrics()
     metrics.watch_queues(queue)
     for n in range(3):

@@ -23,12 +23,12 @@ class Clock:
 
 
 @pytest.fixture
-def pooled(pool: ConnectionPool[leaseq.db.Conn]) -> leaseq.Queue:
+def pooled(pool: ConnectionPool[leaseq.core.db.Conn]) -> leaseq.Queue:
     return leaseq.Queue(pool)
 
 
 @pytest.fixture
-def db_now(conn: leaseq.db.Conn) -> datetime:
+def db_now(conn: leaseq.core.db.Conn) -> datetime:
     now: datetime = conn.execute("SELECT now()").fetchone()[0]  # type: ignore[index]
     return now
 
@@ -58,7 +58,7 @@ def test_one_of_two_reapers_leads_and_reaps(pooled: leaseq.Queue, db_now: dateti
 
 
 def test_a_held_lock_stops_even_the_leader(
-    pooled: leaseq.Queue, conn: leaseq.db.Conn, db_now: datetime
+    pooled: leaseq.Queue, conn: leaseq.core.db.Conn, db_now: datetime
 ) -> None:
     """Two processes that both believe they lead (a paused leader waking up) never overlap."""
     ids = _expired_jobs(pooled, db_now, 2)
@@ -128,7 +128,7 @@ def test_thread_reaps_reports_leadership_and_stops_cleanly(
 
 
 def test_the_leader_vacuums_the_jobs_table_after_churn(
-    pooled: leaseq.Queue, conn: leaseq.db.Conn
+    pooled: leaseq.Queue, conn: leaseq.core.db.Conn
 ) -> None:
     def vacuums() -> int:
         row = conn.execute(

@@ -45,7 +45,7 @@ def test_enqueue_scales_up_then_drain_scales_to_zero(
     assert api.events("ScaledDown")
 
 
-def _register(queue: leaseq.Queue, conn: leaseq.db.Conn, worker: str, pod: str) -> None:
+def _register(queue: leaseq.Queue, conn: leaseq.core.db.Conn, worker: str, pod: str) -> None:
     queue.store.worker_upsert(
         conn,
         worker_id=worker,
@@ -59,7 +59,7 @@ def _register(queue: leaseq.Queue, conn: leaseq.db.Conn, worker: str, pod: str) 
 
 
 def test_scale_down_spares_busy_pods_and_marks_them_expensive(
-    api: Api, start_operator: StartOperator, queue: leaseq.Queue, conn: leaseq.db.Conn
+    api: Api, start_operator: StartOperator, queue: leaseq.Queue, conn: leaseq.core.db.Conn
 ) -> None:
     api.create_deployment("workers", replicas=5)
     pods = ["pod-a", "pod-b", "pod-c", "pod-d", "pod-e"]

@@ -12,11 +12,11 @@ from typing import Any
 import pytest
 
 import leaseq
-from leaseq.context import Interrupted, JobContext, PermanentError, StopReason
-from leaseq.registry import Registry
-from leaseq.runtime import Worker
-from leaseq.shutdown import SignalWatch
-from leaseq.worker_settings import WorkerSettings
+from leaseq.runtime.context import Interrupted, JobContext, PermanentError, StopReason
+from leaseq.runtime.registry import Registry
+from leaseq.runtime.settings import WorkerSettings
+from leaseq.runtime.shutdown import SignalWatch
+from leaseq.runtime.worker import Worker
 from support.polling import wait_for
 
 pytestmark = pytest.mark.process

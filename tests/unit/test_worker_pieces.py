@@ -13,17 +13,17 @@ from typing import Any
 
 import pytest
 
-from leaseq import settings
-from leaseq.backoff import Backoff
-from leaseq.context import Interrupted, JobContext, StopReason
-from leaseq.errors import ConfigError, DatabaseError
-from leaseq.health import Health
-from leaseq.inflight import InFlight, InFlightTable
-from leaseq.metrics import OUTCOMES, WorkerMetrics
-from leaseq.models import ClaimedJob, Lease
-from leaseq.registry import Registry, load_app
-from leaseq.shutdown import SignalWatch
-from leaseq.worker_settings import OPTIONS, WorkerSettings
+from leaseq import config as settings
+from leaseq.core.backoff import Backoff
+from leaseq.core.errors import ConfigError, DatabaseError
+from leaseq.core.models import ClaimedJob, Lease
+from leaseq.runtime.context import Interrupted, JobContext, StopReason
+from leaseq.runtime.health import Health
+from leaseq.runtime.inflight import InFlight, InFlightTable
+from leaseq.runtime.metrics import OUTCOMES, WorkerMetrics
+from leaseq.runtime.registry import Registry, load_app
+from leaseq.runtime.settings import OPTIONS, WorkerSettings
+from leaseq.runtime.shutdown import SignalWatch
 from support.polling import wait_for
 
 

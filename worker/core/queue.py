@@ -20,10 +20,11 @@ from typing import Any
 import psycopg
 from psycopg_pool import ConnectionPool
 
-from leaseq import validation
-from leaseq.db import Conn
-from leaseq.errors import InvalidJob, JobNotFound, JobStateError, translate
-from leaseq.models import (
+from leaseq.core import validation
+from leaseq.core._store.store import Store
+from leaseq.core.db import Conn
+from leaseq.core.errors import InvalidJob, JobNotFound, JobStateError, translate
+from leaseq.core.models import (
     AttemptRecord,
     Cancelled,
     ClaimedJob,
@@ -42,7 +43,6 @@ from leaseq.models import (
     RetryPolicy,
     WorkerRecord,
 )
-from leaseq.store import Store
 
 log = logging.getLogger("leaseq.queue")
 

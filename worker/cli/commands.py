@@ -13,10 +13,10 @@ import sys
 import time
 from typing import Any
 
-from leaseq import settings
-from leaseq.db import Conn, connect
-from leaseq.queue import FINISHED_STATUSES, Queue
-from leaseq.tables import age, table, to_json, when
+from leaseq import config as settings
+from leaseq.cli.tables import age, table, to_json, when
+from leaseq.core.db import Conn, connect
+from leaseq.core.queue import FINISHED_STATUSES, Queue
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdw]?)\s*$")
 _UNIT = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}

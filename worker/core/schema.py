@@ -8,9 +8,9 @@ import re
 from dataclasses import dataclass
 from importlib import resources
 
-from leaseq.db import Conn
-from leaseq.errors import SchemaNotReady, SchemaTooNew
-from leaseq.store import Store
+from leaseq.core._store.store import Store
+from leaseq.core.db import Conn
+from leaseq.core.errors import SchemaNotReady, SchemaTooNew
 
 log = logging.getLogger("leaseq.migrate")
 

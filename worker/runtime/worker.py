@@ -8,7 +8,7 @@ of its own (at most ``concurrency`` at once). Every database call is one autocom
 statement from a psycopg_pool pool, so no transaction is ever open while a handler runs.
 
 Guarantees, on top of the queue's: an attempt is settled (completed, failed, released or
-dropped) by exactly one party (:mod:`leaseq.inflight`); a result is never reported for an
+dropped) by exactly one party (:mod:`leaseq.runtime.inflight`); a result is never reported for an
 attempt whose lease PostgreSQL declared lost; calls that fail because the database is
 unreachable are retried with backoff while the lease may still be held, and after that the
 reaper takes the job back. No error ends the process silently: every loop logs and carries on.
@@ -30,23 +30,23 @@ from typing import Any
 
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
-from leaseq import validation
-from leaseq.backoff import Backoff
-from leaseq.context import Interrupted, JobContext, PermanentError, StopReason
-from leaseq.db import open_pool
-from leaseq.errors import DatabaseUnavailable, InvalidJob, LeaseqError, SchemaNotReady
-from leaseq.health import Health
-from leaseq.heartbeat import HeartbeatLoop
-from leaseq.http_server import ProbeServer
-from leaseq.inflight import InFlight, InFlightTable
-from leaseq.listener import Listener
-from leaseq.metrics import WorkerMetrics
-from leaseq.migrate import check_schema
-from leaseq.models import ClaimedJob, Completed, Failed, Fenced, Released, RetryPolicy
-from leaseq.queue import Queue
-from leaseq.registry import Registry
-from leaseq.shutdown import SignalWatch
-from leaseq.worker_settings import WorkerSettings
+from leaseq.core import validation
+from leaseq.core.backoff import Backoff
+from leaseq.core.db import open_pool
+from leaseq.core.errors import DatabaseUnavailable, InvalidJob, LeaseqError, SchemaNotReady
+from leaseq.core.models import ClaimedJob, Completed, Failed, Fenced, Released, RetryPolicy
+from leaseq.core.queue import Queue
+from leaseq.core.schema import check_schema
+from leaseq.runtime.context import Interrupted, JobContext, PermanentError, StopReason
+from leaseq.runtime.health import Health
+from leaseq.runtime.heartbeat import HeartbeatLoop
+from leaseq.runtime.http_server import ProbeServer
+from leaseq.runtime.inflight import InFlight, InFlightTable
+from leaseq.runtime.listener import Listener
+from leaseq.runtime.metrics import WorkerMetrics
+from leaseq.runtime.registry import Registry
+from leaseq.runtime.settings import WorkerSettings
+from leaseq.runtime.shutdown import SignalWatch
 
 log = logging.getLogger("leaseq.worker")
 
@@ -455,7 +455,7 @@ class Worker:
     ) -> str | None:
         """``fn()``, retried while PostgreSQL is unreachable, the lease may still hold and
         ``until`` (monotonic) has not passed; returns the attempt's outcome name (see
-        :data:`leaseq.metrics.OUTCOMES`), or None after giving up (the reaper will take the
+        :data:`leaseq.runtime.metrics.OUTCOMES`), or None after giving up (the reaper will take the
         job back). A retried call that comes back fenced is checked against the audit trail:
         if the first try had been applied before the connection dropped, that is the outcome."""
         backoff = Backoff(0.1, 2.0)

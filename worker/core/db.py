@@ -7,7 +7,7 @@ from typing import Any
 import psycopg
 from psycopg_pool import ConnectionPool
 
-from leaseq.errors import translate
+from leaseq.core.errors import translate
 
 Conn = psycopg.Connection[Any]
 
@@ -15,7 +15,7 @@ Conn = psycopg.Connection[Any]
 def connect(conninfo: str, *, action: str, autocommit: bool = True, **kwargs: Any) -> Conn:
     """Open one connection (autocommit by default: every leaseq statement is its own transaction).
 
-    Raises :class:`leaseq.errors.DatabaseUnavailable` naming host and port when unreachable.
+    Raises :class:`leaseq.core.errors.DatabaseUnavailable` naming host and port when unreachable.
     """
     try:
         return psycopg.connect(conninfo, autocommit=autocommit, **kwargs)

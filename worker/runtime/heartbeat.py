@@ -19,13 +19,13 @@ import threading
 import time
 from collections.abc import Callable
 
-from leaseq.context import StopReason
-from leaseq.errors import DatabaseUnavailable, InvalidJob, LeaseqError
-from leaseq.health import Health
-from leaseq.inflight import InFlight, InFlightTable
-from leaseq.metrics import WorkerMetrics
-from leaseq.models import HeartbeatStatus
-from leaseq.queue import Queue
+from leaseq.core.errors import DatabaseUnavailable, InvalidJob, LeaseqError
+from leaseq.core.models import HeartbeatStatus
+from leaseq.core.queue import Queue
+from leaseq.runtime.context import StopReason
+from leaseq.runtime.health import Health
+from leaseq.runtime.inflight import InFlight, InFlightTable
+from leaseq.runtime.metrics import WorkerMetrics
 
 log = logging.getLogger("leaseq.heartbeat")
 

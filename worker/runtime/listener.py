@@ -13,11 +13,11 @@ from collections.abc import Callable, Collection
 
 import psycopg
 
-from leaseq.backoff import Backoff
-from leaseq.db import Conn, connect
-from leaseq.errors import LeaseqError, translate
-from leaseq.health import Health
-from leaseq.store import Store
+from leaseq.core._store.store import Store
+from leaseq.core.backoff import Backoff
+from leaseq.core.db import Conn, connect
+from leaseq.core.errors import LeaseqError, translate
+from leaseq.runtime.health import Health
 
 log = logging.getLogger("leaseq.listener")
 

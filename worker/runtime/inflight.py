@@ -12,9 +12,9 @@ import threading
 import time
 from dataclasses import dataclass, field
 
-from leaseq.context import JobContext
-from leaseq.models import ClaimedJob
-from leaseq.registry import JobType
+from leaseq.core.models import ClaimedJob
+from leaseq.runtime.context import JobContext
+from leaseq.runtime.registry import JobType
 
 # The attempt is settled this long before its max runtime as measured locally, so the
 # fail(timed_out) call reaches PostgreSQL while the lease (capped at the deadline) still holds.

@@ -8,9 +8,9 @@ import socket
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from leaseq import settings
-from leaseq.errors import ConfigError
-from leaseq.settings import Option
+from leaseq import config as settings
+from leaseq.config import Option
+from leaseq.core.errors import ConfigError
 
 
 def boolean(text: str) -> bool:

@@ -1,7 +1,7 @@
 """The store: one typed method per named statement, and nothing else.
 
 Methods take an open connection and run exactly one statement on it; transaction scope is
-the caller's (see :mod:`leaseq.queue`). psycopg errors become leaseq errors here, in
+the caller's (see :mod:`leaseq.core.queue`). psycopg errors become leaseq errors here, in
 :meth:`Store._execute`, and nowhere else.
 """
 
@@ -15,9 +15,9 @@ import psycopg
 from psycopg.rows import DictRow, class_row, dict_row
 from psycopg.types.json import Jsonb
 
-from leaseq import statements
-from leaseq.errors import translate
-from leaseq.models import (
+from leaseq.core._store import statements
+from leaseq.core.errors import translate
+from leaseq.core.models import (
     AttemptRecord,
     ClaimedJob,
     EffectRecord,

@@ -24,13 +24,13 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from leaseq import settings
-from leaseq.db import connect
-from leaseq.embedded import EmbeddedPostgres
-from leaseq.errors import ConfigError
-from leaseq.migrate import migrate
-from leaseq.models import JobRecord, RetryPolicy
-from leaseq.queue import JobSpec, Queue
+from leaseq import config as settings
+from leaseq.core.db import connect
+from leaseq.core.errors import ConfigError
+from leaseq.core.models import JobRecord, RetryPolicy
+from leaseq.core.queue import JobSpec, Queue
+from leaseq.core.schema import migrate
+from leaseq.demo.embedded import EmbeddedPostgres
 
 LEASE_SECONDS = 3.0
 HEARTBEAT_SECONDS = 0.5
@@ -141,7 +141,7 @@ class Demo:
         log = self.workdir / f"{key}.log"
         cmd = [
             sys.executable, "-m", "leaseq.cli", "worker",
-            "--app", "leaseq.demo_app:registry",
+            "--app", "leaseq.demo.app:registry",
             "--queue", self.queue_name,
             "--concurrency", str(CONCURRENCY),
             "--lease-seconds", str(LEASE_SECONDS),

@@ -88,6 +88,11 @@ def queue(conn: leaseq.core.db.Conn) -> leaseq.Queue:
 
 
 @pytest.fixture
+def workers(conn: leaseq.core.db.Conn) -> leaseq.Workers:
+    return leaseq.Workers(conn)
+
+
+@pytest.fixture
 def pool(database_url: str) -> Iterator[ConnectionPool[leaseq.core.db.Conn]]:
     p = leaseq.open_pool(database_url, min_size=2, max_size=20)
     try:

@@ -58,7 +58,7 @@ def operator_samples(database_url: str) -> Iterator[dict[str, Exported]]:
     with leaseq.open_pool(database_url) as pool:
         queue = leaseq.Queue(pool)
         queue.enqueue("backlog", "infer", {"seconds": 1})
-        metrics.watch_queues(queue)
+        metrics.watch_queues(queue, leaseq.Workers(pool))
         metrics.known_queues(("backlog",))
         metrics.pool("jobs/leaseq-worker", desired=1, current=0)
         metrics.leader.set(1)

@@ -111,8 +111,10 @@ def test_stale_worker_is_fenced_and_the_new_owner_result_stands(
     assert b.lease.token == a.lease.token + 1
     later = now + timedelta(hours=1, seconds=1)
     assert queue.complete(b.lease, {"by": "B"}, now=later) == leaseq.Completed(b.id, "doc-47", True)
-    assert queue.complete(a.lease, {"by": "A"}, now=later) == leaseq.Fenced(a.id, "complete")
-    assert queue.fail(a.lease, "late", now=later) == leaseq.Fenced(a.id, "fail")
+    assert queue.complete(a.lease, {"by": "A"}, now=later) == leaseq.Fenced(
+        a.id, "complete", "succeeded"
+    )
+    assert queue.fail(a.lease, "late", now=later) == leaseq.Fenced(a.id, "fail", "succeeded")
     record = queue.get(a.id)
     assert (record.status, record.result, record.lease_owner) == ("succeeded", {"by": "B"}, "B")
     effect = queue.effect("doc-47")
@@ -128,7 +130,7 @@ def test_stale_worker_on_an_unreaped_expired_lease_is_fenced(
     queue.enqueue("q", "t", now=now)
     a = claim_one(queue, owner="A", lease_seconds=5, now=now)
     assert queue.complete(a.lease, now=now + timedelta(seconds=5)) == leaseq.Fenced(
-        a.id, "complete"
+        a.id, "complete", "running"
     )
     assert queue.get(a.id).status == "running"  # untouched until reaped
     [reaped] = queue.reap(now=now + timedelta(seconds=5))

@@ -212,7 +212,7 @@ def test_release_by_a_stale_worker_is_fenced(queue: leaseq.Queue) -> None:
     queue.enqueue("q", "t")
     job = claim_one(queue)
     queue.release(job.lease)
-    assert queue.release(job.lease) == leaseq.Fenced(job.id, "release")
+    assert queue.release(job.lease) == leaseq.Fenced(job.id, "release", "pending")
 
 
 def test_checkpoint_reaches_the_next_attempt(
@@ -240,7 +240,7 @@ def test_cancel_pending_and_running(queue: leaseq.Queue) -> None:
     )
     assert queue.cancel(running_id) == leaseq.Cancelled(running_id, False, "cancelled")
     assert queue.heartbeat(job.lease).status is HeartbeatStatus.LOST
-    assert queue.complete(job.lease) == leaseq.Fenced(running_id, "complete")
+    assert queue.complete(job.lease) == leaseq.Fenced(running_id, "complete", "cancelled")
     assert queue.get(running_id).status == "cancelled"
     [attempt] = queue.attempts(running_id)
     assert attempt.outcome == "fenced" and "after cancelled" in (attempt.error or "")

@@ -46,14 +46,13 @@ def test_enqueue_scales_up_then_drain_scales_to_zero(
 
 
 def _register(queue: leaseq.Queue, conn: leaseq.core.db.Conn, worker: str, pod: str) -> None:
-    queue.store.worker_upsert(
-        conn,
-        worker_id=worker,
+    leaseq.Workers(conn).register(
+        worker,
         pod=pod,
         node="node-1",
         queues=["ocr"],
         concurrency=4,
-        state="running",
+        state=leaseq.WorkerState.RUNNING,
         in_flight=0,
     )
 

@@ -14,8 +14,8 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, TypeVar
 
-from leaseq import validation
-from leaseq.errors import InvalidJob, LeaseqError
+from leaseq.core import validation
+from leaseq.core.errors import InvalidJob, LeaseqError
 
 GROUP = "leaseq.dev"
 VERSION = "v1"

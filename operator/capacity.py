@@ -12,7 +12,7 @@ import statistics
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from leaseq.models import WorkerRecord, WorkerState
+from leaseq.core.models import WorkerRecord, WorkerState
 
 #: A worker whose registry heartbeat is older than this is not counted (as for the metrics).
 LIVE_WORKER_SECONDS = 60.0

@@ -33,18 +33,8 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from leaseq.core.models import JobTypeWork
 from leaseq.operator.spec import PoolSpec, ScaleOn, WorkTarget
-
-
-@dataclass(frozen=True)
-class TypeLoad:
-    """Jobs of one job type in a pool's queues, with the type's recent mean run time."""
-
-    job_type: str
-    ready: int
-    scheduled_soon: int
-    running: int
-    mean_seconds: float | None  # None: no attempt ended within the window
 
 
 @dataclass(frozen=True)
@@ -102,7 +92,7 @@ def replicas_for(jobs: int, jobs_per_replica: int) -> int:
     return math.ceil(max(jobs, 0) / jobs_per_replica)
 
 
-def work_seconds(loads: Sequence[TypeLoad], default_job_seconds: float) -> float:
+def work_seconds(loads: Sequence[JobTypeWork], default_job_seconds: float) -> float:
     """Estimated work-seconds: every ready, due-soon and running job at its type's recent
     mean run time (``default_job_seconds`` for a type with none). A running job counts a whole
     run: how far along it is is not known, so the estimate errs towards more capacity."""

@@ -9,11 +9,11 @@ from dataclasses import replace
 
 import pytest
 
+from leaseq.core.models import JobTypeWork
 from leaseq.operator.scaling import (
     Decision,
     Demand,
     Recommendation,
-    TypeLoad,
     Work,
     decide,
     replicas_for,
@@ -334,10 +334,10 @@ def test_jobs_mode_ignores_the_work_reading() -> None:
     ("loads", "seconds"),
     [
         ([], 0.0),
-        ([TypeLoad("ocr", 3, 1, 2, 10.0)], 60.0),
-        ([TypeLoad("ocr", 3, 0, 0, 10.0), TypeLoad("embed", 100, 0, 0, 0.5)], 80.0),
-        ([TypeLoad("new", 2, 0, 0, None)], 120.0),  # no recent attempt: defaultJobSeconds
+        ([JobTypeWork("ocr", 3, 1, 2, 10.0, 4)], 60.0),
+        ([JobTypeWork("ocr", 3, 0, 0, 10.0, 1), JobTypeWork("embed", 100, 0, 0, 0.5, 9)], 80.0),
+        ([JobTypeWork("new", 2, 0, 0, None, 0)], 120.0),  # no recent attempt: the default
     ],
 )
-def test_work_seconds(loads: list[TypeLoad], seconds: float) -> None:
+def test_work_seconds(loads: list[JobTypeWork], seconds: float) -> None:
     assert work_seconds(loads, default_job_seconds=60.0) == pytest.approx(seconds)

@@ -24,7 +24,9 @@ POOL: dict[str, Any] = {
 }
 
 
-def history(queue: leaseq.Queue, conn: leaseq.db.Conn, job_type: str, seconds: int, n: int) -> None:
+def history(
+    queue: leaseq.Queue, conn: leaseq.core.db.Conn, job_type: str, seconds: int, n: int
+) -> None:
     """``n`` attempts of ``job_type`` that ran ``seconds`` each, ending a minute ago."""
     start, end = conn.execute(
         "SELECT now() - make_interval(secs => 60 + %s), now() - interval '60 seconds'", [seconds]
@@ -41,7 +43,7 @@ def status(api: Api) -> dict[str, Any]:
 
 
 def test_short_jobs_need_one_replica_where_counts_ask_for_ten(
-    api: Api, start_operator: StartOperator, queue: leaseq.Queue, conn: leaseq.db.Conn
+    api: Api, start_operator: StartOperator, queue: leaseq.Queue, conn: leaseq.core.db.Conn
 ) -> None:
     history(queue, conn, "thumbnail", seconds=1, n=5)
     for n in range(100):
@@ -61,7 +63,7 @@ def test_short_jobs_need_one_replica_where_counts_ask_for_ten(
 
 
 def test_pods_loading_their_model_do_not_make_the_pool_grow_again(
-    api: Api, start_operator: StartOperator, queue: leaseq.Queue, conn: leaseq.db.Conn
+    api: Api, start_operator: StartOperator, queue: leaseq.Queue, conn: leaseq.core.db.Conn
 ) -> None:
     history(queue, conn, "extract", seconds=60, n=3)
     for n in range(10):
@@ -76,16 +78,14 @@ def test_pods_loading_their_model_do_not_make_the_pool_grow_again(
     pods = [f"workers-{i}" for i in range(4)]
     for pod in pods:
         api.create_pod(pod, "workers")
-        queue.store.worker_upsert(
-            conn,
-            worker_id=f"w-{pod}",
+        leaseq.Workers(conn).register(
+            f"w-{pod}",
             pod=pod,
             node="node-1",
             queues=["ocr"],
             concurrency=2,
-            state="loading",
+            state=leaseq.WorkerState.LOADING,
             in_flight=0,
-            startup_seconds=None,
         )
     conn.execute("UPDATE leaseq.workers SET started_at = started_at - interval '25 seconds'")
     conn.execute(

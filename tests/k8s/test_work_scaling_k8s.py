@@ -24,17 +24,27 @@ POOL: dict[str, Any] = {
 }
 
 
-def history(
-    queue: leaseq.Queue, conn: leaseq.core.db.Conn, job_type: str, seconds: int, n: int
+def backlog(
+    queue: leaseq.Queue, conn: leaseq.core.db.Conn, job_type: str, took: int, ready: int
 ) -> None:
-    """``n`` attempts of ``job_type`` that ran ``seconds`` each, ending a minute ago."""
+    """``ready`` jobs of ``job_type``, whose three earlier jobs each ran ``took`` seconds
+    and ended a minute ago (in job_attempts, where the operator reads run times)."""
     start, end = conn.execute(
-        "SELECT now() - make_interval(secs => 60 + %s), now() - interval '60 seconds'", [seconds]
+        "SELECT now() - make_interval(secs => 60 + %s), now() - interval '60 seconds'", [took]
     ).fetchone()  # type: ignore[misc]
-    for i in range(n):
+    for i in range(3):
         queue.enqueue("ocr", job_type, {"done": i}, now=start)
-    for job in queue.claim(["ocr"], "w-old", limit=n, lease_seconds=3600, now=start):
+    for job in queue.claim(["ocr"], "w-old", limit=3, lease_seconds=3600, now=start):
         queue.complete(job.lease, now=end)
+    for n in range(ready):
+        queue.enqueue("ocr", job_type, {"n": n})
+
+
+def start_pool(api: Api, start_operator: StartOperator, work: dict[str, Any]) -> None:
+    """An empty Deployment, the operator, and a WorkerPool that scales it on work."""
+    api.create_deployment("workers", replicas=0)
+    start_operator()
+    api.create_pool("ocr", {**POOL, "work": work})
 
 
 def status(api: Api) -> dict[str, Any]:
@@ -45,13 +55,9 @@ def status(api: Api) -> dict[str, Any]:
 def test_short_jobs_need_one_replica_where_counts_ask_for_ten(
     api: Api, start_operator: StartOperator, queue: leaseq.Queue, conn: leaseq.core.db.Conn
 ) -> None:
-    history(queue, conn, "thumbnail", seconds=1, n=5)
-    for n in range(100):
-        queue.enqueue("ocr", "thumbnail", {"n": n})
-    api.create_deployment("workers", replicas=0)
-    start_operator()
+    backlog(queue, conn, "thumbnail", took=1, ready=100)
     # Drain 100 work-seconds within 100 s; a new pod works 80 s of them at 2 jobs at once.
-    api.create_pool("ocr", {**POOL, "work": {"targetSeconds": 100, "startupSeconds": 20}})
+    start_pool(api, start_operator, {"targetSeconds": 100, "startupSeconds": 20})
     wait_for(lambda: api.replicas("workers") == 1, what="one replica")
     wait_for(lambda: status(api).get("workSeconds") == 100)
     assert status(api)["desiredReplicas"] == 1
@@ -65,13 +71,9 @@ def test_short_jobs_need_one_replica_where_counts_ask_for_ten(
 def test_pods_loading_their_model_do_not_make_the_pool_grow_again(
     api: Api, start_operator: StartOperator, queue: leaseq.Queue, conn: leaseq.core.db.Conn
 ) -> None:
-    history(queue, conn, "extract", seconds=60, n=3)
-    for n in range(10):
-        queue.enqueue("ocr", "extract", {"n": n})
-    api.create_deployment("workers", replicas=0)
-    start_operator()
+    backlog(queue, conn, "extract", took=60, ready=10)
     work = {"target": "OldestReadyAge", "targetSeconds": 120, "startupSeconds": 30}
-    api.create_pool("ocr", {**POOL, "work": work})
+    start_pool(api, start_operator, work)
     # 600 work-seconds; a new pod works 120 - 30 s at 2 jobs at once: 180, so 4 pods.
     wait_for(lambda: api.replicas("workers") == 4, what="4 replicas for 600 work-seconds")
     # The 4 pods start, and their workers load their model for 25 s while the jobs wait.

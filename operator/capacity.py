@@ -13,9 +13,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from leaseq.core.models import WorkerRecord, WorkerState
-
-#: A worker whose registry heartbeat is older than this is not counted (as for the metrics).
-LIVE_WORKER_SECONDS = 60.0
+from leaseq.operator.metrics import LIVE_WORKER_SECONDS  # the same liveness as the metrics
 
 
 @dataclass(frozen=True)

@@ -3,12 +3,14 @@
 -- name: pool_work
 -- Per job type in the given queues: ready, due-soon and running jobs, and the mean run time of the newest attempts (at most max_samples) that ran to their end within the window.
 WITH t AS (SELECT coalesce(%(now)s::timestamptz, now()) AS now),
+-- The newest attempts first, straight from the index (a scalar `now`, not a join with t, so
+-- the scan stops after max_samples rows instead of sorting the whole window).
 recent AS (
     SELECT a.job_id, a.ended_at - a.started_at AS took
-      FROM leaseq.job_attempts a, t
+      FROM leaseq.job_attempts a
      WHERE a.outcome IN ('succeeded', 'failed', 'timed_out')
-       AND a.ended_at > t.now - make_interval(secs => %(window)s)
-       AND a.ended_at <= t.now
+       AND a.ended_at > (SELECT now FROM t) - make_interval(secs => %(window)s)
+       AND a.ended_at <= (SELECT now FROM t)
        AND a.started_at IS NOT NULL
      ORDER BY a.ended_at DESC
      LIMIT %(max_samples)s

@@ -49,7 +49,7 @@ log = logging.getLogger("leaseq.queue")
 
 MAX_CLAIM_BATCH = 100
 #: Attempts :meth:`Queue.work` reads at most to estimate run times (the newest ones).
-WORK_SAMPLES = 5000
+WORK_SAMPLES = 2000
 
 
 @dataclass(frozen=True)

@@ -131,9 +131,8 @@ def work_replicas(work: Work, current: int, spec: PoolSpec) -> tuple[int, str]:
     """
     startup = startup_seconds(work, spec)
     budget = budget_seconds(work, spec)
-    known = [0.0] * work.active + sorted(max(startup - age, 0.0) for age in work.loading)
-    unknown = max(current - len(known), 0)
-    remaining = sorted([*known, *[startup] * unknown])
+    known = [0.0] * work.active + [max(startup - age, 0.0) for age in work.loading]
+    remaining = sorted([*known, *[startup] * max(current - len(known), 0)])
     remaining += [startup] * max(spec.max_replicas - len(remaining), 0)
     capacity, replicas = 0.0, 0
     for start in remaining:

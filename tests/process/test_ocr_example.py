@@ -183,11 +183,9 @@ def test_a_document_whose_text_holds_nuls_is_read_end_to_end(
 
 @pytest.mark.demo
 def test_the_ocr_demo_accounts_for_every_document(database_url: str, tmp_path: Path) -> None:
-    code = (
-        f"import sys; from leaseq import ocr_demo; sys.exit(ocr_demo.run({database_url!r}, 2, 4))"
-    )
+    command = [sys.executable, "-m", "leaseq.cli", "demo", "--ocr", "--documents", "2"]
     done = subprocess.run(
-        [sys.executable, "-c", code],
+        [*command, "--database-url", database_url],
         capture_output=True,
         text=True,
         timeout=DOCUMENT_SECONDS * 3,

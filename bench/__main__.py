@@ -25,8 +25,9 @@ SCENARIOS: dict[str, Callable[[Context], None]] = {
     ab.NAME: ab.run,
     ocr.NAME: ocr.run,
 }
-# Run only when named with --only: a repeated, interleaved comparison for proposals.
-OPT_IN = {ab.NAME}
+# Run only when named with --only: a repeated, interleaved comparison for proposals; OCR
+# inference (minutes of CPU per repeat on a loaded 2-core machine; needs the ocr extra).
+OPT_IN = {ab.NAME, ocr.NAME}
 
 RESULTS = Path(__file__).parent / "results"
 README = Path(__file__).parents[1] / "README.md"

@@ -539,7 +539,7 @@ def _ocr(folder: Path) -> str:
     reads = read(folder / "ocr_read.csv")
     loads = read(folder / "ocr_load.csv")
     if not reads:
-        return "_not run (needs the ocr extra: `pip install 'leaseq[ocr]'`)_\n"
+        return "_not run (opt-in: `python -m bench --only ocr`, needs `pip install '.[ocr]'`)_\n"
     rates: dict[tuple[str, str], list[float]] = {}
     for r in reads:
         rates.setdefault((r["batch_pages"], r["lines_per_call"]), []).append(

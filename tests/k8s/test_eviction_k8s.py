@@ -5,7 +5,7 @@ PostgreSQL, real kopf)."""
 from __future__ import annotations
 
 import pytest
-from harness import Api, StartOperator
+from harness import Api, StartOperator, register_worker
 
 import leaseq
 from leaseq.operator.protection import DELETION_COST, SAFE_TO_EVICT
@@ -14,25 +14,13 @@ from support.polling import wait_for
 pytestmark = pytest.mark.k8s
 
 
-def register(conn: leaseq.core.db.Conn, worker: str, pod: str) -> None:
-    leaseq.Workers(conn).register(
-        worker,
-        pod=pod,
-        node="gpu-node-1",
-        queues=["ocr"],
-        concurrency=1,
-        state=leaseq.WorkerState.RUNNING,
-        in_flight=0,
-    )
-
-
 def test_busy_pods_are_not_safe_to_evict_and_idle_ones_are(
     api: Api, start_operator: StartOperator, queue: leaseq.Queue, conn: leaseq.core.db.Conn
 ) -> None:
     api.create_deployment("workers", replicas=2)
     for pod, worker in [("pod-a", "w-a"), ("pod-b", "w-b")]:
         api.create_pod(pod, "workers")
-        register(conn, worker, pod)
+        register_worker(conn, worker, pod)
     queue.enqueue("ocr", "ocr", {"doc": 1})
     [job] = queue.claim(["ocr"], "w-a", lease_seconds=3600)
     start_operator()

@@ -75,6 +75,22 @@ def assert_read(result: dict[str, Any], drawn: list[list[str]]) -> None:
     assert [page["page"] for page in result["pages"]] == list(range(1, len(drawn) + 1))
 
 
+def assert_resumed(
+    queue: leaseq.Queue, job_id: int, saved: int, drawn: list[list[str]], first: str
+) -> leaseq.JobRecord:
+    """w-b finished the job w-a left (its first attempt's outcome is ``first``), starting
+    from the ``saved`` pages w-a checkpointed, with every page's text right."""
+    job = finished(queue, job_id)
+    assert job.status == "succeeded", job.last_error
+    assert job.result["resumed_from_page"] == saved
+    assert_read(job.result, drawn)
+    assert [(a.worker, a.outcome) for a in queue.attempts(job_id)] == [
+        ("w-a", first),
+        ("w-b", "succeeded"),
+    ]
+    return job
+
+
 def test_a_document_is_read_and_its_text_is_the_effect(
     queue: leaseq.Queue, ocr_worker: Spawn
 ) -> None:
@@ -106,14 +122,7 @@ def test_a_reclaimed_job_resumes_from_its_last_page(
     assert saved < len(drawn), "the job ended before the kill: make the document longer"
 
     ocr_worker("w-b")
-    job = finished(queue, job_id)
-    assert job.status == "succeeded", job.last_error
-    assert job.result["resumed_from_page"] == saved
-    assert_read(job.result, drawn)
-    assert [(a.worker, a.outcome) for a in queue.attempts(job_id)] == [
-        ("w-a", "lease_expired"),
-        ("w-b", "succeeded"),
-    ]
+    assert_resumed(queue, job_id, saved, drawn, "lease_expired")
     assert [r.job_id for r in reaper] == [job_id]
 
 
@@ -132,14 +141,7 @@ def test_a_draining_worker_hands_the_job_back_after_the_page_in_hand(
     assert 1 <= saved < len(drawn)
 
     ocr_worker("w-b", lease=60.0)
-    job = finished(queue, job_id)
-    assert job.status == "succeeded", job.last_error
-    assert job.result["resumed_from_page"] == saved
-    assert_read(job.result, drawn)
-    assert [(a.worker, a.outcome) for a in queue.attempts(job_id)] == [
-        ("w-a", "released"),
-        ("w-b", "succeeded"),
-    ]
+    job = assert_resumed(queue, job_id, saved, drawn, "released")
     assert job.attempt_count == 1  # handing back on a drain costs no attempt
 
 

@@ -26,6 +26,7 @@ from pathlib import Path
 import leaseq
 from leaseq.core.errors import ConfigError
 from leaseq.demo.embedded import EmbeddedPostgres
+from leaseq.demo.run import stop_processes
 from leaseq.examples import pages
 
 APP = "leaseq.examples.ocr:registry"
@@ -140,15 +141,7 @@ class OcrDemo:
                 return
 
     def stop_all(self) -> None:
-        for proc in self.procs.values():
-            if proc.poll() is None:
-                proc.send_signal(signal.SIGTERM)
-        for proc in self.procs.values():
-            try:
-                proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+        stop_processes(list(self.procs.values()), timeout=30)
 
     def summary(
         self, queue: leaseq.Queue, drawn: dict[int, list[list[str]]], broken: int, finished: bool

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from importlib import resources
 
 from leaseq.db import Conn
-from leaseq.errors import SchemaNotReady, SchemaTooNew
+from leaseq.errors import SchemaNotReady, SchemaTooNew, WrongEncoding
 from leaseq.store import Store
 
 log = logging.getLogger("leaseq.migrate")
@@ -63,6 +63,17 @@ def _refuse_newer(applied: dict[int, str]) -> None:
         )
 
 
+def _require_utf8(conn: Conn, store: Store) -> None:
+    encoding = store.migration_server_encoding(conn)
+    if encoding != "UTF8":
+        raise WrongEncoding(
+            f"the database's encoding is {encoding}; leaseq needs UTF8 (with {encoding} every "
+            "text value, job types included, reads back as bytes, so no handler would ever "
+            "match). Create the database with ENCODING 'UTF8' TEMPLATE template0. Nothing was "
+            "changed."
+        )
+
+
 def migrate(conn: Conn, store: Store | None = None) -> MigrationReport:
     """Apply every missing migration, each in its own transaction, and report what was done.
 
@@ -71,6 +82,7 @@ def migrate(conn: Conn, store: Store | None = None) -> MigrationReport:
     autocommit mode and is not used by anyone else meanwhile.
     """
     store = store or Store()
+    _require_utf8(conn, store)
     store.migration_lock(conn)
     try:
         with conn.transaction():
@@ -92,8 +104,10 @@ def migrate(conn: Conn, store: Store | None = None) -> MigrationReport:
 
 
 def check_schema(conn: Conn, store: Store | None = None) -> int:
-    """Return the database's schema version if it is exactly this code's; raise otherwise."""
+    """Return the database's schema version if it is exactly this code's and the database is
+    UTF8; raise otherwise."""
     store = store or Store()
+    _require_utf8(conn, store)
     if not store.migration_schema_exists(conn):
         raise SchemaNotReady(
             "this database has no leaseq schema; run `leaseq migrate --database-url URL` first"

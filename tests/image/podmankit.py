@@ -49,7 +49,11 @@ class Container:
         return found[0]
 
     def logs(self) -> str:
-        return podman("logs", self.name, check=False)
+        """What the container wrote, stdout and stderr."""
+        proc = subprocess.run(
+            [*PODMAN, "logs", self.name], capture_output=True, text=True, timeout=60, check=False
+        )
+        return proc.stdout + proc.stderr
 
     @property
     def running(self) -> bool:

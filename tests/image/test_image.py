@@ -144,7 +144,19 @@ def test_operator_runs_as_a_uid_without_a_passwd_entry(
         },
         flags=(f"--volume={kube}:/kube:ro",),
     )
-    # The condition that crashed it in every cluster: this uid has no passwd entry.
+    client = kubernetes.client.ApiClient(kubernetes.client.Configuration(host=server.url))
+    api = Api(client)
+    api.create_deployment("workers", replicas=0)
+    api.create_pool("ocr", {"deployment": "workers", "queues": ["ocr"], "pollSeconds": 1})
+    queue.enqueue("ocr", "extract")
+    wait_for(
+        lambda: api.replicas("workers") == 1 or not operator.running,
+        what="the operator in the image scaled the pool up",
+        timeout=120,
+    )
+    assert operator.running, operator.logs()
+    assert api.replicas("workers") == 1
+    # The condition that crashed it in every cluster: its uid has no passwd entry.
     lookup = subprocess.run(
         [
             *PODMAN,
@@ -160,19 +172,6 @@ def test_operator_runs_as_a_uid_without_a_passwd_entry(
         check=False,
     )
     assert "uid not found: 10001" in lookup.stderr, lookup.stderr
-
-    client = kubernetes.client.ApiClient(kubernetes.client.Configuration(host=server.url))
-    api = Api(client)
-    api.create_deployment("workers", replicas=0)
-    api.create_pool("ocr", {"deployment": "workers", "queues": ["ocr"], "pollSeconds": 1})
-    queue.enqueue("ocr", "extract")
-    wait_for(
-        lambda: api.replicas("workers") == 1 or not operator.running,
-        what="the operator in the image scaled the pool up",
-        timeout=120,
-    )
-    assert operator.running, operator.logs()
-    assert api.replicas("workers") == 1
     code, body = net.get(f"http://127.0.0.1:{health}/healthz")
     assert code == 200, body
     client.close()  # type: ignore[no-untyped-call]

@@ -76,7 +76,7 @@ def default_operator_id(environ: Mapping[str, str]) -> str:
 class OperatorConfig:
     """Everything ``leaseq operator`` needs, validated.
 
-    ``tick_seconds`` is the resolution of the WorkerPool timers (a pool polls every
+    ``tick_seconds`` is the resolution of the pool loop (a WorkerPool polls every
     ``pollSeconds``, checked at each tick) and ``database_timeout`` how long a call waits for
     a pooled connection before the database counts as unreachable; neither is a flag.
     """

@@ -31,7 +31,9 @@ def kopf_settings(config: OperatorConfig) -> kopf.OperatorSettings:
     # The CRD is installed with the chart before the operator starts: no need to rescan the
     # cluster's resources (which also needs cluster-wide list rights on namespaces and CRDs).
     settings.scanning.disabled = True
-    # Keep kopf's bookkeeping in leaseq's own annotation and finalizer names, out of status.
+    # Keep kopf's bookkeeping in leaseq's own annotation names, out of status. kopf adds no
+    # finalizer (no timers, no changing handlers); naming the one earlier versions added
+    # makes it remove that one from WorkerPools it sees.
     settings.persistence.finalizer = "leaseq.dev/operator"
     settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix="leaseq.dev")
     settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(

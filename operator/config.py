@@ -35,7 +35,8 @@ LEADER_TTL = Option(
     "LEASEQ_LEADER_TTL_SECONDS",
     settings.positive_float,
     15.0,
-    "seconds a reaper lease lasts without renewal; another replica takes over after it",
+    "seconds a reaper lease lasts without renewal; a standby takes over within this plus "
+    "--reap-interval-seconds",
 )
 VACUUM_DEAD_TUPLES = Option(
     "vacuum_dead_tuples",

@@ -13,6 +13,7 @@ that references a release object can never finish: the install times out.
 from __future__ import annotations
 
 from collections.abc import Iterator
+from collections.abc import Set as AbstractSet
 from typing import Any
 
 import pytest
@@ -20,10 +21,12 @@ from chartkit import Helm, Obj, pod_specs
 
 # Objects a namespace has before anything is installed.
 PREEXISTING = {("ServiceAccount", "default")}
-# Database settings a user gives (a plain install without them has nothing to migrate).
-CASES: dict[str, dict[str, str]] = {
-    "database-url": {"database.url": "postgresql://leaseq:secret@db:5432/leaseq"},
-    "in-cluster-postgresql": {"postgresql.enabled": "true"},
+# Database settings a user gives, and what the user created beforehand (a plain install
+# without a database waits for the Secret the NOTES ask for).
+CASES: dict[str, tuple[dict[str, str], set[tuple[str, str]]]] = {
+    "database-url": ({"database.url": "postgresql://leaseq:secret@db:5432/leaseq"}, set()),
+    "in-cluster-postgresql": ({"postgresql.enabled": "true"}, set()),
+    "existing-secret": ({"database.existingSecret": "mine"}, {("Secret", "mine")}),
 }
 KIND_ORDER = ["ServiceAccount", "Secret", "ConfigMap", "Service", "NetworkPolicy", "Deployment"]
 
@@ -68,11 +71,13 @@ def references(spec: dict[str, Any]) -> Iterator[tuple[str, str]]:
                     yield kind, env_from[key]["name"]
 
 
-def missing_at_creation(objs: list[Obj], upgrade: bool) -> list[str]:
+def missing_at_creation(
+    objs: list[Obj], upgrade: bool, created_by_user: AbstractSet[tuple[str, str]] = frozenset()
+) -> list[str]:
     """Walk helm's order; name every hook pod reference that does not exist yet at that point."""
     phase = "upgrade" if upgrade else "install"
     release = [o for o in objs if not _hooks(o)]
-    exists = set(PREEXISTING)
+    exists = PREEXISTING | created_by_user
     if upgrade:  # the previous release's objects are there
         exists |= {(o["kind"], o["metadata"]["name"]) for o in release}
     problems = []
@@ -98,14 +103,15 @@ def missing_at_creation(objs: list[Obj], upgrade: bool) -> list[str]:
 @pytest.mark.parametrize("upgrade", [False, True], ids=["install", "upgrade"])
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_hooks_reference_only_objects_that_exist(helm: Helm, case: str, upgrade: bool) -> None:
-    objs = helm.render(sets=CASES[case])
+    sets, created_by_user = CASES[case]
+    objs = helm.render(sets=sets)
     assert any(_hooks(o) for o in objs), "no hooks rendered: the model has nothing to check"
-    assert missing_at_creation(objs, upgrade) == []
+    assert missing_at_creation(objs, upgrade, created_by_user) == []
 
 
 def test_the_model_catches_a_hook_that_uses_a_release_serviceaccount(helm: Helm) -> None:
     """The model itself: a hook Job pointed at the release's ServiceAccount is refused."""
-    objs = helm.render(sets=CASES["database-url"])
+    objs = helm.render(sets=CASES["database-url"][0])
     [job] = [o for o in objs if o["kind"] == "Job"]
     [account] = [o for o in objs if o["kind"] == "ServiceAccount" and "workload" in str(o)]
     job["spec"]["template"]["spec"]["serviceAccountName"] = account["metadata"]["name"]

@@ -35,6 +35,7 @@ import logging
 import threading
 import time
 from collections.abc import Mapping
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 import kopf
@@ -49,6 +50,7 @@ from leaseq.operator.spec import GROUP, KIND, PLURAL, VERSION, InvalidSpec, Pool
 from leaseq.queue import Queue
 
 log = logging.getLogger("leaseq.operator.pools")
+POOL_THREADS = 8  # WorkerPools polled at once (each tick mostly waits for PostgreSQL)
 
 
 def _depth(stats: list[QueueStats]) -> dict[str, Any]:
@@ -229,16 +231,26 @@ def tick_pool(app: OperatorApp, key: str, state: PoolState, now: float) -> None:
             log.warning("%s: could not write status: %s", key, exc)
 
 
+def _tick(app: OperatorApp, key: str, state: PoolState) -> None:
+    try:
+        tick_pool(app, key, state, time.monotonic())
+    except Exception:  # one pool's bug must not stop the others
+        log.exception("%s: tick failed", key)
+
+
 def run_pools(app: OperatorApp, stop: threading.Event) -> None:
-    """Tick every known WorkerPool every ``tick_seconds`` until ``stop`` is set."""
-    while not stop.wait(app.config.tick_seconds):
-        for key, state in list(app.pools.items()):
-            if stop.is_set():
-                return
-            try:
-                tick_pool(app, key, state, time.monotonic())
-            except Exception:  # one pool's bug must not stop the others
-                log.exception("%s: tick failed", key)
+    """Tick every known WorkerPool every ``tick_seconds`` until ``stop`` is set.
+
+    Pools tick in parallel, one tick per pool at a time: a pool whose database hangs until
+    its timeout delays only itself (as kopf's per-object timers did)."""
+    busy: dict[str, Future[None]] = {}
+    with ThreadPoolExecutor(POOL_THREADS, thread_name_prefix="leaseq-pool") as executor:
+        while not stop.wait(app.config.tick_seconds):
+            for key, state in list(app.pools.items()):
+                if key not in busy or busy[key].done():
+                    busy[key] = executor.submit(_tick, app, key, state)
+            for key in [k for k, f in busy.items() if k not in app.pools and f.done()]:
+                del busy[key]
 
 
 def build_registry(app: OperatorApp) -> kopf.OperatorRegistry:

@@ -35,10 +35,21 @@ CRD_TO_VALUES = {
             "pollSeconds",
             "scaleUpStabilizationSeconds",
             "scaleDownStabilizationSeconds",
+            "scaleOn",
+            "work",
         )
     },
 }
-BOUNDS = ("minimum", "maximum", "minLength", "maxLength", "minItems", "maxItems", "uniqueItems")
+BOUNDS = (
+    "minimum",
+    "maximum",
+    "minLength",
+    "maxLength",
+    "minItems",
+    "maxItems",
+    "uniqueItems",
+    "enum",
+)
 
 
 # -- two releases --------------------------------------------------------------------------------
@@ -83,17 +94,23 @@ def _normalized(schema: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def _walk(path: str, crd: dict[str, Any], values: dict[str, Any]) -> Iterator[tuple[str, Any, Any]]:
+    yield path, crd, values
+    for name, field in (crd.get("properties") or {}).items():
+        yield from _walk(f"{path}.{name}", field, values["properties"][name])
+    if "items" in crd:
+        yield from _walk(f"{path}[]", crd["items"], values["items"])
+
+
 def _pairs(crd: dict[str, Any], values: dict[str, Any]) -> Iterator[tuple[str, Any, Any]]:
-    """(path, CRD schema, values schema) for every CRD field the values fill, items included."""
+    """(path, CRD schema, values schema) for every CRD field the values fill, nested fields
+    and items included."""
     spec = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]
     for field, path in CRD_TO_VALUES.items():
         node = values
         for key in path:
             node = node["properties"][key]
-        crd_field = spec["properties"][field]
-        yield f"spec.{field}", crd_field, node
-        if "items" in crd_field:
-            yield f"spec.{field}[]", crd_field["items"], node["items"]
+        yield from _walk(f"spec.{field}", spec["properties"][field], node)
 
 
 def test_values_schema_has_every_crd_bound() -> None:

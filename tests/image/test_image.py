@@ -59,7 +59,7 @@ def test_worker_releases_its_jobs_on_stop_and_exits_zero(
         "worker",
         env={
             "LEASEQ_DATABASE_URL": reachable(database_url),
-            "LEASEQ_APP": "leaseq.demo_app:registry",
+            "LEASEQ_APP": "leaseq.demo.app:registry",
             "LEASEQ_QUEUES": "infer",
             "LEASEQ_CONCURRENCY": "2",
             "LEASEQ_DRAIN_SECONDS": str(DRAIN_SECONDS),

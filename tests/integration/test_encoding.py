@@ -15,7 +15,7 @@ import pytest
 from psycopg.conninfo import make_conninfo
 
 import leaseq
-from leaseq.migrate import known_migrations
+from leaseq.core.schema import known_migrations
 
 
 @pytest.fixture
@@ -74,7 +74,7 @@ def test_worker_refuses_to_start_on_a_database_migrated_before_the_check(
         "--database-url",
         sql_ascii_url,
         "--app",
-        "leaseq.demo_app:registry",
+        "leaseq.demo.app:registry",
         "--queue",
         "infer",
         "--metrics-port",
@@ -83,7 +83,7 @@ def test_worker_refuses_to_start_on_a_database_migrated_before_the_check(
     assert proc.returncode != 0
     assert "encoding is SQL_ASCII; leaseq needs UTF8" in proc.stderr, proc.stderr
     with (
-        pytest.raises(leaseq.errors.WrongEncoding, match="SQL_ASCII"),
+        pytest.raises(leaseq.core.errors.WrongEncoding, match="SQL_ASCII"),
         leaseq.connect(sql_ascii_url, action="check") as conn,
     ):
         leaseq.check_schema(conn)

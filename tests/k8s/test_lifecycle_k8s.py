@@ -107,7 +107,7 @@ def test_operator_starts_as_a_user_without_a_passwd_entry(
 
 
 def test_standby_writes_no_status_even_when_the_database_fails(
-    api: Api, start_operator: StartOperator, conn: leaseq.db.Conn
+    api: Api, start_operator: StartOperator, conn: leaseq.core.db.Conn
 ) -> None:
     # Another replica (not running here) holds the leader lease for the next hour.
     conn.execute(

@@ -17,12 +17,14 @@ JOB_TYPES = ("broken", "gated", "silent", "work")  # everything tests/process/ap
 
 
 def documented_series(queue: str) -> set[tuple[str, tuple[tuple[str, str], ...]]]:
-    """The worker's series from CONTRACT.md, as they must appear before any job ran."""
+    """The worker's series (see leaseq.runtime.metrics), as they must appear before any job ran."""
     q = (("queue", queue),)
     series = {
         ("leaseq_claim_latency_seconds_count", ()),
         ("leaseq_last_heartbeat_timestamp_seconds", ()),
         ("leaseq_worker_draining", ()),
+        ("leaseq_worker_loading", ()),
+        ("leaseq_worker_startup_seconds", ()),
         ("leaseq_jobs_in_flight", q),
         ("leaseq_lease_renewals_total", q),
         ("leaseq_lease_losses_total", q),

@@ -1,0 +1,310 @@
+"""The operator-facing CLI commands: status, jobs, retry, cancel, prune, enqueue.
+
+Each takes parsed arguments, talks to PostgreSQL through :class:`leaseq.Queue`, prints a
+table (or JSON with ``--json``) and returns the exit status.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+import time
+from typing import Any
+
+from leaseq import config as settings
+from leaseq.cli.tables import age, table, to_json, when
+from leaseq.core.db import Conn, connect
+from leaseq.core.models import FINISHED_STATUSES, JobStatus
+from leaseq.core.queue import Queue
+from leaseq.core.workers import Workers
+
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdw]?)\s*$")
+_UNIT = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
+
+
+def duration(text: str) -> float:
+    """``90``, ``90s``, ``15m``, ``12h``, ``7d`` or ``2w`` in seconds."""
+    match = _DURATION.match(text.lower())
+    if not match:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a duration like 90s, 15m, 12h or 7d")
+    return float(match.group(1)) * _UNIT[match.group(2)]
+
+
+def json_argument(text: str) -> Any:
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise argparse.ArgumentTypeError(f"not valid JSON: {exc}") from exc
+
+
+def _connect(args: argparse.Namespace, action: str) -> Conn:
+    values = settings.resolve(args, [settings.DATABASE_URL])
+    return connect(settings.require(values, settings.DATABASE_URL), action=action)
+
+
+def status(args: argparse.Namespace) -> int:
+    """Depth per queue and the registered workers; ``--watch`` refreshes until Ctrl-C."""
+    with _connect(args, "status") as conn:
+        queue, registry = Queue(conn), Workers(conn)
+        try:
+            while True:
+                stats = queue.stats(args.queue or None)
+                workers = registry.list(args.queue or None)
+                if args.json:
+                    print(to_json({"queues": stats, "workers": workers}), flush=True)
+                else:
+                    if args.watch and sys.stdout.isatty():
+                        print("\033[2J\033[H", end="")
+                    print(_status_text(stats, workers), flush=True)
+                if not args.watch:
+                    return 0
+                time.sleep(args.watch)
+        except KeyboardInterrupt:
+            return 0
+
+
+def _status_text(stats: list[Any], workers: list[Any]) -> str:
+    if not stats:
+        queues = "no jobs in any queue"
+    else:
+        queues = table(
+            ["QUEUE", "READY", "SCHEDULED", "RUNNING", "DEAD", "OLDEST READY", "MAX HEARTBEAT"],
+            [
+                [
+                    s.queue,
+                    s.ready,
+                    s.scheduled,
+                    s.running,
+                    s.dead,
+                    age(s.oldest_ready_age),
+                    age(s.max_heartbeat_age),
+                ]
+                for s in stats
+            ],
+        )
+    if not workers:
+        return queues + "\n\nno workers registered"
+    return (
+        queues
+        + "\n\n"
+        + table(
+            ["WORKER", "STATE", "QUEUES", "RUNNING", "SLOTS", "HEARTBEAT", "POD"],
+            [
+                [
+                    w.worker_id,
+                    w.state,
+                    ",".join(w.queues),
+                    w.running,
+                    w.concurrency,
+                    age(w.heartbeat_age) + " ago",
+                    w.pod,
+                ]
+                for w in workers
+            ],
+        )
+    )
+
+
+def jobs_list(args: argparse.Namespace) -> int:
+    with _connect(args, "list jobs") as conn:
+        records = Queue(conn).jobs(status=args.status, queue=args.queue, limit=args.limit)
+    if args.json:
+        print(to_json(records))
+        return 0
+    if not records:
+        print("no jobs match")
+        return 0
+    print(
+        table(
+            ["ID", "QUEUE", "TYPE", "STATUS", "ATTEMPTS", "CREATED", "FINISHED", "LAST ERROR"],
+            [
+                [
+                    r.id,
+                    r.queue,
+                    r.job_type,
+                    r.status,
+                    f"{r.attempt_count}/{r.max_attempts}",
+                    when(r.created_at),
+                    when(r.finished_at),
+                    _short(r.last_error),
+                ]
+                for r in records
+            ],
+        )
+    )
+    return 0
+
+
+def _short(text: str | None, width: int = 60) -> str:
+    if not text:
+        return "-"
+    line = text.splitlines()[0]
+    return line if len(line) <= width else line[: width - 1] + "…"
+
+
+def jobs_show(args: argparse.Namespace) -> int:
+    with _connect(args, "show job") as conn:
+        queue = Queue(conn)
+        record = queue.get(args.job_id)
+        attempts = queue.attempts(args.job_id)
+    if args.json:
+        print(to_json({"job": record, "attempts": attempts}))
+        return 0
+    fields = [
+        ("id", record.id),
+        ("queue", record.queue),
+        ("type", record.job_type),
+        ("status", record.status),
+        ("attempts", f"{record.attempt_count} of {record.max_attempts}"),
+        ("priority", record.priority),
+        ("created", when(record.created_at)),
+        ("available", when(record.available_at)),
+        ("started", when(record.started_at)),
+        ("finished", when(record.finished_at)),
+        ("lease", f"{record.lease_owner or '-'} token {record.lease_token}"),
+        ("lease expires", when(record.lease_expires_at)),
+        ("max runtime", age(record.timeout_seconds)),
+        ("idempotency key", record.idempotency_key or "-"),
+        ("last error", f"{record.last_error_code or ''} {record.last_error or '-'}".strip()),
+        ("payload", json.dumps(record.payload)),
+        ("progress", json.dumps(record.progress)),
+        ("result", json.dumps(record.result)),
+    ]
+    width = max(len(name) for name, _ in fields)
+    print("\n".join(f"{name.ljust(width)}  {value}" for name, value in fields))
+    print()
+    if not attempts:
+        print("no attempts recorded")
+        return 0
+    print(
+        table(
+            ["ATTEMPT", "TOKEN", "WORKER", "STARTED", "ENDED", "OUTCOME", "ERROR"],
+            [
+                [
+                    a.attempt,
+                    a.lease_token,
+                    a.worker,
+                    when(a.started_at),
+                    when(a.ended_at),
+                    a.outcome,
+                    _short(a.error),
+                ]
+                for a in attempts
+            ],
+        )
+    )
+    return 0
+
+
+def retry(args: argparse.Namespace) -> int:
+    with _connect(args, "retry") as conn:
+        new_max = Queue(conn).retry_dead(args.job_id, attempts=args.attempts)
+    _say(
+        args,
+        {"job_id": args.job_id, "status": "pending", "max_attempts": new_max},
+        f"job {args.job_id} is pending again (max attempts now {new_max})",
+    )
+    return 0
+
+
+def cancel(args: argparse.Namespace) -> int:
+    with _connect(args, "cancel") as conn:
+        result = Queue(conn).cancel(args.job_id, reason=args.reason)
+    if result.cancelled:
+        text = f"job {args.job_id} cancelled (was {result.previous_status})"
+    else:
+        text = f"job {args.job_id} was already {result.previous_status}; nothing changed"
+    _say(args, result, text)
+    return 0 if result.cancelled else 1
+
+
+def prune(args: argparse.Namespace) -> int:
+    statuses = args.status or [str(s) for s in FINISHED_STATUSES]
+    with _connect(args, "prune") as conn:
+        deleted = Queue(conn).prune(older_than=args.older_than, statuses=statuses)
+    _say(args, {"deleted": deleted}, f"deleted {deleted} finished job(s) and their attempts")
+    return 0
+
+
+def enqueue(args: argparse.Namespace) -> int:
+    with _connect(args, "enqueue") as conn:
+        result = Queue(conn).enqueue(
+            args.queue,
+            args.job_type,
+            args.payload,
+            priority=args.priority,
+            delay=args.delay,
+            max_attempts=args.max_attempts,
+            timeout=args.timeout,
+            idempotency_key=args.idempotency_key,
+            dedup_key=args.dedup_key,
+        )
+    text = (
+        f"enqueued job {result.job_id}"
+        if result.created
+        else f"job {result.job_id} with that dedup key is already queued"
+    )
+    _say(args, result, text)
+    return 0
+
+
+def _say(args: argparse.Namespace, value: Any, text: str) -> None:
+    print(to_json(value) if args.json else text)
+
+
+def add_commands(sub: Any) -> None:
+    """Add status, jobs, retry, cancel, prune and enqueue to the ``leaseq`` subparsers."""
+
+    def command(name: str, help: str, func: Any, parent: Any = sub) -> argparse.ArgumentParser:
+        parser: argparse.ArgumentParser = parent.add_parser(name, help=help, description=help)
+        settings.add_options(parser, [settings.DATABASE_URL])
+        parser.add_argument("--json", action="store_true", help="print JSON for scripts")
+        parser.set_defaults(func=func)
+        return parser
+
+    p = command("status", "queue depth per queue and the registered workers", status)
+    p.add_argument("--queue", action="append", help="only this queue (repeatable)")
+    p.add_argument(
+        "--watch",
+        type=float,
+        nargs="?",
+        const=2.0,
+        default=None,
+        metavar="SECONDS",
+        help="refresh every SECONDS (default 2) until Ctrl-C",
+    )
+
+    jobs = sub.add_parser("jobs", help="list or inspect jobs").add_subparsers(
+        dest="jobs_command", required=True
+    )
+    p = command("list", "list jobs, newest first", jobs_list, jobs)
+    p.add_argument("--status", choices=[str(s) for s in JobStatus])
+    p.add_argument("--queue")
+    p.add_argument("--limit", type=int, default=50)
+    p = command("show", "one job with its attempts (the audit trail)", jobs_show, jobs)
+    p.add_argument("job_id", type=int)
+
+    p = command("retry", "put a dead job back to pending (same id and history)", retry)
+    p.add_argument("job_id", type=int)
+    p.add_argument("--attempts", type=int, help="attempts to grant (default: its original budget)")
+
+    p = command("cancel", "cancel a pending or running job", cancel)
+    p.add_argument("job_id", type=int)
+    p.add_argument("--reason")
+
+    p = command("prune", "delete finished jobs older than a retention", prune)
+    p.add_argument("--older-than", type=duration, required=True, help="e.g. 7d, 12h, 3600")
+    p.add_argument("--status", action="append", choices=[str(s) for s in FINISHED_STATUSES])
+
+    p = command("enqueue", "enqueue one job", enqueue)
+    p.add_argument("queue")
+    p.add_argument("job_type")
+    p.add_argument("--payload", type=json_argument, default={}, help="JSON payload")
+    p.add_argument("--priority", type=int, default=100, help="lower runs first (default 100)")
+    p.add_argument("--delay", type=float, default=0.0, help="seconds before it may run")
+    p.add_argument("--max-attempts", type=int, default=5)
+    p.add_argument("--timeout", type=float, help="max runtime of one attempt, seconds")
+    p.add_argument("--idempotency-key", help="effect key derived from the work")
+    p.add_argument("--dedup-key", help="refuse a second unfinished job with this key")

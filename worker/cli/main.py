@@ -1,0 +1,107 @@
+"""The ``leaseq`` command line."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import os
+import sys
+from collections.abc import Sequence
+
+from leaseq import config as settings
+from leaseq.cli import commands
+from leaseq.core.db import connect
+from leaseq.core.errors import ConfigError, LeaseqError
+from leaseq.core.schema import migrate
+from leaseq.runtime import settings as worker_settings
+
+
+def _cmd_migrate(args: argparse.Namespace) -> int:
+    url = settings.require(settings.resolve(args, [settings.DATABASE_URL]), settings.DATABASE_URL)
+    with connect(url, action="migrate") as conn:
+        report = migrate(conn)
+    done = ", ".join(f"{v:04d}" for v in report.applied) or "nothing to apply"
+    print(f"leaseq schema at version {report.version} ({done})")
+    return 0
+
+
+def _cmd_worker(args: argparse.Namespace) -> int:
+    from leaseq.runtime import logs
+    from leaseq.runtime.registry import load_app
+    from leaseq.runtime.shutdown import SignalWatch
+    from leaseq.runtime.worker import Worker
+
+    config = worker_settings.WorkerSettings.from_args(args)
+    logs.configure(config.log_level, config.log_format)
+    # Like other worker CLIs, find --app in the working directory too (last, so it never
+    # shadows an installed module).
+    if os.getcwd() not in sys.path:
+        sys.path.append(os.getcwd())
+    worker = Worker(config, load_app(config.app))
+    signals = SignalWatch()
+    signals.install()
+    try:
+        return worker.run(signals)
+    finally:
+        signals.uninstall()
+        signals.close()
+
+
+def _cmd_demo(args: argparse.Namespace) -> int:
+    from leaseq.demo import run as demo
+
+    return demo.main(args)
+
+
+def _cmd_operator(args: argparse.Namespace) -> int:
+    # Imported here so every other command works where the operator's dependencies are absent.
+    try:
+        operator_cli = importlib.import_module("leaseq.operator.cli")
+    except ModuleNotFoundError as exc:
+        raise ConfigError(f"the operator is not part of this installation ({exc})") from exc
+    return int(operator_cli.main(list(args.rest)))
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="leaseq", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+    p = sub.add_parser("migrate", help="create or upgrade leaseq's schema (idempotent)")
+    settings.add_options(p, [settings.DATABASE_URL])
+    p.set_defaults(func=_cmd_migrate)
+
+    p = sub.add_parser(
+        "worker",
+        help="run jobs: claim, run handlers, renew leases; drains on SIGTERM",
+        description="Run a worker process. Every flag falls back to its LEASEQ_* variable.",
+    )
+    settings.add_options(p, worker_settings.OPTIONS)
+    p.set_defaults(func=_cmd_worker)
+
+    commands.add_commands(sub)
+
+    p = sub.add_parser(
+        "demo",
+        help="see leaseq survive crashes: 3 workers, a SIGKILL and a SIGTERM, in under a minute",
+    )
+    settings.add_options(p, [settings.DATABASE_URL])
+    p.add_argument("--jobs", type=int, default=36, help="simulated inference jobs (default 36)")
+    p.set_defaults(func=_cmd_demo)
+
+    p = sub.add_parser("operator", add_help=False, help="run the Kubernetes operator")
+    p.add_argument("rest", nargs=argparse.REMAINDER)
+    p.set_defaults(func=_cmd_operator)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["operator"]:
+        # Everything after `operator` is the operator's own command line, flags included.
+        args = argparse.Namespace(func=_cmd_operator, rest=argv[1:])
+    else:
+        args = build_parser().parse_args(argv)
+    try:
+        return int(args.func(args))
+    except LeaseqError as exc:
+        print(f"leaseq: error: {exc}", file=sys.stderr)
+        return 2

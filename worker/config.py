@@ -1,0 +1,168 @@
+"""Settings from flags with ``LEASEQ_*`` environment fallbacks, validated once at start-up.
+
+Each process role declares its :class:`Option` list; :func:`add_options` puts them on an
+argparse parser and :func:`resolve` turns parsed flags (or, when a flag is absent, the
+environment) into plain values, raising :class:`leaseq.core.errors.ConfigError` naming the flag
+and variable on a bad value. Roles wrap the result in a frozen dataclass and pass it on
+explicitly. ``docs_table`` renders the README's configuration table from the same lists.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from leaseq.core.errors import ConfigError
+
+
+@dataclass(frozen=True)
+class Option:
+    """One setting: ``--flag``, its ``LEASEQ_*`` variable, parser, default and help text."""
+
+    name: str
+    env: str
+    parse: Callable[[str], Any]
+    default: Any
+    help: str
+    repeat: bool = False
+
+    @property
+    def flag(self) -> str:
+        return "--" + self.name.replace("_", "-")
+
+
+def positive_float(text: str) -> float:
+    value = float(text)
+    if not value > 0:
+        raise ValueError("must be greater than zero")
+    return value
+
+
+def non_negative_float(text: str) -> float:
+    value = float(text)
+    if value < 0:
+        raise ValueError("must not be negative")
+    return value
+
+
+def positive_int(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise ValueError("must be at least 1")
+    return value
+
+
+def non_negative_int(text: str) -> int:
+    value = int(text)
+    if value < 0:
+        raise ValueError("must not be negative")
+    return value
+
+
+def port(text: str) -> int:
+    value = int(text)
+    if not 0 <= value <= 65535:
+        raise ValueError("must be a port number in [0, 65535] (0 disables)")
+    return value
+
+
+def csv_list(text: str) -> list[str]:
+    items = [item.strip() for item in text.split(",") if item.strip()]
+    if not items:
+        raise ValueError("must list at least one name")
+    return items
+
+
+def choice(*allowed: str) -> Callable[[str], str]:
+    def parse(text: str) -> str:
+        if text not in allowed:
+            raise ValueError(f"must be one of {', '.join(allowed)}")
+        return text
+
+    return parse
+
+
+DATABASE_URL = Option(
+    "database_url",
+    "LEASEQ_DATABASE_URL",
+    str,
+    None,
+    "PostgreSQL URL, e.g. postgresql://user:pass@host:5432/db",
+)
+METRICS_PORT = Option(
+    "metrics_port",
+    "LEASEQ_METRICS_PORT",
+    port,
+    9100,
+    "HTTP port for /metrics (a worker also serves /healthz and /readyz there); 0 disables",
+)
+LOG_LEVEL = Option(
+    "log_level",
+    "LEASEQ_LOG_LEVEL",
+    choice("DEBUG", "INFO", "WARNING", "ERROR"),
+    "INFO",
+    "log level",
+)
+LOG_FORMAT = Option(
+    "log_format",
+    "LEASEQ_LOG_FORMAT",
+    choice("json", "text"),
+    "text",
+    "log line format: json (one object per line) or text",
+)
+
+
+def add_options(parser: argparse.ArgumentParser, options: Sequence[Option]) -> None:
+    """Add each option as a flag; defaults stay None so the environment can fill them in."""
+    for option in options:
+        parser.add_argument(
+            option.flag,
+            dest=option.name,
+            action="append" if option.repeat else "store",
+            default=None,
+            help=f"{option.help} (env {option.env}; default {option.default!r})",
+        )
+
+
+def resolve(
+    args: argparse.Namespace,
+    options: Sequence[Option],
+    environ: Mapping[str, str] | None = None,
+) -> dict[str, Any]:
+    """Flag value, else environment variable, else default; each parsed and checked."""
+    env = os.environ if environ is None else environ
+    values: dict[str, Any] = {}
+    for option in options:
+        raw = getattr(args, option.name, None)
+        source = option.flag
+        if raw is None and option.env in env:
+            raw, source = env[option.env], option.env
+        if raw is None:
+            values[option.name] = option.default
+            continue
+        if option.repeat and isinstance(raw, list):
+            raw = ",".join(raw)
+        try:
+            values[option.name] = option.parse(raw)
+        except ValueError as exc:
+            raise ConfigError(f"{source}={raw!r}: {exc}") from exc
+    return values
+
+
+def require(values: Mapping[str, Any], option: Option) -> Any:
+    """The option's value, or a ConfigError saying how to set it."""
+    value = values.get(option.name)
+    if value is None:
+        raise ConfigError(f"{option.flag} is required (or set {option.env})")
+    return value
+
+
+def docs_table(options: Sequence[Option]) -> str:
+    """A markdown table of the options, for the README."""
+    lines = ["| flag | environment | default | meaning |", "|---|---|---|---|"]
+    for option in options:
+        lines.append(f"| `{option.flag}` | `{option.env}` | `{option.default!r}` | {option.help} |")
+    return "\n".join(lines)

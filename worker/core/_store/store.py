@@ -1,0 +1,550 @@
+"""The store: one typed method per named statement, and nothing else.
+
+Methods take an open connection and run exactly one statement on it; transaction scope is
+the caller's (see the faces in :mod:`leaseq.core`). psycopg errors become leaseq errors here, in
+:meth:`Store._execute`, and nowhere else.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from datetime import datetime
+from typing import Any, TypeVar
+
+import psycopg
+from psycopg.rows import DictRow, class_row, dict_row
+from psycopg.types.json import Jsonb
+
+from leaseq.core._store import statements
+from leaseq.core.errors import translate
+from leaseq.core.models import (
+    AttemptOutcome,
+    AttemptRecord,
+    Call,
+    ClaimedJob,
+    EffectRecord,
+    JobRecord,
+    JobStatus,
+    JobTypeWork,
+    LeaderTerm,
+    Lease,
+    QueueStats,
+    Reaped,
+    RetryPolicy,
+    WorkerRecord,
+    WorkerState,
+)
+
+Conn = psycopg.Connection[Any]
+T = TypeVar("T")
+Params = Mapping[str, Any]
+
+
+def _json(value: Any) -> Jsonb | None:
+    return None if value is None else Jsonb(value)
+
+
+class Store:
+    """Runs leaseq's named statements (loaded once) against a given connection."""
+
+    def __init__(self) -> None:
+        self._statements = statements.load()
+
+    def _execute(
+        self,
+        conn: Conn,
+        name: str,
+        params: Params | None,
+        factory: Callable[..., Any],
+        action: str,
+    ) -> list[Any]:
+        return self._execute_text(conn, self._statements[name].query, action, params, factory)
+
+    def _execute_text(
+        self,
+        conn: Conn,
+        query: bytes,
+        action: str,
+        params: Params | None = None,
+        factory: Callable[..., Any] = dict_row,
+    ) -> list[Any]:
+        # params=None sends the text as a simple query, so a migration's many statements run.
+        try:
+            with conn.cursor(row_factory=factory) as cur:
+                cur.execute(query, params)
+                return cur.fetchall() if cur.description else []
+        except psycopg.Error as exc:
+            raise translate(exc, action=action, conninfo=conn.info.dsn) from exc
+
+    def _dicts(self, conn: Conn, name: str, params: Params | None, action: str) -> list[DictRow]:
+        return self._execute(conn, name, params, dict_row, action)
+
+    def _typed(self, conn: Conn, name: str, params: Params, cls: type[T], action: str) -> list[T]:
+        return self._execute(conn, name, params, class_row(cls), action)
+
+    # -- jobs ---------------------------------------------------------------------------
+
+    def job_enqueue(
+        self, conn: Conn, jobs: Sequence[Params], now: datetime | None = None
+    ) -> list[DictRow | None]:
+        """Insert jobs with one pipelined round trip; each row has ``id`` and ``created``.
+
+        ``jobs`` are mappings with the statement's fields (queue, job_type, payload, priority,
+        max_attempts, run_at, delay, timeout, idempotency_key, dedup_key). A None row means a
+        concurrent enqueue with the same dedup key won after this statement's snapshot."""
+        params = [{**job, "payload": Jsonb(job["payload"]), "now": now} for job in jobs]
+        query = self._statements["job_enqueue"].query
+        results: list[DictRow | None] = []
+        try:
+            with conn.cursor(row_factory=dict_row) as cur:
+                cur.executemany(query, params, returning=True)
+                while True:
+                    results.append(cur.fetchone())
+                    if not cur.nextset():
+                        break
+        except psycopg.Error as exc:
+            raise translate(exc, action="enqueue", conninfo=conn.info.dsn) from exc
+        return results
+
+    def job_claim(
+        self,
+        conn: Conn,
+        *,
+        queues: Sequence[str],
+        owner: str,
+        limit: int,
+        lease_seconds: float,
+        now: datetime | None = None,
+    ) -> list[ClaimedJob]:
+        rows = self._dicts(
+            conn,
+            "job_claim",
+            {
+                "queues": list(queues),
+                "owner": owner,
+                "limit": limit,
+                "lease_seconds": lease_seconds,
+                "now": now,
+            },
+            "claim",
+        )
+        return [
+            ClaimedJob(
+                id=r["id"],
+                queue=r["queue"],
+                job_type=r["job_type"],
+                payload=r["payload"],
+                priority=r["priority"],
+                attempt=r["attempt_count"],
+                max_attempts=r["max_attempts"],
+                lease=Lease(r["id"], owner, r["lease_token"], r["attempt_count"], r["started_at"]),
+                lease_expires_at=r["lease_expires_at"],
+                timeout_seconds=r["timeout_seconds"],
+                idempotency_key=r["idempotency_key"],
+                checkpoint=r["checkpoint"],
+            )
+            for r in rows
+        ]
+
+    def job_heartbeat(
+        self,
+        conn: Conn,
+        lease: Lease,
+        *,
+        lease_seconds: float,
+        progress: Any = None,
+        now: datetime | None = None,
+    ) -> datetime | None:
+        """The new end of the lease; None when the lease is not held."""
+        rows = self._dicts(
+            conn,
+            "job_heartbeat",
+            {
+                "id": lease.job_id,
+                "owner": lease.owner,
+                "token": lease.token,
+                "lease_seconds": lease_seconds,
+                "progress": _json(progress),
+                "now": now,
+            },
+            "heartbeat",
+        )
+        return rows[0]["lease_expires_at"] if rows else None
+
+    def job_checkpoint(
+        self, conn: Conn, lease: Lease, checkpoint: Any, now: datetime | None = None
+    ) -> bool:
+        """True when stored; False when the lease is no longer held."""
+        rows = self._dicts(
+            conn,
+            "job_checkpoint",
+            {
+                "id": lease.job_id,
+                "owner": lease.owner,
+                "token": lease.token,
+                "checkpoint": _json(checkpoint),
+                "now": now,
+            },
+            "checkpoint",
+        )
+        return bool(rows)
+
+    def job_complete(
+        self,
+        conn: Conn,
+        leases: Sequence[Lease],
+        *,
+        results: Sequence[Any],
+        effect_keys: Sequence[str | None],
+        progresses: Sequence[Any],
+        now: datetime | None = None,
+    ) -> dict[int, DictRow]:
+        """Rows (``id``, ``effect_key``, ``effect_written``) of the leases still held, by job
+        id; a lease missing from the answer is fenced."""
+        rows = self._dicts(
+            conn,
+            "job_complete",
+            {
+                "ids": [lease.job_id for lease in leases],
+                "owners": [lease.owner for lease in leases],
+                "tokens": [lease.token for lease in leases],
+                "results": [_json(r) for r in results],
+                "effect_keys": list(effect_keys),
+                "progresses": [_json(p) for p in progresses],
+                "now": now,
+            },
+            "complete",
+        )
+        return {int(r["id"]): r for r in rows}
+
+    def job_fail(
+        self,
+        conn: Conn,
+        lease: Lease,
+        *,
+        error: str,
+        error_code: str | None,
+        retryable: bool,
+        outcome: AttemptOutcome,
+        retry: RetryPolicy,
+        now: datetime | None = None,
+    ) -> DictRow | None:
+        """Row with ``id``, ``status`` and ``available_at``; None when fenced."""
+        rows = self._dicts(
+            conn,
+            "job_fail",
+            {
+                "id": lease.job_id,
+                "owner": lease.owner,
+                "token": lease.token,
+                "error": error,
+                "error_code": error_code,
+                "retryable": retryable,
+                "outcome": outcome,
+                "backoff_base": retry.base_seconds,
+                "backoff_cap": retry.cap_seconds,
+                "now": now,
+            },
+            "fail",
+        )
+        return rows[0] if rows else None
+
+    def job_release(
+        self, conn: Conn, lease: Lease, *, reason: str, now: datetime | None = None
+    ) -> bool:
+        """True when released; False when fenced."""
+        rows = self._dicts(
+            conn,
+            "job_release",
+            {
+                "id": lease.job_id,
+                "owner": lease.owner,
+                "token": lease.token,
+                "started_at": lease.started_at,
+                "reason": reason,
+                "now": now,
+            },
+            "release",
+        )
+        return bool(rows)
+
+    def job_record_fenced(
+        self, conn: Conn, lease: Lease, *, call: Call, now: datetime | None = None
+    ) -> JobStatus | None:
+        """Record a refused call; the job's status, or None when the job does not exist."""
+        row = self._dicts(
+            conn,
+            "job_record_fenced",
+            {
+                "id": lease.job_id,
+                "owner": lease.owner,
+                "token": lease.token,
+                "attempt": lease.attempt,
+                "started_at": lease.started_at,
+                "call": call,
+                "now": now,
+            },
+            call,
+        )[0]
+        return JobStatus(row["status"]) if row["status"] is not None else None
+
+    def job_reap(
+        self, conn: Conn, *, limit: int, retry: RetryPolicy, now: datetime | None = None
+    ) -> list[Reaped]:
+        rows = self._dicts(
+            conn,
+            "job_reap",
+            {
+                "limit": limit,
+                "backoff_base": retry.base_seconds,
+                "backoff_cap": retry.cap_seconds,
+                "now": now,
+            },
+            "reap",
+        )
+        return [
+            Reaped(
+                job_id=r["id"],
+                queue=r["queue"],
+                job_type=r["job_type"],
+                status=r["status"],
+                previous_owner=r["lease_owner"],
+                token=r["lease_token"],
+                attempt=r["attempt_count"],
+                timed_out=r["timed_out"],
+            )
+            for r in rows
+        ]
+
+    def job_cancel(
+        self, conn: Conn, job_id: int, *, reason: str | None, now: datetime | None = None
+    ) -> JobStatus | None:
+        """The previous status when cancelled; None when the job was not unfinished."""
+        rows = self._dicts(
+            conn, "job_cancel", {"id": job_id, "reason": reason, "now": now}, "cancel"
+        )
+        return JobStatus(rows[0]["previous_status"]) if rows else None
+
+    def job_retry_dead(
+        self, conn: Conn, job_id: int, *, attempts: int | None, now: datetime | None = None
+    ) -> int | None:
+        """The job's new max_attempts when revived; None when it was not dead."""
+        rows = self._dicts(
+            conn,
+            "job_retry_dead",
+            {"id": job_id, "attempts": attempts, "now": now},
+            "retry",
+        )
+        return int(rows[0]["max_attempts"]) if rows else None
+
+    def job_prune(
+        self,
+        conn: Conn,
+        *,
+        older_than: float,
+        statuses: Sequence[JobStatus],
+        batch: int,
+        now: datetime | None = None,
+    ) -> int:
+        rows = self._dicts(
+            conn,
+            "job_prune",
+            {
+                "older_than": older_than,
+                "statuses": list(statuses),
+                "batch": batch,
+                "now": now,
+            },
+            "prune",
+        )
+        return int(rows[0]["deleted"])
+
+    def queue_stats(
+        self,
+        conn: Conn,
+        *,
+        queues: Sequence[str] | None,
+        horizon: float,
+        now: datetime | None = None,
+    ) -> list[QueueStats]:
+        return self._typed(
+            conn,
+            "queue_stats",
+            {"queues": list(queues) if queues else None, "horizon": horizon, "now": now},
+            QueueStats,
+            "stats",
+        )
+
+    def pool_work(
+        self,
+        conn: Conn,
+        *,
+        queues: Sequence[str],
+        window: float,
+        horizon: float,
+        max_samples: int,
+        now: datetime | None = None,
+    ) -> list[JobTypeWork]:
+        params = {
+            "queues": list(queues),
+            "window": window,
+            "horizon": horizon,
+            "max_samples": max_samples,
+            "now": now,
+        }
+        return self._typed(conn, "pool_work", params, JobTypeWork, "read work")
+
+    def job_get(self, conn: Conn, job_id: int) -> JobRecord | None:
+        rows = self._typed(conn, "job_get", {"id": job_id}, JobRecord, "show job")
+        return rows[0] if rows else None
+
+    def job_list(
+        self, conn: Conn, *, status: str | None, queue: str | None, limit: int
+    ) -> list[JobRecord]:
+        return self._typed(
+            conn,
+            "job_list",
+            {"status": status, "queue": queue, "limit": limit},
+            JobRecord,
+            "list jobs",
+        )
+
+    def job_attempts(self, conn: Conn, job_id: int) -> list[AttemptRecord]:
+        return self._typed(conn, "job_attempts", {"id": job_id}, AttemptRecord, "list attempts")
+
+    def job_result(self, conn: Conn, key: str) -> EffectRecord | None:
+        rows = self._typed(conn, "job_result", {"key": key}, EffectRecord, "read effect")
+        return rows[0] if rows else None
+
+    def jobs_dead_tuples(self, conn: Conn) -> int:
+        return int(self._dicts(conn, "jobs_dead_tuples", {}, "vacuum")[0]["dead_tuples"])
+
+    def jobs_vacuum(self, conn: Conn) -> None:
+        """VACUUM needs a connection in autocommit mode outside any transaction."""
+        self._dicts(conn, "jobs_vacuum", None, "vacuum")
+
+    # -- workers ------------------------------------------------------------------------
+
+    def worker_upsert(
+        self,
+        conn: Conn,
+        *,
+        worker_id: str,
+        pod: str | None,
+        node: str | None,
+        queues: Sequence[str],
+        concurrency: int,
+        state: WorkerState,
+        in_flight: int,
+        startup_seconds: float | None = None,
+        now: datetime | None = None,
+    ) -> None:
+        self._dicts(
+            conn,
+            "worker_upsert",
+            {
+                "worker_id": worker_id,
+                "pod": pod,
+                "node": node,
+                "queues": list(queues),
+                "concurrency": concurrency,
+                "state": state,
+                "in_flight": in_flight,
+                "startup_seconds": startup_seconds,
+                "now": now,
+            },
+            "register worker",
+        )
+
+    def worker_delete(self, conn: Conn, worker_id: str) -> bool:
+        return bool(self._dicts(conn, "worker_delete", {"worker_id": worker_id}, "remove worker"))
+
+    def worker_list(
+        self, conn: Conn, *, queues: Sequence[str] | None = None, now: datetime | None = None
+    ) -> list[WorkerRecord]:
+        return self._typed(
+            conn,
+            "worker_list",
+            {"queues": list(queues) if queues else None, "now": now},
+            WorkerRecord,
+            "list workers",
+        )
+
+    def worker_prune_stale(
+        self, conn: Conn, *, older_than: float, now: datetime | None = None
+    ) -> list[str]:
+        rows = self._dicts(
+            conn, "worker_prune_stale", {"older_than": older_than, "now": now}, "prune workers"
+        )
+        return [str(r["worker_id"]) for r in rows]
+
+    # -- leader lease -------------------------------------------------------------------
+
+    def leader_acquire(
+        self,
+        conn: Conn,
+        *,
+        name: str,
+        holder: str,
+        term: int,
+        ttl: float,
+        now: datetime | None = None,
+    ) -> LeaderTerm | None:
+        """The term held; None when someone else holds the lease."""
+        rows = self._dicts(
+            conn,
+            "leader_acquire",
+            {"name": name, "holder": holder, "term": term, "ttl": ttl, "now": now},
+            "acquire leadership",
+        )
+        return LeaderTerm(int(rows[0]["term"]), rows[0]["expires_at"]) if rows else None
+
+    def leader_release(self, conn: Conn, *, name: str, holder: str, term: int) -> bool:
+        return bool(
+            self._dicts(
+                conn,
+                "leader_release",
+                {"name": name, "holder": holder, "term": term},
+                "release leadership",
+            )
+        )
+
+    def leader_reap_lock(self, conn: Conn) -> bool:
+        """Try the reaper's transaction-scoped advisory lock; call inside a transaction."""
+        return bool(self._dicts(conn, "leader_reap_lock", {}, "lock reaper")[0]["locked"])
+
+    # -- migrations ---------------------------------------------------------------------
+
+    def migration_lock(self, conn: Conn) -> None:
+        self._dicts(conn, "migration_lock", {}, "migrate")
+
+    def migration_unlock(self, conn: Conn) -> None:
+        self._dicts(conn, "migration_unlock", {}, "migrate")
+
+    def migration_bootstrap(self, conn: Conn) -> None:
+        self._dicts(conn, "migration_bootstrap", None, "migrate")
+
+    def migration_schema_exists(self, conn: Conn) -> bool:
+        return bool(self._dicts(conn, "migration_schema_exists", {}, "migrate")[0]["present"])
+
+    def migration_server_encoding(self, conn: Conn) -> str:
+        value = self._dicts(conn, "migration_server_encoding", {}, "migrate")[0]["encoding"]
+        # On SQL_ASCII, the very answer comes back as bytes.
+        return value.decode("ascii") if isinstance(value, bytes) else str(value)
+
+    def migration_applied(self, conn: Conn) -> dict[int, str]:
+        rows = self._dicts(conn, "migration_applied", {}, "migrate")
+        return {int(r["version"]): str(r["name"]) for r in rows}
+
+    def migration_record(self, conn: Conn, *, version: int, name: str) -> None:
+        self._dicts(conn, "migration_record", {"version": version, "name": name}, "migrate")
+
+    def migration_apply(self, conn: Conn, script: bytes) -> None:
+        """Run one migration file's statements (the caller holds the transaction)."""
+        self._execute_text(conn, script, "migrate")
+
+    # -- worker runtime (sql/queries/worker.sql) -------------------------------------------
+
+    def worker_listen(self, conn: Conn) -> None:
+        """Subscribe ``conn`` (autocommit, dedicated) to wake-ups on channel leaseq_jobs."""
+        self._dicts(conn, "worker_listen", {}, "listen")

@@ -1,0 +1,133 @@
+"""leaseq's one exception hierarchy, and the one place psycopg errors are translated.
+
+Every error says what was wrong and what to do. Lost leases are *not* errors: worker-side
+calls return :class:`leaseq.core.models.Fenced` instead, so callers never parse exceptions for them.
+"""
+
+from __future__ import annotations
+
+import psycopg
+from psycopg import errors as pg_errors
+from psycopg.conninfo import conninfo_to_dict
+
+
+class LeaseqError(Exception):
+    """Base class of every error leaseq raises."""
+
+
+class ConfigError(LeaseqError):
+    """A setting, flag or environment variable has a value leaseq cannot use."""
+
+
+class InvalidJob(LeaseqError, ValueError):
+    """An argument describing a job is invalid; nothing was written.
+
+    ``field`` names the offending argument.
+    """
+
+    def __init__(self, field: str, problem: str) -> None:
+        super().__init__(f"invalid {field}: {problem}; nothing was written")
+        self.field = field
+        self.problem = problem
+
+
+class JobNotFound(LeaseqError, LookupError):
+    """No job has the given id."""
+
+    def __init__(self, job_id: int) -> None:
+        super().__init__(f"job {job_id} does not exist (it may have been pruned); check the id")
+        self.job_id = job_id
+
+
+class JobStateError(LeaseqError):
+    """The job exists but is not in a state that allows the requested change."""
+
+
+class DuplicateJob(LeaseqError):
+    """A uniqueness rule refused the change (for example, a dedup key already taken)."""
+
+
+class DatabaseError(LeaseqError):
+    """PostgreSQL refused a statement for a reason leaseq does not classify further."""
+
+
+class DatabaseUnavailable(DatabaseError):
+    """PostgreSQL could not be reached or the connection was lost."""
+
+    def __init__(self, host: str, port: str, detail: str, action: str) -> None:
+        super().__init__(
+            f"PostgreSQL at {host}:{port} is unreachable ({detail}); {action}. "
+            "Check the database URL and that the server accepts connections."
+        )
+        self.host = host
+        self.port = port
+
+
+class SchemaNotReady(DatabaseError):
+    """leaseq's tables are missing or older than this code."""
+
+
+class WrongEncoding(DatabaseError):
+    """The database is not UTF8: text (job types, payloads) would come back as bytes."""
+
+
+class SchemaTooNew(DatabaseError):
+    """The database was migrated by a newer leaseq than this one."""
+
+
+# Which argument each CHECK constraint guards, so a refused row names the field.
+_CONSTRAINT_FIELDS = {
+    "jobs_queue_name": "queue",
+    "jobs_job_type_name": "job_type",
+    "jobs_attempts": "max_attempts",
+    "jobs_timeout_positive": "timeout",
+}
+
+# What did not happen, by the action that failed, for DatabaseUnavailable messages.
+_NOT_DONE = {
+    "enqueue": "nothing was enqueued",
+    "migrate": "no migration was applied",
+}
+
+
+def endpoint(conninfo: str) -> tuple[str, str]:
+    """Host and port named by a connection string, with libpq's defaults filled in."""
+    try:
+        params = conninfo_to_dict(conninfo)
+    except psycopg.ProgrammingError:
+        return ("?", "?")
+    host = str(params.get("host") or "localhost")
+    port = str(params.get("port") or "5432")
+    return host, port
+
+
+def translate(exc: psycopg.Error, *, action: str, conninfo: str = "") -> LeaseqError:
+    """Map a psycopg error raised while doing ``action`` to leaseq's hierarchy.
+
+    Callers raise the result ``from exc`` so the original stays attached.
+    """
+    diag = getattr(exc, "diag", None)
+    message = (getattr(diag, "message_primary", None) or str(exc)).strip()
+    if isinstance(exc, pg_errors.CheckViolation):
+        field = _CONSTRAINT_FIELDS.get(getattr(diag, "constraint_name", "") or "", "job")
+        return InvalidJob(field, message)
+    if isinstance(exc, pg_errors.UniqueViolation):
+        return DuplicateJob(f"{action} refused: {message}")
+    if isinstance(exc, pg_errors.NumericValueOutOfRange | pg_errors.InvalidTextRepresentation):
+        return InvalidJob("job", message)
+    if isinstance(
+        exc,
+        pg_errors.UndefinedTable
+        | pg_errors.UndefinedFunction
+        | pg_errors.InvalidSchemaName
+        | pg_errors.UndefinedObject,
+    ):
+        return SchemaNotReady(
+            f"{action} failed: leaseq's schema is missing or out of date ({message}); "
+            "run `leaseq migrate --database-url URL` first"
+        )
+    if isinstance(exc, psycopg.OperationalError | psycopg.InterfaceError):
+        host, port = endpoint(conninfo)
+        not_done = _NOT_DONE.get(action, f"{action} did not happen and nothing was changed")
+        return DatabaseUnavailable(host, port, message.splitlines()[0] if message else "", not_done)
+    return DatabaseError(f"{action} failed: {message}")

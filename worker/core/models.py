@@ -1,0 +1,331 @@
+"""Typed values that leaseq's API takes and returns."""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+#: How long a lease lasts unless renewed, when the caller names no other length (seconds).
+DEFAULT_LEASE_SECONDS = 30.0
+
+
+class JobStatus(enum.StrEnum):
+    """A job's status (PostgreSQL type ``leaseq.job_status``); compares equal to its text."""
+
+    PENDING = "pending"
+    RUNNING = "running"
+    SUCCEEDED = "succeeded"
+    DEAD = "dead"
+    CANCELLED = "cancelled"
+
+
+#: The statuses a job never leaves (prune deletes only these).
+FINISHED_STATUSES = (JobStatus.SUCCEEDED, JobStatus.DEAD, JobStatus.CANCELLED)
+
+
+class AttemptOutcome(enum.StrEnum):
+    """How one attempt ended (PostgreSQL type ``leaseq.attempt_outcome``)."""
+
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    LEASE_EXPIRED = "lease_expired"
+    RELEASED = "released"
+    FENCED = "fenced"
+    TIMED_OUT = "timed_out"
+    CANCELLED = "cancelled"
+
+
+class WorkerState(enum.StrEnum):
+    """A registered worker's state in ``leaseq.workers``."""
+
+    LOADING = "loading"  # on_startup (a model load) has not finished: not taking work yet
+    RUNNING = "running"
+    DRAINING = "draining"
+
+
+class Call(enum.StrEnum):
+    """A worker-side call that settles an attempt (named in a :class:`Fenced` refusal)."""
+
+    HEARTBEAT = "heartbeat"
+    COMPLETE = "complete"
+    FAIL = "fail"
+    RELEASE = "release"
+
+
+def _as(cls: type[enum.StrEnum], record: object, *names: str) -> None:
+    """Turn the text columns ``names`` of a frozen record into ``cls`` members."""
+    for name in names:
+        value = getattr(record, name)
+        if value is not None:
+            object.__setattr__(record, name, cls(value))
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """Backoff between attempts: capped exponential with equal jitter, in database time.
+
+    Retry n waits ``d/2 + random() * d/2`` seconds with ``d = min(cap, base * 2**(n-1))``:
+    with the defaults 1-2 s, 2-4 s, 4-8 s, ... never more than 10 minutes.
+    """
+
+    base_seconds: float = 2.0
+    cap_seconds: float = 600.0
+
+    def __post_init__(self) -> None:
+        if not 0 < self.base_seconds <= self.cap_seconds:
+            raise ValueError("RetryPolicy needs 0 < base_seconds <= cap_seconds")
+
+
+@dataclass(frozen=True)
+class Lease:
+    """Proof of ownership of one attempt: every worker-side call carries it.
+
+    A call succeeds only while ``owner`` and ``token`` are the job's current ones and the
+    lease has not expired in database time.
+    """
+
+    job_id: int
+    owner: str
+    token: int
+    attempt: int
+    started_at: datetime
+
+
+@dataclass(frozen=True)
+class ClaimedJob:
+    """A job leased to a worker by :meth:`leaseq.Queue.claim`."""
+
+    id: int
+    queue: str
+    job_type: str
+    payload: Any
+    priority: int
+    attempt: int
+    max_attempts: int
+    lease: Lease
+    lease_expires_at: datetime
+    timeout_seconds: float | None
+    idempotency_key: str | None
+    checkpoint: Any
+
+    @property
+    def effect_key(self) -> str:
+        """The key completion writes the effect under: derived from the work, never minted."""
+        return self.idempotency_key or f"job:{self.id}"
+
+
+@dataclass(frozen=True)
+class Enqueued:
+    """Result of an enqueue: ``created`` is False when an unfinished job had the dedup key."""
+
+    job_id: int
+    created: bool
+
+
+@dataclass(frozen=True)
+class Fenced:
+    """A worker-side call refused because the caller no longer holds the lease.
+
+    Nothing about the job changed; the refusal is recorded in job_attempts as ``fenced``.
+    ``status`` is the job's status when the call was refused (``cancelled`` tells a cancel
+    from a lost lease).
+    """
+
+    job_id: int
+    call: Call
+    status: JobStatus
+
+
+@dataclass(frozen=True)
+class Completed:
+    """The job succeeded; ``effect_written`` is False when the effect key already had a row."""
+
+    job_id: int
+    effect_key: str
+    effect_written: bool
+
+
+@dataclass(frozen=True)
+class Failed:
+    """The attempt failed: ``status`` is ``pending`` (retry at ``retry_at``) or ``dead``."""
+
+    job_id: int
+    status: JobStatus
+    retry_at: datetime | None
+
+    def __post_init__(self) -> None:
+        _as(JobStatus, self, "status")
+
+
+@dataclass(frozen=True)
+class Released:
+    """The job went back to pending at once, without costing an attempt."""
+
+    job_id: int
+
+
+class HeartbeatStatus(enum.Enum):
+    """What a heartbeat found."""
+
+    #: The lease was extended (up to the job's maximum runtime at most).
+    RENEWED = "renewed"
+    #: The caller no longer holds the lease (expired, reclaimed, cancelled or finished).
+    LOST = "lost"
+
+
+@dataclass(frozen=True)
+class Heartbeat:
+    """Result of a heartbeat; ``lease_expires_at`` is the new end of the lease when renewed,
+    ``job_status`` the job's status when LOST (``cancelled`` tells a cancel from a lost lease)."""
+
+    status: HeartbeatStatus
+    lease_expires_at: datetime | None
+    job_status: JobStatus | None = None
+
+
+@dataclass(frozen=True)
+class LeaderTerm:
+    """A held leader lease: the term this holder holds and when it lapses (database time)."""
+
+    term: int
+    expires_at: datetime
+
+
+@dataclass(frozen=True)
+class Reaped:
+    """A running job whose lease expired, put back to pending or dead by the reaper."""
+
+    job_id: int
+    queue: str
+    job_type: str
+    status: JobStatus
+    previous_owner: str
+    token: int
+    attempt: int
+    timed_out: bool
+
+    def __post_init__(self) -> None:
+        _as(JobStatus, self, "status")
+
+
+@dataclass(frozen=True)
+class Cancelled:
+    """A cancel request's outcome: ``cancelled`` is False when the job had already finished."""
+
+    job_id: int
+    cancelled: bool
+    previous_status: JobStatus
+
+    def __post_init__(self) -> None:
+        _as(JobStatus, self, "previous_status")
+
+
+@dataclass(frozen=True)
+class QueueStats:
+    """Depth of one queue, computed in the database at the time of the call."""
+
+    queue: str
+    ready: int
+    scheduled: int
+    scheduled_soon: int
+    running: int
+    dead: int
+    oldest_ready_age: float | None
+    max_heartbeat_age: float | None
+
+
+@dataclass(frozen=True)
+class JobTypeWork:
+    """Jobs of one job type in some queues, with the mean run time of its recent attempts."""
+
+    job_type: str
+    ready: int
+    scheduled_soon: int
+    running: int
+    mean_seconds: float | None  # None: no attempt ran to its end within the window
+    samples: int  # attempts the mean is taken over
+
+
+@dataclass(frozen=True)
+class JobRecord:
+    """A job row as stored, for inspection."""
+
+    id: int
+    queue: str
+    job_type: str
+    payload: Any
+    status: JobStatus
+    priority: int
+    attempt_count: int
+    max_attempts: int
+    created_at: datetime
+    available_at: datetime
+    started_at: datetime | None
+    finished_at: datetime | None
+    lease_owner: str | None
+    lease_token: int
+    lease_expires_at: datetime | None
+    heartbeat_at: datetime | None
+    progress: Any
+    timeout_seconds: float | None
+    last_error: str | None
+    last_error_code: str | None
+    idempotency_key: str | None
+    dedup_key: str | None
+    result: Any
+    checkpoint: Any
+
+    def __post_init__(self) -> None:
+        _as(JobStatus, self, "status")
+
+
+@dataclass(frozen=True)
+class AttemptRecord:
+    """One row of a job's audit trail."""
+
+    job_id: int
+    attempt: int
+    lease_token: int
+    worker: str
+    started_at: datetime | None
+    ended_at: datetime
+    outcome: AttemptOutcome
+    error: str | None
+
+    def __post_init__(self) -> None:
+        _as(AttemptOutcome, self, "outcome")
+
+
+@dataclass(frozen=True)
+class EffectRecord:
+    """The effect stored under an idempotency key."""
+
+    idempotency_key: str
+    job_id: int
+    produced_by: str
+    produced_at: datetime
+    result: Any
+
+
+@dataclass(frozen=True)
+class WorkerRecord:
+    """A registered worker process and the running jobs it holds."""
+
+    worker_id: str
+    pod: str | None
+    node: str | None
+    queues: list[str]
+    concurrency: int
+    state: WorkerState
+    started_at: datetime
+    heartbeat_at: datetime
+    heartbeat_age: float
+    running: int
+    oldest_running_age: float | None
+    age: float = 0.0  # seconds since the worker registered (how long a loading one has loaded)
+    startup_seconds: float | None = None  # how long on_startup took; None while loading
+
+    def __post_init__(self) -> None:
+        _as(WorkerState, self, "state")

@@ -1,0 +1,495 @@
+"""leaseq's synchronous Python API: every job transition, fenced by lease token.
+
+Give :class:`Queue` a psycopg_pool ``ConnectionPool`` or an autocommit connection (see
+:func:`leaseq.open_pool` and :func:`leaseq.connect`): each call then commits on its own, and
+each is one statement, so no transaction is ever held while a handler runs. To enqueue in the
+same transaction as the row that caused the job, pass your own non-autocommit connection as
+``conn=``: the job commits (and listeners wake) when you commit, or vanishes if you roll back.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from leaseq.core import validation
+from leaseq.core._store.store import Store
+from leaseq.core.db import Conn, Db, borrow, transaction
+from leaseq.core.errors import InvalidJob, JobNotFound, JobStateError
+from leaseq.core.models import (
+    DEFAULT_LEASE_SECONDS,
+    FINISHED_STATUSES,
+    AttemptOutcome,
+    AttemptRecord,
+    Call,
+    Cancelled,
+    ClaimedJob,
+    Completed,
+    EffectRecord,
+    Enqueued,
+    Failed,
+    Fenced,
+    Heartbeat,
+    HeartbeatStatus,
+    JobRecord,
+    JobStatus,
+    JobTypeWork,
+    Lease,
+    QueueStats,
+    Reaped,
+    Released,
+    RetryPolicy,
+)
+
+log = logging.getLogger("leaseq.queue")
+
+MAX_CLAIM_BATCH = 100
+#: Attempts :meth:`Queue.work` reads at most to estimate run times (the newest ones).
+WORK_SAMPLES = 2000
+
+
+@dataclass(frozen=True)
+class JobSpec:
+    """Everything that describes a job to enqueue; see :meth:`Queue.enqueue` for the fields."""
+
+    queue: str
+    job_type: str
+    payload: Any = None
+    priority: int = 100
+    run_at: datetime | None = None
+    delay: float = 0.0
+    max_attempts: int = 5
+    timeout: float | None = None
+    idempotency_key: str | None = None
+    dedup_key: str | None = None
+
+    def validated(self) -> JobSpec:
+        """This spec, checked: raises InvalidJob naming the first bad field."""
+        validation.name("queue", self.queue)
+        validation.name("job_type", self.job_type)
+        validation.json_value("payload", self.payload)
+        validation.priority(self.priority)
+        validation.non_negative("delay", self.delay)
+        validation.at_least("max_attempts", self.max_attempts, 1)
+        if self.timeout is not None:
+            validation.positive("timeout", self.timeout)
+        validation.optional_key("idempotency_key", self.idempotency_key)
+        validation.optional_key("dedup_key", self.dedup_key)
+        if self.run_at is not None and self.run_at.tzinfo is None:
+            raise InvalidJob("run_at", "must be timezone-aware")
+        return self
+
+
+def _lease_fields(lease: Lease) -> dict[str, Any]:
+    return {
+        "job_id": lease.job_id,
+        "worker": lease.owner,
+        "token": lease.token,
+        "attempt": lease.attempt,
+    }
+
+
+class Queue:
+    """The queue API over one connection or a pool. Thread-safe when given a pool."""
+
+    def __init__(
+        self,
+        db: Db,
+        *,
+        retry: RetryPolicy | None = None,
+    ) -> None:
+        self._db = db
+        self.retry = retry or RetryPolicy()
+        self._store = Store()
+
+    # -- producer side --------------------------------------------------------------------
+
+    def enqueue(
+        self,
+        queue: str,
+        job_type: str,
+        payload: Any = None,
+        *,
+        priority: int = 100,
+        run_at: datetime | None = None,
+        delay: float = 0.0,
+        max_attempts: int = 5,
+        timeout: float | None = None,
+        idempotency_key: str | None = None,
+        dedup_key: str | None = None,
+        conn: Conn | None = None,
+        now: datetime | None = None,
+    ) -> Enqueued:
+        """Enqueue one job; when it commits it will run at least once.
+
+        ``priority``: lower runs first (0 most urgent, default 100). ``run_at`` or ``delay``
+        (seconds) postpone it. ``timeout``: maximum runtime of one attempt in seconds.
+        ``idempotency_key``: the effect key, derived from the work (e.g. ``invoice-412``).
+        ``dedup_key``: while a job with this key is unfinished in the queue, enqueueing
+        another returns the existing one (``created=False``). Listeners are woken on commit.
+        """
+        spec = JobSpec(
+            queue,
+            job_type,
+            payload,
+            priority,
+            run_at,
+            delay,
+            max_attempts,
+            timeout,
+            idempotency_key,
+            dedup_key,
+        )
+        return self.enqueue_many([spec], conn=conn, now=now)[0]
+
+    def enqueue_many(
+        self, jobs: Iterable[JobSpec], *, conn: Conn | None = None, now: datetime | None = None
+    ) -> list[Enqueued]:
+        """Enqueue a batch in one transaction: all are written or none is."""
+        specs = [spec.validated() for spec in jobs]
+        if not specs:
+            return []
+        with transaction(self._db, "enqueue", conn) as c:
+            rows = self._store.job_enqueue(c, [dataclasses.asdict(spec) for spec in specs], now)
+        results = []
+        for spec, row in zip(specs, rows, strict=True):
+            if row is None:
+                # A concurrent enqueue with the same dedup key committed after this
+                # statement's snapshot: the job exists, but this call cannot name it.
+                raise JobStateError(
+                    f"a job with dedup_key {spec.dedup_key!r} in queue {spec.queue!r} was "
+                    "enqueued concurrently; retry to get its id"
+                )
+            results.append(Enqueued(job_id=row["id"], created=row["created"]))
+        return results
+
+    # -- worker side ----------------------------------------------------------------------
+
+    def claim(
+        self,
+        queues: Sequence[str],
+        owner: str,
+        *,
+        limit: int = 1,
+        lease_seconds: float = DEFAULT_LEASE_SECONDS,
+        now: datetime | None = None,
+    ) -> list[ClaimedJob]:
+        """Lease up to ``limit`` ready jobs from ``queues``, best priority first.
+
+        Each claim increments the job's attempt count and lease token. Rows held by other
+        claimers are skipped, never waited for, and never handed out twice.
+        """
+        if isinstance(queues, str):
+            queues = [queues]
+        if not queues:
+            raise InvalidJob("queues", "must name at least one queue")
+        for queue in queues:
+            validation.name("queue", queue)
+        validation.name("owner", owner)
+        if not 1 <= limit <= MAX_CLAIM_BATCH:
+            raise InvalidJob("limit", f"must be in [1, {MAX_CLAIM_BATCH}], got {limit}")
+        validation.positive("lease_seconds", lease_seconds)
+        with borrow(self._db, "claim") as c:
+            return self._store.job_claim(
+                c, queues=queues, owner=owner, limit=limit, lease_seconds=lease_seconds, now=now
+            )
+
+    def _fenced(self, c: Conn, lease: Lease, call: Call, now: datetime | None) -> Fenced:
+        """Record the refusal; one statement, which also reads the job's status."""
+        status = self._store.job_record_fenced(c, lease, call=call, now=now)
+        if status is None:
+            raise JobNotFound(lease.job_id)
+        log.warning("%s fenced: lease no longer held", call, extra=_lease_fields(lease))
+        return Fenced(job_id=lease.job_id, call=call, status=status)
+
+    def heartbeat(
+        self,
+        lease: Lease,
+        *,
+        lease_seconds: float = DEFAULT_LEASE_SECONDS,
+        progress: Any = None,
+        now: datetime | None = None,
+    ) -> Heartbeat:
+        """Extend the lease to ``lease_seconds`` from now and store ``progress``. The lease
+        never extends past the job's maximum runtime (``started_at + timeout``): near the end,
+        ``lease_expires_at`` is that deadline, and the worker must finish or fail the job by
+        then. LOST means stop working on the job: its result will be refused."""
+        if progress is not None:
+            validation.json_value("progress", progress, limit=65536)
+        with borrow(self._db, "heartbeat") as c:
+            expires = self._store.job_heartbeat(
+                c, lease, lease_seconds=lease_seconds, progress=progress, now=now
+            )
+            if expires is None:
+                fenced = self._fenced(c, lease, Call.HEARTBEAT, now)
+                return Heartbeat(HeartbeatStatus.LOST, None, fenced.status)
+        return Heartbeat(HeartbeatStatus.RENEWED, expires)
+
+    def checkpoint(self, lease: Lease, state: Any, *, now: datetime | None = None) -> bool:
+        """Store durable state that the job's next attempt receives; False if the lease is lost."""
+        validation.json_value("checkpoint", state)
+        with borrow(self._db, "checkpoint") as c:
+            return self._store.job_checkpoint(c, lease, state, now=now)
+
+    def complete(
+        self,
+        lease: Lease,
+        result: Any = None,
+        *,
+        effect_key: str | None = None,
+        progress: Any = None,
+        now: datetime | None = None,
+    ) -> Completed | Fenced:
+        """Mark the job succeeded and write its effect under ``effect_key`` (default: the job's
+        idempotency key, else ``job:<id>``), in one statement. A repeat execution's effect is
+        a no-op (``effect_written=False``). A stale lease gets :class:`Fenced`, and nothing
+        changes."""
+        return self.complete_many(
+            [lease], [result], effect_keys=[effect_key], progresses=[progress], now=now
+        )[0]
+
+    def complete_many(
+        self,
+        leases: Sequence[Lease],
+        results: Sequence[Any] | None = None,
+        *,
+        effect_keys: Sequence[str | None] | None = None,
+        progresses: Sequence[Any] | None = None,
+        now: datetime | None = None,
+    ) -> list[Completed | Fenced]:
+        """:meth:`complete` for several jobs in one statement and one commit (answers in the
+        order of ``leases``). Each lease is fenced on its own: a stale one gets
+        :class:`Fenced` and changes nothing, the others still complete."""
+        count = len(leases)
+        results = list(results) if results is not None else [None] * count
+        effect_keys = list(effect_keys) if effect_keys is not None else [None] * count
+        progresses = list(progresses) if progresses is not None else [None] * count
+        if not count == len(results) == len(effect_keys) == len(progresses):
+            raise InvalidJob("results", "need one result, effect key and progress per lease")
+        if len({lease.job_id for lease in leases}) != count:
+            raise InvalidJob("leases", "name each job once")
+        for result, key in zip(results, effect_keys, strict=True):
+            validation.json_value("result", result)
+            validation.optional_key("effect_key", key)
+        if not leases:
+            return []
+        answers: list[Completed | Fenced] = []
+        with borrow(self._db, "complete") as c:
+            done = self._store.job_complete(
+                c,
+                leases,
+                results=results,
+                effect_keys=effect_keys,
+                progresses=progresses,
+                now=now,
+            )
+            for lease in leases:
+                row = done.get(lease.job_id)
+                if row is None:
+                    answers.append(self._fenced(c, lease, Call.COMPLETE, now))
+                else:
+                    log.info("job succeeded", extra=_lease_fields(lease))
+                    answers.append(Completed(row["id"], row["effect_key"], row["effect_written"]))
+        return answers
+
+    def fail(
+        self,
+        lease: Lease,
+        error: str,
+        *,
+        retryable: bool = True,
+        error_code: str | None = None,
+        timed_out: bool = False,
+        now: datetime | None = None,
+    ) -> Failed | Fenced:
+        """End the attempt with ``error``: retried after backoff while attempts remain and the
+        error is retryable, else the job stops in ``dead`` with the error kept."""
+        with borrow(self._db, "fail") as c:
+            row = self._store.job_fail(
+                c,
+                lease,
+                error=error,
+                error_code=error_code,
+                retryable=retryable,
+                outcome=AttemptOutcome.TIMED_OUT if timed_out else AttemptOutcome.FAILED,
+                retry=self.retry,
+                now=now,
+            )
+            if row is None:
+                return self._fenced(c, lease, Call.FAIL, now)
+        retry_at = row["available_at"] if row["status"] == JobStatus.PENDING else None
+        log.info("job failed: %s", row["status"], extra=_lease_fields(lease))
+        return Failed(row["id"], row["status"], retry_at)
+
+    def release(
+        self,
+        lease: Lease,
+        *,
+        reason: str = "worker shutting down",
+        now: datetime | None = None,
+    ) -> Released | Fenced:
+        """Give the job back at once (graceful shutdown). It does not cost an attempt, so
+        rolling deploys alone never kill a job; a crash (lease expiry) does."""
+        with borrow(self._db, "release") as c:
+            if not self._store.job_release(c, lease, reason=reason, now=now):
+                return self._fenced(c, lease, Call.RELEASE, now)
+        log.info("job released", extra=_lease_fields(lease))
+        return Released(lease.job_id)
+
+    # -- operations -----------------------------------------------------------------------
+
+    def reap(
+        self, *, limit: int = 1000, conn: Conn | None = None, now: datetime | None = None
+    ) -> list[Reaped]:
+        """Bring back running jobs whose lease expired: pending after backoff, or dead when
+        their attempts are used up. Safe to run concurrently (rows are skipped, not shared).
+        Given ``conn`` inside a transaction, joins it (the reaper holds its lock there)."""
+        with borrow(self._db, "reap", conn) as c:
+            reaped = self._store.job_reap(c, limit=limit, retry=self.retry, now=now)
+        for job in reaped:
+            log.warning(
+                "reaped job from %s: %s",
+                job.previous_owner,
+                job.status,
+                extra={
+                    "job_id": job.job_id,
+                    "queue": job.queue,
+                    "worker": job.previous_owner,
+                    "token": job.token,
+                    "attempt": job.attempt,
+                },
+            )
+        return reaped
+
+    def vacuum(self, *, min_dead_tuples: int) -> int | None:
+        """VACUUM leaseq.jobs when it holds at least ``min_dead_tuples`` dead row versions;
+        returns that count when it vacuumed, else None.
+
+        Why: every claim leaves a dead entry at the head of the claim index, and each claim
+        reads through them until VACUUM removes them. Autovacuum wakes at most once per
+        ``autovacuum_naptime`` (a minute by default), so under steady churn the head grows to
+        tens of thousands of dead entries; the reaper calls this every pass to keep it short.
+        Needs the table's owner (or MAINTAIN); otherwise PostgreSQL only warns."""
+        validation.at_least("min_dead_tuples", min_dead_tuples, 1)
+        with borrow(self._db, "vacuum") as c:
+            dead = self._store.jobs_dead_tuples(c)
+            if dead < min_dead_tuples:
+                return None
+            self._store.jobs_vacuum(c)
+        log.info("vacuumed leaseq.jobs (%d dead row versions)", dead)
+        return dead
+
+    def cancel(self, job_id: int, *, reason: str | None = None) -> Cancelled:
+        """Cancel a pending or running job. A running job's worker is fenced from now on."""
+        with borrow(self._db, "cancel") as c:
+            previous = self._store.job_cancel(c, job_id, reason=reason)
+            if previous is not None:
+                return Cancelled(job_id, True, previous)
+            record = self._store.job_get(c, job_id)
+        if record is None:
+            raise JobNotFound(job_id)
+        return Cancelled(job_id, False, record.status)
+
+    def retry_dead(self, job_id: int, *, attempts: int | None = None) -> int:
+        """Put a dead job back to pending now, same id and history, with ``attempts`` more
+        attempts (default: its original budget again). Returns its new max_attempts."""
+        if attempts is not None:
+            validation.at_least("attempts", attempts, 1)
+        with borrow(self._db, "retry") as c:
+            new_max = self._store.job_retry_dead(c, job_id, attempts=attempts)
+            if new_max is not None:
+                return new_max
+            record = self._store.job_get(c, job_id)
+        if record is None:
+            raise JobNotFound(job_id)
+        raise JobStateError(
+            f"job {job_id} is {record.status}, not dead; only dead jobs can be retried"
+        )
+
+    def prune(
+        self,
+        *,
+        older_than: float,
+        statuses: Sequence[str] = FINISHED_STATUSES,
+        batch: int = 1000,
+        now: datetime | None = None,
+    ) -> int:
+        """Delete finished jobs (and their attempts) that finished more than ``older_than``
+        seconds ago, ``batch`` rows per transaction. Effects in job_results are kept."""
+        validation.non_negative("older_than", older_than)
+        for status in statuses:
+            if status not in FINISHED_STATUSES:
+                raise InvalidJob(
+                    "statuses",
+                    f"{status!r} is not a finished status {tuple(map(str, FINISHED_STATUSES))}",
+                )
+        validation.at_least("batch", batch, 1)
+        total = 0
+        while True:
+            with borrow(self._db, "prune") as c:
+                deleted = self._store.job_prune(
+                    c,
+                    older_than=older_than,
+                    statuses=[JobStatus(s) for s in statuses],
+                    batch=batch,
+                    now=now,
+                )
+            total += deleted
+            if deleted < batch:
+                return total
+
+    def stats(
+        self,
+        queues: Sequence[str] | None = None,
+        *,
+        horizon: float = 0.0,
+        now: datetime | None = None,
+    ) -> list[QueueStats]:
+        """Per-queue depth computed now in the database; ``scheduled_soon`` counts jobs due
+        within ``horizon`` seconds."""
+        with borrow(self._db, "stats") as c:
+            return self._store.queue_stats(c, queues=queues, horizon=horizon, now=now)
+
+    def work(
+        self,
+        queues: Sequence[str],
+        *,
+        window: float,
+        horizon: float = 0.0,
+        now: datetime | None = None,
+    ) -> list[JobTypeWork]:
+        """Ready, due-within-``horizon`` and running jobs of ``queues`` per job type, each with
+        the mean run time of the type's attempts that ran to their end (succeeded, failed or
+        timed out) within the last ``window`` seconds. At most the newest
+        :data:`WORK_SAMPLES` attempts (of every queue) are read, through an index: the cost
+        stays bounded however long the audit trail grows."""
+        validation.positive("window", window)
+        with borrow(self._db, "read work") as c:
+            return self._store.pool_work(
+                c, queues=queues, window=window, horizon=horizon, max_samples=WORK_SAMPLES, now=now
+            )
+
+    def get(self, job_id: int) -> JobRecord:
+        with borrow(self._db, "show job") as c:
+            record = self._store.job_get(c, job_id)
+        if record is None:
+            raise JobNotFound(job_id)
+        return record
+
+    def attempts(self, job_id: int) -> list[AttemptRecord]:
+        with borrow(self._db, "list attempts") as c:
+            return self._store.job_attempts(c, job_id)
+
+    def effect(self, key: str) -> EffectRecord | None:
+        with borrow(self._db, "read effect") as c:
+            return self._store.job_result(c, key)
+
+    def jobs(
+        self, *, status: str | None = None, queue: str | None = None, limit: int = 100
+    ) -> list[JobRecord]:
+        with borrow(self._db, "list jobs") as c:
+            return self._store.job_list(c, status=status, queue=queue, limit=limit)

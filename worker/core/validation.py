@@ -1,0 +1,75 @@
+"""Checks on what callers pass in, before anything is written. Each error names its field."""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Any
+
+from leaseq.core.errors import InvalidJob
+
+MAX_NAME_LENGTH = 128
+MAX_PAYLOAD_BYTES = 1_048_576
+PRIORITY_RANGE = (-32768, 32767)
+
+
+def name(field: str, value: object) -> str:
+    """A queue or job type name: a non-empty string of at most 128 characters."""
+    if not isinstance(value, str):
+        raise InvalidJob(field, f"must be a string, got {type(value).__name__}")
+    if not value.strip():
+        raise InvalidJob(field, "must not be empty")
+    if len(value) > MAX_NAME_LENGTH:
+        raise InvalidJob(field, f"is {len(value)} characters long; the limit is {MAX_NAME_LENGTH}")
+    return value
+
+
+def json_value(field: str, value: Any, *, limit: int = MAX_PAYLOAD_BYTES) -> Any:
+    """A value that serialises to strict JSON (no NaN/Infinity) within ``limit`` bytes."""
+    try:
+        encoded = json.dumps(value, allow_nan=False)
+    except (TypeError, ValueError) as exc:
+        raise InvalidJob(field, f"is not JSON-serialisable ({exc})") from exc
+    size = len(encoded.encode())
+    if size > limit:
+        raise InvalidJob(field, f"is {size} bytes as JSON; the limit is {limit}")
+    return value
+
+
+def non_negative(field: str, value: float) -> float:
+    if not isinstance(value, int | float) or isinstance(value, bool) or not math.isfinite(value):
+        raise InvalidJob(field, f"must be a finite number, got {value!r}")
+    if value < 0:
+        raise InvalidJob(field, f"must not be negative, got {value}")
+    return float(value)
+
+
+def positive(field: str, value: float) -> float:
+    if non_negative(field, value) == 0:
+        raise InvalidJob(field, "must be greater than zero")
+    return float(value)
+
+
+def at_least(field: str, value: int, minimum: int) -> int:
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise InvalidJob(field, f"must be an integer, got {value!r}")
+    if value < minimum:
+        raise InvalidJob(field, f"must be at least {minimum}, got {value}")
+    return value
+
+
+def priority(value: int) -> int:
+    low, high = PRIORITY_RANGE
+    if not isinstance(value, int) or isinstance(value, bool) or not low <= value <= high:
+        raise InvalidJob("priority", f"must be an integer in [{low}, {high}], got {value!r}")
+    return value
+
+
+def optional_key(field: str, value: str | None) -> str | None:
+    if value is None:
+        return None
+    if not isinstance(value, str) or not value:
+        raise InvalidJob(field, "must be a non-empty string or None")
+    if len(value) > 512:
+        raise InvalidJob(field, f"is {len(value)} characters long; the limit is 512")
+    return value

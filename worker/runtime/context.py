@@ -1,0 +1,175 @@
+"""What a handler sees of its job: identity, progress, checkpoints and a stop flag."""
+
+from __future__ import annotations
+
+import enum
+import logging
+import threading
+import time
+from typing import Any
+
+from leaseq.core.models import ClaimedJob
+from leaseq.core.queue import Queue
+
+
+class PermanentError(Exception):
+    """Raise from a handler when retrying cannot help (bad input): the job goes to ``dead`` at
+    once with this message as its last error."""
+
+
+class Interrupted(Exception):
+    """Raise from a handler to hand the job back without spending an attempt, e.g. after
+    saving a checkpoint when :attr:`JobContext.draining` is set. If the worker has already
+    given the job up (``should_stop``), nothing more is reported."""
+
+
+class StopReason(enum.Enum):
+    """Why a handler should stop; after any of these its result is not reported."""
+
+    #: The lease is gone (expired while the worker could not renew it, or taken over).
+    LEASE_LOST = "lease_lost"
+    #: Someone ran ``leaseq cancel`` on the job.
+    CANCELLED = "cancelled"
+    #: The worker's drain window ended and the job was released to another worker.
+    DRAINING = "draining"
+    #: The job reached its maximum runtime (``timeout``) and was failed as timed out.
+    TIMED_OUT = "timed_out"
+    #: The job type's progress timeout passed without a ``progress()`` call.
+    NO_PROGRESS = "no_progress"
+
+
+class JobContext:
+    """Handed to a handler with its payload. Thread-safe; one per attempt."""
+
+    def __init__(
+        self, job: ClaimedJob, queue: Queue, worker_id: str, draining: threading.Event
+    ) -> None:
+        self._job = job
+        self._queue = queue
+        self._draining = draining
+        self._stop = threading.Event()
+        self._lock = threading.Lock()
+        self._reason: StopReason | None = None
+        self._progress: Any = None
+        self._progress_version = 0
+        self._progress_at = time.monotonic()
+        self.worker_id = worker_id
+        self.log = logging.LoggerAdapter(
+            logging.getLogger(f"leaseq.job.{job.job_type}"),
+            {
+                "job_id": job.id,
+                "queue": job.queue,
+                "job_type": job.job_type,
+                "worker": worker_id,
+                "attempt": job.attempt,
+                "token": job.lease.token,
+            },
+        )
+
+    # -- identity ---------------------------------------------------------------------
+
+    @property
+    def job_id(self) -> int:
+        return self._job.id
+
+    @property
+    def queue(self) -> str:
+        return self._job.queue
+
+    @property
+    def job_type(self) -> str:
+        return self._job.job_type
+
+    @property
+    def payload(self) -> Any:
+        return self._job.payload
+
+    @property
+    def attempt(self) -> int:
+        """1 for the first attempt; a released attempt is not counted."""
+        return self._job.attempt
+
+    @property
+    def max_attempts(self) -> int:
+        return self._job.max_attempts
+
+    @property
+    def lease_token(self) -> int:
+        return self._job.lease.token
+
+    @property
+    def effect_key(self) -> str:
+        """The key the job's effect is written under on completion: derived from the work
+        (the enqueuer's idempotency key, else ``job:<id>``), the same on every attempt. Use it
+        for your own external writes so a repeat execution is a no-op there too."""
+        return self._job.effect_key
+
+    @property
+    def last_checkpoint(self) -> Any:
+        """What an earlier attempt saved with :meth:`checkpoint` (None on a fresh job)."""
+        return self._job.checkpoint
+
+    # -- reporting --------------------------------------------------------------------
+
+    def progress(self, value: Any) -> None:
+        """Record progress (any JSON value). It is stored with the next lease renewal, and it
+        resets the job type's progress timeout. Cheap: call it as often as you like."""
+        with self._lock:
+            self._progress = value
+            self._progress_version += 1
+            self._progress_at = time.monotonic()
+
+    def checkpoint(self, state: Any) -> bool:
+        """Durably save ``state`` for the next attempt (:attr:`last_checkpoint`), now. Returns
+        False, and sets :attr:`should_stop`, when the lease is no longer held."""
+        stored = self._queue.checkpoint(self._job.lease, state)
+        if not stored:
+            self.request_stop(StopReason.LEASE_LOST)
+        return stored
+
+    # -- stopping ---------------------------------------------------------------------
+
+    @property
+    def should_stop(self) -> bool:
+        """True once the worker gave this attempt up (see :attr:`stop_reason`): stop working;
+        whatever the handler returns afterwards is not reported."""
+        return self._stop.is_set()
+
+    @property
+    def stop_reason(self) -> StopReason | None:
+        return self._reason
+
+    @property
+    def draining(self) -> bool:
+        """True once the worker is shutting down: finish soon, or checkpoint and raise
+        :class:`Interrupted`; at the end of the drain window the job is released."""
+        return self._draining.is_set()
+
+    def wait(self, seconds: float) -> bool:
+        """Sleep up to ``seconds``, waking early when the handler should stop; returns
+        :attr:`should_stop`. Use it instead of ``time.sleep`` in handlers."""
+        return self._stop.wait(seconds)
+
+    def raise_if_stopped(self) -> None:
+        """Raise :class:`Interrupted` if the handler should stop."""
+        if self._stop.is_set():
+            raise Interrupted(f"stopped: {self._reason.value if self._reason else '?'}")
+
+    # -- for the worker runtime -------------------------------------------------------
+
+    def request_stop(self, reason: StopReason) -> None:
+        """Set the stop flag with ``reason`` (the first reason wins)."""
+        with self._lock:
+            if self._reason is None:
+                self._reason = reason
+        self._stop.set()
+
+    def pending_progress(self) -> tuple[Any, int]:
+        """The latest progress value and its version, for the heartbeat to send."""
+        with self._lock:
+            return self._progress, self._progress_version
+
+    def seconds_since_progress(self) -> float:
+        """Seconds since the last progress call (or since the attempt started)."""
+        with self._lock:
+            return time.monotonic() - self._progress_at

@@ -1,0 +1,69 @@
+"""What /healthz and /readyz report: are the loops turning, and is PostgreSQL answering."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+from leaseq.core.errors import LeaseqError
+
+
+class Health:
+    """Loops call :meth:`tick` every turn; database calls report success or failure.
+
+    Healthy: every registered loop turned within its allowance (a loop blocked on a slow
+    database call is still alive; only a dead or wedged thread fails it). Ready: the most
+    recent database call succeeded, on_startup has finished and the worker is not draining.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._allowance: dict[str, float] = {}
+        self._ticks: dict[str, float] = {}
+        self._db_error: str | None = "not connected yet"
+        self.draining = False
+        self.loading = False  # True while on_startup runs: alive, but not ready for work
+
+    def expect(self, loop: str, allowance: float) -> None:
+        """Register ``loop``: it must tick at least every ``allowance`` seconds."""
+        with self._lock:
+            self._allowance[loop] = allowance
+            self._ticks[loop] = time.monotonic()
+
+    def forget(self, loop: str) -> None:
+        """``loop`` ended on purpose: stop expecting ticks from it."""
+        with self._lock:
+            self._allowance.pop(loop, None)
+
+    def tick(self, loop: str) -> None:
+        with self._lock:
+            self._ticks[loop] = time.monotonic()
+
+    def db_ok(self) -> None:
+        with self._lock:
+            self._db_error = None
+
+    def db_failed(self, exc: LeaseqError) -> None:
+        with self._lock:
+            self._db_error = str(exc)
+
+    def healthy(self) -> tuple[bool, str]:
+        now = time.monotonic()
+        with self._lock:
+            stale = [
+                f"{loop} loop silent for {now - self._ticks[loop]:.0f}s"
+                for loop, allowance in self._allowance.items()
+                if now - self._ticks[loop] > allowance
+            ]
+        return (not stale), ("; ".join(stale) or "ok")
+
+    def ready(self) -> tuple[bool, str]:
+        with self._lock:
+            error = self._db_error
+        if self.draining:
+            return False, "draining"
+        if error is not None:
+            return False, f"database: {error}"
+        if self.loading:
+            return False, "loading: on_startup has not finished"
+        return True, "ok"

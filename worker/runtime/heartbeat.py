@@ -1,0 +1,135 @@
+"""One loop that keeps every in-flight lease alive, and gives up the attempts that must stop.
+
+Every ``heartbeat_seconds`` it renews each running attempt's lease (sending the handler's
+latest progress with it) and refreshes the worker's row in ``leaseq.workers``. Between
+renewals it wakes for the nearest max-runtime deadline. It stops renewing an attempt when:
+
+* its max runtime is reached (``TIMED_OUT``: the attempt is failed as timed out);
+* its job type's progress timeout passed without progress (``NO_PROGRESS``: failed, retried);
+* PostgreSQL says the lease is gone (``LEASE_LOST``/``CANCELLED``: never reported).
+
+The decision to give an attempt up is the runtime's ``give_up`` callback; this module only
+decides when.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+
+from leaseq.core.errors import DatabaseUnavailable, InvalidJob, LeaseqError
+from leaseq.core.models import HeartbeatStatus, JobStatus
+from leaseq.core.queue import Queue
+from leaseq.runtime.context import StopReason
+from leaseq.runtime.health import Health
+from leaseq.runtime.inflight import InFlight, InFlightTable
+from leaseq.runtime.metrics import WorkerMetrics
+
+log = logging.getLogger("leaseq.heartbeat")
+
+GiveUp = Callable[[InFlight, StopReason], None]
+
+
+class HeartbeatLoop:
+    """Renews leases for ``jobs`` until ``stopping`` is set; run it in its own thread."""
+
+    def __init__(
+        self,
+        queue: Queue,
+        jobs: InFlightTable,
+        *,
+        lease_seconds: float,
+        interval: float,
+        metrics: WorkerMetrics,
+        health: Health,
+        give_up: GiveUp,
+        register: Callable[[], None],
+        stopping: threading.Event,
+    ) -> None:
+        self.queue = queue
+        self.jobs = jobs
+        self.lease_seconds = lease_seconds
+        self.interval = interval
+        self.metrics = metrics
+        self.health = health
+        self.give_up = give_up
+        self.register = register
+        self.stopping = stopping
+        self.nudge = threading.Event()
+
+    def run(self) -> None:
+        next_renewal = time.monotonic()
+        while not self.stopping.is_set():
+            self.health.tick("heartbeat")
+            try:
+                now = time.monotonic()
+                self.enforce_limits(now)
+                if now >= next_renewal:
+                    next_renewal = now + self.interval
+                    self.renew_all()
+                    self.register()
+            except Exception:
+                # A bug here must not stop renewals for good: log it loudly and go on.
+                log.exception("heartbeat loop error; continuing")
+            wake_at = min([next_renewal, *self._deadlines()])
+            self.nudge.wait(max(0.0, wake_at - time.monotonic()))
+            self.nudge.clear()
+
+    def _deadlines(self) -> list[float]:
+        return [j.deadline for j in self.jobs.running() if j.deadline is not None]
+
+    def enforce_limits(self, now: float) -> None:
+        """Give up attempts past their max runtime or progress timeout; flag (only flag)
+        attempts whose lease must have expired locally, since PostgreSQL decides the rest."""
+        for job in self.jobs.running():
+            if job.deadline is not None and now >= job.deadline:
+                self.give_up(job, StopReason.TIMED_OUT)
+                continue
+            limit = job.job_type.progress_timeout if job.job_type else None
+            if limit is not None and job.context.seconds_since_progress() >= limit:
+                self.give_up(job, StopReason.NO_PROGRESS)
+                continue
+            if now > job.lease_bound and not job.context.should_stop:
+                log.warning("lease expired before it could be renewed", extra=job.fields())
+                job.context.request_stop(StopReason.LEASE_LOST)
+
+    def renew_all(self) -> None:
+        for job in self.jobs.running():
+            if self.stopping.is_set():
+                return
+            self.renew(job)
+
+    def renew(self, job: InFlight) -> None:
+        """One renewal. Holds the attempt's lock so the slot cannot settle it meanwhile."""
+        with job.lock:
+            if not job.running:
+                return
+            value, version = job.context.pending_progress()
+            progress = value if version > job.sent_progress_version else None
+            try:
+                beat = self.queue.heartbeat(
+                    job.job.lease, lease_seconds=self.lease_seconds, progress=progress
+                )
+            except InvalidJob as exc:
+                log.error("progress not stored: %s", exc, extra=job.fields())
+                job.sent_progress_version = version
+                return
+            except DatabaseUnavailable as exc:
+                self.health.db_failed(exc)
+                log.warning("lease renewal failed, will retry: %s", exc, extra=job.fields())
+                return
+            except LeaseqError as exc:
+                log.error("lease renewal failed: %s", exc, extra=job.fields())
+                return
+            self.health.db_ok()
+            if beat.status is HeartbeatStatus.RENEWED:
+                job.lease_bound = time.monotonic() + self.lease_seconds
+                job.sent_progress_version = version
+                self.metrics.renewals.labels(job.job.queue).inc()
+                self.metrics.last_heartbeat.set_to_current_time()
+            else:
+                self.metrics.fenced.labels(job.job.queue).inc()
+                cancelled = beat.job_status is JobStatus.CANCELLED
+                self.give_up(job, StopReason.CANCELLED if cancelled else StopReason.LEASE_LOST)

@@ -1,0 +1,123 @@
+"""The worker's table of jobs in flight, shared by slots, the heartbeat loop and shutdown.
+
+Exactly one party settles each attempt: the slot (handler returned or raised), the heartbeat
+loop (lease lost, timed out, no progress) or shutdown (released at the end of the drain). It
+wins the right by :meth:`InFlight.take`; everybody else leaves the job alone from then on,
+which is how a result that arrives after its lease was lost is never reported.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass, field
+
+from leaseq.core.models import ClaimedJob
+from leaseq.runtime.context import JobContext
+from leaseq.runtime.registry import JobType
+from leaseq.runtime.settlement import Settler
+
+# The attempt is settled this long before its max runtime as measured locally, so the
+# fail(timed_out) call reaches PostgreSQL while the lease (capped at the deadline) still holds.
+TIMEOUT_MARGIN_SECONDS = 0.5
+
+
+@dataclass(eq=False)
+class InFlight:
+    """One claimed attempt and the worker's local view of its lease."""
+
+    job: ClaimedJob
+    job_type: JobType | None
+    context: JobContext
+    #: Local monotonic time by which the lease has surely expired unless renewed.
+    lease_bound: float
+    #: Local monotonic time at which to give the attempt up as timed out (None: no timeout).
+    deadline: float | None
+    #: Held while a heartbeat for this job is in flight and while settling is decided.
+    lock: threading.RLock = field(default_factory=threading.RLock)
+    settled_by: Settler | None = None
+    #: Set once the settling call (complete, fail or release) has returned or given up.
+    settled: threading.Event = field(default_factory=threading.Event)
+    sent_progress_version: int = 0
+
+    @classmethod
+    def start(
+        cls,
+        job: ClaimedJob,
+        job_type: JobType | None,
+        context: JobContext,
+        *,
+        sent_at: float,
+        received_at: float,
+        lease_seconds: float,
+    ) -> InFlight:
+        """Local bounds from a claim sent at ``sent_at`` and answered at ``received_at``: the
+        database's start time lies between the two."""
+        deadline = None
+        if job.timeout_seconds is not None:
+            margin = min(TIMEOUT_MARGIN_SECONDS, job.timeout_seconds / 4)
+            deadline = sent_at + job.timeout_seconds - margin
+        return cls(job, job_type, context, received_at + lease_seconds, deadline)
+
+    @property
+    def running(self) -> bool:
+        """Nobody has taken the attempt to settle it yet."""
+        return self.settled_by is None
+
+    def fields(self) -> dict[str, object]:
+        """The attempt's structured log fields."""
+        lease = self.job.lease
+        return {
+            "job_id": lease.job_id,
+            "queue": self.job.queue,
+            "job_type": self.job.job_type,
+            "worker": lease.owner,
+            "attempt": lease.attempt,
+            "token": lease.token,
+        }
+
+    def take(self, by: Settler) -> bool:
+        """Claim the right to settle the attempt; False if someone else already has it."""
+        with self.lock:
+            if self.settled_by is not None:
+                return False
+            self.settled_by = by
+            return True
+
+
+class InFlightTable:
+    """Thread-safe set of in-flight attempts by job id."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._jobs: dict[int, InFlight] = {}
+
+    def add(self, job: InFlight) -> None:
+        with self._lock:
+            self._jobs[job.job.id] = job
+
+    def remove(self, job: InFlight) -> None:
+        with self._lock:
+            if self._jobs.get(job.job.id) is job:
+                del self._jobs[job.job.id]
+
+    def snapshot(self) -> list[InFlight]:
+        with self._lock:
+            return list(self._jobs.values())
+
+    def __len__(self) -> int:
+        with self._lock:
+            return len(self._jobs)
+
+    def running(self) -> list[InFlight]:
+        """Attempts nobody has settled yet."""
+        return [job for job in self.snapshot() if job.running]
+
+    def wait_settled(self, timeout: float) -> bool:
+        """Wait up to ``timeout`` seconds until every taken attempt's settling call returned."""
+        end = time.monotonic() + timeout
+        for job in self.snapshot():
+            left = max(0.0, end - time.monotonic())
+            if job.settled_by is not None and not job.settled.wait(left):
+                return False
+        return True

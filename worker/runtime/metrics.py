@@ -1,0 +1,105 @@
+"""The worker's Prometheus metrics, in a registry of its own (one per Worker).
+
+Labels are only queue, job_type and outcome, all bounded: queues come from the worker's
+settings and job types from its registry, and every such series is created at 0 at start-up
+so rates and alerts work before the first event.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+from leaseq.runtime.settlement import Outcome
+
+#: How a claimed job ended for this worker (``leaseq_jobs_finished_total{outcome}``).
+OUTCOMES = tuple(Outcome)
+
+# Slow jobs: from sub-second to an hour.
+DURATION_BUCKETS = (0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800, 3600)
+CLAIM_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5)
+
+
+class WorkerMetrics:
+    """Every metric ``leaseq worker`` exports (the chart's dashboards
+    and alerts use these names; tests/chart/test_chart_metric_names.py checks them)."""
+
+    def __init__(self, queues: Sequence[str], job_types: Sequence[str]) -> None:
+        self.registry = CollectorRegistry()
+        r = self.registry
+        self.claimed = Counter(
+            "leaseq_jobs_claimed", "Jobs this worker claimed.", ["queue", "job_type"], registry=r
+        )
+        self.finished = Counter(
+            "leaseq_jobs_finished",
+            "Claimed jobs by how they ended for this worker.",
+            ["queue", "job_type", "outcome"],
+            registry=r,
+        )
+        self.duration = Histogram(
+            "leaseq_job_duration_seconds",
+            "Handler run time of one attempt.",
+            ["queue", "job_type"],
+            buckets=DURATION_BUCKETS,
+            registry=r,
+        )
+        self.claim_latency = Histogram(
+            "leaseq_claim_latency_seconds",
+            "Round trip of one claim statement.",
+            buckets=CLAIM_BUCKETS,
+            registry=r,
+        )
+        self.in_flight = Gauge(
+            "leaseq_jobs_in_flight", "Jobs holding a slot now.", ["queue"], registry=r
+        )
+        self.renewals = Counter(
+            "leaseq_lease_renewals", "Successful lease renewals.", ["queue"], registry=r
+        )
+        self.losses = Counter(
+            "leaseq_lease_losses",
+            "Leases found lost (expired and taken over, or cancelled) while the job ran.",
+            ["queue"],
+            registry=r,
+        )
+        self.fenced = Counter(
+            "leaseq_fenced_calls",
+            "Worker calls (heartbeat, complete, fail, release) refused for a stale lease.",
+            ["queue"],
+            registry=r,
+        )
+        self.last_heartbeat = Gauge(
+            "leaseq_last_heartbeat_timestamp_seconds",
+            "Unix time of the last successful lease renewal or registry heartbeat.",
+            registry=r,
+        )
+        self.draining = Gauge(
+            "leaseq_worker_draining", "1 while the worker drains after SIGTERM.", registry=r
+        )
+        self.loading = Gauge(
+            "leaseq_worker_loading",
+            "1 while on_startup (a model load) runs: the worker is not ready yet.",
+            registry=r,
+        )
+        self.startup = Gauge(
+            "leaseq_worker_startup_seconds",
+            "Seconds on_startup (a model load) took in this worker; 0 until it finished.",
+            registry=r,
+        )
+        for queue in queues:
+            self.in_flight.labels(queue)
+            self.renewals.labels(queue)
+            self.losses.labels(queue)
+            self.fenced.labels(queue)
+            for job_type in job_types:
+                self.known(queue, job_type)
+
+    def known(self, queue: str, job_type: str) -> None:
+        """Create the (queue, job_type) series at 0, for every outcome."""
+        self.claimed.labels(queue, job_type)
+        self.duration.labels(queue, job_type)
+        for outcome in OUTCOMES:
+            self.finished.labels(queue, job_type, outcome)
+
+    def finish(self, queue: str, job_type: str, outcome: Outcome) -> None:
+        self.finished.labels(queue, job_type, outcome).inc()

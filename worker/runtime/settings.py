@@ -1,0 +1,154 @@
+"""``leaseq worker`` settings: flags with ``LEASEQ_*`` fallbacks, validated once at start-up."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import socket
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from leaseq import config as settings
+from leaseq.config import Option
+from leaseq.core.errors import ConfigError
+from leaseq.core.models import DEFAULT_LEASE_SECONDS
+
+
+def boolean(text: str) -> bool:
+    lowered = text.strip().lower()
+    if lowered in ("1", "true", "yes", "on"):
+        return True
+    if lowered in ("0", "false", "no", "off"):
+        return False
+    raise ValueError("must be true or false")
+
+
+APP = Option("app", "LEASEQ_APP", str, None, "handler registry to load, as package.module:name")
+QUEUES = Option(
+    "queue",
+    "LEASEQ_QUEUES",
+    settings.csv_list,
+    None,
+    "queue to serve; repeat the flag (the variable takes a comma list)",
+    repeat=True,
+)
+CONCURRENCY = Option(
+    "concurrency", "LEASEQ_CONCURRENCY", settings.positive_int, 1, "jobs run at once (threads)"
+)
+DRAIN_SECONDS = Option(
+    "drain_seconds",
+    "LEASEQ_DRAIN_SECONDS",
+    settings.non_negative_float,
+    25.0,
+    "on SIGTERM, how long in-flight jobs may finish before they are released; keep it below "
+    "the pod's terminationGracePeriodSeconds",
+)
+LEASE_SECONDS = Option(
+    "lease_seconds",
+    "LEASEQ_LEASE_SECONDS",
+    settings.positive_float,
+    DEFAULT_LEASE_SECONDS,
+    "lease length: how long a crashed worker's job waits before the reaper takes it back",
+)
+HEARTBEAT_SECONDS = Option(
+    "heartbeat_seconds",
+    "LEASEQ_HEARTBEAT_SECONDS",
+    settings.positive_float,
+    10.0,
+    "how often leases are renewed (must be well below the lease)",
+)
+POLL_SECONDS = Option(
+    "poll_seconds",
+    "LEASEQ_POLL_SECONDS",
+    settings.positive_float,
+    5.0,
+    "longest idle wait between claims when no notification arrives",
+)
+LISTEN = Option(
+    "listen",
+    "LEASEQ_LISTEN",
+    boolean,
+    True,
+    "LISTEN for enqueue notifications (set false behind a transaction-pooling PgBouncer; "
+    "polling alone still drains every job)",
+)
+WORKER_ID = Option(
+    "worker_id", "LEASEQ_WORKER_ID", str, None, "this process's name in leases (hostname-pid)"
+)
+POD_NAME = Option("pod_name", "LEASEQ_POD_NAME", str, None, "Kubernetes pod (downward API)")
+NODE_NAME = Option("node_name", "LEASEQ_NODE_NAME", str, None, "Kubernetes node (downward API)")
+METRICS_PORT = settings.METRICS_PORT
+
+OPTIONS = [
+    settings.DATABASE_URL,
+    APP,
+    QUEUES,
+    CONCURRENCY,
+    DRAIN_SECONDS,
+    LEASE_SECONDS,
+    HEARTBEAT_SECONDS,
+    POLL_SECONDS,
+    LISTEN,
+    WORKER_ID,
+    POD_NAME,
+    NODE_NAME,
+    METRICS_PORT,
+    settings.LOG_LEVEL,
+    settings.LOG_FORMAT,
+]
+
+
+@dataclass(frozen=True)
+class WorkerSettings:
+    """Everything one worker process needs, checked for consistency."""
+
+    database_url: str
+    app: str
+    queues: tuple[str, ...]
+    concurrency: int = 1
+    drain_seconds: float = 25.0
+    lease_seconds: float = DEFAULT_LEASE_SECONDS
+    heartbeat_seconds: float = 10.0
+    poll_seconds: float = 5.0
+    listen: bool = True
+    worker_id: str = ""
+    pod_name: str | None = None
+    node_name: str | None = None
+    metrics_port: int = 9100
+    log_level: str = "INFO"
+    log_format: str = "text"
+
+    def __post_init__(self) -> None:
+        if not self.queues:
+            raise ConfigError("--queue is required (or set LEASEQ_QUEUES)")
+        if self.heartbeat_seconds >= self.lease_seconds:
+            raise ConfigError(
+                f"--heartbeat-seconds ({self.heartbeat_seconds}) must be below --lease-seconds "
+                f"({self.lease_seconds}), or every lease expires between renewals"
+            )
+        if not self.worker_id:
+            object.__setattr__(self, "worker_id", f"{socket.gethostname()}-{os.getpid()}")
+
+    @classmethod
+    def from_args(
+        cls, args: argparse.Namespace, environ: Mapping[str, str] | None = None
+    ) -> WorkerSettings:
+        """Flags, else ``LEASEQ_*`` variables, else defaults; ConfigError on a bad value."""
+        values = settings.resolve(args, OPTIONS, environ)
+        return cls(
+            database_url=settings.require(values, settings.DATABASE_URL),
+            app=settings.require(values, APP),
+            queues=tuple(dict.fromkeys(settings.require(values, QUEUES))),
+            concurrency=values["concurrency"],
+            drain_seconds=values["drain_seconds"],
+            lease_seconds=values["lease_seconds"],
+            heartbeat_seconds=values["heartbeat_seconds"],
+            poll_seconds=values["poll_seconds"],
+            listen=values["listen"],
+            worker_id=values["worker_id"] or "",
+            pod_name=values["pod_name"],
+            node_name=values["node_name"],
+            metrics_port=values["metrics_port"],
+            log_level=values["log_level"],
+            log_format=values["log_format"],
+        )

@@ -1,0 +1,476 @@
+"""The worker process: claim, run, renew, settle; drain on SIGTERM.
+
+Threads: the main thread waits for signals and runs the drain; a dispatcher claims work
+whenever a slot is free (woken by LISTEN notifications, by finished jobs, else by a
+jittered idle backoff capped at the poll interval); one heartbeat loop renews every lease;
+a listener holds the LISTEN connection; every claimed attempt runs its handler in a thread
+of its own (at most ``concurrency`` at once). Every database call is one autocommit
+statement from a psycopg_pool pool, so no transaction is ever open while a handler runs.
+
+Guarantees, on top of the queue's: an attempt is settled (completed, failed, released or
+dropped) by exactly one party (:mod:`leaseq.runtime.inflight`); a result is never reported for an
+attempt whose lease PostgreSQL declared lost; calls that fail because the database is
+unreachable are retried with backoff while the lease may still be held, and after that the
+reaper takes the job back. No error ends the process silently: every loop logs and carries on.
+
+Threads cannot be killed: a handler that ignores ``ctx.should_stop`` after its attempt was
+given up keeps its slot (and ``leaseq_jobs_in_flight``) until it returns; its result is
+dropped. At exit, such threads are abandoned (they are daemons), after their jobs were
+settled, so a SIGTERM never waits on them past the drain window.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from functools import partial
+from typing import Any
+
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
+
+from leaseq.core import validation
+from leaseq.core.backoff import Backoff
+from leaseq.core.db import open_pool
+from leaseq.core.errors import DatabaseUnavailable, InvalidJob, LeaseqError, SchemaNotReady
+from leaseq.core.models import Call, ClaimedJob, RetryPolicy, WorkerState
+from leaseq.core.queue import Queue
+from leaseq.core.schema import Schema
+from leaseq.core.workers import Workers
+from leaseq.runtime.context import Interrupted, JobContext, PermanentError, StopReason
+from leaseq.runtime.health import Health
+from leaseq.runtime.heartbeat import HeartbeatLoop
+from leaseq.runtime.http_server import ProbeServer
+from leaseq.runtime.inflight import InFlight, InFlightTable
+from leaseq.runtime.listener import Listener
+from leaseq.runtime.metrics import WorkerMetrics
+from leaseq.runtime.registry import Registry
+from leaseq.runtime.settings import WorkerSettings
+from leaseq.runtime.settlement import Answer, Settlement, Settler
+from leaseq.runtime.shutdown import SignalWatch
+
+log = logging.getLogger("leaseq.worker")
+
+#: How long, after the drain, the worker waits for settling calls already under way.
+SETTLE_GRACE_SECONDS = 5.0
+#: Label used for job types this worker has no handler for (keeps label sets bounded).
+UNKNOWN_JOB_TYPE = "_unknown"
+
+
+def application_name(conninfo: str, worker_id: str) -> str:
+    """``conninfo`` with application_name set to the worker (unless the URL sets one), so
+    an operator can find this worker's sessions in pg_stat_activity."""
+    if conninfo_to_dict(conninfo).get("application_name"):
+        return conninfo
+    return make_conninfo(conninfo, application_name=f"leaseq worker {worker_id}"[:63])
+
+
+class Worker:
+    """One worker process. Build it with settings and a registry, then :meth:`run` it."""
+
+    def __init__(
+        self, settings: WorkerSettings, registry: Registry, *, retry: RetryPolicy | None = None
+    ) -> None:
+        """``retry``: backoff between failed attempts (default :class:`RetryPolicy`)."""
+        self.settings = settings
+        self.registry = registry
+        self.metrics = WorkerMetrics(settings.queues, registry.job_types)
+        self.health = Health()
+        self.jobs = InFlightTable()
+        self.draining = threading.Event()
+        self.stopping = threading.Event()
+        self.wake = threading.Event()
+        # Bound first: a busy port must fail before anything else is started.
+        self.http: ProbeServer | None = None
+        if settings.metrics_port:
+            self.http = ProbeServer(
+                settings.metrics_port, self.metrics.registry, self.health.healthy, self.health.ready
+            )
+        self.conninfo = application_name(settings.database_url, settings.worker_id)
+        self.pool = open_pool(
+            self.conninfo,
+            min_size=2,
+            max_size=settings.concurrency + 4,
+            name=f"leaseq-{settings.worker_id}",
+            timeout=max(2.0, min(10.0, settings.lease_seconds / 2)),
+        )
+        self.queue = Queue(self.pool, retry=retry)
+        self.workers = Workers(self.pool)
+        self.settlement = Settlement(
+            self.queue,
+            metrics=self.metrics,
+            health=self.health,
+            stopping=self.stopping,
+            type_label=lambda job: self._type_label(job.job),
+        )
+        self.heartbeat = HeartbeatLoop(
+            self.queue,
+            self.jobs,
+            lease_seconds=settings.lease_seconds,
+            interval=settings.heartbeat_seconds,
+            metrics=self.metrics,
+            health=self.health,
+            give_up=self.give_up,
+            register=self.register,
+            stopping=self.stopping,
+        )
+        self.listener = Listener(
+            self.conninfo,
+            settings.queues,
+            self.wake.set,
+            health=self.health,
+            stopping=self.stopping,
+        )
+        self._threads: list[threading.Thread] = []
+        # Set once on_startup has finished: until then the worker reports `loading`.
+        self.startup_seconds: float | None = None
+        self._registering = threading.Lock()
+        self.health.loading = True
+        self.metrics.loading.set(1)
+
+    @property
+    def _fields(self) -> dict[str, Any]:
+        return {"worker": self.settings.worker_id}
+
+    # -- lifecycle --------------------------------------------------------------------
+
+    def run(self, signals: SignalWatch) -> int:
+        """Serve until the first signal, drain, release what is left, deregister; returns
+        the exit status (0 after a drain). ``signals`` is installed by the caller (the CLI),
+        or triggered by code that embeds the worker."""
+        s = self.settings
+        log.info(
+            "worker starting: queues %s, concurrency %d, lease %.1fs, heartbeat %.1fs",
+            ",".join(s.queues),
+            s.concurrency,
+            s.lease_seconds,
+            s.heartbeat_seconds,
+            extra=self._fields,
+        )
+        try:
+            if self.http:
+                self.http.start()
+            if not self._wait_for_schema(signals):
+                return 0
+            # The heartbeat loop keeps the registry row fresh while on_startup runs.
+            self._start_loop("heartbeat", self.heartbeat.run, 3 * s.heartbeat_seconds + 60)
+            self._load()
+            self._start_threads()
+            seen = signals.wait(0, None)
+            self.drain(signals, seen)
+            return 0
+        finally:
+            self.stopping.set()
+            self.wake.set()
+            self.heartbeat.nudge.set()
+            for thread in self._threads:
+                thread.join(timeout=5.0)
+            self._deregister()
+            self.pool.close(timeout=2.0)
+            if self.http:
+                self.http.stop()
+            log.info("worker stopped", extra=self._fields)
+
+    def _wait_for_schema(self, signals: SignalWatch) -> bool:
+        """Wait (with backoff) until PostgreSQL answers with the schema this code needs;
+        False if a signal arrived first. SchemaTooNew and other errors propagate."""
+        backoff = Backoff(0.5, 10.0)
+        while True:
+            try:
+                Schema(self.pool).check()
+                self.health.db_ok()
+                return True
+            except (DatabaseUnavailable, SchemaNotReady) as exc:
+                self.health.db_failed(exc)
+                delay = backoff.next()
+                log.warning("waiting for the database: %s (retry in %.1fs)", exc, delay)
+                if signals.wait(0, delay) > 0:
+                    return False
+
+    def _load(self) -> None:
+        """Run the on_startup hooks (a model load) while registered as ``loading``: not
+        ready, not claiming, but counted by the operator as capacity already coming. Then
+        record how long they took (row, metric, log) and report ``running``. An exception
+        in a hook propagates: the worker exits without having claimed anything."""
+        self.register()
+        started = time.monotonic()
+        self.registry.run_startup()
+        self.startup_seconds = time.monotonic() - started
+        self.metrics.startup.set(self.startup_seconds)
+        self.metrics.loading.set(0)
+        self.health.loading = False
+        log.info("on_startup finished in %.3fs", self.startup_seconds, extra=self._fields)
+        self.register()
+
+    def _start_loop(self, name: str, target: Callable[[], None], allowance: float) -> None:
+        self.health.expect(name, allowance)
+        thread = threading.Thread(target=target, name=f"leaseq-{name}", daemon=True)
+        thread.start()
+        self._threads.append(thread)
+
+    def _start_threads(self) -> None:
+        s = self.settings
+        self._start_loop("dispatcher", self.dispatch, 3 * s.poll_seconds + 60)
+        if s.listen:
+            self._start_loop("listener", self.listener.run, 120.0)
+
+    # -- registry of workers ----------------------------------------------------------
+
+    def register(self) -> None:
+        """Upsert this worker's row (state and in-flight count); failures are logged only.
+        Serialised, so a heartbeat's stale state never lands after a newer one."""
+        s = self.settings
+        try:
+            with self._registering:
+                self.workers.register(
+                    s.worker_id,
+                    pod=s.pod_name,
+                    node=s.node_name,
+                    queues=s.queues,
+                    concurrency=s.concurrency,
+                    state=self._state(),
+                    in_flight=len(self.jobs),
+                    startup_seconds=self.startup_seconds,
+                )
+        except LeaseqError as exc:
+            if isinstance(exc, DatabaseUnavailable):
+                self.health.db_failed(exc)
+            log.warning("could not update the workers table: %s", exc, extra=self._fields)
+            return
+        self.health.db_ok()
+        self.metrics.last_heartbeat.set_to_current_time()
+
+    def _state(self) -> WorkerState:
+        if self.draining.is_set():
+            return WorkerState.DRAINING
+        return WorkerState.LOADING if self.startup_seconds is None else WorkerState.RUNNING
+
+    def _deregister(self) -> None:
+        try:
+            self.workers.remove(self.settings.worker_id)
+        except LeaseqError as exc:
+            log.warning("could not remove this worker's row: %s", exc, extra=self._fields)
+
+    # -- claiming ---------------------------------------------------------------------
+
+    def dispatch(self) -> None:
+        """Claim whenever a slot is free, until draining starts."""
+        s = self.settings
+        idle = Backoff(min(0.5, s.poll_seconds), s.poll_seconds)
+        failures = Backoff(0.5, 15.0)
+        try:
+            self._dispatch(idle, failures)
+        finally:
+            # Claiming ends with the drain, which may outlast any liveness allowance.
+            self.health.forget("dispatcher")
+
+    def _dispatch(self, idle: Backoff, failures: Backoff) -> None:
+        s = self.settings
+        while not self.draining.is_set():
+            self.health.tick("dispatcher")
+            free = s.concurrency - len(self.jobs)
+            if free <= 0:
+                self.wake.wait(s.poll_seconds)
+                self.wake.clear()
+                continue
+            # Cleared before claiming: a notification during the claim keeps it set.
+            self.wake.clear()
+            try:
+                claimed = self._claim(free)
+            except LeaseqError as exc:
+                if isinstance(exc, DatabaseUnavailable):
+                    self.health.db_failed(exc)
+                delay = failures.next()
+                log.warning("claim failed (%s); retrying in %.1fs", exc, delay, extra=self._fields)
+                self.wake.wait(delay)
+                continue
+            except Exception:
+                log.exception("dispatcher error; continuing", extra=self._fields)
+                self.wake.wait(failures.next())
+                continue
+            failures.reset()
+            if len(claimed) == free:
+                idle.reset()
+                continue
+            if claimed:
+                idle.reset()
+            self.wake.wait(idle.next())
+
+    def _claim(self, free: int) -> list[InFlight]:
+        s = self.settings
+        sent = time.monotonic()
+        claimed = self.queue.claim(s.queues, s.worker_id, limit=free, lease_seconds=s.lease_seconds)
+        received = time.monotonic()
+        self.health.db_ok()
+        self.metrics.claim_latency.observe(received - sent)
+        started = []
+        for job in claimed:
+            attempt = InFlight.start(
+                job,
+                self.registry.get(job.job_type),
+                JobContext(job, self.queue, s.worker_id, self.draining),
+                sent_at=sent,
+                received_at=received,
+                lease_seconds=s.lease_seconds,
+            )
+            self.jobs.add(attempt)
+            self.metrics.in_flight.labels(job.queue).inc()
+            self.metrics.claimed.labels(job.queue, self._type_label(job)).inc()
+            started.append(attempt)
+        for attempt in started:
+            if self.draining.is_set():
+                # SIGTERM arrived while the claim was in flight: hand it straight back.
+                self.give_up(attempt, StopReason.DRAINING)
+                self._finished(attempt)
+                continue
+            log.info("claimed", extra=attempt.fields())
+            thread = threading.Thread(
+                target=self._run, args=(attempt,), name=f"leaseq-job-{attempt.job.id}", daemon=True
+            )
+            thread.start()
+        return started
+
+    def _type_label(self, job: ClaimedJob) -> str:
+        return job.job_type if self.registry.get(job.job_type) else UNKNOWN_JOB_TYPE
+
+    # -- running a job ----------------------------------------------------------------
+
+    def _run(self, job: InFlight) -> None:
+        """Run the handler and settle the attempt from its outcome (unless already given up)."""
+        started = time.monotonic()
+        call: Callable[[], Answer]
+        try:
+            if job.job_type is None:
+                error = f"no handler for job type {job.job.job_type!r} in {self.settings.app}"
+                call = partial(self.queue.fail, job.job.lease, error, error_code="UNKNOWN_JOB_TYPE")
+                self.settlement.settle(job, Call.FAIL, call)
+                return
+            try:
+                result = job.job_type.handler(job.job.payload, job.context)
+            except Interrupted:
+                call = partial(self.queue.release, job.job.lease, reason="handler interrupted")
+                self.settlement.settle(job, Call.RELEASE, call)
+            except PermanentError as exc:
+                self._fail(job, exc, retryable=False)
+            except Exception as exc:
+                log.warning("handler raised %r", exc, extra=job.fields(), exc_info=True)
+                self._fail(job, exc, retryable=True)
+            else:
+                self._complete(job, result)
+            finally:
+                self.metrics.duration.labels(job.job.queue, job.job.job_type).observe(
+                    time.monotonic() - started
+                )
+        except Exception:
+            log.exception("error settling the attempt", extra=job.fields())
+        finally:
+            self._finished(job)
+
+    def _finished(self, job: InFlight) -> None:
+        self.jobs.remove(job)
+        self.metrics.in_flight.labels(job.job.queue).dec()
+        self.wake.set()
+
+    def _complete(self, job: InFlight, result: Any) -> None:
+        try:
+            validation.json_value("result", result)
+        except InvalidJob as exc:
+            # The handler's return value cannot be stored: retrying would not change it.
+            self._fail(job, PermanentError(f"handler returned an unusable result: {exc}"), False)
+            return
+        progress, version = job.context.pending_progress()
+        final = progress if version > job.sent_progress_version else None
+        try:
+            validation.json_value("progress", final, limit=65536)
+        except InvalidJob:
+            final = None  # the heartbeat already logged why it was not stored
+        call = partial(
+            self.queue.complete,
+            job.job.lease,
+            result,
+            effect_key=job.job.effect_key,
+            progress=final,
+        )
+        self.settlement.settle(job, Call.COMPLETE, call)
+
+    def _fail(self, job: InFlight, exc: BaseException, retryable: bool) -> None:
+        call = partial(
+            self.queue.fail,
+            job.job.lease,
+            f"{type(exc).__name__}: {exc}",
+            retryable=retryable,
+            error_code=type(exc).__name__,
+        )
+        self.settlement.settle(job, Call.FAIL, call)
+
+    # -- giving up --------------------------------------------------------------------
+
+    def give_up(self, job: InFlight, reason: StopReason) -> None:
+        """Take the attempt away from its handler (which sees ``should_stop``) and settle it:
+        failed as timed out, failed for lack of progress, released, or, when the lease is
+        already gone, dropped without reporting anything."""
+        if not job.take(Settler.stopped(reason)):
+            return
+        job.context.request_stop(reason)
+        lease = job.job.lease
+        if reason in (StopReason.LEASE_LOST, StopReason.CANCELLED):
+            log.warning(
+                "lease lost (%s): result will not be reported", reason.value, extra=job.fields()
+            )
+            self.settlement.lost(job)
+            job.settled.set()
+            return
+        call: Callable[[], Answer]
+        if reason is StopReason.DRAINING:
+            # Bounded: the pod's grace period is running out.
+            until = time.monotonic() + SETTLE_GRACE_SECONDS
+            release = partial(self.queue.release, lease, reason="worker draining")
+            self.settlement.settle_taken(job, Call.RELEASE, release, until)
+            return
+        if reason is StopReason.TIMED_OUT:
+            error = f"timed out: ran past its max runtime of {job.job.timeout_seconds}s"
+        else:
+            limit = job.job_type.progress_timeout if job.job_type else None
+            error = f"no progress reported for {limit}s"
+        call = partial(
+            self.queue.fail,
+            lease,
+            error,
+            error_code=reason.name,
+            timed_out=reason is StopReason.TIMED_OUT,
+        )
+        # Off the heartbeat thread: retries must not delay other jobs' renewals.
+        threading.Thread(
+            target=self.settlement.settle_taken,
+            args=(job, Call.FAIL, call),
+            name=f"leaseq-giveup-{job.job.id}",
+            daemon=True,
+        ).start()
+
+    # -- draining ---------------------------------------------------------------------
+
+    def drain(self, signals: SignalWatch, seen: int) -> None:
+        """Stop claiming now, let running attempts finish for ``drain_seconds``, then release
+        what is left (at once on a second signal) and wait briefly for settling calls."""
+        s = self.settings
+        self.draining.set()
+        self.health.draining = True
+        self.metrics.draining.set(1)
+        self.wake.set()
+        log.info(
+            "draining: %d job(s) in flight, up to %.1fs to finish",
+            len(self.jobs.running()),
+            s.drain_seconds,
+            extra=self._fields,
+        )
+        self.register()
+        end = time.monotonic() + s.drain_seconds
+        while self.jobs.running() and time.monotonic() < end and signals.count <= seen:
+            signals.wait(seen, min(0.1, max(0.0, end - time.monotonic())))
+        if signals.count > seen:
+            log.info("second signal: releasing in-flight jobs now", extra=self._fields)
+        for job in self.jobs.running():
+            self.give_up(job, StopReason.DRAINING)
+        if not self.jobs.wait_settled(SETTLE_GRACE_SECONDS):
+            log.warning("some attempts were still settling at exit", extra=self._fields)

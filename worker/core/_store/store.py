@@ -527,6 +527,11 @@ class Store:
     def migration_schema_exists(self, conn: Conn) -> bool:
         return bool(self._dicts(conn, "migration_schema_exists", {}, "migrate")[0]["present"])
 
+    def migration_server_encoding(self, conn: Conn) -> str:
+        value = self._dicts(conn, "migration_server_encoding", {}, "migrate")[0]["encoding"]
+        # On SQL_ASCII, the very answer comes back as bytes.
+        return value.decode("ascii") if isinstance(value, bytes) else str(value)
+
     def migration_applied(self, conn: Conn) -> dict[int, str]:
         rows = self._dicts(conn, "migration_applied", {}, "migrate")
         return {int(r["version"]): str(r["name"]) for r in rows}

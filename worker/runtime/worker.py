@@ -1,11 +1,15 @@
 """The worker process: claim, run, renew, settle; drain on SIGTERM.
 
-Threads: the main thread waits for signals and runs the drain; a dispatcher claims work
-whenever a slot is free (woken by LISTEN notifications, by finished jobs, else by a
-jittered idle backoff capped at the poll interval); one heartbeat loop renews every lease;
-a listener holds the LISTEN connection; every claimed attempt runs its handler in a thread
-of its own (at most ``concurrency`` at once). Every database call is one autocommit
-statement from a psycopg_pool pool, so no transaction is ever open while a handler runs.
+Threads: the main thread waits for signals and runs the drain; a dispatcher claims, in one
+statement, as many jobs as there are free slots (woken by LISTEN notifications, by settled
+jobs, else by a jittered idle backoff capped at the poll interval) and hands each to the
+executor's long-lived slots (:mod:`leaseq.runtime.executor`); successful attempts are
+completed in groups, one ``complete_many`` per group (:mod:`leaseq.runtime.completions`);
+one heartbeat loop renews the leases of attempts older than one heartbeat interval; a
+listener holds the LISTEN connection. A slot counts as busy from the claim until its attempt
+is settled, so the next claim never precedes the commit of the slot's previous result.
+Every database call is one autocommit statement from a psycopg_pool pool, so no transaction
+is ever open while a handler runs.
 
 Guarantees, on top of the queue's: an attempt is settled (completed, failed, released or
 dropped) by exactly one party (:mod:`leaseq.runtime.inflight`); a result is never reported for an
@@ -35,10 +39,12 @@ from leaseq.core.backoff import Backoff
 from leaseq.core.db import open_pool
 from leaseq.core.errors import DatabaseUnavailable, InvalidJob, LeaseqError, SchemaNotReady
 from leaseq.core.models import Call, ClaimedJob, RetryPolicy, WorkerState
-from leaseq.core.queue import Queue
+from leaseq.core.queue import MAX_CLAIM_BATCH, Queue
 from leaseq.core.schema import Schema
 from leaseq.core.workers import Workers
-from leaseq.runtime.context import Interrupted, JobContext, PermanentError, StopReason
+from leaseq.runtime.completions import Completions
+from leaseq.runtime.context import JobContext, PermanentError, StopReason
+from leaseq.runtime.executor import Ending, Executor, HandlerOutcome, ThreadExecutor
 from leaseq.runtime.health import Health
 from leaseq.runtime.heartbeat import HeartbeatLoop
 from leaseq.runtime.http_server import ProbeServer
@@ -94,6 +100,7 @@ class Worker:
             max_size=settings.concurrency + 4,
             name=f"leaseq-{settings.worker_id}",
             timeout=max(2.0, min(10.0, settings.lease_seconds / 2)),
+            configure=Queue.tune_worker_session,
         )
         self.queue = Queue(self.pool, retry=retry)
         self.workers = Workers(self.pool)
@@ -103,6 +110,15 @@ class Worker:
             health=self.health,
             stopping=self.stopping,
             type_label=lambda job: self._type_label(job.job),
+        )
+        # Handlers that have not reported yet (their results may still join a group).
+        self._unreported = 0
+        self._count_lock = threading.Lock()
+        self.executor: Executor = ThreadExecutor(
+            settings.concurrency, self._handled, startup=registry.run_startup
+        )
+        self.completions = Completions(
+            self.settlement, running=lambda: self._unreported, finished=self._finished
         )
         self.heartbeat = HeartbeatLoop(
             self.queue,
@@ -146,7 +162,7 @@ class Worker:
         try:
             if self.http:
                 self.http.start()
-            self.registry.run_startup()
+            self.executor.start()
             if not self._wait_for_schema(signals):
                 return 0
             self.register()
@@ -160,6 +176,7 @@ class Worker:
             self.heartbeat.nudge.set()
             for thread in self._threads:
                 thread.join(timeout=5.0)
+            self.executor.close(timeout=0.5)
             self._deregister()
             self.pool.close(timeout=2.0)
             if self.http:
@@ -195,6 +212,7 @@ class Worker:
             thread = threading.Thread(target=target, name=f"leaseq-{name}", daemon=True)
             thread.start()
             self._threads.append(thread)
+        self._completions_thread = self.completions.start()
 
     # -- registry of workers ----------------------------------------------------------
 
@@ -273,7 +291,9 @@ class Worker:
     def _claim(self, free: int) -> list[InFlight]:
         s = self.settings
         sent = time.monotonic()
-        claimed = self.queue.claim(s.queues, s.worker_id, limit=free, lease_seconds=s.lease_seconds)
+        claimed = self.queue.claim(
+            s.queues, s.worker_id, limit=min(free, MAX_CLAIM_BATCH), lease_seconds=s.lease_seconds
+        )
         received = time.monotonic()
         self.health.db_ok()
         self.metrics.claim_latency.observe(received - sent)
@@ -286,6 +306,7 @@ class Worker:
                 sent_at=sent,
                 received_at=received,
                 lease_seconds=s.lease_seconds,
+                heartbeat_seconds=s.heartbeat_seconds,
             )
             self.jobs.add(attempt)
             self.metrics.in_flight.labels(job.queue).inc()
@@ -297,44 +318,41 @@ class Worker:
                 self.give_up(attempt, StopReason.DRAINING)
                 self._finished(attempt)
                 continue
-            log.info("claimed", extra=attempt.fields())
-            thread = threading.Thread(
-                target=self._run, args=(attempt,), name=f"leaseq-job-{attempt.job.id}", daemon=True
-            )
-            thread.start()
+            log.debug("claimed", extra=attempt.fields())
+            if attempt.job_type is None:
+                error = f"no handler for job type {attempt.job.job_type!r} in {s.app}"
+                call = partial(
+                    self.queue.fail, attempt.job.lease, error, error_code="UNKNOWN_JOB_TYPE"
+                )
+                self.settlement.settle(attempt, Call.FAIL, call)
+                self._finished(attempt)
+                continue
+            with self._count_lock:
+                self._unreported += 1
+            self.executor.submit(attempt)
         return started
 
     def _type_label(self, job: ClaimedJob) -> str:
         return job.job_type if self.registry.get(job.job_type) else UNKNOWN_JOB_TYPE
 
-    # -- running a job ----------------------------------------------------------------
+    # -- a handler's outcome ------------------------------------------------------------
 
-    def _run(self, job: InFlight) -> None:
-        """Run the handler and settle the attempt from its outcome (unless already given up)."""
-        started = time.monotonic()
-        call: Callable[[], Answer]
+    def _handled(self, job: InFlight, outcome: HandlerOutcome) -> None:
+        """The executor's report: a success joins a completion group; anything else is
+        settled here with one statement. Unless the attempt was given up meanwhile."""
+        with self._count_lock:
+            self._unreported -= 1
+        self.metrics.duration.labels(job.job.queue, job.job.job_type).observe(outcome.seconds)
+        if outcome.ending is Ending.RETURNED:
+            self._complete(job, outcome.value)
+            return
         try:
-            if job.job_type is None:
-                error = f"no handler for job type {job.job.job_type!r} in {self.settings.app}"
-                call = partial(self.queue.fail, job.job.lease, error, error_code="UNKNOWN_JOB_TYPE")
-                self.settlement.settle(job, Call.FAIL, call)
-                return
-            try:
-                result = job.job_type.handler(job.job.payload, job.context)
-            except Interrupted:
-                call = partial(self.queue.release, job.job.lease, reason="handler interrupted")
-                self.settlement.settle(job, Call.RELEASE, call)
-            except PermanentError as exc:
-                self._fail(job, exc, retryable=False)
-            except Exception as exc:
-                log.warning("handler raised %r", exc, extra=job.fields(), exc_info=True)
-                self._fail(job, exc, retryable=True)
+            if outcome.ending is Ending.INTERRUPTED:
+                release = partial(self.queue.release, job.job.lease, reason="handler interrupted")
+                self.settlement.settle(job, Call.RELEASE, release)
             else:
-                self._complete(job, result)
-            finally:
-                self.metrics.duration.labels(job.job.queue, job.job.job_type).observe(
-                    time.monotonic() - started
-                )
+                retryable = outcome.ending is not Ending.PERMANENT
+                self._fail(job, outcome.error, outcome.error_code, retryable)
         except Exception:
             log.exception("error settling the attempt", extra=job.fields())
         finally:
@@ -350,7 +368,11 @@ class Worker:
             validation.json_value("result", result)
         except InvalidJob as exc:
             # The handler's return value cannot be stored: retrying would not change it.
-            self._fail(job, PermanentError(f"handler returned an unusable result: {exc}"), False)
+            error = PermanentError(f"handler returned an unusable result: {exc}")
+            try:
+                self._fail(job, f"PermanentError: {error}", "PermanentError", retryable=False)
+            finally:
+                self._finished(job)
             return
         progress, version = job.context.pending_progress()
         final = progress if version > job.sent_progress_version else None
@@ -358,22 +380,11 @@ class Worker:
             validation.json_value("progress", final, limit=65536)
         except InvalidJob:
             final = None  # the heartbeat already logged why it was not stored
-        call = partial(
-            self.queue.complete,
-            job.job.lease,
-            result,
-            effect_key=job.job.effect_key,
-            progress=final,
-        )
-        self.settlement.settle(job, Call.COMPLETE, call)
+        self.completions.put(job, result, final)
 
-    def _fail(self, job: InFlight, exc: BaseException, retryable: bool) -> None:
+    def _fail(self, job: InFlight, error: str, error_code: str, retryable: bool) -> None:
         call = partial(
-            self.queue.fail,
-            job.job.lease,
-            f"{type(exc).__name__}: {exc}",
-            retryable=retryable,
-            error_code=type(exc).__name__,
+            self.queue.fail, job.job.lease, error, retryable=retryable, error_code=error_code
         )
         self.settlement.settle(job, Call.FAIL, call)
 
@@ -385,7 +396,7 @@ class Worker:
         already gone, dropped without reporting anything."""
         if not job.take(Settler.stopped(reason)):
             return
-        job.context.request_stop(reason)
+        self.executor.stop(job, reason)
         lease = job.job.lease
         if reason in (StopReason.LEASE_LOST, StopReason.CANCELLED):
             log.warning(
@@ -447,3 +458,6 @@ class Worker:
             self.give_up(job, StopReason.DRAINING)
         if not self.jobs.wait_settled(SETTLE_GRACE_SECONDS):
             log.warning("some attempts were still settling at exit", extra=self._fields)
+        # Results that arrived during the drain are queued; the loop delivers them first.
+        self.completions.close()
+        self._completions_thread.join(SETTLE_GRACE_SECONDS)

@@ -21,6 +21,7 @@ from typing import Any
 
 from leaseq.runtime.context import Interrupted, PermanentError, StopReason
 from leaseq.runtime.inflight import InFlight
+from leaseq.runtime.registry import batch_results
 
 log = logging.getLogger("leaseq.worker")
 
@@ -50,6 +51,14 @@ class HandlerOutcome:
     error: str = ""
     error_code: str = ""
     seconds: float = 0.0
+
+    @classmethod
+    def of_value(cls, value: Any, seconds: float) -> HandlerOutcome:
+        """The outcome of a handler that returned ``value`` (an exception instance in a
+        batch handler's results stands for that job's error)."""
+        if isinstance(value, BaseException):
+            return cls.of_exception(value, seconds)
+        return cls(Ending.RETURNED, value, seconds=seconds)
 
     @classmethod
     def of_exception(cls, exc: BaseException, seconds: float) -> HandlerOutcome:
@@ -83,6 +92,29 @@ def run_handler(attempt: InFlight) -> HandlerOutcome:
     return HandlerOutcome(Ending.RETURNED, value, seconds=time.monotonic() - started)
 
 
+def run_unit(attempts: list[InFlight]) -> list[HandlerOutcome]:
+    """Run one unit: a single attempt, or a batch of attempts of one batch job type (one
+    call of its batch handler); one outcome per attempt, in order. Never raises."""
+    if len(attempts) == 1:
+        return [run_handler(attempts[0])]
+    started = time.monotonic()
+    job_type = attempts[0].job_type
+    assert job_type is not None and job_type.batch is not None, "only batch types batch"
+    try:
+        values = batch_results(
+            job_type.batch.handler(
+                [a.job.payload for a in attempts], [a.context for a in attempts]
+            ),
+            len(attempts),
+        )
+    except Exception as exc:
+        if not isinstance(exc, Interrupted | PermanentError):
+            log.warning("batch handler raised %r", exc, extra=attempts[0].fields(), exc_info=True)
+        return [HandlerOutcome.of_exception(exc, time.monotonic() - started)] * len(attempts)
+    seconds = time.monotonic() - started
+    return [HandlerOutcome.of_value(value, seconds) for value in values]
+
+
 class Executor(abc.ABC):
     """A pool of slots that run handlers. The worker submits an attempt only while fewer than
     ``capacity`` of its attempts are unreported (``on_done`` not yet called, nor killed), so
@@ -99,6 +131,11 @@ class Executor(abc.ABC):
     @abc.abstractmethod
     def submit(self, attempt: InFlight) -> None:
         """Run ``attempt``'s handler on a slot; returns at once."""
+
+    @abc.abstractmethod
+    def submit_batch(self, attempts: list[InFlight]) -> None:
+        """Run a batch (attempts of one batch job type) on one slot, by one call of the
+        batch handler; returns at once. ``on_done`` is still called once per attempt."""
 
     def stop(self, attempt: InFlight, reason: StopReason) -> None:
         """Ask the handler to stop (it sees ``ctx.should_stop``); cooperative."""
@@ -121,7 +158,7 @@ class ThreadExecutor(Executor):
     def __init__(self, capacity: int, on_done: OnDone, *, startup: Callable[[], None]) -> None:
         super().__init__(capacity, on_done)
         self._startup = startup
-        self._work: queue.SimpleQueue[InFlight | None] = queue.SimpleQueue()
+        self._work: queue.SimpleQueue[list[InFlight] | None] = queue.SimpleQueue()
         self._threads: list[threading.Thread] = []
 
     def start(self) -> None:
@@ -132,16 +169,19 @@ class ThreadExecutor(Executor):
             self._threads.append(thread)
 
     def submit(self, attempt: InFlight) -> None:
-        self._work.put(attempt)
+        self._work.put([attempt])
+
+    def submit_batch(self, attempts: list[InFlight]) -> None:
+        self._work.put(list(attempts))
 
     def _slot(self) -> None:
-        while (attempt := self._work.get()) is not None:
-            try:
-                outcome = run_handler(attempt)
-                self.on_done(attempt, outcome)
-            except Exception:
-                # The slot must outlive any bug in reporting: log it and take the next job.
-                log.exception("error reporting a handler's outcome", extra=attempt.fields())
+        while (unit := self._work.get()) is not None:
+            for attempt, outcome in zip(unit, run_unit(unit), strict=True):
+                try:
+                    self.on_done(attempt, outcome)
+                except Exception:
+                    # The slot must outlive any bug in reporting: log it and go on.
+                    log.exception("error reporting a handler's outcome", extra=attempt.fields())
 
     def close(self, timeout: float) -> None:
         for _ in self._threads:

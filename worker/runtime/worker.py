@@ -42,6 +42,8 @@ from leaseq.core.models import Call, ClaimedJob, RetryPolicy, WorkerState
 from leaseq.core.queue import MAX_CLAIM_BATCH, Queue
 from leaseq.core.schema import Schema
 from leaseq.core.workers import Workers
+from leaseq.runtime.batching import Batching
+from leaseq.runtime.child import ChildSpec
 from leaseq.runtime.completions import Completions
 from leaseq.runtime.context import JobContext, PermanentError, StopReason
 from leaseq.runtime.executor import Ending, Executor, HandlerOutcome, ThreadExecutor
@@ -51,8 +53,9 @@ from leaseq.runtime.http_server import ProbeServer
 from leaseq.runtime.inflight import InFlight, InFlightTable
 from leaseq.runtime.listener import Listener
 from leaseq.runtime.metrics import WorkerMetrics
+from leaseq.runtime.processes import ProcessExecutor
 from leaseq.runtime.registry import Registry
-from leaseq.runtime.settings import WorkerSettings
+from leaseq.runtime.settings import Isolation, WorkerSettings
 from leaseq.runtime.settlement import Answer, Settlement, Settler
 from leaseq.runtime.shutdown import SignalWatch
 
@@ -114,9 +117,7 @@ class Worker:
         # Handlers that have not reported yet (their results may still join a group).
         self._unreported = 0
         self._count_lock = threading.Lock()
-        self.executor: Executor = ThreadExecutor(
-            settings.concurrency, self._handled, startup=registry.run_startup
-        )
+        self.executor = self._executor()
         self.completions = Completions(
             self.settlement, running=lambda: self._unreported, finished=self._finished
         )
@@ -139,6 +140,17 @@ class Worker:
             stopping=self.stopping,
         )
         self._threads: list[threading.Thread] = []
+
+    def _executor(self) -> Executor:
+        """Slots per ``--isolation``; wrapped in :class:`Batching` when there are batch types."""
+        s = self.settings
+        slots: Executor
+        if s.isolation is Isolation.PROCESS:
+            spec = ChildSpec(s.app, s.worker_id, s.log_level, s.log_format)
+            slots = ProcessExecutor(s.concurrency, self._handled, spec=spec)
+        else:
+            slots = ThreadExecutor(s.concurrency, self._handled, startup=self.registry.run_startup)
+        return Batching(slots, self.registry) if self.registry.largest_batch > 1 else slots
 
     @property
     def _fields(self) -> dict[str, Any]:
@@ -260,7 +272,7 @@ class Worker:
         s = self.settings
         while not self.draining.is_set():
             self.health.tick("dispatcher")
-            free = s.concurrency - len(self.jobs)
+            free = self.executor.capacity - len(self.jobs)
             if free <= 0:
                 self.wake.wait(s.poll_seconds)
                 self.wake.clear()
@@ -397,6 +409,10 @@ class Worker:
         if not job.take(Settler.stopped(reason)):
             return
         self.executor.stop(job, reason)
+        # Where handlers can be killed (child processes), they are: the attempt is over,
+        # and what the handler holds (a GPU's memory) is freed. Its outcome is then never
+        # reported, so the attempt leaves the table once settled here.
+        killed = self.executor.kill(job)
         lease = job.job.lease
         if reason in (StopReason.LEASE_LOST, StopReason.CANCELLED):
             log.warning(
@@ -404,6 +420,8 @@ class Worker:
             )
             self.settlement.lost(job)
             job.settled.set()
+            if killed:
+                self._forget(job)
             return
         call: Callable[[], Answer]
         if reason is StopReason.DRAINING:
@@ -411,6 +429,8 @@ class Worker:
             until = time.monotonic() + SETTLE_GRACE_SECONDS
             release = partial(self.queue.release, lease, reason="worker draining")
             self.settlement.settle_taken(job, Call.RELEASE, release, until)
+            if killed:
+                self._forget(job)
             return
         if reason is StopReason.TIMED_OUT:
             error = f"timed out: ran past its max runtime of {job.job.timeout_seconds}s"
@@ -424,13 +444,20 @@ class Worker:
             error_code=reason.name,
             timed_out=reason is StopReason.TIMED_OUT,
         )
+
+        def settle() -> None:
+            self.settlement.settle_taken(job, Call.FAIL, call)
+            if killed:
+                self._forget(job)
+
         # Off the heartbeat thread: retries must not delay other jobs' renewals.
-        threading.Thread(
-            target=self.settlement.settle_taken,
-            args=(job, Call.FAIL, call),
-            name=f"leaseq-giveup-{job.job.id}",
-            daemon=True,
-        ).start()
+        threading.Thread(target=settle, name=f"leaseq-giveup-{job.job.id}", daemon=True).start()
+
+    def _forget(self, job: InFlight) -> None:
+        """A killed attempt: its handler will never report, so its slot is free now."""
+        with self._count_lock:
+            self._unreported -= 1
+        self._finished(job)
 
     # -- draining ---------------------------------------------------------------------
 

@@ -75,3 +75,113 @@ def test_a_handler_holding_the_gil_past_its_lease_completes_once(
     assert effect is not None
     assert effect.job_id == job_id
     assert w.metric("leaseq_lease_renewals_total", queue="q") >= 3
+
+
+@pytest.mark.parametrize(
+    ("how", "cause"),
+    [
+        ("wait", "child process killed by SIGKILL (signal 9)"),
+        ("exit", "child process exited with code 3"),
+        ("segfault", "child process killed by SIGSEGV (signal 11)"),
+    ],
+)
+def test_a_child_that_dies_fails_only_its_attempt_and_the_worker_goes_on(
+    queue: leaseq.Queue, spawn_worker: Spawn, tmp_path: Path, how: str, cause: str
+) -> None:
+    w = spawn_worker("w-a", isolation="process", lease=5)
+    pid_file = tmp_path / "child.pid"
+    job_id = queue.enqueue(
+        "q", "die", {"how": how, "pid_file": str(pid_file)}, max_attempts=2
+    ).job_id
+    child = pid_in(pid_file)
+    assert child != w.proc.pid
+    if how == "wait":
+        os.kill(child, signal.SIGKILL)  # what the OOM killer does
+
+    job = finished(queue, job_id)
+    assert job.status == "succeeded"
+    assert job.result["attempt"] == 2
+    assert job.result["pid"] != child  # a new child took the retry
+    attempts = queue.attempts(job_id)
+    assert [(a.worker, a.outcome) for a in attempts] == [("w-a", "failed"), ("w-a", "succeeded")]
+    assert attempts[0].error is not None
+    assert cause in attempts[0].error
+    assert w.proc.poll() is None
+    labels = {"queue": "q", "job_type": "die"}
+    assert w.metric("leaseq_jobs_finished_total", **labels, outcome="failed") == 1
+    # The worker goes on: the next job runs too.
+    nxt = queue.enqueue("q", "work", {"seconds": 0}).job_id
+    assert finished(queue, nxt).status == "succeeded"
+
+
+def test_a_runaway_handler_is_killed_at_its_max_runtime(
+    queue: leaseq.Queue, spawn_worker: Spawn, tmp_path: Path
+) -> None:
+    w = spawn_worker("w-a", isolation="process", lease=5)
+    pid_file = tmp_path / "child.pid"
+    job_id = queue.enqueue(
+        "q", "runaway", {"pid_file": str(pid_file)}, timeout=1.5, max_attempts=1
+    ).job_id
+    child = pid_in(pid_file)
+
+    job = finished(queue, job_id)
+    assert (job.status, job.last_error_code) == ("dead", "TIMED_OUT")
+    assert outcomes(queue, job_id) == [("w-a", "timed_out")]
+    wait_for(lambda: gone(child), "the runaway child to be killed")
+    # Its slot has a new child: the next job runs.
+    nxt = queue.enqueue("q", "work", {"seconds": 0}).job_id
+    assert finished(queue, nxt).status == "succeeded"
+    assert w.metric("leaseq_jobs_in_flight", queue="q") == 0
+
+
+def test_cancel_kills_the_child_and_progress_and_checkpoints_cross_the_pipe(
+    queue: leaseq.Queue, spawn_worker: Spawn, tmp_path: Path
+) -> None:
+    spawn_worker("w-a", isolation="process", lease=2, heartbeat=0.2)
+    gate = tmp_path / "gate"
+    # Progress and a checkpoint from the child, stored by the supervisor; a retry sees it.
+    job_id = queue.enqueue("q", "steps", {"gate": str(gate)}).job_id
+    wait_for(lambda: queue.get(job_id).progress == {"pct": 50}, "progress stored by a renewal")
+    assert queue.get(job_id).checkpoint == {"step": 3}
+    gate.touch()
+    job = finished(queue, job_id)
+    assert job.result["resumed"] == {"step": 3}
+    assert [a.outcome for a in queue.attempts(job_id)] == ["failed", "succeeded"]
+    assert "stored=True" in (queue.attempts(job_id)[0].error or "")
+
+    # A cancel reaches the supervisor at the next renewal; it kills the child.
+    pid_file = tmp_path / "runaway.pid"
+    job_id = queue.enqueue("q", "runaway", {"pid_file": str(pid_file)}).job_id
+    child = pid_in(pid_file)
+    queue.cancel(job_id)
+    wait_for(lambda: gone(child), "the cancelled job's child to be killed")
+    assert queue.get(job_id).status == "cancelled"
+    nxt = queue.enqueue("q", "work", {"seconds": 0}).job_id
+    assert finished(queue, nxt).status == "succeeded"
+
+
+def test_sigterm_in_process_mode_releases_unfinished_jobs_and_exits_0(
+    queue: leaseq.Queue, workers: leaseq.Workers, spawn_worker: Spawn, tmp_path: Path
+) -> None:
+    w = spawn_worker("w-a", isolation="process", concurrency=3, lease=60, heartbeat=1, drain=1)
+    gate = tmp_path / "gate"
+    pid_file = tmp_path / "runaway.pid"
+    cooperative = queue.enqueue("q", "gated", {"gate": str(gate)}).job_id
+    runaway = queue.enqueue("q", "runaway", {"pid_file": str(pid_file)}).job_id
+    quick = queue.enqueue("q", "work", {"seconds": 0.3}).job_id
+    child = pid_in(pid_file)
+    wait_for(
+        lambda: all(queue.get(j).status != "pending" for j in (cooperative, runaway, quick)),
+        "all three jobs claimed",
+    )
+
+    w.signal(signal.SIGTERM)
+    assert w.wait_exit() == 0
+
+    assert queue.get(quick).status == "succeeded"
+    for job_id in (cooperative, runaway):
+        job = queue.get(job_id)
+        assert (job.status, job.attempt_count) == ("pending", 0)  # no attempt spent
+        assert outcomes(queue, job_id) == [("w-a", "released")]
+    assert gone(child)
+    assert workers.list() == []

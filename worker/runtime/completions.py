@@ -16,7 +16,6 @@ import queue
 import threading
 import time
 from collections.abc import Callable
-from typing import Any
 
 from leaseq.runtime.inflight import InFlight
 from leaseq.runtime.settlement import Done, Settlement, Settler
@@ -44,11 +43,12 @@ class Completions:
         self.running = running
         self.finished = finished
         self.window = window
-        self._waiting: queue.SimpleQueue[Done | None] = queue.SimpleQueue()
+        self._waiting: queue.SimpleQueue[list[Done] | None] = queue.SimpleQueue()
 
-    def put(self, attempt: InFlight, result: Any, progress: Any) -> None:
-        """Queue a successful attempt's result (validated) and final progress."""
-        self._waiting.put(Done(attempt, result, progress))
+    def put(self, done: list[Done]) -> None:
+        """Queue successful attempts (results validated, final progress): they are completed
+        in the same group (a batch's successes: one statement)."""
+        self._waiting.put(done)
 
     def run(self) -> None:
         """Deliver groups until :meth:`close`; what was queued before it is still delivered."""
@@ -56,7 +56,7 @@ class Completions:
             first = self._waiting.get()
             if first is None:
                 return
-            group = [first]
+            group = list(first)
             closing = self._gather(group)
             try:
                 self._deliver(group)
@@ -84,7 +84,7 @@ class Completions:
                     return False
             if item is None:
                 return True
-            group.append(item)
+            group.extend(item)
 
     def _deliver(self, group: list[Done]) -> None:
         taken = []

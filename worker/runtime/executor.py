@@ -74,8 +74,10 @@ class HandlerOutcome:
         )
 
 
-#: Called once per submitted attempt, from an executor thread, when its handler ended.
-OnDone = Callable[[InFlight, HandlerOutcome], None]
+#: Called from an executor thread when a unit's handler ended: once per submitted unit (an
+#: attempt, or a batch), with one outcome per attempt, in order. Attempts the executor was
+#: told to kill are left out (and a unit whose every attempt was killed is not reported).
+OnDone = Callable[[list[InFlight], list[HandlerOutcome]], None]
 
 
 def run_handler(attempt: InFlight) -> HandlerOutcome:
@@ -135,7 +137,8 @@ class Executor(abc.ABC):
     @abc.abstractmethod
     def submit_batch(self, attempts: list[InFlight]) -> None:
         """Run a batch (attempts of one batch job type) on one slot, by one call of the
-        batch handler; returns at once. ``on_done`` is still called once per attempt."""
+        batch handler; returns at once. ``on_done`` reports the batch as one unit, so its
+        successes complete together."""
 
     def stop(self, attempt: InFlight, reason: StopReason) -> None:
         """Ask the handler to stop (it sees ``ctx.should_stop``); cooperative."""
@@ -176,12 +179,12 @@ class ThreadExecutor(Executor):
 
     def _slot(self) -> None:
         while (unit := self._work.get()) is not None:
-            for attempt, outcome in zip(unit, run_unit(unit), strict=True):
-                try:
-                    self.on_done(attempt, outcome)
-                except Exception:
-                    # The slot must outlive any bug in reporting: log it and go on.
-                    log.exception("error reporting a handler's outcome", extra=attempt.fields())
+            outcomes = run_unit(unit)
+            try:
+                self.on_done(unit, outcomes)
+            except Exception:
+                # The slot must outlive any bug in reporting: log it and take the next unit.
+                log.exception("error reporting a handler's outcome", extra=unit[0].fields())
 
     def close(self, timeout: float) -> None:
         for _ in self._threads:

@@ -152,7 +152,7 @@ class _Slot:
                 # Not the jobs' fault: hand them back (no attempt spent), wait, try again.
                 delay = restarts.next()
                 log.error("%s; releasing its jobs, retrying in %.1fs", exc, delay)
-                self.report(unit, HandlerOutcome(Ending.INTERRUPTED, error=str(exc)))
+                self.report(unit, [HandlerOutcome(Ending.INTERRUPTED, error=str(exc))] * len(unit))
                 time.sleep(delay)
                 continue
             try:
@@ -160,7 +160,7 @@ class _Slot:
             except Exception:
                 log.exception("slot %d: supervising error; replacing its child", self.index)
                 self.discard_child()
-                self.report(unit, HandlerOutcome(Ending.INTERRUPTED))
+                self.report(unit, [HandlerOutcome(Ending.INTERRUPTED)] * len(unit))
 
     def run(self, attempts: list[InFlight]) -> None:
         assert self.child is not None
@@ -195,14 +195,9 @@ class _Slot:
                 error_code=CHILD_CRASHED,
                 seconds=time.monotonic() - started,
             )
-            self.report(attempts, crashed)
+            self.report(attempts, [crashed] * len(attempts))
             return
-        with self.lock:
-            killed = set(self.killed)
-            self.unit = {}
-        for attempt, outcome in zip(attempts, outcomes, strict=True):
-            if attempt.job.id not in killed:
-                self.executor.on_done(attempt, outcome)
+        self.report(attempts, outcomes)
 
     def handle(self, current: _Child, message: tuple[Any, ...]) -> list[HandlerOutcome] | None:
         """Act on one message from the child; the unit's outcomes once it is done."""
@@ -223,14 +218,15 @@ class _Slot:
             self._send_quietly(current, Msg.CHECKPOINTED, request_id, stored, error)
         return None
 
-    def report(self, attempts: list[InFlight], outcome: HandlerOutcome) -> None:
-        """``outcome`` for every attempt of the unit nobody killed."""
+    def report(self, attempts: list[InFlight], outcomes: list[HandlerOutcome]) -> None:
+        """Report the unit's outcomes, but for the attempts that were killed; from now on
+        :meth:`kill` no longer finds them (they are reported)."""
         with self.lock:
             killed = set(self.killed)
             self.unit = {}
-        for attempt in attempts:
-            if attempt.job.id not in killed:
-                self.executor.on_done(attempt, outcome)
+        kept = [(a, o) for a, o in zip(attempts, outcomes, strict=True) if a.job.id not in killed]
+        if kept:
+            self.executor.on_done([a for a, _ in kept], [o for _, o in kept])
 
     @staticmethod
     def _send_quietly(current: _Child, *message: Any) -> None:

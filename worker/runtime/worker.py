@@ -56,7 +56,7 @@ from leaseq.runtime.metrics import WorkerMetrics
 from leaseq.runtime.processes import ProcessExecutor
 from leaseq.runtime.registry import Registry
 from leaseq.runtime.settings import Isolation, WorkerSettings
-from leaseq.runtime.settlement import Answer, Settlement, Settler
+from leaseq.runtime.settlement import Answer, Done, Settlement, Settler
 from leaseq.runtime.shutdown import SignalWatch
 
 log = logging.getLogger("leaseq.worker")
@@ -349,33 +349,44 @@ class Worker:
 
     # -- a handler's outcome ------------------------------------------------------------
 
-    def _handled(self, job: InFlight, outcome: HandlerOutcome) -> None:
-        """The executor's report: a success joins a completion group; anything else is
-        settled here with one statement. Unless the attempt was given up meanwhile."""
+    def _handled(self, jobs: list[InFlight], outcomes: list[HandlerOutcome]) -> None:
+        """The executor's report of a unit: its successes join one completion group (one
+        statement for a batch); anything else is settled here with one statement per
+        attempt. Unless the attempt was given up meanwhile."""
         with self._count_lock:
-            self._unreported -= 1
-        self.metrics.duration.labels(job.job.queue, job.job.job_type).observe(outcome.seconds)
-        if outcome.ending is Ending.RETURNED:
-            self._complete(job, outcome.value)
-            return
-        try:
-            if outcome.ending is Ending.INTERRUPTED:
-                release = partial(self.queue.release, job.job.lease, reason="handler interrupted")
-                self.settlement.settle(job, Call.RELEASE, release)
-            else:
-                retryable = outcome.ending is not Ending.PERMANENT
-                self._fail(job, outcome.error, outcome.error_code, retryable)
-        except Exception:
-            log.exception("error settling the attempt", extra=job.fields())
-        finally:
-            self._finished(job)
+            self._unreported -= len(jobs)
+        successes = []
+        for job, outcome in zip(jobs, outcomes, strict=True):
+            self.metrics.duration.labels(job.job.queue, job.job.job_type).observe(outcome.seconds)
+            if outcome.ending is Ending.RETURNED:
+                done = self._success(job, outcome.value)
+                if done is not None:
+                    successes.append(done)
+                continue
+            try:
+                if outcome.ending is Ending.INTERRUPTED:
+                    release = partial(
+                        self.queue.release, job.job.lease, reason="handler interrupted"
+                    )
+                    self.settlement.settle(job, Call.RELEASE, release)
+                else:
+                    retryable = outcome.ending is not Ending.PERMANENT
+                    self._fail(job, outcome.error, outcome.error_code, retryable)
+            except Exception:
+                log.exception("error settling the attempt", extra=job.fields())
+            finally:
+                self._finished(job)
+        if successes:
+            self.completions.put(successes)
 
     def _finished(self, job: InFlight) -> None:
         self.jobs.remove(job)
         self.metrics.in_flight.labels(job.job.queue).dec()
         self.wake.set()
 
-    def _complete(self, job: InFlight, result: Any) -> None:
+    def _success(self, job: InFlight, result: Any) -> Done | None:
+        """The attempt's result and final progress, to complete; None (the attempt failed
+        here) when the result cannot be stored."""
         try:
             validation.json_value("result", result)
         except InvalidJob as exc:
@@ -385,14 +396,14 @@ class Worker:
                 self._fail(job, f"PermanentError: {error}", "PermanentError", retryable=False)
             finally:
                 self._finished(job)
-            return
+            return None
         progress, version = job.context.pending_progress()
         final = progress if version > job.sent_progress_version else None
         try:
             validation.json_value("progress", final, limit=65536)
         except InvalidJob:
             final = None  # the heartbeat already logged why it was not stored
-        self.completions.put(job, result, final)
+        return Done(job, result, final)
 
     def _fail(self, job: InFlight, error: str, error_code: str, retryable: bool) -> None:
         call = partial(

@@ -76,6 +76,7 @@ def main(conn: Connection, spec: ChildSpec) -> None:
         registry = load_app(spec.app)
         registry.run_startup()
     except BaseException as exc:
+        log.exception("start-up failed in a child process")
         conn.send((Msg.STARTUP_FAILED, f"{type(exc).__name__}: {exc}"))
         return
     Child(conn, spec, registry).serve()

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import ctypes
+import json
 import os
 import time
 from pathlib import Path
@@ -142,3 +143,20 @@ def embed(payloads: list[dict[str, Any]], ctxs: list[JobContext]) -> list[Any]:
 def embed_fill(payloads: list[dict[str, Any]], ctxs: list[JobContext]) -> list[Any]:
     """Waits up to a minute for three jobs: only a full batch runs in a test."""
     return [{"batch": [ctx.job_id for ctx in ctxs]} for _ in payloads]
+
+
+@registry.job("late_checkpoint")
+def late_checkpoint(payload: dict[str, Any], ctx: JobContext) -> dict[str, Any]:
+    """Wait for ``gate``, then checkpoint; write what the context said to ``report``."""
+    gate = Path(payload["gate"])
+    while not gate.exists():
+        time.sleep(0.02)
+    stored = ctx.checkpoint({"late": True})
+    seen = {
+        "stored": stored,
+        "should_stop": ctx.should_stop,
+        "reason": ctx.stop_reason.value if ctx.stop_reason else None,
+        "wait": ctx.wait(0),
+    }
+    Path(payload["report"]).write_text(json.dumps(seen))
+    return seen

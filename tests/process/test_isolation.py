@@ -3,14 +3,17 @@ supervisor) keeps the leases. Real workers, real children, real signals."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 from collections.abc import Callable
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
 
 import leaseq
+from support.dbtime import db_now
 from support.polling import wait_for
 from support.workers import WorkerProcess
 
@@ -134,12 +137,17 @@ def test_a_runaway_handler_is_killed_at_its_max_runtime(
     assert w.metric("leaseq_jobs_in_flight", queue="q") == 0
 
 
-def test_cancel_kills_the_child_and_progress_and_checkpoints_cross_the_pipe(
-    queue: leaseq.Queue, spawn_worker: Spawn, tmp_path: Path
+@pytest.mark.parametrize("isolation", ["thread", "process"])
+def test_progress_checkpoints_and_should_stop_work_the_same_in_both_modes(
+    queue: leaseq.Queue,
+    conn: leaseq.core.db.Conn,
+    spawn_worker: Spawn,
+    tmp_path: Path,
+    isolation: str,
 ) -> None:
-    spawn_worker("w-a", isolation="process", lease=2, heartbeat=0.2)
+    spawn_worker("w-a", isolation=isolation, lease=2, heartbeat=0.2)
     gate = tmp_path / "gate"
-    # Progress and a checkpoint from the child, stored by the supervisor; a retry sees it.
+    # Progress and a checkpoint (from the child: stored by the supervisor); a retry sees it.
     job_id = queue.enqueue("q", "steps", {"gate": str(gate)}).job_id
     wait_for(lambda: queue.get(job_id).progress == {"pct": 50}, "progress stored by a renewal")
     assert queue.get(job_id).checkpoint == {"step": 3}
@@ -149,6 +157,28 @@ def test_cancel_kills_the_child_and_progress_and_checkpoints_cross_the_pipe(
     assert [a.outcome for a in queue.attempts(job_id)] == ["failed", "succeeded"]
     assert "stored=True" in (queue.attempts(job_id)[0].error or "")
 
+    # A checkpoint after the lease was taken over is refused, and the handler is told to stop.
+    gate, report = tmp_path / "gate2", tmp_path / "report.json"
+    job_id = queue.enqueue(
+        "q", "late_checkpoint", {"gate": str(gate), "report": str(report)}
+    ).job_id
+    wait_for(lambda: queue.get(job_id).status == "running", "the job to start")
+    conn.execute(
+        "UPDATE leaseq.jobs SET lease_expires_at = now() - interval '1 second' WHERE id = %s",
+        (job_id,),
+    )
+    assert [r.job_id for r in queue.reap()] == [job_id]
+    queue.claim(["q"], "thief", now=db_now(conn) + timedelta(minutes=5))
+    gate.touch()
+    seen = json.loads(wait_for(lambda: report.exists() and report.read_text(), "the report"))
+    assert seen == {"stored": False, "should_stop": True, "reason": "lease_lost", "wait": True}
+    assert queue.get(job_id).checkpoint is None
+
+
+def test_cancel_kills_the_child_and_a_new_one_takes_the_next_job(
+    queue: leaseq.Queue, spawn_worker: Spawn, tmp_path: Path
+) -> None:
+    spawn_worker("w-a", isolation="process", lease=2, heartbeat=0.2)
     # A cancel reaches the supervisor at the next renewal; it kills the child.
     pid_file = tmp_path / "runaway.pid"
     job_id = queue.enqueue("q", "runaway", {"pid_file": str(pid_file)}).job_id
@@ -158,6 +188,7 @@ def test_cancel_kills_the_child_and_progress_and_checkpoints_cross_the_pipe(
     assert queue.get(job_id).status == "cancelled"
     nxt = queue.enqueue("q", "work", {"seconds": 0}).job_id
     assert finished(queue, nxt).status == "succeeded"
+    assert queue.get(nxt).result["worker"] == "w-a"
 
 
 def test_sigterm_in_process_mode_releases_unfinished_jobs_and_exits_0(

@@ -33,7 +33,6 @@ from leaseq.core.backoff import Backoff
 from leaseq.core.errors import LeaseqError
 from leaseq.runtime import child
 from leaseq.runtime.child import ChildSpec, Msg
-from leaseq.runtime.context import StopReason
 from leaseq.runtime.executor import Ending, Executor, HandlerOutcome, OnDone
 from leaseq.runtime.inflight import InFlight
 
@@ -172,11 +171,19 @@ class _Slot:
         current.send(Msg.RUN, [a.job for a in attempts], draining)
         outcomes: list[HandlerOutcome] | None = None
         started = time.monotonic()
+        stopped: set[int] = set()
         while outcomes is None:
             ready = wait([current.conn, current.process.sentinel], PUMP_SECONDS)
             if not draining and any(a.context.draining for a in attempts):
                 draining = True
                 self._send_quietly(current, Msg.DRAINING)
+            # Whoever stopped an attempt here (give-up, a lease found expired, a refused
+            # checkpoint), the handler's context in the child hears of it.
+            for a in attempts:
+                reason = a.context.stop_reason
+                if reason is not None and a.job.id not in stopped:
+                    stopped.add(a.job.id)
+                    self._send_quietly(current, Msg.STOP, a.job.id, reason.value)
             if current.conn in ready:
                 try:
                     message = current.conn.recv()
@@ -235,15 +242,6 @@ class _Slot:
             current.send(*message)
 
     # -- from other threads -------------------------------------------------------------
-
-    def stop(self, attempt: InFlight, reason: StopReason) -> bool:
-        """Pass ``stop`` to the child if it runs ``attempt``; False if it does not."""
-        with self.lock:
-            current = self.child if attempt.job.id in self.unit else None
-        if current is None:
-            return False
-        self._send_quietly(current, Msg.STOP, attempt.job.id, reason.value)
-        return True
 
     def kill(self, attempt: InFlight) -> bool:
         """Kill the child if ``attempt`` is in its unit and every other attempt of the unit
@@ -305,12 +303,6 @@ class ProcessExecutor(Executor):
 
     def submit_batch(self, attempts: list[InFlight]) -> None:
         self._put(list(attempts))
-
-    def stop(self, attempt: InFlight, reason: StopReason) -> None:
-        attempt.context.request_stop(reason)
-        for slot in self._slots:
-            if slot.stop(attempt, reason):
-                return
 
     def kill(self, attempt: InFlight) -> bool:
         """Kill the child running ``attempt`` (or drop it before it starts); True unless

@@ -1,11 +1,17 @@
 """Scenario 6: leaseq and its peers on the same server in the same run.
 
 Peers: pgqueuer (asyncpg driver, batched dequeue) and procrastinate (psycopg), whatever
-versions are installed. Two measurements, each with the same harness for every queue:
+versions are installed. Runtime against runtime: leaseq's row is the real ``leaseq worker``
+(:mod:`bench.runtime`), the peers' rows are their own worker runtimes (pgqueuer's
+QueueManager, procrastinate's worker). leaseq's hand-written API loops are measured too and
+labelled ``loop = api``. Two measurements:
 
-* ``noop``: no-op throughput (see :mod:`bench.noop`) with each queue's own worker runtime.
-* ``sleep``: scenario 1's workload (one job at a time per process, ``job_seconds`` of work)
-  through each queue's own claim and completion calls, for duplicates and claim latency.
+* ``noop``: no-op throughput, W worker processes, the best concurrency (or batch) of each.
+* ``sleep``: scenario 1's workload (one job at a time per process, ``job_seconds`` of work):
+  ``leaseq worker`` processes, and each peer's own claim and completion calls.
+
+Every configuration runs in each of ``rounds`` rounds (the machine's noise reaches 1.7x from
+run to run); each row says its round and the machine's load average when it started.
 
 A peer that cannot be installed or run gets a row with its error instead of numbers.
 """
@@ -15,12 +21,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import importlib.metadata
+import os
 import time
 import uuid
 from collections import Counter
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from datetime import timedelta
+from functools import partial
 from typing import Any
 
 import psycopg
@@ -28,6 +36,7 @@ from psycopg.conninfo import conninfo_to_dict
 
 import leaseq
 from bench import noop
+from bench import runtime as worker_runtime
 from bench.context import Context
 from bench.env import scratch_database
 from bench.gang import Signals, cpu_per_job, run_gang, server_cpu_meter
@@ -354,6 +363,7 @@ def _measure(ctx: Context, impl: noop.Implementation, plan: dict[str, Any]) -> l
     package = "leaseq" if isinstance(impl, noop.Leaseq) else impl.name
     base = {
         "implementation": impl.name,
+        "loop": "api" if isinstance(impl, noop.Leaseq) else "runtime",
         "version": _version(package),
         "guarantees": impl.guarantees,
     }
@@ -374,9 +384,9 @@ def _measure(ctx: Context, impl: noop.Implementation, plan: dict[str, Any]) -> l
                     f"peers noop {impl.name} W={workers} batch={batch}: "
                     f"{row['jobs_per_second']} jobs/s"
                 )
-                rows.append({"kind": "noop", **base, **row})
-        if isinstance(impl, noop.Leaseq) and impl.batched:
-            return rows  # its claim and per-job path are leaseq's own, measured already
+                rows.append({"kind": "noop", **base, **row, "loadavg": _load()})
+        if isinstance(impl, noop.Leaseq):
+            return rows  # its sleep workload is leaseq worker's, measured with the runtime
         if isinstance(impl, Pgqueuer):
             impl.enqueue(url, plan["sleep_jobs"], entrypoint="sleep")
         elif isinstance(impl, Procrastinate):
@@ -390,46 +400,110 @@ def _measure(ctx: Context, impl: noop.Implementation, plan: dict[str, Any]) -> l
             f"peers sleep {impl.name}: {row['duplicates']} duplicates, "
             f"claim p50 {row['claim_p50_ms']} ms, efficiency {row['efficiency']}"
         )
-        rows.append({**base, **row})
+        rows.append({**base, **row, "loop": "api", "loadavg": _load()})
+    return rows
+
+
+def _load() -> float:
+    return round(os.getloadavg()[0], 2)
+
+
+def _measure_runtime(ctx: Context, plan: dict[str, Any]) -> list[dict[str, Any]]:
+    """The real ``leaseq worker``: no-op jobs at every W and concurrency, then the sleep
+    workload with one slot per worker."""
+    base = {
+        "loop": "runtime",
+        "version": _version("leaseq"),
+        "guarantees": worker_runtime.GUARANTEES,
+    }
+    rows: list[dict[str, Any]] = []
+    with scratch_database(ctx.server_url, "peer_runtime") as url:
+        for workers in plan["workers"]:
+            for concurrency in plan["concurrency"]:
+                load = _load()
+                run = worker_runtime.run_workers(
+                    url, jobs=plan["jobs"], workers=workers, concurrency=concurrency,
+                    cap_seconds=plan["cap"],
+                )  # fmt: skip
+                row = worker_runtime.noop_row(
+                    run, workers=workers, concurrency=concurrency, jobs=plan["jobs"]
+                )
+                ctx.log(
+                    f"peers noop {worker_runtime.IMPLEMENTATION} W={workers} "
+                    f"concurrency={concurrency}: {row['jobs_per_second']} jobs/s"
+                )
+                rows.append({"kind": "noop", **base, **row, "loadavg": load})
+        load = _load()
+        run = worker_runtime.run_workers(
+            url,
+            jobs=plan["sleep_jobs"],
+            workers=plan["sleep_workers"],
+            concurrency=1,
+            job_type="sleep",
+            payload={"seconds": plan["job_seconds"]},
+        )
+        row = worker_runtime.sleep_row(
+            run, workers=plan["sleep_workers"], jobs=plan["sleep_jobs"],
+            job_seconds=plan["job_seconds"],
+        )  # fmt: skip
+        ctx.log(
+            f"peers sleep {worker_runtime.IMPLEMENTATION}: {row['duplicates']} duplicates, "
+            f"claim p50 {row['claim_p50_ms']} ms, efficiency {row['efficiency']}"
+        )
+        rows.append({**base, **row, "loadavg": load})
     return rows
 
 
 def run(ctx: Context) -> None:
     if ctx.quick:
         plan = {
+            "rounds": 1,
             "jobs": 1000,
             "cap": 5.0,
             "workers": (4,),
             "batches": (10,),
+            "concurrency": (4,),
             "sleep_workers": 8,
             "sleep_jobs": 48,
             "job_seconds": 0.2,
         }
     else:
         plan = {
+            "rounds": 2,
             "jobs": 10_000,
             "cap": 30.0,
-            "workers": (4, 16),
+            "workers": (1, 4, 16),
             "batches": (1, 10),
+            "concurrency": (1, 4, 16),
             "sleep_workers": 16,
             "sleep_jobs": 400,
             "job_seconds": 0.2,
         }
     rows: list[dict[str, Any]] = []
-    impls: list[noop.Implementation] = [*noop.leaseq_variants(), Pgqueuer(), Procrastinate()]
-    for impl in impls:
-        try:
-            rows.extend(_measure(ctx, impl, plan))
-        except Exception as exc:  # a peer that cannot run is reported, not fatal
-            ctx.log(f"peers {impl.name} failed: {exc}")
-            rows.append(
-                {
-                    "kind": "error",
-                    "implementation": impl.name,
-                    "version": _version(impl.name),
-                    "error": f"{type(exc).__name__}: {exc}",
-                }
-            )
+    for round_ in range(1, plan["rounds"] + 1):
+        impls: list[noop.Implementation] = [
+            *noop.leaseq_variants(),
+            Pgqueuer(),
+            Procrastinate(),
+        ]
+        arms: list[tuple[str, Callable[[], list[dict[str, Any]]]]] = [
+            (worker_runtime.IMPLEMENTATION, lambda: _measure_runtime(ctx, plan))
+        ]
+        arms += [(impl.name, partial(_measure, ctx, impl, plan)) for impl in impls]
+        for name, arm in arms:
+            try:
+                found = arm()
+            except Exception as exc:  # a peer that cannot run is reported, not fatal
+                ctx.log(f"peers {name} failed: {exc}")
+                found = [
+                    {
+                        "kind": "error",
+                        "implementation": name,
+                        "version": _version(name),
+                        "error": f"{type(exc).__name__}: {exc}",
+                    }
+                ]
+            rows.extend({"round": round_, **row} for row in found)
     recorder = ctx.recorder(NAME)
     recorder.params(
         {

@@ -1,5 +1,6 @@
 """Pure pieces of micro-batching and process isolation: batch registration, how a batch
-handler's answer becomes one outcome per job, words for a dead child, the isolation flag."""
+handler's answer becomes one outcome per job, a batch's share of the worker's capacity,
+words for a dead child, the isolation flag."""
 
 from __future__ import annotations
 
@@ -14,20 +15,22 @@ import pytest
 from leaseq import config as settings
 from leaseq.core.errors import ConfigError
 from leaseq.core.models import ClaimedJob, Lease
+from leaseq.runtime.batching import Batching
 from leaseq.runtime.context import JobContext, PermanentError
-from leaseq.runtime.executor import Ending, run_unit
+from leaseq.runtime.executor import Ending, Executor, OnDone, run_unit
 from leaseq.runtime.inflight import InFlight
 from leaseq.runtime.processes import exit_cause
 from leaseq.runtime.registry import Registry
 from leaseq.runtime.settings import OPTIONS, Isolation, WorkerSettings
+from support.polling import wait_for
 
 
-def attempt(registry: Registry, job_id: int, payload: Any) -> InFlight:
+def attempt(registry: Registry, job_id: int, payload: Any, job_type: str = "embed") -> InFlight:
     now = datetime.now(UTC)
     job = ClaimedJob(
         id=job_id,
         queue="q",
-        job_type="embed",
+        job_type=job_type,
         payload=payload,
         priority=100,
         attempt=1,
@@ -42,7 +45,7 @@ def attempt(registry: Registry, job_id: int, payload: Any) -> InFlight:
     ctx = JobContext(job, None, "w", threading.Event())  # type: ignore[arg-type]
     return InFlight.start(
         job,
-        registry.get("embed"),
+        registry.get(job_type),
         ctx,
         sent_at=0.0,
         received_at=0.0,
@@ -130,3 +133,60 @@ def test_isolation_is_a_flag_with_a_variable_and_defaults_to_threads() -> None:
     assert flag.isolation is Isolation.THREAD
     with pytest.raises(ConfigError, match=r"LEASEQ_ISOLATION.*thread, process"):
         parse([], {**env, "LEASEQ_ISOLATION": "fork"})
+
+
+class Slots(Executor):
+    """Slots that only record what they were given (the unit under test is Batching)."""
+
+    def __init__(self, capacity: int, on_done: OnDone) -> None:
+        super().__init__(capacity, on_done)
+        self.units: list[list[InFlight]] = []
+
+    def start(self) -> None:
+        pass
+
+    def submit(self, attempt: InFlight) -> None:
+        self.units.append([attempt])
+
+    def submit_batch(self, attempts: list[InFlight]) -> None:
+        self.units.append(attempts)
+
+    def close(self, timeout: float) -> None:
+        pass
+
+
+def test_a_batch_takes_one_slot_and_room_to_fill_only_while_it_is_open() -> None:
+    registry = embed_registry()  # max_batch 4, max_wait 10 ms
+
+    @registry.job("single")
+    def single(payload: Any, ctx: JobContext) -> None:
+        return None
+
+    reported: list[list[int]] = []
+    made: list[Slots] = []
+
+    def slots(on_done: OnDone) -> Executor:
+        made.append(Slots(2, on_done))
+        return made[0]
+
+    batching = Batching(registry, lambda jobs, _: reported.append([j.job.id for j in jobs]), slots)
+    inner = made[0]
+    assert batching.capacity == 2  # no batch work: exactly the slots
+    batching.submit(attempt(registry, 1, "x", job_type="single"))
+    assert batching.capacity == 2 and len(inner.units) == 1
+
+    batch = [attempt(registry, i, "x") for i in range(10, 14)]
+    batching.submit(batch[0])
+    assert batching.capacity == 2 + 3  # an open batch: room for three more
+    assert batching.kill(batch[0])  # killed before it ran: never submitted, never reported
+    for a in batch[1:]:
+        batching.submit(a)
+    assert batching.capacity == 2 + 3
+    batching.start()
+    wait_for(lambda: len(inner.units) == 2, "the batch to be submitted at max_wait")
+    assert [a.job.id for a in inner.units[1]] == [11, 12, 13]
+    assert batching.capacity == 2 + 2  # submitted: one slot for three jobs
+    inner.on_done(inner.units[1], run_unit(inner.units[1]))
+    assert reported == [[11, 12, 13]]
+    assert batching.capacity == 2
+    batching.close(1.0)

@@ -123,8 +123,13 @@ class Executor(abc.ABC):
     a free slot is always waiting and ``submit`` never blocks."""
 
     def __init__(self, capacity: int, on_done: OnDone) -> None:
-        self.capacity = capacity
+        self._capacity = capacity
         self.on_done = on_done
+
+    @property
+    def capacity(self) -> int:
+        """How many attempts may be unreported at once (the worker claims up to this)."""
+        return self._capacity
 
     @abc.abstractmethod
     def start(self) -> None:

@@ -46,7 +46,7 @@ from leaseq.runtime.batching import Batching
 from leaseq.runtime.child import ChildSpec
 from leaseq.runtime.completions import Completions
 from leaseq.runtime.context import JobContext, PermanentError, StopReason
-from leaseq.runtime.executor import Ending, Executor, HandlerOutcome, ThreadExecutor
+from leaseq.runtime.executor import Ending, Executor, HandlerOutcome, OnDone, ThreadExecutor
 from leaseq.runtime.health import Health
 from leaseq.runtime.heartbeat import HeartbeatLoop
 from leaseq.runtime.http_server import ProbeServer
@@ -144,13 +144,16 @@ class Worker:
     def _executor(self) -> Executor:
         """Slots per ``--isolation``; wrapped in :class:`Batching` when there are batch types."""
         s = self.settings
-        slots: Executor
-        if s.isolation is Isolation.PROCESS:
-            spec = ChildSpec(s.app, s.worker_id, s.log_level, s.log_format)
-            slots = ProcessExecutor(s.concurrency, self._handled, spec=spec)
-        else:
-            slots = ThreadExecutor(s.concurrency, self._handled, startup=self.registry.run_startup)
-        return Batching(slots, self.registry) if self.registry.largest_batch > 1 else slots
+
+        def slots(on_done: OnDone) -> Executor:
+            if s.isolation is Isolation.PROCESS:
+                spec = ChildSpec(s.app, s.worker_id, s.log_level, s.log_format)
+                return ProcessExecutor(s.concurrency, on_done, spec=spec)
+            return ThreadExecutor(s.concurrency, on_done, startup=self.registry.run_startup)
+
+        if self.registry.largest_batch > 1:
+            return Batching(self.registry, self._handled, slots)
+        return slots(self._handled)
 
     @property
     def _fields(self) -> dict[str, Any]:

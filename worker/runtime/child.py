@@ -17,9 +17,11 @@ import enum
 import itertools
 import logging
 import os
+import pickle
 import queue
 import signal
 import threading
+import time
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from typing import Any
@@ -116,7 +118,7 @@ class Child:
         self.draining = threading.Event()
         self._send_lock = threading.Lock()
         self._lock = threading.Lock()
-        self._units: queue.SimpleQueue[list[ClaimedJob]] = queue.SimpleQueue()
+        self._units: queue.SimpleQueue[list[InFlight]] = queue.SimpleQueue()
         self._contexts: dict[int, JobContext] = {}
         self._sent_versions: dict[int, int] = {}
         self._requests = itertools.count()
@@ -143,7 +145,7 @@ class Child:
                     jobs, draining = args
                     if draining:
                         self.draining.set()
-                    self._units.put(jobs)
+                    self._units.put(self._prepare(jobs))
                 elif tag == Msg.STOP:
                     job_id, reason = args
                     with self._lock:
@@ -179,7 +181,7 @@ class Child:
 
     def _forward(self) -> None:
         while True:
-            threading.Event().wait(PROGRESS_INTERVAL_SECONDS)
+            time.sleep(PROGRESS_INTERVAL_SECONDS)
             self._send_progress()
 
     def _send_progress(self) -> None:
@@ -191,11 +193,16 @@ class Child:
                 if version <= self._sent_versions.get(job_id, 0):
                     continue
                 self._sent_versions[job_id] = version
-            self.send(Msg.PROGRESS, job_id, value)
+            try:
+                self.send(Msg.PROGRESS, job_id, value)
+            except (TypeError, ValueError, AttributeError, pickle.PicklingError) as exc:
+                log.error("progress not sent (not picklable): %r", exc, extra=ctx.log.extra)
 
     # -- running ----------------------------------------------------------------------
 
-    def _run(self, jobs: list[ClaimedJob]) -> None:
+    def _prepare(self, jobs: list[ClaimedJob]) -> list[InFlight]:
+        """The unit's attempts, their contexts registered (by the reader, so that a stop
+        sent right after the unit always finds its context)."""
         checkpoints = _Checkpoints(self)
         attempts = []
         for job in jobs:
@@ -214,6 +221,9 @@ class Child:
         with self._lock:
             self._contexts = {a.job.id: a.context for a in attempts}
             self._sent_versions = {}
+        return attempts
+
+    def _run(self, attempts: list[InFlight]) -> None:
         outcomes = run_unit(attempts)
         self._send_progress()
         with self._lock:

@@ -147,7 +147,7 @@ class _Slot:
                     self.discard_child()
                     self.await_ready(self.launch())
                     restarts.reset()
-            except ChildStartupFailed as exc:
+            except (ChildStartupFailed, OSError) as exc:
                 # Not the jobs' fault: hand them back (no attempt spent), wait, try again.
                 delay = restarts.next()
                 log.error("%s; releasing its jobs, retrying in %.1fs", exc, delay)

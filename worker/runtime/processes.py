@@ -94,7 +94,9 @@ class _Slot:
     # -- child lifecycle ----------------------------------------------------------------
 
     def launch(self) -> _Child:
-        """Start a child (returns before its ``on_startup`` finished)."""
+        """Start a child (returns before its ``on_startup`` finished). Its
+        ``PR_SET_PDEATHSIG`` follows the thread that starts it: the worker's main thread at
+        start-up, this slot's thread for a replacement; both outlive the child's use."""
         ctx = multiprocessing.get_context("spawn")
         here, there = ctx.Pipe(duplex=True)
         process = ctx.Process(

@@ -147,7 +147,7 @@ class _Slot:
             try:
                 if self.child is None or not self.child.process.is_alive():
                     self.discard_child()
-                    self.await_ready(self.launch())
+                    self.replace()
                     restarts.reset()
             except (ChildStartupFailed, OSError) as exc:
                 # Not the jobs' fault: hand them back (no attempt spent), wait, try again.
@@ -162,6 +162,17 @@ class _Slot:
                 log.exception("slot %d: supervising error; replacing its child", self.index)
                 self.discard_child()
                 self.report(unit, [HandlerOutcome(Ending.INTERRUPTED)] * len(unit))
+            if self.child is None and not any(a.context.draining for a in unit):
+                # Load the next child's model now, not when the next job is waiting for it.
+                try:
+                    self.replace()
+                except (ChildStartupFailed, OSError) as exc:
+                    log.error("%s; will retry when the next job comes", exc)
+
+    def replace(self) -> None:
+        """Start a child for this slot and wait until it is ready."""
+        log.info("slot %d: starting a new child process", self.index)
+        self.await_ready(self.launch())
 
     def run(self, attempts: list[InFlight]) -> None:
         assert self.child is not None

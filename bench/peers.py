@@ -358,84 +358,104 @@ def sleep_run(name: str, url: str, workers: int, jobs: int, job_seconds: float) 
     }
 
 
-def _measure(ctx: Context, impl: noop.Implementation, plan: dict[str, Any]) -> list[dict[str, Any]]:
-    rows: list[dict[str, Any]] = []
-    package = "leaseq" if isinstance(impl, noop.Leaseq) else impl.name
-    base = {
-        "implementation": impl.name,
-        "loop": "api" if isinstance(impl, noop.Leaseq) else "runtime",
-        "version": _version(package),
-        "guarantees": impl.guarantees,
-    }
-    label = impl.name.replace("+", "_")
-    with scratch_database(ctx.server_url, f"peer_{label}", migrate=False) as url:
-        impl.install(url)
-        for workers in plan["workers"]:
-            for batch in plan["batches"]:
-                row = noop.measure(
-                    impl,
-                    url,
-                    jobs=plan["jobs"],
-                    workers=workers,
-                    batch=batch,
-                    cap_seconds=plan["cap"],
-                )
-                ctx.log(
-                    f"peers noop {impl.name} W={workers} batch={batch}: "
-                    f"{row['jobs_per_second']} jobs/s"
-                )
-                rows.append({"kind": "noop", **base, **row, "loadavg": _load()})
-        if isinstance(impl, noop.Leaseq):
-            return rows  # its sleep workload is leaseq worker's, measured with the runtime
-        if isinstance(impl, Pgqueuer):
-            impl.enqueue(url, plan["sleep_jobs"], entrypoint="sleep")
-        elif isinstance(impl, Procrastinate):
-            impl.enqueue(url, plan["sleep_jobs"], task="sleep")
-        else:
-            impl.enqueue(url, plan["sleep_jobs"])
-        row = sleep_run(
-            impl.name, url, plan["sleep_workers"], plan["sleep_jobs"], plan["job_seconds"]
+class PeerArm:
+    """A queue driven by the gang harness (:mod:`bench.noop`): a peer's own worker runtime,
+    or one of leaseq's hand-written API loops (``loop = api``, no sleep workload)."""
+
+    def __init__(self, ctx: Context, impl: noop.Implementation, plan: dict[str, Any]) -> None:
+        self.ctx, self.impl, self.plan = ctx, impl, plan
+        self.name = impl.name
+        self.api = isinstance(impl, noop.Leaseq)
+        self.base = {
+            "implementation": impl.name,
+            "loop": "api" if self.api else "runtime",
+            "version": _version("leaseq" if self.api else impl.name),
+            "guarantees": impl.guarantees,
+        }
+
+    def open(self, stack: contextlib.ExitStack) -> None:
+        label = self.impl.name.replace("+", "_")
+        self.url = stack.enter_context(
+            scratch_database(self.ctx.server_url, f"peer_{label}", migrate=False)
         )
-        ctx.log(
+        self.impl.install(self.url)
+
+    def noop(self, workers: int) -> list[dict[str, Any]]:
+        rows = []
+        for batch in self.plan["batches"]:
+            load = _load()
+            row = noop.measure(
+                self.impl,
+                self.url,
+                jobs=self.plan["jobs"],
+                workers=workers,
+                batch=batch,
+                cap_seconds=self.plan["cap"],
+            )
+            self.ctx.log(
+                f"peers noop {self.name} W={workers} batch={batch}: {row['jobs_per_second']} jobs/s"
+            )
+            rows.append({"kind": "noop", **self.base, **row, "loadavg": load})
+        return rows
+
+    def sleep(self) -> list[dict[str, Any]]:
+        if self.api:
+            return []  # leaseq's sleep workload runs through leaseq worker
+        plan, impl = self.plan, self.impl
+        if isinstance(impl, Pgqueuer):
+            impl.enqueue(self.url, plan["sleep_jobs"], entrypoint="sleep")
+        elif isinstance(impl, Procrastinate):
+            impl.enqueue(self.url, plan["sleep_jobs"], task="sleep")
+        load = _load()
+        row = sleep_run(
+            impl.name, self.url, plan["sleep_workers"], plan["sleep_jobs"], plan["job_seconds"]
+        )
+        self.ctx.log(
             f"peers sleep {impl.name}: {row['duplicates']} duplicates, "
             f"claim p50 {row['claim_p50_ms']} ms, efficiency {row['efficiency']}"
         )
-        rows.append({**base, **row, "loop": "api", "loadavg": _load()})
-    return rows
+        return [{**self.base, **row, "loop": "api", "loadavg": load}]
 
 
-def _load() -> float:
-    return round(os.getloadavg()[0], 2)
+class RuntimeArm:
+    """The real ``leaseq worker`` processes (:mod:`bench.runtime`)."""
 
+    name = worker_runtime.IMPLEMENTATION
 
-def _measure_runtime(ctx: Context, plan: dict[str, Any]) -> list[dict[str, Any]]:
-    """The real ``leaseq worker``: no-op jobs at every W and concurrency, then the sleep
-    workload with one slot per worker."""
-    base = {
-        "loop": "runtime",
-        "version": _version("leaseq"),
-        "guarantees": worker_runtime.GUARANTEES,
-    }
-    rows: list[dict[str, Any]] = []
-    with scratch_database(ctx.server_url, "peer_runtime") as url:
-        for workers in plan["workers"]:
-            for concurrency in plan["concurrency"]:
-                load = _load()
-                run = worker_runtime.run_workers(
-                    url, jobs=plan["jobs"], workers=workers, concurrency=concurrency,
-                    cap_seconds=plan["cap"],
-                )  # fmt: skip
-                row = worker_runtime.noop_row(
-                    run, workers=workers, concurrency=concurrency, jobs=plan["jobs"]
-                )
-                ctx.log(
-                    f"peers noop {worker_runtime.IMPLEMENTATION} W={workers} "
-                    f"concurrency={concurrency}: {row['jobs_per_second']} jobs/s"
-                )
-                rows.append({"kind": "noop", **base, **row, "loadavg": load})
+    def __init__(self, ctx: Context, plan: dict[str, Any]) -> None:
+        self.ctx, self.plan = ctx, plan
+        self.base = {
+            "loop": "runtime",
+            "version": _version("leaseq"),
+            "guarantees": worker_runtime.GUARANTEES,
+        }
+
+    def open(self, stack: contextlib.ExitStack) -> None:
+        self.url = stack.enter_context(scratch_database(self.ctx.server_url, "peer_runtime"))
+
+    def noop(self, workers: int) -> list[dict[str, Any]]:
+        rows = []
+        for concurrency in self.plan["concurrency"]:
+            load = _load()
+            run = worker_runtime.run_workers(
+                self.url, jobs=self.plan["jobs"], workers=workers, concurrency=concurrency,
+                cap_seconds=self.plan["cap"],
+            )  # fmt: skip
+            row = worker_runtime.noop_row(
+                run, workers=workers, concurrency=concurrency, jobs=self.plan["jobs"]
+            )
+            self.ctx.log(
+                f"peers noop {self.name} W={workers} concurrency={concurrency}: "
+                f"{row['jobs_per_second']} jobs/s"
+            )
+            rows.append({"kind": "noop", **self.base, **row, "loadavg": load})
+        return rows
+
+    def sleep(self) -> list[dict[str, Any]]:
+        plan = self.plan
         load = _load()
         run = worker_runtime.run_workers(
-            url,
+            self.url,
             jobs=plan["sleep_jobs"],
             workers=plan["sleep_workers"],
             concurrency=1,
@@ -446,15 +466,31 @@ def _measure_runtime(ctx: Context, plan: dict[str, Any]) -> list[dict[str, Any]]
             run, workers=plan["sleep_workers"], jobs=plan["sleep_jobs"],
             job_seconds=plan["job_seconds"],
         )  # fmt: skip
-        ctx.log(
-            f"peers sleep {worker_runtime.IMPLEMENTATION}: {row['duplicates']} duplicates, "
+        self.ctx.log(
+            f"peers sleep {self.name}: {row['duplicates']} duplicates, "
             f"claim p50 {row['claim_p50_ms']} ms, efficiency {row['efficiency']}"
         )
-        rows.append({**base, **row, "loadavg": load})
-    return rows
+        return [{**self.base, **row, "loadavg": load}]
+
+
+Arm = PeerArm | RuntimeArm
+
+
+def _load() -> float:
+    return round(os.getloadavg()[0], 2)
+
+
+def _error(name: str, exc: Exception) -> dict[str, Any]:
+    return {
+        "kind": "error",
+        "implementation": name,
+        "version": _version(name),
+        "error": f"{type(exc).__name__}: {exc}",
+    }
 
 
 def run(ctx: Context) -> None:
+    plan: dict[str, Any]
     if ctx.quick:
         plan = {
             "rounds": 1,
@@ -473,37 +509,39 @@ def run(ctx: Context) -> None:
             "jobs": 10_000,
             "cap": 30.0,
             "workers": (1, 4, 16),
-            "batches": (1, 10),
-            "concurrency": (1, 4, 16),
+            "batches": (10,),
+            "concurrency": (4, 16),
             "sleep_workers": 16,
             "sleep_jobs": 400,
             "job_seconds": 0.2,
         }
     rows: list[dict[str, Any]] = []
-    for round_ in range(1, plan["rounds"] + 1):
-        impls: list[noop.Implementation] = [
-            *noop.leaseq_variants(),
-            Pgqueuer(),
-            Procrastinate(),
-        ]
-        arms: list[tuple[str, Callable[[], list[dict[str, Any]]]]] = [
-            (worker_runtime.IMPLEMENTATION, lambda: _measure_runtime(ctx, plan))
-        ]
-        arms += [(impl.name, partial(_measure, ctx, impl, plan)) for impl in impls]
-        for name, arm in arms:
+    candidates: list[Arm] = [RuntimeArm(ctx, plan)]
+    impls: list[noop.Implementation] = [*noop.leaseq_variants(), Pgqueuer(), Procrastinate()]
+    candidates += [PeerArm(ctx, impl, plan) for impl in impls]
+    with contextlib.ExitStack() as stack:
+        arms: list[Arm] = []
+        for arm in candidates:
             try:
-                found = arm()
-            except Exception as exc:  # a peer that cannot run is reported, not fatal
-                ctx.log(f"peers {name} failed: {exc}")
-                found = [
-                    {
-                        "kind": "error",
-                        "implementation": name,
-                        "version": _version(name),
-                        "error": f"{type(exc).__name__}: {exc}",
-                    }
-                ]
-            rows.extend({"round": round_, **row} for row in found)
+                arm.open(stack)
+                arms.append(arm)
+            except Exception as exc:  # a peer that cannot be installed is reported, not fatal
+                ctx.log(f"peers {arm.name} failed: {exc}")
+                rows.append(_error(arm.name, exc))
+        # Interleaved: every arm runs each configuration close in time to the others, since
+        # the load from other work on the machine drifts over minutes.
+        for round_ in range(1, plan["rounds"] + 1):
+            steps: list[tuple[Arm, Callable[[], list[dict[str, Any]]]]] = [
+                (arm, partial(arm.noop, workers)) for workers in plan["workers"] for arm in arms
+            ]
+            steps += [(arm, arm.sleep) for arm in arms]
+            for arm, step in steps:
+                try:
+                    found = step()
+                except Exception as exc:  # a peer that cannot run is reported, not fatal
+                    ctx.log(f"peers {arm.name} failed: {exc}")
+                    found = [_error(arm.name, exc)]
+                rows.extend({"round": round_, **row} for row in found)
     recorder = ctx.recorder(NAME)
     recorder.params(
         {

@@ -168,8 +168,8 @@ def run_workers(
                 server = meter() - server0 if meter else None
                 claims: dict[float, float] = {}
                 for port in ports:
-                    for bound, count in _claim_buckets(port).items():
-                        claims[bound] = claims.get(bound, 0.0) + count
+                    for bound, seen in _claim_buckets(port).items():
+                        claims[bound] = claims.get(bound, 0.0) + seen
             finally:
                 for p in procs:
                     p.send_signal(signal.SIGCONT)

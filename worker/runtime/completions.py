@@ -35,13 +35,16 @@ class Completions:
         *,
         running: Callable[[], int],
         finished: Callable[[InFlight], None],
+        after: Callable[[], None],
         window: float = COMPLETE_WINDOW_SECONDS,
     ) -> None:
         """``running()``: how many handlers have not reported yet (results that may still
-        join a group); ``finished(attempt)``: called once an attempt is settled (or dropped)."""
+        join a group); ``finished(attempt)``: called once an attempt is settled (or dropped);
+        ``after()``: called after each group (the worker claims for the freed slots)."""
         self.settlement = settlement
         self.running = running
         self.finished = finished
+        self.after = after
         self.window = window
         self._waiting: queue.SimpleQueue[list[Done] | None] = queue.SimpleQueue()
 
@@ -66,6 +69,7 @@ class Completions:
                 log.exception("error completing %d attempt(s); continuing", len(group))
             if closing:
                 return
+            self.after()
 
     def _gather(self, group: list[Done]) -> bool:
         """Add what is waiting, and what arrives within the window while handlers run;

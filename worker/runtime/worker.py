@@ -118,8 +118,14 @@ class Worker:
         self._unreported = 0
         self._count_lock = threading.Lock()
         self.executor = self._executor()
+        # Held while claiming: the dispatcher and the completion loop (which refills the
+        # slots a group freed, sparing a thread hand-off per cycle) both claim.
+        self._claiming = threading.Lock()
         self.completions = Completions(
-            self.settlement, running=lambda: self._unreported, finished=self._finished
+            self.settlement,
+            running=lambda: self._unreported,
+            finished=partial(self._finished, wake=False),
+            after=self._refill,
         )
         self.heartbeat = HeartbeatLoop(
             self.queue,
@@ -275,15 +281,14 @@ class Worker:
         s = self.settings
         while not self.draining.is_set():
             self.health.tick("dispatcher")
-            free = self.executor.capacity - len(self.jobs)
-            if free <= 0:
+            if self.executor.capacity - len(self.jobs) <= 0:
                 self.wake.wait(s.poll_seconds)
                 self.wake.clear()
                 continue
             # Cleared before claiming: a notification during the claim keeps it set.
             self.wake.clear()
             try:
-                claimed = self._claim(free)
+                free, claimed = self._claim_free()
             except LeaseqError as exc:
                 if isinstance(exc, DatabaseUnavailable):
                     self.health.db_failed(exc)
@@ -296,12 +301,30 @@ class Worker:
                 self.wake.wait(failures.next())
                 continue
             failures.reset()
-            if len(claimed) == free:
+            if free == 0 or len(claimed) == free:
                 idle.reset()
                 continue
             if claimed:
                 idle.reset()
             self.wake.wait(idle.next())
+
+    def _claim_free(self) -> tuple[int, list[InFlight]]:
+        """Claim as many jobs as there are free slots (none when no slot is free); returns
+        how many slots were free and the attempts started."""
+        with self._claiming:
+            free = self.executor.capacity - len(self.jobs)
+            return (free, self._claim(free)) if free > 0 else (0, [])
+
+    def _refill(self) -> None:
+        """After a completion group: claim for the slots it freed, on this thread. If the
+        claim fails, the dispatcher takes over (with its backoff)."""
+        if self.draining.is_set():
+            self.wake.set()
+            return
+        try:
+            self._claim_free()
+        except Exception:
+            self.wake.set()
 
     def _claim(self, free: int) -> list[InFlight]:
         s = self.settings
@@ -382,10 +405,13 @@ class Worker:
         if successes:
             self.completions.put(successes)
 
-    def _finished(self, job: InFlight) -> None:
+    def _finished(self, job: InFlight, *, wake: bool = True) -> None:
+        """Free the attempt's slot; ``wake`` the dispatcher to claim for it (the completion
+        loop claims for its groups itself)."""
         self.jobs.remove(job)
         self.metrics.in_flight.labels(job.job.queue).dec()
-        self.wake.set()
+        if wake:
+            self.wake.set()
 
     def _success(self, job: InFlight, result: Any) -> Done | None:
         """The attempt's result and final progress, to complete; None (the attempt failed

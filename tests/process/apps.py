@@ -19,7 +19,10 @@ STARTED: list[float] = []
 
 @registry.on_startup
 def started() -> None:
+    """Record the start-up, in memory and as ``started-<pid>`` in the working directory
+    (so a test can tell which processes ran it)."""
     STARTED.append(time.time())
+    Path(f"started-{os.getpid()}").touch()
 
 
 def _seconds(payload: dict[str, Any], ctx: JobContext) -> float:

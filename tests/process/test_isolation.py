@@ -80,6 +80,21 @@ def test_a_handler_holding_the_gil_past_its_lease_completes_once(
     assert w.metric("leaseq_lease_renewals_total", queue="q") >= 3
 
 
+def test_each_child_runs_on_startup_once_and_the_supervisor_never_does(
+    queue: leaseq.Queue, spawn_worker: Spawn, tmp_path: Path
+) -> None:
+    w = spawn_worker("w-a", isolation="process", concurrency=2)
+    ids = [
+        e.job_id for e in queue.enqueue_many([leaseq.JobSpec("q", "hold_gil", {"seconds": 0})] * 6)
+    ]
+    pids = {finished(queue, j).result["pid"] for j in ids}
+
+    started = {int(p.name.removeprefix("started-")) for p in tmp_path.glob("started-*")}
+    assert w.proc.pid not in started  # the model is loaded in the children only
+    assert len(started) == 2  # one per slot, once
+    assert pids <= started
+
+
 @pytest.mark.parametrize(
     ("how", "cause"),
     [

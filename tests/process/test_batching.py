@@ -5,26 +5,18 @@ in one statement; one bad input fails only its own job; claims fill a batch."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from datetime import timedelta
 from pathlib import Path
 
 import pytest
 
 import leaseq
-from support.dbtime import db_now
+from support.jobs import finished, take_over
 from support.polling import wait_for
 from support.workers import WorkerProcess
 
 pytestmark = [pytest.mark.process, pytest.mark.parametrize("isolation", ["thread", "process"])]
 
 Spawn = Callable[..., WorkerProcess]
-
-
-def finished(queue: leaseq.Queue, job_id: int) -> leaseq.JobRecord:
-    return wait_for(
-        lambda: (j := queue.get(job_id)).status in ("succeeded", "dead") and j,
-        f"job {job_id} to finish",
-    )
 
 
 def test_a_stale_token_in_the_middle_of_a_batch_fences_only_that_job(
@@ -48,13 +40,7 @@ def test_a_stale_token_in_the_middle_of_a_batch_fences_only_that_job(
     )
     # The middle job is taken over: its lease expires, the reaper returns it, another
     # worker claims it (a new token) and completes it.
-    conn.execute(
-        "UPDATE leaseq.jobs SET lease_expires_at = now() - interval '1 second' WHERE id = %s",
-        (middle,),
-    )
-    assert [r.job_id for r in queue.reap()] == [middle]
-    (thief,) = queue.claim(["q"], "thief", now=db_now(conn) + timedelta(minutes=5))
-    assert thief.id == middle
+    thief = take_over(queue, conn, middle)
     assert isinstance(queue.complete(thief.lease, {"by": "thief"}), leaseq.Completed)
 
     gate.touch()

@@ -7,13 +7,12 @@ import json
 import os
 import signal
 from collections.abc import Callable
-from datetime import timedelta
 from pathlib import Path
 
 import pytest
 
 import leaseq
-from support.dbtime import db_now
+from support.jobs import finished, take_over
 from support.polling import wait_for
 from support.workers import WorkerProcess
 
@@ -24,13 +23,6 @@ Spawn = Callable[..., WorkerProcess]
 
 def outcomes(queue: leaseq.Queue, job_id: int) -> list[tuple[str, str]]:
     return [(a.worker, a.outcome) for a in queue.attempts(job_id)]
-
-
-def finished(queue: leaseq.Queue, job_id: int) -> leaseq.JobRecord:
-    return wait_for(
-        lambda: (j := queue.get(job_id)).status in ("succeeded", "dead") and j,
-        f"job {job_id} to finish",
-    )
 
 
 def pid_in(path: Path) -> int:
@@ -178,12 +170,7 @@ def test_progress_checkpoints_and_should_stop_work_the_same_in_both_modes(
         "q", "late_checkpoint", {"gate": str(gate), "report": str(report)}
     ).job_id
     wait_for(lambda: queue.get(job_id).status == "running", "the job to start")
-    conn.execute(
-        "UPDATE leaseq.jobs SET lease_expires_at = now() - interval '1 second' WHERE id = %s",
-        (job_id,),
-    )
-    assert [r.job_id for r in queue.reap()] == [job_id]
-    queue.claim(["q"], "thief", now=db_now(conn) + timedelta(minutes=5))
+    take_over(queue, conn, job_id)
     gate.touch()
     seen = json.loads(wait_for(lambda: report.exists() and report.read_text(), "the report"))
     assert seen == {"stored": False, "should_stop": True, "reason": "lease_lost", "wait": True}

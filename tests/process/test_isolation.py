@@ -177,17 +177,26 @@ def test_progress_checkpoints_and_should_stop_work_the_same_in_both_modes(
     assert queue.get(job_id).checkpoint is None
 
 
-def test_cancel_kills_the_child_and_a_new_one_takes_the_next_job(
-    queue: leaseq.Queue, spawn_worker: Spawn, tmp_path: Path
+@pytest.mark.parametrize("lost", ["cancelled", "taken_over"])
+def test_a_cancel_or_a_lost_lease_kills_the_child_and_a_new_one_takes_the_next_job(
+    queue: leaseq.Queue,
+    conn: leaseq.core.db.Conn,
+    spawn_worker: Spawn,
+    tmp_path: Path,
+    lost: str,
 ) -> None:
-    spawn_worker("w-a", isolation="process", lease=2, heartbeat=0.2)
-    # A cancel reaches the supervisor at the next renewal; it kills the child.
+    w = spawn_worker("w-a", isolation="process", lease=2, heartbeat=0.2)
+    # The supervisor hears of it at the next renewal, and kills the child.
     pid_file = tmp_path / "runaway.pid"
     job_id = queue.enqueue("q", "runaway", {"pid_file": str(pid_file)}).job_id
     child = pid_in(pid_file)
-    queue.cancel(job_id)
-    wait_for(lambda: gone(child), "the cancelled job's child to be killed")
-    assert queue.get(job_id).status == "cancelled"
+    if lost == "cancelled":
+        queue.cancel(job_id)
+    else:
+        take_over(queue, conn, job_id)
+    wait_for(lambda: gone(child), f"the child of the {lost} job to be killed")
+    assert queue.get(job_id).status == ("cancelled" if lost == "cancelled" else "running")
+    assert w.metric("leaseq_lease_losses_total", queue="q") == 1
     nxt = queue.enqueue("q", "work", {"seconds": 0}).job_id
     assert finished(queue, nxt).status == "succeeded"
     assert queue.get(nxt).result["worker"] == "w-a"

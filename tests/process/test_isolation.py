@@ -117,6 +117,7 @@ def test_a_child_that_dies_fails_only_its_attempt_and_the_worker_goes_on(
     assert attempts[0].error is not None
     assert cause in attempts[0].error
     assert w.proc.poll() is None
+    assert w.metric("leaseq_child_processes_started_total") == 2  # the first, its replacement
     labels = {"queue": "q", "job_type": "die"}
     assert w.metric("leaseq_jobs_finished_total", **labels, outcome="failed") == 1
     # The worker goes on: the next job runs too.

@@ -92,6 +92,12 @@ class WorkerMetrics:
         self.draining = Gauge(
             "leaseq_worker_draining", "1 while the worker drains after SIGTERM.", registry=r
         )
+        self.children_started = Counter(
+            "leaseq_child_processes_started",
+            "Child processes started for handler slots (--isolation process): one per slot at "
+            "start-up, then one per child killed (max runtime, cancel, lost lease) or crashed.",
+            registry=r,
+        )
         for queue in queues:
             self.in_flight.labels(queue)
             self.renewals.labels(queue)

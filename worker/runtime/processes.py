@@ -25,6 +25,7 @@ import multiprocessing
 import signal
 import threading
 import time
+from collections.abc import Callable
 from multiprocessing.connection import Connection, wait
 from multiprocessing.process import BaseProcess
 from typing import Any
@@ -120,6 +121,7 @@ class _Slot:
                 else:
                     if tag == Msg.READY:
                         self.child = new
+                        self.executor.started()
                         return
                     new.kill()
                     raise ChildStartupFailed(f"slot {self.index}: on_startup failed: {args[0]}")
@@ -276,9 +278,13 @@ class ProcessExecutor(Executor):
     """``slots`` child processes. :meth:`start` starts them all and waits until every child
     has run ``on_startup``; ChildStartupFailed if one could not."""
 
-    def __init__(self, slots: int, on_done: OnDone, *, spec: ChildSpec) -> None:
+    def __init__(
+        self, slots: int, on_done: OnDone, *, spec: ChildSpec, started: Callable[[], None]
+    ) -> None:
+        """``started()`` is called each time a child has become ready."""
         super().__init__(slots, on_done)
         self.spec = spec
+        self.started = started
         self._changed = threading.Condition()
         self._pending: collections.deque[list[InFlight] | None] = collections.deque()
         self._slots = [_Slot(self, i) for i in range(slots)]

@@ -154,7 +154,8 @@ class Worker:
         def slots(on_done: OnDone) -> Executor:
             if s.isolation is Isolation.PROCESS:
                 spec = ChildSpec(s.app, s.worker_id, s.log_level, s.log_format)
-                return ProcessExecutor(s.concurrency, on_done, spec=spec)
+                started = self.metrics.children_started.inc
+                return ProcessExecutor(s.concurrency, on_done, spec=spec, started=started)
             return ThreadExecutor(s.concurrency, on_done, startup=self.registry.run_startup)
 
         if self.registry.largest_batch > 1:

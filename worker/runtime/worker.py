@@ -17,7 +17,9 @@ attempt whose lease PostgreSQL declared lost; calls that fail because the databa
 unreachable are retried with backoff while the lease may still be held, and after that the
 reaper takes the job back. No error ends the process silently: every loop logs and carries on.
 
-Threads cannot be killed: a handler that ignores ``ctx.should_stop`` after its attempt was
+With ``--isolation process`` the slots are child processes (:mod:`leaseq.runtime.processes`)
+and an attempt given up is killed with its child, which frees the slot at once. Threads
+cannot be killed: a handler that ignores ``ctx.should_stop`` after its attempt was
 given up keeps its slot (and ``leaseq_jobs_in_flight``) until it returns; its result is
 dropped. At exit, such threads are abandoned (they are daemons), after their jobs were
 settled, so a SIGTERM never waits on them past the drain window.

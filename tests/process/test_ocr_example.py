@@ -33,10 +33,11 @@ def ocr_worker(database_url: str, tmp_path: Path) -> Iterator[Spawn]:
     is long enough that the model's CPU use never costs a heartbeat on a loaded machine."""
     workers = Workers(database_url, tmp_path)
 
-    def spawn(worker_id: str, *, lease: float = 5.0) -> WorkerProcess:
+    def spawn(worker_id: str, *, lease: float = 5.0, isolation: str = "thread") -> WorkerProcess:
         return workers.start(
             worker_id,
             "--app", APP,
+            "--isolation", isolation,
             "--queue", "ocr",
             "--lease-seconds", str(lease),
             "--heartbeat-seconds", str(lease / 5),
@@ -91,12 +92,14 @@ def assert_resumed(
     return job
 
 
+@pytest.mark.parametrize("isolation", ["thread", "process"])
 def test_a_document_is_read_and_its_text_is_the_effect(
-    queue: leaseq.Queue, ocr_worker: Spawn
+    queue: leaseq.Queue, ocr_worker: Spawn, isolation: str
 ) -> None:
+    """In a thread of the worker, or in a child process that loads the model itself."""
     payload, drawn = pages.document("invoice-412", 3)
     job_id = queue.enqueue("ocr", "ocr", payload, idempotency_key="doc:invoice-412").job_id
-    ocr_worker("w-a")
+    ocr_worker("w-a", isolation=isolation)
     job = finished(queue, job_id)
     assert job.status == "succeeded", job.last_error
     assert_read(job.result, drawn)

@@ -106,6 +106,17 @@ def build_parser() -> argparse.ArgumentParser:
     )
     settings.add_options(p, [settings.DATABASE_URL])
     p.add_argument("--jobs", type=int, default=36, help="simulated inference jobs (default 36)")
+    p.add_argument(
+        "--keep",
+        action="store_true",
+        help="leave the embedded PostgreSQL running afterwards, to look at it with "
+        "`leaseq status` (the demo prints the command, and how to stop it)",
+    )
+    p.add_argument(
+        "--stop",
+        metavar="DIR",
+        help="stop a PostgreSQL kept by --keep and delete its directory DIR, then exit",
+    )
     p.set_defaults(func=_cmd_demo)
 
     p = sub.add_parser("operator", add_help=False, help="run the Kubernetes operator")

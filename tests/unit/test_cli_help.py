@@ -48,3 +48,13 @@ def test_commands_have_a_description(name: str) -> None:
 def test_listen_says_which_values_it_takes() -> None:
     text = " ".join(_commands(build_parser())["worker"].format_help().split())
     assert "--listen LISTEN true or false" in text
+
+
+@pytest.mark.parametrize("value", ["-1", "0", "soon"])
+def test_status_watch_refuses_a_refresh_interval_that_is_not_positive(
+    value: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as caught:
+        build_parser().parse_args(["status", "--watch", value])
+    assert caught.value.code == 2
+    assert "not a number of seconds greater than 0" in capsys.readouterr().err

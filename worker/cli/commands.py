@@ -38,6 +38,17 @@ def duration(text: str) -> float:
     return float(match.group(1)) * _UNIT[match.group(2)]
 
 
+def seconds(text: str) -> float:
+    """A number of seconds greater than zero (``--watch 0.5``)."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = 0.0
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds greater than 0")
+    return value
+
+
 def json_argument(text: str) -> Any:
     try:
         return json.loads(text)
@@ -298,7 +309,7 @@ def add_commands(sub: Any) -> None:
     p.add_argument("--queue", action="append", help="only this queue (repeatable)")
     p.add_argument(
         "--watch",
-        type=float,
+        type=seconds,
         nargs="?",
         const=2.0,
         default=None,

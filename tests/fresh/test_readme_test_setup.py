@@ -22,8 +22,8 @@ from support.readme import readme_test_commands
 pytestmark = pytest.mark.slow
 
 NESTED = "LEASEQ_FRESH_VENV_NESTED"
-# Tests that skip for a tool the setup should have fetched say so with this hint (chartkit).
-MISSING_TOOL = "scripts/fetch-tools.sh"
+# Tests that skip for a tool the setup should have installed say so with this hint (chartkit).
+MISSING_TOOL = "scripts/setup-tests.sh"
 
 
 def _shell(command: str, cwd: Path, env: dict[str, str], **extra: str) -> str:

@@ -393,12 +393,17 @@ def main(args: argparse.Namespace) -> int:
         server = EmbeddedPostgres(keep=args.keep)
         url = server.url
     demo = Demo(url, args.jobs)
+    finished = False
     try:
-        return demo.run()
+        code = demo.run()
+        finished = True
+        return code
     finally:
         if server is not None:
             server.stop()
-        print(_afterwards(url, demo.queue_name, server))
+        # After an error too when a kept server is left running: say how to stop it.
+        if finished or (server is not None and server.keep):
+            print(_afterwards(url, demo.queue_name, server))
 
 
 def _afterwards(url: str, queue: str, server: EmbeddedPostgres | None) -> str:

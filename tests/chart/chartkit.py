@@ -22,7 +22,7 @@ CHART = REPO / "charts" / "leaseq"
 CRD_PATH = Path("crds") / "workerpools.leaseq.dev.yaml"
 CRD_STAND_IN = Path(__file__).with_name("fixtures") / "workerpools.leaseq.dev.yaml"
 TOOLS_BIN = REPO / ".tools" / "bin"
-FETCH_HINT = "run scripts/fetch-tools.sh (helm into .tools/bin, promtool via apt)"
+FETCH_HINT = "run scripts/setup-tests.sh (README: Running the tests)"
 MONITORING_API = "monitoring.coreos.com/v1"
 
 Obj = dict[str, Any]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import sys
 import types
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
@@ -89,3 +90,35 @@ def test_operator_subcommand_passes_every_argument_through(
     monkeypatch.setitem(sys.modules, "leaseq.operator.cli", fake)
     assert main(["operator", "--namespace", "ns", "--help"]) == 0
     assert seen == [["--namespace", "ns", "--help"]]
+
+
+def _error_line(out: str) -> str:
+    [line] = [x for x in out.splitlines() if x.startswith(("last error", "earlier error"))]
+    return line
+
+
+def test_jobs_show_names_the_error_once_and_never_as_the_outcome_of_a_succeeded_job(
+    database_url: str, queue: leaseq.Queue, capsys: pytest.CaptureFixture[str]
+) -> None:
+    db = ["--database-url", database_url]
+    job_id = queue.enqueue("ocr", "extract", {}).job_id
+    [job] = queue.claim(["ocr"], "w1")
+    # What the worker stores for a handler's exception: message and class as the code.
+    queue.fail(job.lease, "ValueError: page 3 is blank", error_code="ValueError")
+    later = datetime.now(UTC) + timedelta(hours=1)  # past the retry's backoff
+    [job] = queue.claim(["ocr"], "w2", now=later)
+    queue.complete(job.lease, {"pages": 4}, now=later)
+
+    _, out = run(capsys, "jobs", "show", str(job_id), *db)
+    line = _error_line(out)
+    assert line.startswith("earlier error"), line
+    assert line.count("ValueError") == 1, line
+    assert "attempt 1" in line and "then succeeded" in line, line
+    _, out = run(capsys, "jobs", "list", *db)
+    assert "page 3 is blank" not in out
+
+    dead_id = queue.enqueue("ocr", "extract", {}, max_attempts=1).job_id
+    [job] = queue.claim(["ocr"], "w1")
+    queue.fail(job.lease, "ValueError: page 3 is blank", error_code="ValueError")
+    _, out = run(capsys, "jobs", "show", str(dead_id), *db)
+    assert _error_line(out).split(None, 2)[2] == "ValueError: page 3 is blank"

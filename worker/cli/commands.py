@@ -16,7 +16,13 @@ from typing import Any
 from leaseq import config as settings
 from leaseq.cli.tables import age, table, to_json, when
 from leaseq.core.db import Conn, connect
-from leaseq.core.models import FINISHED_STATUSES, JobStatus
+from leaseq.core.models import (
+    FINISHED_STATUSES,
+    AttemptOutcome,
+    AttemptRecord,
+    JobRecord,
+    JobStatus,
+)
 from leaseq.core.queue import Queue
 from leaseq.core.workers import Workers
 
@@ -30,6 +36,17 @@ def duration(text: str) -> float:
     if not match:
         raise argparse.ArgumentTypeError(f"{text!r} is not a duration like 90s, 15m, 12h or 7d")
     return float(match.group(1)) * _UNIT[match.group(2)]
+
+
+def seconds(text: str) -> float:
+    """A number of seconds greater than zero (``--watch 0.5``)."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = 0.0
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds greater than 0")
+    return value
 
 
 def json_argument(text: str) -> Any:
@@ -128,7 +145,8 @@ def jobs_list(args: argparse.Namespace) -> int:
                     f"{r.attempt_count}/{r.max_attempts}",
                     when(r.created_at),
                     when(r.finished_at),
-                    _short(r.last_error),
+                    # A succeeded job keeps an earlier attempt's error; it is not its outcome.
+                    "-" if r.status == JobStatus.SUCCEEDED else _short(r.last_error),
                 ]
                 for r in records
             ],
@@ -142,6 +160,29 @@ def _short(text: str | None, width: int = 60) -> str:
         return "-"
     line = text.splitlines()[0]
     return line if len(line) <= width else line[: width - 1] + "…"
+
+
+def _error_text(error: str | None, code: str | None) -> str:
+    """The error with its code, the code only when the message does not already start with it
+    (a handler's exception is stored as ``ValueError: boom`` with code ``ValueError``)."""
+    if not error:
+        return code or "-"
+    if not code or error.startswith(code):
+        return error
+    return f"{error} [{code}]"
+
+
+def _error_field(record: JobRecord, attempts: list[AttemptRecord]) -> tuple[str, str]:
+    """``last error`` for a job that has not succeeded; for a succeeded one the error of an
+    earlier attempt, labelled as such, so it never reads as the job's outcome."""
+    text = _error_text(record.last_error, record.last_error_code)
+    if record.status != JobStatus.SUCCEEDED:
+        return ("last error", text)
+    if not record.last_error:
+        return ("earlier error", "-")
+    failed = [a.attempt for a in attempts if a.error and a.outcome != AttemptOutcome.SUCCEEDED]
+    where = f"attempt {failed[-1]}" if failed else "an earlier attempt"
+    return ("earlier error", f"{text} (in {where}; the job then succeeded)")
 
 
 def jobs_show(args: argparse.Namespace) -> int:
@@ -167,7 +208,7 @@ def jobs_show(args: argparse.Namespace) -> int:
         ("lease expires", when(record.lease_expires_at)),
         ("max runtime", age(record.timeout_seconds)),
         ("idempotency key", record.idempotency_key or "-"),
-        ("last error", f"{record.last_error_code or ''} {record.last_error or '-'}".strip()),
+        _error_field(record, attempts),
         ("payload", json.dumps(record.payload)),
         ("progress", json.dumps(record.progress)),
         ("result", json.dumps(record.result)),
@@ -268,7 +309,7 @@ def add_commands(sub: Any) -> None:
     p.add_argument("--queue", action="append", help="only this queue (repeatable)")
     p.add_argument(
         "--watch",
-        type=float,
+        type=seconds,
         nargs="?",
         const=2.0,
         default=None,
@@ -276,9 +317,9 @@ def add_commands(sub: Any) -> None:
         help="refresh every SECONDS (default 2) until Ctrl-C",
     )
 
-    jobs = sub.add_parser("jobs", help="list or inspect jobs").add_subparsers(
-        dest="jobs_command", required=True
-    )
+    jobs = sub.add_parser(
+        "jobs", help="list or inspect jobs", description="List jobs, or show one with its attempts."
+    ).add_subparsers(dest="jobs_command", required=True)
     p = command("list", "list jobs, newest first", jobs_list, jobs)
     p.add_argument("--status", choices=[str(s) for s in JobStatus])
     p.add_argument("--queue")

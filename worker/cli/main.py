@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import importlib.metadata
 import os
+import signal
 import sys
 from collections.abc import Sequence
 
@@ -71,10 +73,25 @@ def _cmd_operator(args: argparse.Namespace) -> int:
     return int(operator_cli.main(list(args.rest)))
 
 
+DESCRIPTION = (
+    "leaseq: a PostgreSQL work queue for slow jobs. Every command takes --database-url "
+    "(or LEASEQ_DATABASE_URL); `leaseq COMMAND --help` describes each one."
+)
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="leaseq", description=__doc__)
+    parser = argparse.ArgumentParser(prog="leaseq", description=DESCRIPTION)
+    parser.add_argument(
+        "--version", action="version", version=f"leaseq {importlib.metadata.version('leaseq')}"
+    )
     sub = parser.add_subparsers(dest="command", required=True)
-    p = sub.add_parser("migrate", help="create or upgrade leaseq's schema (idempotent)")
+    p = sub.add_parser(
+        "migrate",
+        help="create or upgrade leaseq's schema (idempotent)",
+        description="Create or upgrade leaseq's schema (everything lives in the `leaseq` schema). "
+        "Safe to run again and from several places at once; refuses, changing nothing, a "
+        "database migrated by a newer leaseq.",
+    )
     settings.add_options(p, [settings.DATABASE_URL])
     p.set_defaults(func=_cmd_migrate)
 
@@ -91,6 +108,10 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser(
         "demo",
         help="see leaseq survive crashes: 3 workers, a SIGKILL and a SIGTERM, in under a minute",
+        description="Enqueue simulated inference jobs, run 3 worker processes, SIGKILL one and "
+        "SIGTERM another mid-job, then account for every job; exit status 1 if an invariant "
+        "broke. Uses an embedded PostgreSQL unless --database-url (or LEASEQ_DATABASE_URL) "
+        "is given.",
     )
     settings.add_options(p, [settings.DATABASE_URL])
     p.add_argument("--jobs", type=int, default=36, help="simulated inference jobs (default 36)")
@@ -102,6 +123,17 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--documents", type=int, default=4, help="with --ocr: documents (default 4)")
     p.add_argument("--pages", type=int, default=4, help="with --ocr: pages each (default 4)")
+    p.add_argument(
+        "--keep",
+        action="store_true",
+        help="leave the embedded PostgreSQL running afterwards, to look at it with "
+        "`leaseq status` (the demo prints the command, and how to stop it)",
+    )
+    p.add_argument(
+        "--stop",
+        metavar="DIR",
+        help="stop a PostgreSQL kept by --keep and delete its directory DIR, then exit",
+    )
     p.set_defaults(func=_cmd_demo)
 
     p = sub.add_parser("operator", add_help=False, help="run the Kubernetes operator")
@@ -122,3 +154,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     except LeaseqError as exc:
         print(f"leaseq: error: {exc}", file=sys.stderr)
         return 2
+    except BrokenPipeError:
+        return _reader_went_away()
+
+
+def _reader_went_away() -> int:
+    """The reader of stdout closed it (``leaseq jobs list | head``): stop quietly, the way
+    command-line tools do on SIGPIPE, with 128 + SIGPIPE as the exit status."""
+    # Point stdout at /dev/null so the interpreter's final flush cannot fail again.
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
+    return 128 + signal.SIGPIPE

@@ -6,6 +6,8 @@ calls return :class:`leaseq.core.models.Fenced` instead, so callers never parse 
 
 from __future__ import annotations
 
+import re
+
 import psycopg
 from psycopg import errors as pg_errors
 from psycopg.conninfo import conninfo_to_dict
@@ -52,15 +54,41 @@ class DatabaseError(LeaseqError):
 
 
 class DatabaseUnavailable(DatabaseError):
-    """PostgreSQL could not be reached or the connection was lost."""
+    """PostgreSQL could not be reached, refused the login, or the connection was lost.
+
+    The message names host and port, what was not done, and what to check; it never contains
+    the URL's password. Subclasses say *why* when PostgreSQL said so.
+    """
+
+    problem = "is unreachable"
+    advice = "Check the host and port in the database URL and that the server accepts connections."
 
     def __init__(self, host: str, port: str, detail: str, action: str) -> None:
         super().__init__(
-            f"PostgreSQL at {host}:{port} is unreachable ({detail}); {action}. "
-            "Check the database URL and that the server accepts connections."
+            f"PostgreSQL at {host}:{port} {self.problem} ({detail}); {action}. {self.advice}"
         )
         self.host = host
         self.port = port
+
+
+class AuthenticationFailed(DatabaseUnavailable):
+    """PostgreSQL refused the user name or password (or has no pg_hba.conf entry for them)."""
+
+    problem = "refused the login: authentication failed"
+    advice = (
+        "Check the user name and password in the database URL (or the Secret it comes from), "
+        "and the server's pg_hba.conf."
+    )
+
+
+class DatabaseMissing(DatabaseUnavailable):
+    """The server answered, but has no database of the URL's name."""
+
+    problem = "has no database of that name"
+    advice = (
+        "Fix the database name in the URL, or create the database (`createdb NAME`) and run "
+        "`leaseq migrate --database-url URL`."
+    )
 
 
 class SchemaNotReady(DatabaseError):
@@ -129,5 +157,47 @@ def translate(exc: psycopg.Error, *, action: str, conninfo: str = "") -> LeaseqE
     if isinstance(exc, psycopg.OperationalError | psycopg.InterfaceError):
         host, port = endpoint(conninfo)
         not_done = _NOT_DONE.get(action, f"{action} did not happen and nothing was changed")
-        return DatabaseUnavailable(host, port, message.splitlines()[0] if message else "", not_done)
-    return DatabaseError(f"{action} failed: {message}")
+        return refusal(exc)(host, port, _detail(message, conninfo), not_done)
+    return DatabaseError(f"{action} failed: {_scrub(message, conninfo)}")
+
+
+# How libpq and PgBouncer word a refused login or a missing database. A refused connection
+# carries no SQLSTATE, so the server's FATAL message is all there is to go on.
+_AUTHENTICATION = re.compile(
+    r"authentication failed|no password supplied|pg_hba\.conf|role \"[^\"]*\" does not exist"
+)
+_MISSING = re.compile(r"database \"[^\"]*\" does not exist|no such database")
+_NOISE = re.compile(
+    r"^(connection failed: )?"
+    r'(connection to server (at "[^"]*", port \d+|on socket "[^"]*") failed: )?'
+)
+
+
+def refusal(exc: psycopg.Error) -> type[DatabaseUnavailable]:
+    """Which :class:`DatabaseUnavailable` a failed connection is: a refused login, a missing
+    database, or (anything else) unreachable. The first two do not go away by waiting."""
+    text = str(exc)
+    if isinstance(exc, pg_errors.InvalidAuthorizationSpecification | pg_errors.InvalidPassword):
+        return AuthenticationFailed
+    if isinstance(exc, pg_errors.InvalidCatalogName):
+        return DatabaseMissing
+    if _AUTHENTICATION.search(text):
+        return AuthenticationFailed
+    if _MISSING.search(text):
+        return DatabaseMissing
+    return DatabaseUnavailable
+
+
+def _detail(message: str, conninfo: str) -> str:
+    """The first line of libpq's message without its repeated preamble, password removed."""
+    first = message.splitlines()[0] if message else ""
+    return _scrub(_NOISE.sub("", first).replace("FATAL:  ", ""), conninfo)
+
+
+def _scrub(text: str, conninfo: str) -> str:
+    """``text`` with the connection string's password, if any, replaced by ``***``."""
+    try:
+        password = conninfo_to_dict(conninfo).get("password")
+    except psycopg.ProgrammingError:
+        return text
+    return text.replace(str(password), "***") if password else text

@@ -14,6 +14,7 @@ import logging
 import os
 import random
 import secrets
+import shlex
 import signal
 import subprocess
 import sys
@@ -32,7 +33,7 @@ from leaseq.core.models import FINISHED_STATUSES, JobRecord, RetryPolicy
 from leaseq.core.queue import JobSpec, Queue
 from leaseq.core.schema import migrate
 from leaseq.core.workers import Workers
-from leaseq.demo.embedded import EmbeddedPostgres
+from leaseq.demo.embedded import EmbeddedPostgres, stop_kept
 
 LEASE_SECONDS = 3.0
 HEARTBEAT_SECONDS = 0.5
@@ -382,7 +383,12 @@ def stop_processes(procs: Sequence[subprocess.Popen[bytes]], timeout: float) -> 
 
 
 def main(args: argparse.Namespace) -> int:
-    """Run the demo against ``--database-url``/LEASEQ_DATABASE_URL or an embedded server."""
+    """Run the demo against ``--database-url``/LEASEQ_DATABASE_URL or an embedded server
+    (kept running afterwards with ``--keep``); ``--stop DIR`` stops a kept one."""
+    if args.stop is not None:
+        stop_kept(Path(args.stop))
+        print(f"stopped the demo's PostgreSQL and deleted {args.stop}")
+        return 0
     if args.jobs < 3:
         raise ConfigError("--jobs must be at least 3 (one flaky, one failing, one normal)")
     logging.basicConfig(level=logging.ERROR)
@@ -390,10 +396,42 @@ def main(args: argparse.Namespace) -> int:
     server = None
     if url is None:
         print("starting an embedded PostgreSQL (pass --database-url to use your own) ...")
-        server = EmbeddedPostgres()
+        server = EmbeddedPostgres(keep=args.keep)
         url = server.url
+    demo = Demo(url, args.jobs)
+    finished = False
     try:
-        return Demo(url, args.jobs).run()
+        code = demo.run()
+        finished = True
+        return code
     finally:
         if server is not None:
             server.stop()
+        # After an error too when a kept server is left running: say how to stop it.
+        if finished or (server is not None and server.keep):
+            print(_afterwards(url, demo.queue_name, server))
+
+
+def _afterwards(url: str, queue: str, server: EmbeddedPostgres | None) -> str:
+    """How to look at what the demo left, or how to keep it next time."""
+    if server is not None and not server.keep:
+        return (
+            "\nThe embedded PostgreSQL is stopped and deleted. To look at the jobs afterwards, "
+            "run `leaseq demo --keep`."
+        )
+    # The embedded server's URL has no password; a URL of your own may, so it is not echoed.
+    shown = shlex.quote(url) if server is not None else "URL"
+    lines = [
+        "",
+        "The demo's database is still there. Look at it with:",
+        f"  leaseq status --database-url {shown}",
+        f"  leaseq jobs list --queue {queue} --database-url {shown}",
+    ]
+    if server is not None:
+        lines += [
+            "Stop it and delete its files with:",
+            f"  leaseq demo --stop {shlex.quote(str(server.root))}",
+        ]
+    else:
+        lines.append("(URL: the database URL you gave the demo)")
+    return "\n".join(lines)

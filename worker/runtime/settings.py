@@ -95,8 +95,8 @@ LISTEN = Option(
     "LEASEQ_LISTEN",
     boolean,
     True,
-    "LISTEN for enqueue notifications (set false behind a transaction-pooling PgBouncer; "
-    "polling alone still drains every job)",
+    "true or false: LISTEN for enqueue notifications (set false behind a transaction-pooling "
+    "PgBouncer; polling alone still drains every job)",
 )
 WORKER_ID = Option(
     "worker_id", "LEASEQ_WORKER_ID", str, None, "this process's name in leases (hostname-pid)"

@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# The test setup, first of README.md's two commands under "Running the tests" (the second is
+# `python -m pytest`). Run it in a virtualenv: it installs leaseq with everything the tests
+# import (the `test` extra) into the `python` on PATH, then the command-line tools some tests
+# run (scripts/fetch-tools.sh: helm and kubectl into .tools/bin, where the tests look for
+# them; promtool, pgbouncer, podman and friends from Debian). A tool that cannot be installed
+# is reported here, and the tests that need it skip with the reason.
+set -euo pipefail
+
+repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+if ! command -v python >/dev/null 2>&1; then
+    echo "setup-tests: no \`python\` on PATH; make and activate a virtualenv first:" >&2
+    echo "  python3 -m venv .venv && . .venv/bin/activate" >&2
+    exit 1
+fi
+echo "setup-tests: pip install '$repo[test]' into $(command -v python)"
+python -m pip install --quiet "$repo[test]"
+PYTHON=python "$repo/scripts/fetch-tools.sh"

@@ -1,0 +1,108 @@
+"""Every `leaseq ...` command the documentation shows parses with the real argument parser:
+README.md, the chart's README and NOTES.txt, and the alert runbooks (whose text ends up in the
+PrometheusRule and Grafana annotations a paged operator reads)."""
+
+from __future__ import annotations
+
+import re
+import shlex
+from pathlib import Path
+
+import pytest
+
+from leaseq.cli.main import build_parser
+
+ROOT = Path(__file__).resolve().parents[2]
+DOCS = [
+    "README.md",
+    "charts/leaseq/README.md",
+    "charts/leaseq/templates/NOTES.txt",
+    "charts/leaseq/alerts/leaseq.rules.yaml",
+]
+# Placeholders the docs may use, and a value of the right type for each.
+PLACEHOLDERS = {
+    "ID": "42",
+    "QUEUE": "ocr",
+    "<queue>": "ocr",
+    "TYPE": "extract",
+    "JSON": "{}",
+    "URL": "postgresql://host/db",
+}
+_FENCE = re.compile(r"^```[^\n]*\n(.*?)^```", re.S | re.M)
+_SPAN = re.compile(r"`([^`\n]+(?:\n[^`\n]+)*)`")
+_ASSIGNMENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*=")
+
+
+def _commands_in(text: str) -> list[str]:
+    """The ``leaseq ...`` commands in a shell snippet: one per `&&`, `|` or `;` part, leading
+    VAR=value assignments and trailing comments dropped."""
+    found = []
+    text = text.replace("\\\n", " ")
+    for line in text.splitlines():
+        line = re.sub(r"(^|\s)#.*$", "", line)
+        for part in re.split(r"&&|\|\||\||;", line):
+            words = part.split()
+            while words and _ASSIGNMENT.match(words[0]):
+                words.pop(0)
+            if words[:1] == ["leaseq"] and len(words) > 1:
+                found.append(" ".join(words))
+    return found
+
+
+def documented_commands(path: Path) -> list[str]:
+    """Commands in fenced code blocks, in `code spans`, and on indented lines of NOTES.txt."""
+    text = path.read_text()
+    commands = []
+    for block in _FENCE.findall(text):
+        commands += _commands_in(block)
+    prose = _FENCE.sub("", text)
+    for span in _SPAN.findall(prose):
+        commands += _commands_in(" ".join(span.split()))
+    if path.suffix == ".txt":
+        indented = [line for line in prose.splitlines() if line[:1].isspace()]
+        commands += [c for line in indented for c in _commands_in(line)]
+    return commands
+
+
+def _argv(command: str) -> list[str]:
+    words = shlex.split(command.replace("[", "").replace("]", ""))[1:]
+    return [PLACEHOLDERS.get(w, w) for w in words]
+
+
+def parse(command: str) -> None:
+    """Parse like `leaseq` does (the operator's flags by the operator's own parser)."""
+    argv = _argv(command)
+    if argv[:1] == ["operator"]:
+        from leaseq.operator.cli import build_parser as operator_parser
+
+        operator_parser().parse_args(argv[1:])
+    else:
+        build_parser().parse_args(argv)
+
+
+ALL = sorted({(doc, c) for doc in DOCS for c in documented_commands(ROOT / doc)})
+
+
+def test_the_docs_show_commands_at_all() -> None:
+    """Guard against an extractor that silently finds nothing."""
+    by_doc = {doc: [c for d, c in ALL if d == doc] for doc in DOCS}
+    assert len(by_doc["README.md"]) >= 10, by_doc["README.md"]
+    assert len(by_doc["charts/leaseq/alerts/leaseq.rules.yaml"]) >= 2
+
+
+@pytest.mark.parametrize(("doc", "command"), ALL, ids=[f"{d}: {c}" for d, c in ALL])
+def test_documented_command_parses(
+    doc: str, command: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code: object = 0
+    try:
+        parse(command)
+    except SystemExit as exc:  # argparse's way of refusing (or of printing --help)
+        code = exc.code
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 0, f"{doc}: `{command}` does not parse: {err[-1] if err else code}"
+
+
+def test_a_wrong_command_is_caught() -> None:
+    with pytest.raises(SystemExit):
+        parse("leaseq jobs --status running")

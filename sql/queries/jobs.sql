@@ -186,7 +186,7 @@ SELECT released.id, released.status::text AS status, released.available_at,
   FROM released;
 
 -- name: job_record_fenced
--- Records that a worker call was refused because the caller no longer holds the lease (a reaped or cancelled attempt becomes fenced; a finished one keeps its outcome); says whether the job exists.
+-- Records that a worker call was refused because the caller no longer holds the lease (a reaped or cancelled attempt becomes fenced; a finished one keeps its outcome); returns the job's status (NULL when the job does not exist).
 WITH job AS (
     SELECT j.id, j.status, j.lease_token FROM leaseq.jobs j WHERE j.id = %(id)s
 ),
@@ -203,7 +203,7 @@ recorded AS (
      WHERE a.outcome IN ('lease_expired', 'cancelled')
     RETURNING a.job_id
 )
-SELECT (SELECT count(*) FROM job) = 1 AS job_exists, (SELECT count(*) FROM recorded) AS recorded;
+SELECT (SELECT job.status FROM job) AS status, (SELECT count(*) FROM recorded) AS recorded;
 
 -- name: job_reap
 -- Returns up to %(limit)s running jobs whose lease has expired to pending in their old place (the expired lease was the backoff), or dead when attempts are exhausted; records each attempt and which reaper (%(reaper)s) took it.

@@ -68,6 +68,15 @@ OPTIONS = (
 )
 
 
+def check_reaper_timing(ttl: float, interval: float) -> None:
+    """The leader lease must outlive the time between two passes (it is renewed once each)."""
+    if ttl <= interval:
+        raise ConfigError(
+            f"{LEADER_TTL.flag} ({ttl}) must be longer than {REAP_INTERVAL.flag} ({interval}):"
+            " the lease is renewed once per pass and would lapse between passes"
+        )
+
+
 def default_operator_id(environ: Mapping[str, str]) -> str:
     return environ.get("LEASEQ_POD_NAME") or f"{socket.gethostname()}-{os.getpid()}"
 
@@ -95,12 +104,7 @@ class OperatorConfig:
     database_timeout: float = 5.0
 
     def __post_init__(self) -> None:
-        if self.leader_ttl_seconds <= self.reap_interval_seconds:
-            raise ConfigError(
-                f"{LEADER_TTL.flag} ({self.leader_ttl_seconds}) must be longer than "
-                f"{REAP_INTERVAL.flag} ({self.reap_interval_seconds}): the lease is renewed "
-                "once per pass and would lapse between passes"
-            )
+        check_reaper_timing(self.leader_ttl_seconds, self.reap_interval_seconds)
 
     @classmethod
     def from_args(

@@ -18,7 +18,7 @@ from support.workers import WorkerProcess
 pytestmark = pytest.mark.faults
 
 
-def worker_pids(conn: leaseq.db.Conn, worker_id: str) -> list[int]:
+def worker_pids(conn: leaseq.core.db.Conn, worker_id: str) -> list[int]:
     rows = conn.execute(
         "SELECT pid FROM pg_stat_activity"
         " WHERE datname = current_database() AND application_name = %s",
@@ -27,7 +27,7 @@ def worker_pids(conn: leaseq.db.Conn, worker_id: str) -> list[int]:
     return [int(r[0]) for r in rows]
 
 
-def failures(conn: leaseq.db.Conn, job_ids: list[int]) -> list[tuple[int, str, str | None]]:
+def failures(conn: leaseq.core.db.Conn, job_ids: list[int]) -> list[tuple[int, str, str | None]]:
     """Attempts that did not succeed and were not a free release, with their errors."""
     rows = conn.execute(
         "SELECT job_id, outcome::text, error FROM leaseq.job_attempts"
@@ -38,7 +38,7 @@ def failures(conn: leaseq.db.Conn, job_ids: list[int]) -> list[tuple[int, str, s
 
 
 def test_killed_pooled_connections_cost_no_attempt(
-    database_url: str, conn: leaseq.db.Conn, spawn_on: Callable[..., WorkerProcess]
+    database_url: str, conn: leaseq.core.db.Conn, spawn_on: Callable[..., WorkerProcess]
 ) -> None:
     """Every connection of a worker is killed again and again while its handlers checkpoint:
     each call goes through on a fresh connection, and every job succeeds on attempt 1."""
@@ -84,7 +84,7 @@ class Prober:
             return
 
 
-def first_heartbeat_after(conn: leaseq.db.Conn, job_id: int, after: float) -> float | None:
+def first_heartbeat_after(conn: leaseq.core.db.Conn, job_id: int, after: float) -> float | None:
     row = conn.execute(
         "SELECT extract(epoch FROM heartbeat_at)::float8 FROM leaseq.jobs WHERE id = %s",
         [job_id],

@@ -6,13 +6,13 @@ import leaseq
 from support.polling import wait_for
 
 
-def _alive(conn: leaseq.db.Conn, pid: int) -> bool:
+def _alive(conn: leaseq.core.db.Conn, pid: int) -> bool:
     row = conn.execute("SELECT count(*) FROM pg_stat_activity WHERE pid = %s", [pid]).fetchone()
     return bool(row and row[0])
 
 
 def test_a_killed_idle_connection_is_never_handed_out(
-    database_url: str, conn: leaseq.db.Conn
+    database_url: str, conn: leaseq.core.db.Conn
 ) -> None:
     """A backend killed while its connection sat idle in the pool (pg_terminate_backend, a
     pooler restart, an idle timeout): the next caller gets a working connection."""

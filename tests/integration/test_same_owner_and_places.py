@@ -6,12 +6,12 @@ from __future__ import annotations
 from datetime import timedelta
 
 import leaseq
-from leaseq.backoff import Backoff
+from leaseq.core.backoff import Backoff
 from support.dbtime import claim_one, db_now
 
 
 def test_a_stale_token_held_by_the_same_worker_id_is_fenced(
-    queue: leaseq.Queue, conn: leaseq.db.Conn
+    queue: leaseq.Queue, conn: leaseq.core.db.Conn
 ) -> None:
     """A worker that restarts under the same id (a StatefulSet pod, a fixed --worker-id)
     reclaims its own expired job: only the token tells its two attempts apart."""
@@ -27,9 +27,14 @@ def test_a_stale_token_held_by_the_same_worker_id_is_fenced(
     beat = queue.heartbeat(old.lease, lease_seconds=5, progress={"stale": True}, now=at)
     assert beat.status is leaseq.HeartbeatStatus.LOST
     assert queue.checkpoint(old.lease, {"stale": True}, now=at) is False
-    assert queue.complete(old.lease, {"by": "old"}, now=at) == leaseq.Fenced(old.id, "complete")
-    assert queue.fail(old.lease, "stale", now=at) == leaseq.Fenced(old.id, "fail")
-    assert queue.release(old.lease, now=at) == leaseq.Fenced(old.id, "release")
+    running = leaseq.JobStatus.RUNNING
+    assert queue.complete(old.lease, {"by": "old"}, now=at) == leaseq.Fenced(
+        old.id, leaseq.Call.COMPLETE, running
+    )
+    assert queue.fail(old.lease, "stale", now=at) == leaseq.Fenced(
+        old.id, leaseq.Call.FAIL, running
+    )
+    assert queue.release(old.lease, now=at) == leaseq.Fenced(old.id, leaseq.Call.RELEASE, running)
 
     record = queue.get(old.id)
     assert (record.status, record.lease_token, record.progress, record.checkpoint) == (
@@ -41,14 +46,14 @@ def test_a_stale_token_held_by_the_same_worker_id_is_fenced(
     assert queue.get(old.id).result == {"by": "new"}
 
 
-def _two_jobs(queue: leaseq.Queue, conn: leaseq.db.Conn) -> tuple[int, int]:
+def _two_jobs(queue: leaseq.Queue, conn: leaseq.core.db.Conn) -> tuple[int, int]:
     now = db_now(conn)
     first = queue.enqueue("q", "t", now=now - timedelta(seconds=10)).job_id
     second = queue.enqueue("q", "t", now=now - timedelta(seconds=5)).job_id
     return first, second
 
 
-def test_a_released_job_keeps_its_place(queue: leaseq.Queue, conn: leaseq.db.Conn) -> None:
+def test_a_released_job_keeps_its_place(queue: leaseq.Queue, conn: leaseq.core.db.Conn) -> None:
     first, _ = _two_jobs(queue, conn)
     job = claim_one(queue, owner="A")
     assert job.id == first
@@ -56,7 +61,7 @@ def test_a_released_job_keeps_its_place(queue: leaseq.Queue, conn: leaseq.db.Con
     assert claim_one(queue, owner="B").id == first
 
 
-def test_a_reaped_job_keeps_its_place(queue: leaseq.Queue, conn: leaseq.db.Conn) -> None:
+def test_a_reaped_job_keeps_its_place(queue: leaseq.Queue, conn: leaseq.core.db.Conn) -> None:
     first, _ = _two_jobs(queue, conn)
     now = db_now(conn)
     job = claim_one(queue, owner="A", lease_seconds=1, now=now)
@@ -66,7 +71,7 @@ def test_a_reaped_job_keeps_its_place(queue: leaseq.Queue, conn: leaseq.db.Conn)
     assert claim_one(queue, owner="B", now=now + timedelta(seconds=2)).id == first
 
 
-def test_retry_delays_are_jittered(conn: leaseq.db.Conn) -> None:
+def test_retry_delays_are_jittered(conn: leaseq.core.db.Conn) -> None:
     """fail()'s backoff draws each delay from [d/2, d]: many workers never retry in step."""
     rows = conn.execute(
         "SELECT extract(epoch FROM leaseq.retry_delay(3, 2.0, 600.0))::float8"

@@ -62,6 +62,23 @@ def _cmd_operator(args: argparse.Namespace) -> int:
     return int(operator_cli.main(list(args.rest)))
 
 
+def _cmd_reaper(args: argparse.Namespace) -> int:
+    from leaseq.operator import standalone
+    from leaseq.runtime import logs
+    from leaseq.runtime.shutdown import SignalWatch
+
+    config = standalone.ReaperConfig.from_args(args)
+    logs.configure(config.log_level, config.log_format)
+    signals = SignalWatch()
+    signals.install()
+    try:
+        standalone.serve(config, lambda: signals.wait(0, None))
+    finally:
+        signals.uninstall()
+        signals.close()
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="leaseq", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -86,6 +103,17 @@ def build_parser() -> argparse.ArgumentParser:
     settings.add_options(p, [settings.DATABASE_URL])
     p.add_argument("--jobs", type=int, default=36, help="simulated inference jobs (default 36)")
     p.set_defaults(func=_cmd_demo)
+
+    from leaseq.operator import standalone
+
+    p = sub.add_parser(
+        "reaper",
+        help="bring back jobs whose worker died, without Kubernetes (one of N copies reaps)",
+        description="Run the reaper outside Kubernetes: the operator's leader lease and reap "
+        "pass. Every flag falls back to its LEASEQ_* variable.",
+    )
+    settings.add_options(p, standalone.OPTIONS)
+    p.set_defaults(func=_cmd_reaper)
 
     p = sub.add_parser("operator", add_help=False, help="run the Kubernetes operator")
     p.add_argument("rest", nargs=argparse.REMAINDER)

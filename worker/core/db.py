@@ -1,4 +1,8 @@
-"""Opening connections and pools, with connection failures translated to leaseq errors."""
+"""Opening connections and pools, with connection failures translated to leaseq errors.
+
+leaseq never uses server-side prepared statements (``prepare_threshold=None``): a
+transaction-pooling PgBouncer (before 1.21) hands each transaction a different server
+connection, where psycopg's prepared statements do not exist or already do."""
 
 from __future__ import annotations
 
@@ -10,10 +14,15 @@ import psycopg
 from psycopg_pool import ConnectionPool
 
 from leaseq.core.errors import translate
+from leaseq.core.pool import Conn, Pool
 
-Conn = psycopg.Connection[Any]
-#: What every face runs on: one connection, or a pool it borrows one from per call.
-Db = Conn | ConnectionPool[Conn]
+__all__ = ["OPTIONS", "Conn", "Db", "borrow", "connect", "open_pool", "replaceable", "transaction"]
+
+#: What every face runs on: one connection, or a pool it borrows one from per call
+#: (leaseq's own :class:`Pool`, or a psycopg_pool ``ConnectionPool`` the caller made).
+Db = Conn | Pool | ConnectionPool[Conn]
+#: Connection options leaseq always uses (see the module's docstring).
+OPTIONS: dict[str, Any] = {"prepare_threshold": None}
 
 
 def connect(conninfo: str, *, action: str, autocommit: bool = True, **kwargs: Any) -> Conn:
@@ -22,7 +31,7 @@ def connect(conninfo: str, *, action: str, autocommit: bool = True, **kwargs: An
     Raises :class:`leaseq.core.errors.DatabaseUnavailable` naming host and port when unreachable.
     """
     try:
-        return psycopg.connect(conninfo, autocommit=autocommit, **kwargs)
+        return psycopg.connect(conninfo, autocommit=autocommit, **{**OPTIONS, **kwargs})
     except psycopg.Error as exc:
         raise translate(exc, action=action, conninfo=conninfo) from exc
 
@@ -34,18 +43,18 @@ def open_pool(
     max_size: int = 4,
     name: str = "leaseq",
     timeout: float = 10.0,
-) -> ConnectionPool[Conn]:
-    """A pool of autocommit connections. Connections are made in the background; a call that
-    cannot get one within ``timeout`` seconds fails with DatabaseUnavailable."""
-    return ConnectionPool(
-        conninfo,
-        min_size=min_size,
-        max_size=max_size,
-        name=name,
-        timeout=timeout,
-        kwargs={"autocommit": True},
-        open=True,
+) -> Pool:
+    """A pool of checked autocommit connections (see :mod:`leaseq.core.pool`): a call that
+    cannot get a free one within ``timeout`` seconds, or cannot connect, fails with
+    DatabaseUnavailable; the first call after the database is back reconnects at once."""
+    return Pool(
+        conninfo, min_size=min_size, max_size=max_size, name=name, timeout=timeout, kwargs=OPTIONS
     )
+
+
+def replaceable(db: Db) -> bool:
+    """True when ``db`` is a pool, so a call whose connection dropped can take another."""
+    return isinstance(db, Pool | ConnectionPool)
 
 
 @contextmanager
@@ -57,7 +66,7 @@ def borrow(db: Db, action: str, conn: Conn | None = None) -> Iterator[Conn]:
     otherwise the call joins the connection's transaction and the caller commits. A pool that
     cannot hand out a connection raises the translated leaseq error for ``action``."""
     target = conn if conn is not None else db
-    if isinstance(target, ConnectionPool):
+    if isinstance(target, Pool | ConnectionPool):
         try:
             with target.connection() as pooled:
                 yield pooled

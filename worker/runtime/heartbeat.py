@@ -2,7 +2,14 @@
 
 Every ``heartbeat_seconds`` it renews each running attempt's lease (sending the handler's
 latest progress with it) and refreshes the worker's row in ``leaseq.workers``. Between
-renewals it wakes for the nearest max-runtime deadline. It stops renewing an attempt when:
+renewals it wakes for the nearest max-runtime deadline and the nearest local lease end.
+
+While PostgreSQL is unreachable it retries every ``RETRY_SECONDS`` (jittered) instead of
+every interval, so leases are renewed within a fraction of a second of the database
+accepting connections again: an outage shorter than the lease costs nothing. At a lease's
+local end the handler is told to stop (``LEASE_LOST``) at once, not at the next renewal: a
+handler cut off from the database stops within a renewal's round trip of the moment another
+worker could claim its job. It stops renewing an attempt when:
 
 * its max runtime is reached (``TIMED_OUT``: the attempt is failed as timed out);
 * its job type's progress timeout passed without progress (``NO_PROGRESS``: failed, retried);
@@ -19,6 +26,7 @@ import threading
 import time
 from collections.abc import Callable
 
+from leaseq.core.backoff import Backoff
 from leaseq.core.errors import DatabaseUnavailable, InvalidJob, LeaseqError
 from leaseq.core.models import HeartbeatStatus, JobStatus
 from leaseq.core.queue import Queue
@@ -30,6 +38,9 @@ from leaseq.runtime.metrics import WorkerMetrics
 log = logging.getLogger("leaseq.heartbeat")
 
 GiveUp = Callable[[InFlight, StopReason], None]
+
+#: Longest pause between renewal tries while PostgreSQL is unreachable (seconds).
+RETRY_SECONDS = 0.25
 
 
 class HeartbeatLoop:
@@ -61,6 +72,7 @@ class HeartbeatLoop:
 
     def run(self) -> None:
         next_renewal = time.monotonic()
+        retry = Backoff(RETRY_SECONDS / 2, RETRY_SECONDS)
         while not self.stopping.is_set():
             self.health.tick("heartbeat")
             try:
@@ -68,7 +80,10 @@ class HeartbeatLoop:
                 self.enforce_limits(now)
                 if now >= next_renewal:
                     next_renewal = now + self.interval
-                    self.renew_all()
+                    if not self.renew_all():
+                        next_renewal = time.monotonic() + min(self.interval, retry.next())
+                    else:
+                        retry.reset()
                     self.register()
             except Exception:
                 # A bug here must not stop renewals for good: log it loudly and go on.
@@ -78,7 +93,9 @@ class HeartbeatLoop:
             self.nudge.clear()
 
     def _deadlines(self) -> list[float]:
-        return [j.deadline for j in self.jobs.running() if j.deadline is not None]
+        running = self.jobs.running()
+        ends = [j.lease_bound for j in running if not j.context.should_stop]
+        return [*ends, *(j.deadline for j in running if j.deadline is not None)]
 
     def enforce_limits(self, now: float) -> None:
         """Give up attempts past their max runtime or progress timeout; flag (only flag)
@@ -95,17 +112,21 @@ class HeartbeatLoop:
                 log.warning("lease expired before it could be renewed", extra=job.fields())
                 job.context.request_stop(StopReason.LEASE_LOST)
 
-    def renew_all(self) -> None:
+    def renew_all(self) -> bool:
+        """Renew every running attempt; False if PostgreSQL could not be reached."""
+        reached = True
         for job in self.jobs.running():
             if self.stopping.is_set():
-                return
-            self.renew(job)
+                break
+            reached = self.renew(job) and reached
+        return reached
 
-    def renew(self, job: InFlight) -> None:
-        """One renewal. Holds the attempt's lock so the slot cannot settle it meanwhile."""
+    def renew(self, job: InFlight) -> bool:
+        """One renewal; False only when PostgreSQL could not be reached. Holds the attempt's
+        lock so the slot cannot settle it meanwhile."""
         with job.lock:
             if not job.running:
-                return
+                return True
             value, version = job.context.pending_progress()
             progress = value if version > job.sent_progress_version else None
             try:
@@ -115,14 +136,14 @@ class HeartbeatLoop:
             except InvalidJob as exc:
                 log.error("progress not stored: %s", exc, extra=job.fields())
                 job.sent_progress_version = version
-                return
+                return True
             except DatabaseUnavailable as exc:
                 self.health.db_failed(exc)
                 log.warning("lease renewal failed, will retry: %s", exc, extra=job.fields())
-                return
+                return False
             except LeaseqError as exc:
                 log.error("lease renewal failed: %s", exc, extra=job.fields())
-                return
+                return True
             self.health.db_ok()
             if beat.status is HeartbeatStatus.RENEWED:
                 job.lease_bound = time.monotonic() + self.lease_seconds
@@ -133,3 +154,4 @@ class HeartbeatLoop:
                 self.metrics.fenced.labels(job.job.queue).inc()
                 cancelled = beat.job_status is JobStatus.CANCELLED
                 self.give_up(job, StopReason.CANCELLED if cancelled else StopReason.LEASE_LOST)
+            return True

@@ -161,7 +161,7 @@ class Worker:
             for thread in self._threads:
                 thread.join(timeout=5.0)
             self._deregister()
-            self.pool.close(timeout=2.0)
+            self.pool.close()
             if self.http:
                 self.http.stop()
             log.info("worker stopped", extra=self._fields)
@@ -322,7 +322,13 @@ class Worker:
             try:
                 result = job.job_type.handler(job.job.payload, job.context)
             except Interrupted:
-                call = partial(self.queue.release, job.job.lease, reason="handler interrupted")
+                # Free only while the worker shuts down; otherwise it counts (bounded).
+                call = partial(
+                    self.queue.release,
+                    job.job.lease,
+                    reason="handler interrupted",
+                    shutdown=self.draining.is_set(),
+                )
                 self.settlement.settle(job, Call.RELEASE, call)
             except PermanentError as exc:
                 self._fail(job, exc, retryable=False)

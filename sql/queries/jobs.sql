@@ -47,6 +47,7 @@ claimed AS (
            attempt_count = j.attempt_count + 1,
            lease_token = j.lease_token + 1,
            lease_owner = %(owner)s,
+           claim_id = %(claim_id)s,
            started_at = t.now,
            heartbeat_at = t.now,
            lease_expires_at = t.now + least(make_interval(secs => %(lease_seconds)s),
@@ -59,6 +60,16 @@ claimed AS (
               j.idempotency_key, j.checkpoint
 )
 SELECT * FROM claimed ORDER BY priority, available_at, id;
+
+-- name: job_claim_recover
+-- The jobs the given claim calls (%(claim_ids)s) took and the owner still holds, in the claim's shape: the answer to claims whose reply was lost with their connection.
+SELECT j.id, j.queue, j.job_type, j.payload, j.priority, j.available_at, j.attempt_count,
+       j.max_attempts, j.lease_token, j.lease_expires_at, j.started_at,
+       extract(epoch FROM j.timeout)::float8 AS timeout_seconds, j.idempotency_key, j.checkpoint
+  FROM leaseq.jobs j
+ WHERE j.status = 'running' AND j.lease_owner = %(owner)s
+   AND j.claim_id = ANY(%(claim_ids)s::uuid[])
+ ORDER BY j.priority, j.available_at, j.id;
 
 -- name: job_heartbeat
 -- Extends a held lease (capped at started_at + timeout, the job's max runtime) and stores progress; no row when the lease is not held.

@@ -50,7 +50,14 @@ def test_workers_behind_pgbouncer_survive_its_restart(
     bouncer.restart()
     time.sleep(0.5)
     bouncer.restart()
-    wait_for(lambda: all(queue.get(i).status == "succeeded" for i in ids), "every job", 120)
+
+    def unfinished() -> list[tuple[int, str]]:
+        return [(i, s) for i in ids if (s := queue.get(i).status) != "succeeded"]
+
+    try:
+        wait_for(lambda: not unfinished(), "every job", 120)
+    finally:
+        print("unfinished:", unfinished(), "ids:", ids)
     assert [queue.get(i).attempt_count for i in ids] == [1] * len(ids)
     for i in ids:
         assert [a.outcome for a in queue.attempts(i)] == ["succeeded"]

@@ -19,10 +19,12 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import threading
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, TypeVar
+from uuid import UUID, uuid4
 
 from psycopg.rows import DictRow
 
@@ -59,6 +61,8 @@ log = logging.getLogger("leaseq.queue")
 T = TypeVar("T")
 
 MAX_CLAIM_BATCH = 100
+#: Lost claim calls remembered per owner (older ones are left to the reaper).
+MAX_LOST_CLAIMS = 16
 
 
 @dataclass(frozen=True)
@@ -122,6 +126,9 @@ class Queue:
         self._db = db
         self.retry = retry or RetryPolicy()
         self._store = Store()
+        # Claim calls whose answer was lost, by owner (see :meth:`claim`).
+        self._lost_claims: dict[str, list[UUID]] = {}
+        self._lock = threading.Lock()
 
     # -- producer side --------------------------------------------------------------------
 
@@ -199,6 +206,12 @@ class Queue:
 
         Each claim increments the job's attempt count and lease token. Rows held by other
         claimers are skipped, never waited for, and never handed out twice.
+
+        A claim whose connection drops may have taken rows without its answer arriving. Each
+        call stamps its rows with an id of its own; the retry on a fresh connection (or, if
+        PostgreSQL stays unreachable, ``owner``'s next claim on this Queue) first asks for
+        those rows and returns them, so a lost answer never leaves a job to expire and cost
+        an attempt.
         """
         if isinstance(queues, str):
             queues = [queues]
@@ -210,10 +223,41 @@ class Queue:
         if not 1 <= limit <= MAX_CLAIM_BATCH:
             raise InvalidJob("limit", f"must be in [1, {MAX_CLAIM_BATCH}], got {limit}")
         validation.positive("lease_seconds", lease_seconds)
-        with borrow(self._db, "claim") as c:
+        with self._lock:
+            lost = self._lost_claims.pop(owner, [])
+        claim_id = uuid4()
+
+        def run(c: Conn, repeat: bool) -> list[ClaimedJob]:
+            ids = [*lost, claim_id] if repeat else lost
+            if ids:
+                found = self._store.job_claim_recover(c, owner=owner, claim_ids=ids)
+                if found:
+                    log.info("recovered %d job(s) claimed by a call whose answer was lost",
+                             len(found), extra={"worker": owner})  # fmt: skip
+                    if len(found) > limit:
+                        self._remember_lost(owner, ids)
+                    return found[:limit]
             return self._store.job_claim(
-                c, queues=queues, owner=owner, limit=limit, lease_seconds=lease_seconds, now=now
+                c,
+                queues=queues,
+                owner=owner,
+                limit=limit,
+                lease_seconds=lease_seconds,
+                claim_id=claim_id,
+                now=now,
             )
+
+        try:
+            return self._write("claim", run)
+        except DatabaseUnavailable:
+            self._remember_lost(owner, [*lost, claim_id])
+            raise
+
+    def _remember_lost(self, owner: str, claim_ids: list[UUID]) -> None:
+        with self._lock:
+            kept = self._lost_claims.setdefault(owner, [])
+            kept.extend(i for i in claim_ids if i not in kept)
+            del kept[:-MAX_LOST_CLAIMS]
 
     def _write(self, action: str, run: Callable[[Conn, bool], T]) -> T:
         """``run(conn, repeat)`` for a fenced write; on a pool, once more on a fresh

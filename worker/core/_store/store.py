@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
 from typing import Any, TypeVar
+from uuid import UUID
 
 import psycopg
 from psycopg.rows import DictRow, class_row, dict_row
@@ -41,6 +42,26 @@ Params = Mapping[str, Any]
 
 def _json(value: Any) -> Jsonb | None:
     return None if value is None else Jsonb(value)
+
+
+def _claimed(rows: list[DictRow], owner: str) -> list[ClaimedJob]:
+    return [
+        ClaimedJob(
+            id=r["id"],
+            queue=r["queue"],
+            job_type=r["job_type"],
+            payload=r["payload"],
+            priority=r["priority"],
+            attempt=r["attempt_count"],
+            max_attempts=r["max_attempts"],
+            lease=Lease(r["id"], owner, r["lease_token"], r["attempt_count"], r["started_at"]),
+            lease_expires_at=r["lease_expires_at"],
+            timeout_seconds=r["timeout_seconds"],
+            idempotency_key=r["idempotency_key"],
+            checkpoint=r["checkpoint"],
+        )
+        for r in rows
+    ]
 
 
 class Store:
@@ -113,6 +134,7 @@ class Store:
         owner: str,
         limit: int,
         lease_seconds: float,
+        claim_id: UUID,
         now: datetime | None = None,
     ) -> list[ClaimedJob]:
         rows = self._dicts(
@@ -123,27 +145,21 @@ class Store:
                 "owner": owner,
                 "limit": limit,
                 "lease_seconds": lease_seconds,
+                "claim_id": claim_id,
                 "now": now,
             },
             "claim",
         )
-        return [
-            ClaimedJob(
-                id=r["id"],
-                queue=r["queue"],
-                job_type=r["job_type"],
-                payload=r["payload"],
-                priority=r["priority"],
-                attempt=r["attempt_count"],
-                max_attempts=r["max_attempts"],
-                lease=Lease(r["id"], owner, r["lease_token"], r["attempt_count"], r["started_at"]),
-                lease_expires_at=r["lease_expires_at"],
-                timeout_seconds=r["timeout_seconds"],
-                idempotency_key=r["idempotency_key"],
-                checkpoint=r["checkpoint"],
-            )
-            for r in rows
-        ]
+        return _claimed(rows, owner)
+
+    def job_claim_recover(
+        self, conn: Conn, *, owner: str, claim_ids: Sequence[UUID]
+    ) -> list[ClaimedJob]:
+        """The jobs the claim calls ``claim_ids`` took and ``owner`` still holds."""
+        rows = self._dicts(
+            conn, "job_claim_recover", {"owner": owner, "claim_ids": list(claim_ids)}, "claim"
+        )
+        return _claimed(rows, owner)
 
     def job_heartbeat(
         self,

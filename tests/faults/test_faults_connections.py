@@ -3,6 +3,7 @@ cost a job an attempt."""
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from collections.abc import Callable
@@ -98,18 +99,20 @@ def test_outage_shorter_than_the_lease_costs_no_attempt(
     spawn_on: Callable[..., WorkerProcess],
     reaper_on: Callable[..., object],
 ) -> None:
-    """PostgreSQL stops for 20 s under a worker holding a 26 s lease: the worker renews the
-    lease as soon as the server is back, and the job succeeds on its first attempt. Prints
-    the time from "accepting connections" to the first heartbeat."""
+    """PostgreSQL stops for 20 s (LEASEQ_FAULTS_OUTAGE_SECONDS) under a worker holding a lease
+    6 s longer: the worker renews the lease as soon as the server is back, and the job
+    succeeds on its first attempt. Prints the time from "accepting connections" to the first
+    heartbeat."""
+    outage = float(os.environ.get("LEASEQ_FAULTS_OUTAGE_SECONDS", "20"))
     reaper_on(restartable_url, 0.5)
-    spawn_on(restartable_url, "w-out", concurrency=1, lease=26.0, heartbeat=1.0)
+    spawn_on(restartable_url, "w-out", concurrency=1, lease=outage + 6, heartbeat=1.0)
     with leaseq.connect(restartable_url, action="test") as conn:
-        job = leaseq.Queue(conn).enqueue("q", "step", {"seconds": 30.0}).job_id
+        job = leaseq.Queue(conn).enqueue("q", "step", {"seconds": outage + 10}).job_id
         wait_for(lambda: first_heartbeat_after(conn, job, 0), "the job to start")
     prober = Prober(restartable_url)
     restartable.stop("fast")
     prober.armed.set()
-    time.sleep(20.0)  # the outage itself, not a synchronisation
+    time.sleep(outage)  # the outage itself, not a synchronisation
     restartable.start()
     wait_for(lambda: prober.up_at, "PostgreSQL to accept connections", 30)
     assert prober.up_at is not None

@@ -28,7 +28,7 @@ from support.workers import WorkerProcess, Workers
 
 pytestmark = pytest.mark.faults
 
-JOBS = 160
+JOBS = 300
 WORKERS = 4
 REAPERS = 2
 LEASE = 6.0
@@ -259,7 +259,7 @@ def test_random_faults_keep_every_invariant(
                 leaseq.JobSpec(
                     "q",
                     "step",
-                    {"seconds": rng.uniform(0.2, 3.0), "checkpoint_every": rng.choice([None, 0.3])},
+                    {"seconds": rng.uniform(0.5, 4.0), "checkpoint_every": rng.choice([None, 0.3])},
                     max_attempts=25,
                 )
                 for _ in range(JOBS)
@@ -288,7 +288,7 @@ def test_random_faults_keep_every_invariant(
         with leaseq.connect(url, action="test") as conn:
             queue = leaseq.Queue(conn)
             wait_for(
-                lambda: all(s.ready == s.running == 0 for s in queue.stats(["q"])),
+                lambda: all(s.ready == s.scheduled == s.running == 0 for s in queue.stats(["q"])),
                 "every job to finish",
                 timeout=240,
             )

@@ -48,11 +48,13 @@ def start_reaper(database_url: str, tmp_path: Path) -> Iterator[Start]:
 
 
 def crashed_job(queue: leaseq.Queue, conn: leaseq.core.db.Conn) -> int:
-    """A job whose worker died holding it: its lease has already expired."""
+    """A job whose worker died holding it: its lease has already expired. (Each in a queue
+    of its own: a reaped job keeps its place, and must not be claimed again here.)"""
     now = conn.execute("SELECT now()").fetchone()[0]  # type: ignore[index]
     started = now - timedelta(minutes=1)
-    job = queue.enqueue("q", "t", now=started).job_id
-    [claimed] = queue.claim(["q"], "dead-worker", lease_seconds=5, now=started)
+    name = f"q{now.timestamp()}"
+    job = queue.enqueue(name, "t", now=started).job_id
+    [claimed] = queue.claim([name], "dead-worker", lease_seconds=5, now=started)
     assert claimed.id == job
     return job
 

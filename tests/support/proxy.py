@@ -25,6 +25,9 @@ class CuttableProxy:
         self.url = make_conninfo(database_url, host="127.0.0.1", port=str(self.port))
         self._lock = threading.Lock()
         self._open: list[socket.socket] = []
+        # Server sockets of the connections open now, and those whose next reply is dropped.
+        self._upstreams: list[socket.socket] = []
+        self._drop: set[socket.socket] = set()
         self._cut = False
         self._closed = False
         threading.Thread(target=self._accept, daemon=True).start()
@@ -38,6 +41,13 @@ class CuttableProxy:
                     s.shutdown(socket.SHUT_RDWR)
                     s.close()
             self._open.clear()
+
+    def drop_next_reply(self) -> None:
+        """On every connection open now, the server's next reply is thrown away and the
+        connection closed: the statement it answered ran (and, in autocommit, committed), but
+        the client never hears so. New connections are not affected."""
+        with self._lock:
+            self._drop = set(self._upstreams)
 
     def restore(self) -> None:
         with self._lock:
@@ -65,6 +75,7 @@ class CuttableProxy:
                 continue
             with self._lock:
                 self._open += [client, upstream]
+                self._upstreams.append(upstream)
             for a, b in ((client, upstream), (upstream, client)):
                 threading.Thread(target=self._pipe, args=(a, b), daemon=True).start()
 
@@ -78,10 +89,18 @@ class CuttableProxy:
     def _pipe(self, src: socket.socket, dst: socket.socket) -> None:
         try:
             while data := src.recv(65536):
+                with self._lock:
+                    dropped = src in self._drop
+                if dropped:
+                    break
                 dst.sendall(data)
         except OSError:
             pass
         finally:
+            # shutdown, not only close: the other direction's thread is blocked in recv on
+            # these sockets, and a close alone would neither wake it nor tell the peer.
             for s in (src, dst):
+                with contextlib.suppress(OSError):
+                    s.shutdown(socket.SHUT_RDWR)
                 with contextlib.suppress(OSError):
                     s.close()

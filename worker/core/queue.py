@@ -269,7 +269,7 @@ class Queue:
         except DatabaseUnavailable as exc:
             if not replaceable(self._db):
                 raise
-            log.info("%s: connection lost (%s); once more on a fresh connection", action, exc)
+            log.debug("%s: connection lost (%s); once more on a fresh connection", action, exc)
         with borrow(self._db, action) as c:
             return run(c, True)
 

@@ -69,6 +69,8 @@ class HeartbeatLoop:
         self.register = register
         self.stopping = stopping
         self.nudge = threading.Event()
+        # Since when (monotonic) renewals have not reached PostgreSQL; None while they do.
+        self.unreachable_since: float | None = None
 
     def run(self) -> None:
         next_renewal = time.monotonic()
@@ -81,9 +83,12 @@ class HeartbeatLoop:
                 if now >= next_renewal:
                     next_renewal = now + self.interval
                     if not self.renew_all():
+                        if self.unreachable_since is None:
+                            self.unreachable_since = now
                         next_renewal = time.monotonic() + min(self.interval, retry.next())
                     else:
                         retry.reset()
+                        self._reached()
                     self.register()
             except Exception:
                 # A bug here must not stop renewals for good: log it loudly and go on.
@@ -91,6 +96,12 @@ class HeartbeatLoop:
             wake_at = min([next_renewal, *self._deadlines()])
             self.nudge.wait(max(0.0, wake_at - time.monotonic()))
             self.nudge.clear()
+
+    def _reached(self) -> None:
+        if self.unreachable_since is not None:
+            log.info("PostgreSQL reachable again after %.1fs; leases renewed",
+                     time.monotonic() - self.unreachable_since)  # fmt: skip
+            self.unreachable_since = None
 
     def _deadlines(self) -> list[float]:
         running = self.jobs.running()
@@ -139,7 +150,9 @@ class HeartbeatLoop:
                 return True
             except DatabaseUnavailable as exc:
                 self.health.db_failed(exc)
-                log.warning("lease renewal failed, will retry: %s", exc, extra=job.fields())
+                # Once per outage at WARNING: the retries every RETRY_SECONDS are DEBUG.
+                level = logging.WARNING if self.unreachable_since is None else logging.DEBUG
+                log.log(level, "lease renewal failed, will retry: %s", exc, extra=job.fields())
                 return False
             except LeaseqError as exc:
                 log.error("lease renewal failed: %s", exc, extra=job.fields())

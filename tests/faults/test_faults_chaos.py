@@ -36,6 +36,7 @@ HEARTBEAT = 1.0
 REAP_INTERVAL = 0.5
 LEADER_TTL = 3.0
 CHAOS_SECONDS = 60.0
+ACTIONS = ["kill", "stop", "term", "backends", "backends", "reaper_stop", "reaper_kill"]
 SEED = int(os.environ.get("LEASEQ_FAULTS_SEED", random.randrange(1 << 30)))
 
 
@@ -61,6 +62,8 @@ class Chaos:
     kills: list[tuple[str, float]] = field(default_factory=list)
     log: list[str] = field(default_factory=list)
     generation: int = 0
+    plan: list[str] = field(default_factory=list)
+    planned: bool = False
 
     def spawn_worker(self, worker_id: str) -> None:
         self.live[worker_id] = self.workers.start(
@@ -83,10 +86,11 @@ class Chaos:
         self.reapers[holder] = Reaper(holder, proc, log)
 
     def act(self) -> None:
-        """One random fault."""
-        action = self.rng.choice(
-            ["kill", "stop", "term", "backends", "backends", "reaper_stop", "reaper_kill"]
-        )
+        """One fault: each kind once first (in random order), then random ones."""
+        if not self.plan and not self.planned:
+            self.plan = self.rng.sample(ACTIONS, len(ACTIONS))
+            self.planned = True
+        action = self.plan.pop() if self.plan else self.rng.choice(ACTIONS)
         now = time.time()
         if action in ("kill", "stop", "term"):
             running = [w for w in self.live if w not in self.stopped]
@@ -219,6 +223,7 @@ def check_invariants(url: str, chaos: Chaos) -> dict[str, float]:
         claims = q("SELECT count(*) FROM leaseq.job_attempts").fetchone()
         reclaims = q(
             "SELECT a.worker, extract(epoch FROM a.started_at)::float8,"
+            "       extract(epoch FROM a.ended_at)::float8,"
             "       extract(epoch FROM min(b.started_at))::float8"
             "  FROM leaseq.job_attempts a JOIN leaseq.job_attempts b"
             "    ON b.job_id = a.job_id AND b.lease_token > a.lease_token"
@@ -240,8 +245,8 @@ def check_invariants(url: str, chaos: Chaos) -> dict[str, float]:
     kill_to_reclaim = [
         reclaimed - killed
         for victim, killed in chaos.kills
-        for worker, started, reclaimed in reclaims
-        if worker == victim and started and reclaimed and started <= killed <= reclaimed
+        for worker, started, ended, reclaimed in reclaims
+        if worker == victim and started and reclaimed and started <= killed <= min(ended, reclaimed)
     ]
     print(f"seed {SEED}; {claims[0] if claims else 0} claims; {len(passes)} reap passes")
     print(f"attempts failed: {len(failed)}; unexplained lease expiries: {unexplained}")

@@ -28,3 +28,7 @@ INSERT INTO leaseq.schema_migrations (version, name) VALUES (%(version)s, %(name
 -- name: migration_schema_exists
 -- Whether the leaseq.schema_migrations table exists.
 SELECT to_regclass('leaseq.schema_migrations') IS NOT NULL AS present;
+
+-- name: migration_server_encoding
+-- The database's character encoding (leaseq needs UTF8: with SQL_ASCII every text value reads back as bytes).
+SELECT current_setting('server_encoding') AS encoding;

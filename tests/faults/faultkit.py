@@ -17,6 +17,7 @@ def worker_args(
     poll: float = 0.5,
     drain: float = 5.0,
     listen: bool = True,
+    prepared_statements: bool = True,
 ) -> list[str]:
     return [
         "--app", "fault_apps:registry",
@@ -27,5 +28,6 @@ def worker_args(
         "--poll-seconds", str(poll),
         "--drain-seconds", str(drain),
         "--listen", str(listen).lower(),
+        "--prepared-statements", str(prepared_statements).lower(),
         "--log-level", "INFO",
     ]  # fmt: skip

@@ -34,8 +34,16 @@ def test_workers_behind_pgbouncer_survive_its_restart(
     spawn_on: Callable[..., WorkerProcess],
 ) -> None:
     for n in range(2):
-        spawn_on(bouncer.url, f"w-pgb-{n}", concurrency=3, lease=5.0, listen=False, poll=0.3)
-    with leaseq.connect(bouncer.url, action="test") as through:
+        spawn_on(
+            bouncer.url,
+            f"w-pgb-{n}",
+            concurrency=3,
+            lease=5.0,
+            listen=False,
+            prepared_statements=False,
+            poll=0.3,
+        )
+    with leaseq.connect(bouncer.url, action="test", prepare_threshold=None) as through:
         # Producers go through the pooler too: enqueue is one statement.
         ids = [
             j.job_id

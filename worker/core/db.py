@@ -1,12 +1,8 @@
-"""Opening connections and pools, with connection failures translated to leaseq errors.
-
-leaseq never uses server-side prepared statements (``prepare_threshold=None``): a
-transaction-pooling PgBouncer (before 1.21) hands each transaction a different server
-connection, where psycopg's prepared statements do not exist or already do."""
+"""Opening connections and pools, with connection failures translated to leaseq errors."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
@@ -16,13 +12,24 @@ from psycopg_pool import ConnectionPool
 from leaseq.core.errors import translate
 from leaseq.core.pool import Conn, Pool
 
-__all__ = ["OPTIONS", "Conn", "Db", "borrow", "connect", "open_pool", "replaceable", "transaction"]
+__all__ = [
+    "UNPREPARED",
+    "Conn",
+    "Db",
+    "borrow",
+    "connect",
+    "open_pool",
+    "replaceable",
+    "transaction",
+]
 
 #: What every face runs on: one connection, or a pool it borrows one from per call
 #: (leaseq's own :class:`Pool`, or a psycopg_pool ``ConnectionPool`` the caller made).
 Db = Conn | Pool | ConnectionPool[Conn]
-#: Connection options leaseq always uses (see the module's docstring).
-OPTIONS: dict[str, Any] = {"prepare_threshold": None}
+#: Connection options that turn server-side prepared statements off: a transaction-pooling
+#: PgBouncer before 1.21 hands each transaction a different server connection, where
+#: psycopg's prepared statements do not exist, or already do.
+UNPREPARED: dict[str, Any] = {"prepare_threshold": None}
 
 
 def connect(conninfo: str, *, action: str, autocommit: bool = True, **kwargs: Any) -> Conn:
@@ -31,7 +38,7 @@ def connect(conninfo: str, *, action: str, autocommit: bool = True, **kwargs: An
     Raises :class:`leaseq.core.errors.DatabaseUnavailable` naming host and port when unreachable.
     """
     try:
-        return psycopg.connect(conninfo, autocommit=autocommit, **{**OPTIONS, **kwargs})
+        return psycopg.connect(conninfo, autocommit=autocommit, **kwargs)
     except psycopg.Error as exc:
         raise translate(exc, action=action, conninfo=conninfo) from exc
 
@@ -43,12 +50,22 @@ def open_pool(
     max_size: int = 4,
     name: str = "leaseq",
     timeout: float = 10.0,
+    prepare: bool = True,
+    configure: Callable[[Conn], None] | None = None,
 ) -> Pool:
     """A pool of checked autocommit connections (see :mod:`leaseq.core.pool`): a call that
     cannot get a free one within ``timeout`` seconds, or cannot connect, fails with
-    DatabaseUnavailable; the first call after the database is back reconnects at once."""
+    DatabaseUnavailable; the first call after the database is back reconnects at once.
+    ``prepare=False`` turns server-side prepared statements off (for PgBouncer < 1.21);
+    ``configure`` runs on each new connection before it is first handed out."""
     return Pool(
-        conninfo, min_size=min_size, max_size=max_size, name=name, timeout=timeout, kwargs=OPTIONS
+        conninfo,
+        min_size=min_size,
+        max_size=max_size,
+        name=name,
+        timeout=timeout,
+        kwargs=None if prepare else UNPREPARED,
+        configure=configure,
     )
 
 

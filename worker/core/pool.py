@@ -23,7 +23,7 @@ import logging
 import select
 import threading
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from types import TracebackType
 from typing import Any
@@ -59,7 +59,8 @@ class Pool:
     """Up to ``max_size`` autocommit connections to ``conninfo``; ``min_size`` of them are
     opened at once when possible (failures are only logged: the pool also starts while the
     database is down). ``timeout``: how long a caller waits for a free slot, and the connect
-    timeout (libpq's minimum is 2 s). ``kwargs`` go to ``psycopg.connect``."""
+    timeout (libpq's minimum is 2 s). ``kwargs`` go to ``psycopg.connect``; ``configure`` runs
+    on each new connection before it is first handed out."""
 
     def __init__(
         self,
@@ -70,6 +71,7 @@ class Pool:
         name: str = "leaseq",
         timeout: float = 10.0,
         kwargs: dict[str, Any] | None = None,
+        configure: Callable[[Conn], None] | None = None,
     ) -> None:
         if not 0 <= min_size <= max_size or max_size < 1:
             raise ValueError("Pool needs 0 <= min_size <= max_size and max_size >= 1")
@@ -78,6 +80,7 @@ class Pool:
         self.timeout = timeout
         self.max_size = max_size
         self._kwargs = {**(kwargs or {}), "autocommit": True}
+        self._configure = configure
         self._slots = threading.BoundedSemaphore(max_size)
         self._lock = threading.Lock()
         self._idle: deque[Conn] = deque()
@@ -90,9 +93,16 @@ class Pool:
                 break
 
     def _connect(self) -> Conn:
-        return psycopg.connect(
+        conn = psycopg.connect(
             self.conninfo, connect_timeout=max(2, round(self.timeout)), **self._kwargs
         )
+        if self._configure is not None:
+            try:
+                self._configure(conn)
+            except BaseException:
+                conn.close()
+                raise
+        return conn
 
     def _checked_out(self) -> Conn:
         """An idle connection that passes :func:`usable`, else a new one."""

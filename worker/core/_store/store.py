@@ -26,6 +26,7 @@ from leaseq.core.models import (
     EffectRecord,
     JobRecord,
     JobStatus,
+    JobTypeWork,
     LeaderTerm,
     Lease,
     QueueStats,
@@ -408,6 +409,25 @@ class Store:
             "stats",
         )
 
+    def pool_work(
+        self,
+        conn: Conn,
+        *,
+        queues: Sequence[str],
+        window: float,
+        horizon: float,
+        max_samples: int,
+        now: datetime | None = None,
+    ) -> list[JobTypeWork]:
+        params = {
+            "queues": list(queues),
+            "window": window,
+            "horizon": horizon,
+            "max_samples": max_samples,
+            "now": now,
+        }
+        return self._typed(conn, "pool_work", params, JobTypeWork, "read work")
+
     def job_get(self, conn: Conn, job_id: int) -> JobRecord | None:
         rows = self._typed(conn, "job_get", {"id": job_id}, JobRecord, "show job")
         return rows[0] if rows else None
@@ -450,6 +470,7 @@ class Store:
         concurrency: int,
         state: WorkerState,
         in_flight: int,
+        startup_seconds: float | None = None,
         now: datetime | None = None,
     ) -> None:
         self._dicts(
@@ -463,6 +484,7 @@ class Store:
                 "concurrency": concurrency,
                 "state": state,
                 "in_flight": in_flight,
+                "startup_seconds": startup_seconds,
                 "now": now,
             },
             "register worker",
@@ -551,6 +573,11 @@ class Store:
 
     def migration_schema_exists(self, conn: Conn) -> bool:
         return bool(self._dicts(conn, "migration_schema_exists", {}, "migrate")[0]["present"])
+
+    def migration_server_encoding(self, conn: Conn) -> str:
+        value = self._dicts(conn, "migration_server_encoding", {}, "migrate")[0]["encoding"]
+        # On SQL_ASCII, the very answer comes back as bytes.
+        return value.decode("ascii") if isinstance(value, bytes) else str(value)
 
     def migration_applied(self, conn: Conn) -> dict[int, str]:
         rows = self._dicts(conn, "migration_applied", {}, "migrate")

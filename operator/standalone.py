@@ -11,10 +11,8 @@ two or more copies for availability; exactly one reaps at a time. It mixes safel
 from __future__ import annotations
 
 import argparse
-import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
 
 from leaseq import config as settings
 from leaseq.core.db import open_pool
@@ -27,7 +25,7 @@ from leaseq.operator.config import (
     REAP_INTERVAL,
     VACUUM_DEAD_TUPLES,
     check_reaper_timing,
-    default_operator_id,
+    resolve_values,
 )
 from leaseq.operator.reaper import LeaderLease, Reaper
 
@@ -63,11 +61,7 @@ class ReaperConfig:
     def from_args(
         cls, args: argparse.Namespace, environ: Mapping[str, str] | None = None
     ) -> ReaperConfig:
-        env = os.environ if environ is None else environ
-        values: dict[str, Any] = settings.resolve(args, OPTIONS, env)
-        values["database_url"] = settings.require(values, settings.DATABASE_URL)
-        values["operator_id"] = values["operator_id"] or default_operator_id(env)
-        return cls(**values)
+        return cls(**resolve_values(args, OPTIONS, environ))
 
 
 def serve(config: ReaperConfig, until: Callable[[], object]) -> None:

@@ -48,9 +48,11 @@ def spawn_on(tmp_path: Path) -> Iterator[Callable[..., WorkerProcess]]:
     running fault_apps; killed at the end, logs printed on failure."""
     pools: dict[str, Workers] = {}
 
-    def spawn(url: str, worker_id: str, **kw: object) -> WorkerProcess:
+    def spawn(
+        url: str, worker_id: str, *, env: dict[str, str] | None = None, **kw: object
+    ) -> WorkerProcess:
         workers = pools.setdefault(url, Workers(url, tmp_path, pythonpath=[HERE]))
-        return workers.start(worker_id, *worker_args(**kw))  # type: ignore[arg-type]
+        return workers.start(worker_id, *worker_args(**kw), env=env)  # type: ignore[arg-type]
 
     yield spawn
     for workers in pools.values():

@@ -34,9 +34,11 @@ def test_workers_behind_pgbouncer_survive_its_restart(
     spawn_on: Callable[..., WorkerProcess],
 ) -> None:
     for n in range(2):
+        # The workers go through the bouncer; the harness checks on them directly.
         spawn_on(
-            bouncer.url,
+            database_url,
             f"w-pgb-{n}",
+            env={"LEASEQ_DATABASE_URL": bouncer.url},
             concurrency=3,
             lease=5.0,
             listen=False,

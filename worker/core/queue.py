@@ -133,6 +133,14 @@ class Queue:
         self._lost_claims: dict[str, list[UUID]] = {}
         self._lock = threading.Lock()
 
+    @staticmethod
+    def tune_worker_session(conn: Conn) -> None:
+        """Set up a worker's connection (a pool's ``configure`` hook): its prepared
+        statements reuse one generic plan instead of planning every call (the claim's
+        planning cost as much as its execution; its generic plan is as good, measured in
+        bench/)."""
+        Store().worker_session(conn)
+
     # -- producer side --------------------------------------------------------------------
 
     def enqueue(
@@ -397,7 +405,7 @@ class Queue:
             for lease, key in zip(leases, effect_keys, strict=True):
                 row = done.get(lease.job_id)
                 if row is not None:
-                    log.info("job succeeded", extra=_lease_fields(lease))
+                    log.debug("job succeeded", extra=_lease_fields(lease))
                     answers.append(Completed(row["id"], row["effect_key"], row["effect_written"]))
                 elif ended := self._ended(c, lease, repeat, {AttemptOutcome.SUCCEEDED}):
                     effect = key or ended["effect_key"]

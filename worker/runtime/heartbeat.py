@@ -37,10 +37,10 @@ from leaseq.runtime.metrics import WorkerMetrics
 
 log = logging.getLogger("leaseq.heartbeat")
 
-GiveUp = Callable[[InFlight, StopReason], None]
-
 #: Longest pause between renewal tries while PostgreSQL is unreachable (seconds).
 RETRY_SECONDS = 0.25
+
+GiveUp = Callable[[InFlight, StopReason], None]
 
 
 class HeartbeatLoop:
@@ -71,42 +71,36 @@ class HeartbeatLoop:
         self.nudge = threading.Event()
         # Since when (monotonic) renewals have not reached PostgreSQL; None while they do.
         self.unreachable_since: float | None = None
+        self._retry = Backoff(RETRY_SECONDS / 2, RETRY_SECONDS)
 
     def run(self) -> None:
-        next_renewal = time.monotonic()
-        retry = Backoff(RETRY_SECONDS / 2, RETRY_SECONDS)
+        next_register = time.monotonic()
         while not self.stopping.is_set():
             self.health.tick("heartbeat")
             try:
                 now = time.monotonic()
                 self.enforce_limits(now)
-                if now >= next_renewal:
-                    next_renewal = now + self.interval
-                    if not self.renew_all():
-                        if self.unreachable_since is None:
-                            self.unreachable_since = now
-                        next_renewal = time.monotonic() + min(self.interval, retry.next())
-                    else:
-                        retry.reset()
-                        self._reached()
+                self.renew_due(now)
+                if now >= next_register:
+                    next_register = now + self.interval
                     self.register()
             except Exception:
                 # A bug here must not stop renewals for good: log it loudly and go on.
                 log.exception("heartbeat loop error; continuing")
-            wake_at = min([next_renewal, *self._deadlines()])
+            wake_at = min([next_register, *self._due_times()])
             self.nudge.wait(max(0.0, wake_at - time.monotonic()))
             self.nudge.clear()
 
-    def _reached(self) -> None:
-        if self.unreachable_since is not None:
-            log.info("PostgreSQL reachable again after %.1fs; leases renewed",
-                     time.monotonic() - self.unreachable_since)  # fmt: skip
-            self.unreachable_since = None
-
-    def _deadlines(self) -> list[float]:
-        running = self.jobs.running()
-        ends = [j.lease_bound for j in running if not j.context.should_stop]
-        return [*ends, *(j.deadline for j in running if j.deadline is not None)]
+    def _due_times(self) -> list[float]:
+        """When each running attempt next needs a renewal, and its max-runtime deadline."""
+        times = []
+        for job in self.jobs.running():
+            times.append(job.renew_at)
+            if not job.context.should_stop:
+                times.append(job.lease_bound)
+            if job.deadline is not None:
+                times.append(job.deadline)
+        return times
 
     def enforce_limits(self, now: float) -> None:
         """Give up attempts past their max runtime or progress timeout; flag (only flag)
@@ -123,14 +117,27 @@ class HeartbeatLoop:
                 log.warning("lease expired before it could be renewed", extra=job.fields())
                 job.context.request_stop(StopReason.LEASE_LOST)
 
-    def renew_all(self) -> bool:
-        """Renew every running attempt; False if PostgreSQL could not be reached."""
-        reached = True
+    def renew_due(self, now: float) -> None:
+        """Renew the leases of attempts that have run for a heartbeat interval since their
+        claim or last renewal; younger ones still hold a lease longer than that."""
         for job in self.jobs.running():
             if self.stopping.is_set():
-                break
-            reached = self.renew(job) and reached
-        return reached
+                return
+            if now >= job.renew_at:
+                job.renew_at = now + self.interval
+                if self.renew(job):
+                    self._reached()
+                else:
+                    if self.unreachable_since is None:
+                        self.unreachable_since = now
+                    job.renew_at = time.monotonic() + min(self.interval, self._retry.next())
+
+    def _reached(self) -> None:
+        self._retry.reset()
+        if self.unreachable_since is not None:
+            log.info("PostgreSQL reachable again after %.1fs; leases renewed",
+                     time.monotonic() - self.unreachable_since)  # fmt: skip
+            self.unreachable_since = None
 
     def renew(self, job: InFlight) -> bool:
         """One renewal; False only when PostgreSQL could not be reached. Holds the attempt's

@@ -592,6 +592,10 @@ class Store:
 
     # -- worker runtime (sql/queries/worker.sql) -------------------------------------------
 
+    def worker_session(self, conn: Conn) -> None:
+        """Tune a worker's session: generic plans for its prepared statements."""
+        self._dicts(conn, "worker_session", None, "configure session")
+
     def worker_listen(self, conn: Conn) -> None:
         """Subscribe ``conn`` (autocommit, dedicated) to wake-ups on channel leaseq_jobs."""
         self._dicts(conn, "worker_listen", {}, "listen")

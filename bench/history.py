@@ -37,6 +37,7 @@ CLAIM_PARAMS = {
     "owner": "explain",
     "limit": 1,
     "lease_seconds": 30.0,
+    "claim_id": None,
     "now": None,
 }
 # The claim's inner query on its own, as the article measured it.

@@ -7,10 +7,9 @@ import threading
 from dataclasses import dataclass
 from typing import Any
 
-from psycopg_pool import ConnectionPool
-
-from leaseq.core.db import Conn, open_pool
+from leaseq.core.db import open_pool
 from leaseq.core.leadership import Leadership
+from leaseq.core.pool import Pool
 from leaseq.core.queue import Queue
 from leaseq.core.workers import Workers
 from leaseq.operator.config import OperatorConfig
@@ -55,7 +54,7 @@ class Databases:
     def __init__(self, default_url: str, timeout: float) -> None:
         self._default_url = default_url
         self._timeout = timeout
-        self._pools: dict[str, ConnectionPool[Conn]] = {}
+        self._pools: dict[str, Pool] = {}
         self._lock = threading.Lock()
 
     def queue(self, url: str | None = None) -> Queue:
@@ -66,7 +65,7 @@ class Databases:
         """The worker registry in the database at ``url`` (default: the operator's own)."""
         return Workers(self.pool(url))
 
-    def pool(self, url: str | None = None) -> ConnectionPool[Conn]:
+    def pool(self, url: str | None = None) -> Pool:
         url = url or self._default_url
         with self._lock:
             pool = self._pools.get(url)

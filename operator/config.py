@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import os
 import socket
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -69,6 +69,29 @@ OPTIONS = (
 )
 
 
+def check_reaper_timing(ttl: float, interval: float) -> None:
+    """The leader lease must outlive the time between two passes (it is renewed once each)."""
+    if ttl <= interval:
+        raise ConfigError(
+            f"{LEADER_TTL.flag} ({ttl}) must be longer than {REAP_INTERVAL.flag} ({interval}):"
+            " the lease is renewed once per pass and would lapse between passes"
+        )
+
+
+def resolve_values(
+    args: argparse.Namespace,
+    options: Sequence[Option],
+    environ: Mapping[str, str] | None = None,
+) -> dict[str, Any]:
+    """Flags, else ``LEASEQ_*`` variables, else defaults; the database URL is required and
+    the replica's name in the lease defaults to :func:`default_operator_id`."""
+    env = os.environ if environ is None else environ
+    values: dict[str, Any] = settings.resolve(args, options, env)
+    values["database_url"] = settings.require(values, settings.DATABASE_URL)
+    values["operator_id"] = values["operator_id"] or default_operator_id(env)
+    return values
+
+
 def default_operator_id(environ: Mapping[str, str]) -> str:
     return environ.get("LEASEQ_POD_NAME") or f"{socket.gethostname()}-{os.getpid()}"
 
@@ -96,19 +119,10 @@ class OperatorConfig:
     database_timeout: float = 5.0
 
     def __post_init__(self) -> None:
-        if self.leader_ttl_seconds <= self.reap_interval_seconds:
-            raise ConfigError(
-                f"{LEADER_TTL.flag} ({self.leader_ttl_seconds}) must be longer than "
-                f"{REAP_INTERVAL.flag} ({self.reap_interval_seconds}): the lease is renewed "
-                "once per pass and would lapse between passes"
-            )
+        check_reaper_timing(self.leader_ttl_seconds, self.reap_interval_seconds)
 
     @classmethod
     def from_args(
         cls, args: argparse.Namespace, environ: Mapping[str, str] | None = None
     ) -> OperatorConfig:
-        env = os.environ if environ is None else environ
-        values: dict[str, Any] = settings.resolve(args, OPTIONS, env)
-        values["database_url"] = settings.require(values, settings.DATABASE_URL)
-        values["operator_id"] = values["operator_id"] or default_operator_id(env)
-        return cls(**values)
+        return cls(**resolve_values(args, OPTIONS, environ))

@@ -4,7 +4,10 @@ Two mechanisms, on purpose:
 
 * **Who reaps** is decided by a leader lease in PostgreSQL (``leaseq.leader_leases``: holder,
   term, expiry in database time). The holder renews it every pass, only while the term it
-  holds is still the row's term; a failed or refused renewal steps it down at once. A lease,
+  holds is still the row's term; a refused renewal steps it down at once. A renewal that
+  fails (the database unreachable for a moment) keeps the term: the row is still this
+  holder's until it expires, so the next pass renews it and reaps, instead of waiting a whole
+  TTL for its own lease to lapse. A lease,
   not a session advisory lock, because it survives reconnects and poolers, is visible (who
   leads, since when, in which term), and expires by itself when its holder hangs. kopf
   peering is not used: it coordinates event handling, it is not a lock. The replica holding
@@ -13,7 +16,12 @@ Two mechanisms, on purpose:
   reap pass takes (``leader_reap_lock``) in the same transaction as the reap statement. A
   lease alone cannot promise that: a leader paused past its TTL (GC, a frozen node) still
   believes it leads when it wakes. The lock makes overlapping passes impossible, and the
-  reap statement's ``SKIP LOCKED`` keeps even the rows safe.
+  reap statement's ``SKIP LOCKED`` keeps even the rows safe. The same statement checks that
+  the holder's term is still the lease's current one, so a leader that wakes after a takeover
+  cannot act; and the pass's transaction is bounded by the TTL, so a reaper frozen mid-pass
+  loses its session (and the lock) instead of blocking every other replica forever.
+
+The same reaper runs without Kubernetes as ``leaseq reaper`` (:mod:`leaseq.operator.standalone`).
 
 Every reaped job is logged with its previous owner and token, counted in
 ``leaseq_reaped_total{queue,outcome}``, and recorded in ``job_attempts`` by the statement.
@@ -83,14 +91,20 @@ class LeaderLease:
         return self.clock() < self._led_until
 
     def renew(self, now: datetime | None = None) -> bool:
-        """Take or renew the lease; on refusal or a database error, step down (and re-raise)."""
+        """Take or renew the lease; on refusal, step down. On a database error, re-raise and
+        keep the term: the lease is still this holder's until it expires (``held`` lapses by
+        the local clock meanwhile), so the next renewal takes it straight back."""
         started = self.clock()
         try:
             held = self.leadership.acquire(
                 self.name, self.holder, term=self.term, ttl=self.ttl, now=now
             )
-        except LeaseqError:
-            self._step_down("renewal failed")
+        except LeaseqError as exc:
+            if self.term:
+                log.warning(
+                    "reaper lease renewal failed (%s); keeping term %d", exc, self.term,
+                    extra={"holder": self.holder},
+                )  # fmt: skip
             raise
         if held is None:
             self._step_down("another replica holds the lease")
@@ -146,11 +160,15 @@ class Reaper:
             self.on_leading(self.lease.held)
         if not leading:
             return Pass(leading=False, locked=False)
-        with self.lease.leadership.reap_pass() as conn:
+        lease = self.lease
+        with lease.leadership.reap_pass(
+            lease.name, lease.holder, lease.term, ttl=lease.ttl, now=now
+        ) as conn:
             if conn is None:
-                log.warning("reap pass skipped: another reaper holds the lock")
+                log.warning("reap pass skipped: another reaper holds the lock, or the term ended")
                 return Pass(leading=True, locked=False)
-            reaped = self.queue.reap(limit=REAP_BATCH, conn=conn, now=now)
+            reaper = f"{lease.holder} term {lease.term}"
+            reaped = self.queue.reap(limit=REAP_BATCH, reaper=reaper, conn=conn, now=now)
         for job in reaped:
             self.on_reaped(job)
         self.workers.forget_silent(silent_for=FORGET_WORKERS_AFTER, now=now)

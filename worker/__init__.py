@@ -41,6 +41,7 @@ from leaseq.core.models import (
     WorkerState,
 )
 from leaseq.core.notifications import Notifications
+from leaseq.core.pool import Pool
 from leaseq.core.queue import JobSpec, Queue
 from leaseq.core.schema import MigrationReport, Schema, check_schema, migrate
 from leaseq.core.workers import Workers
@@ -81,6 +82,7 @@ __all__ = [
     "MigrationReport",
     "Notifications",
     "PermanentError",
+    "Pool",
     "Queue",
     "QueueStats",
     "Reaped",

@@ -47,6 +47,7 @@ claimed AS (
            attempt_count = j.attempt_count + 1,
            lease_token = j.lease_token + 1,
            lease_owner = %(owner)s,
+           claim_id = %(claim_id)s,
            started_at = t.now,
            heartbeat_at = t.now,
            lease_expires_at = t.now + least(make_interval(secs => %(lease_seconds)s),
@@ -61,6 +62,16 @@ claimed AS (
               j.idempotency_key, j.checkpoint
 )
 SELECT * FROM claimed ORDER BY priority, available_at, id;
+
+-- name: job_claim_recover
+-- The jobs the given claim calls (%(claim_ids)s) took and the owner still holds, in the claim's shape: the answer to claims whose reply was lost with their connection.
+SELECT j.id, j.queue, j.job_type, j.payload, j.priority, j.available_at, j.attempt_count,
+       j.max_attempts, j.lease_token, j.lease_expires_at, j.started_at,
+       extract(epoch FROM j.timeout)::float8 AS timeout_seconds, j.idempotency_key, j.checkpoint
+  FROM leaseq.jobs j
+ WHERE j.status = 'running' AND j.lease_owner = %(owner)s
+   AND j.claim_id = ANY(%(claim_ids)s::uuid[])
+ ORDER BY j.priority, j.available_at, j.id;
 
 -- name: job_heartbeat
 -- Extends a held lease (capped at started_at + timeout, the job's max runtime) and stores progress; no row when the lease is not held.
@@ -83,13 +94,14 @@ UPDATE leaseq.jobs
 RETURNING id;
 
 -- name: job_complete
--- Marks held jobs succeeded (one or a batch, each fenced by its own owner and token), writes each effect through its key (a repeat is a no-op) and records each attempt, in one statement.
+-- Marks held jobs succeeded (one or a batch, each fenced by its own owner and token), writes each effect through its key (a repeat is a no-op) and records each attempt (with its note, e.g. what was cut from the result), in one statement.
 WITH t AS (SELECT coalesce(%(now)s::timestamptz, now()) AS now),
 req AS (
-    SELECT r.id, r.owner, r.token, r.result, r.effect_key, r.progress
+    SELECT r.id, r.owner, r.token, r.result, r.effect_key, r.progress, r.note
       FROM unnest(%(ids)s::bigint[], %(owners)s::text[], %(tokens)s::bigint[],
-                  %(results)s::jsonb[], %(effect_keys)s::text[], %(progresses)s::jsonb[])
-           AS r(id, owner, token, result, effect_key, progress)
+                  %(results)s::jsonb[], %(effect_keys)s::text[], %(progresses)s::jsonb[],
+                  %(notes)s::text[])
+           AS r(id, owner, token, result, effect_key, progress, note)
 ),
 done AS (
     UPDATE leaseq.jobs j
@@ -100,7 +112,7 @@ done AS (
        AND j.lease_token = req.token AND j.lease_expires_at > t.now
     RETURNING j.id, j.attempt_count, j.lease_token, j.lease_owner, j.started_at, j.finished_at,
               coalesce(req.effect_key, j.idempotency_key, 'job:' || j.id) AS effect_key,
-              req.result
+              req.result, req.note
 ),
 effect AS (
     INSERT INTO leaseq.job_results (idempotency_key, job_id, produced_by, produced_at, result)
@@ -111,9 +123,9 @@ effect AS (
     RETURNING job_id
 ),
 attempt AS (
-    INSERT INTO leaseq.job_attempts (job_id, attempt, lease_token, worker, started_at, ended_at, outcome)
+    INSERT INTO leaseq.job_attempts (job_id, attempt, lease_token, worker, started_at, ended_at, outcome, error)
     SELECT done.id, done.attempt_count, done.lease_token, done.lease_owner, done.started_at,
-           done.finished_at, 'succeeded'
+           done.finished_at, 'succeeded', done.note
       FROM done
 )
 SELECT done.id, done.effect_key,
@@ -151,26 +163,40 @@ attempt AS (
 SELECT failed.id, failed.status::text AS status, failed.available_at FROM failed;
 
 -- name: job_release
--- Gives a held job back at once (graceful shutdown): pending now, token bumped, the attempt not counted; wakes listeners.
+-- Gives a held job back, keeping its place in the queue. A shutdown release (%(shutdown)s) does not count the attempt; any other (a handler raising Interrupted) counts it: retried after backoff, or dead when attempts are used up. Token bumped; wakes listeners.
 WITH t AS (SELECT coalesce(%(now)s::timestamptz, now()) AS now),
 released AS (
     UPDATE leaseq.jobs j
-       SET status = 'pending', available_at = t.now, attempt_count = j.attempt_count - 1,
-           lease_token = j.lease_token + 1, lease_owner = NULL, lease_expires_at = NULL,
+       SET status = CASE WHEN NOT %(shutdown)s AND j.attempt_count >= j.max_attempts
+                         THEN 'dead' ELSE 'pending' END::leaseq.job_status,
+           available_at = CASE WHEN %(shutdown)s OR j.attempt_count >= j.max_attempts
+                               THEN j.available_at
+                               ELSE greatest(j.available_at,
+                                             t.now + leaseq.retry_delay(j.attempt_count, %(backoff_base)s, %(backoff_cap)s)) END,
+           attempt_count = j.attempt_count - CASE WHEN %(shutdown)s THEN 1 ELSE 0 END,
+           finished_at = CASE WHEN NOT %(shutdown)s AND j.attempt_count >= j.max_attempts THEN t.now END,
+           lease_owner = CASE WHEN NOT %(shutdown)s AND j.attempt_count >= j.max_attempts THEN j.lease_owner END,
+           last_error = CASE WHEN %(shutdown)s THEN j.last_error ELSE %(reason)s END,
+           last_error_code = CASE WHEN %(shutdown)s THEN j.last_error_code ELSE 'INTERRUPTED' END,
+           lease_token = j.lease_token + 1, lease_expires_at = NULL,
            started_at = NULL, heartbeat_at = NULL
       FROM t
      WHERE j.id = %(id)s AND j.status = 'running' AND j.lease_owner = %(owner)s
        AND j.lease_token = %(token)s AND j.lease_expires_at > t.now
-    RETURNING j.id, j.queue, j.attempt_count
+    RETURNING j.id, j.queue, j.status, j.available_at,
+              j.attempt_count + CASE WHEN %(shutdown)s THEN 1 ELSE 0 END AS attempt
 ),
 attempt AS (
     INSERT INTO leaseq.job_attempts (job_id, attempt, lease_token, worker, started_at, ended_at, outcome, error)
-    SELECT released.id, released.attempt_count + 1, %(token)s, %(owner)s, %(started_at)s, t.now,
-           'released', %(reason)s
+    SELECT released.id, released.attempt, %(token)s, %(owner)s, %(started_at)s, t.now,
+           CASE WHEN %(shutdown)s THEN 'released' ELSE 'interrupted' END::leaseq.attempt_outcome,
+           %(reason)s
       FROM released, t
 ),
-woke AS (SELECT pg_notify('leaseq_jobs', released.queue) FROM released)
-SELECT released.id, (SELECT count(*) FROM woke) AS notified FROM released;
+woke AS (SELECT pg_notify('leaseq_jobs', released.queue) FROM released WHERE released.status = 'pending')
+SELECT released.id, released.status::text AS status, released.available_at,
+       (SELECT count(*) FROM woke) AS notified
+  FROM released;
 
 -- name: job_record_fenced
 -- Records that a worker call was refused because the caller no longer holds the lease (a reaped or cancelled attempt becomes fenced; a finished one keeps its outcome); returns the job's status (NULL when the job does not exist).
@@ -193,7 +219,7 @@ recorded AS (
 SELECT (SELECT job.status FROM job) AS status, (SELECT count(*) FROM recorded) AS recorded;
 
 -- name: job_reap
--- Returns up to %(limit)s running jobs whose lease has expired to pending with backoff, or dead when attempts are exhausted; records each attempt.
+-- Returns up to %(limit)s running jobs whose lease has expired to pending in their old place (the expired lease was the backoff), or dead when attempts are exhausted; records each attempt and which reaper (%(reaper)s) took it.
 WITH t AS (SELECT coalesce(%(now)s::timestamptz, now()) AS now),
 expired AS (
     SELECT j.id, j.lease_owner, j.lease_token, j.attempt_count, j.started_at,
@@ -208,8 +234,6 @@ reaped AS (
     UPDATE leaseq.jobs j
        SET status = CASE WHEN j.attempt_count >= j.max_attempts
                          THEN 'dead' ELSE 'pending' END::leaseq.job_status,
-           available_at = CASE WHEN j.attempt_count >= j.max_attempts THEN j.available_at
-                               ELSE t.now + leaseq.retry_delay(j.attempt_count, %(backoff_base)s, %(backoff_cap)s) END,
            finished_at = CASE WHEN j.attempt_count >= j.max_attempts THEN t.now END,
            lease_owner = CASE WHEN j.attempt_count >= j.max_attempts THEN j.lease_owner END,
            lease_expires_at = NULL,
@@ -225,13 +249,24 @@ attempt AS (
     INSERT INTO leaseq.job_attempts (job_id, attempt, lease_token, worker, started_at, ended_at, outcome, error)
     SELECT r.id, r.attempt_count, r.lease_token, r.lease_owner, r.started_at, t.now,
            CASE WHEN r.timed_out THEN 'timed_out' ELSE 'lease_expired' END::leaseq.attempt_outcome,
-           'lease expired without completion'
+           'lease expired without completion' || coalesce(' (reaped by ' || %(reaper)s::text || ')', '')
       FROM reaped r, t
     ON CONFLICT (job_id, lease_token) DO NOTHING
 )
 SELECT r.id, r.queue, r.job_type, r.status::text AS status, r.lease_owner, r.lease_token,
        r.attempt_count, r.timed_out
   FROM reaped r;
+
+-- name: job_attempt_outcome
+-- How one attempt (job and lease token) ended, if it has: settles a call whose commit was lost with its connection. With the job's status and retry time, and the effect that attempt wrote, if any.
+SELECT a.outcome::text AS outcome, j.status::text AS status, j.available_at,
+       r.idempotency_key AS effect_key, r.idempotency_key IS NOT NULL AS effect_written
+  FROM leaseq.job_attempts a
+  JOIN leaseq.jobs j ON j.id = a.job_id
+  LEFT JOIN leaseq.job_results r
+         ON r.job_id = a.job_id AND r.produced_by = a.worker AND r.produced_at = a.ended_at
+        AND a.outcome = 'succeeded'
+ WHERE a.job_id = %(id)s AND a.lease_token = %(token)s;
 
 -- name: job_cancel
 -- Cancels a pending or running job (a running holder is fenced from then on); returns its previous status, nothing if it was not unfinished.

@@ -18,6 +18,15 @@ DELETE FROM leaseq.leader_leases
  WHERE name = %(name)s AND holder = %(holder)s AND term = %(term)s
 RETURNING name;
 
+-- name: leader_pass_bounds
+-- Bounds the reap pass's transaction (milliseconds): a reaper frozen mid-pass (SIGSTOP, a hung node) loses its session, and so the pass lock, instead of holding it forever.
+SELECT set_config('idle_in_transaction_session_timeout', %(ms)s::text, true),
+       set_config('statement_timeout', %(ms)s::text, true),
+       set_config('lock_timeout', %(ms)s::text, true);
+
 -- name: leader_reap_lock
--- Takes the transaction-scoped advisory lock that every reap pass holds, so two reapers never act at once.
-SELECT pg_try_advisory_xact_lock(hashtextextended('leaseq.reaper', 0)) AS locked;
+-- Takes the transaction-scoped advisory lock that every reap pass holds, so two reapers never act at once, and says whether this holder's term is still the lease's current, unexpired one (a leader that woke after a takeover must not act).
+SELECT pg_try_advisory_xact_lock(hashtextextended('leaseq.reaper', 0)) AS locked,
+       EXISTS (SELECT 1 FROM leaseq.leader_leases l
+                WHERE l.name = %(name)s AND l.holder = %(holder)s AND l.term = %(term)s
+                  AND l.expires_at > coalesce(%(now)s::timestamptz, now())) AS leading;

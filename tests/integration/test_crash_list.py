@@ -243,7 +243,14 @@ def test_claim_plan_uses_the_partial_index_under_history(conn: leaseq.core.db.Co
     )
     conn.execute("ANALYZE leaseq.jobs")
     claim = statements.load()["job_claim"].query
-    params = {"queues": ["q"], "owner": "w", "limit": 1, "lease_seconds": 30, "now": None}
+    params = {
+        "queues": ["q"],
+        "owner": "w",
+        "limit": 1,
+        "lease_seconds": 30,
+        "claim_id": None,
+        "now": None,
+    }
     row = conn.execute(b"EXPLAIN (FORMAT JSON) " + claim, params).fetchone()
     assert row is not None
     plan = str(row[0])

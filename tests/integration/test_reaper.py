@@ -76,8 +76,8 @@ def test_a_held_lock_stops_even_the_leader(
     """Two processes that both believe they lead (a paused leader waking up) never overlap."""
     ids = _expired_jobs(pooled, db_now, 2)
     reaper = _leading(pool, "op-a")
-    with leaseq.Leadership(conn).reap_pass() as held:
-        assert held is not None  # another reaper's pass in progress
+    with conn.transaction():  # another reaper's pass in progress
+        conn.execute("SELECT pg_advisory_xact_lock(hashtextextended('leaseq.reaper', 0))")
         blocked = reaper.run_once(now=db_now)
     assert (blocked.leading, blocked.locked, blocked.reaped) == (True, False, ())
     assert all(pooled.get(i).status == "running" for i in ids)
@@ -113,13 +113,21 @@ def test_released_lease_is_taken_at_once(pooled: leaseq.Queue, pool: Pool) -> No
     assert second.renew()
 
 
-def test_renewal_failure_steps_down(pooled: leaseq.Queue, server_url: str, pool: Pool) -> None:
-    lease = _lease(pool, "op-a", ttl=15)
+def test_renewal_failure_keeps_the_term_until_it_lapses(
+    pooled: leaseq.Queue, server_url: str, pool: Pool
+) -> None:
+    """The lease row is still ours after a failed renewal: keep the term (the next renewal
+    takes it straight back), but stop counting ourselves leader once a TTL has passed."""
+    clock = Clock()
+    lease = _lease(pool, "op-a", ttl=15, clock=clock)
     assert lease.renew()
+    term = lease.term
     with leaseq.open_pool(server_url + "-does-not-exist", timeout=0.5) as broken:
         lease.leadership = leaseq.Leadership(broken)
         with pytest.raises(leaseq.DatabaseUnavailable):
             lease.renew()
+    assert (lease.term, lease.held) == (term, True)
+    clock.now += 16
     assert not lease.held
 
 

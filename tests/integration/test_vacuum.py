@@ -9,7 +9,14 @@ from leaseq.core._store import statements
 def claim_buffers(conn: leaseq.core.db.Conn) -> int:
     """Shared buffers one claim touches (rolled back, so the backlog stays as it is)."""
     query = b"EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) " + statements.load()["job_claim"].query
-    params = {"queues": ["q"], "owner": "probe", "limit": 1, "lease_seconds": 30, "now": None}
+    params = {
+        "queues": ["q"],
+        "owner": "probe",
+        "limit": 1,
+        "lease_seconds": 30,
+        "claim_id": None,
+        "now": None,
+    }
     with conn.transaction(force_rollback=True):
         row = conn.execute(query, params).fetchone()
     assert row is not None

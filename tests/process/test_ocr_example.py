@@ -161,17 +161,12 @@ def test_a_bad_document_goes_dead_at_once_naming_the_page(
     assert "page 2: image cannot be decoded" in (job.last_error or "")
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the core cannot store \\u0000 yet: ctx.checkpoint raises DatabaseError "
-    "'unsupported Unicode escape sequence' and the job goes dead (issue 10, bounded results)",
-)
 def test_a_document_whose_text_holds_nuls_is_read_end_to_end(
     queue: leaseq.Queue, ocr_worker: Spawn
 ) -> None:
     """PDF text layers hold NUL bytes; jsonb cannot store \\u0000. The checkpoint after page 2
-    and the result both carry the text: the core must store them (issue 10), and whatever it
-    does to the NUL it must not drop the text around it or fail the job."""
+    and the result both carry the text: the core stores them with each NUL replaced (issue
+    10's bounded results), and keeps the text around it."""
     scanned, drawn = pages.document("mixed", 2)
     layer = "Total\x00due\x00 412"
     payload = {"pages": [scanned["pages"][0], pages.text_layer_page(layer), scanned["pages"][1]]}

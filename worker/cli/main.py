@@ -79,6 +79,23 @@ DESCRIPTION = (
 )
 
 
+def _cmd_reaper(args: argparse.Namespace) -> int:
+    from leaseq.operator import standalone
+    from leaseq.runtime import logs
+    from leaseq.runtime.shutdown import SignalWatch
+
+    config = standalone.ReaperConfig.from_args(args)
+    logs.configure(config.log_level, config.log_format)
+    signals = SignalWatch()
+    signals.install()
+    try:
+        standalone.serve(config, lambda: signals.wait(0, None))
+    finally:
+        signals.uninstall()
+        signals.close()
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="leaseq", description=DESCRIPTION)
     parser.add_argument(
@@ -135,6 +152,17 @@ def build_parser() -> argparse.ArgumentParser:
         help="stop a PostgreSQL kept by --keep and delete its directory DIR, then exit",
     )
     p.set_defaults(func=_cmd_demo)
+
+    from leaseq.operator import standalone
+
+    p = sub.add_parser(
+        "reaper",
+        help="bring back jobs whose worker died, without Kubernetes (one of N copies reaps)",
+        description="Run the reaper outside Kubernetes: the operator's leader lease and reap "
+        "pass. Every flag falls back to its LEASEQ_* variable.",
+    )
+    settings.add_options(p, standalone.OPTIONS)
+    p.set_defaults(func=_cmd_reaper)
 
     p = sub.add_parser("operator", add_help=False, help="run the Kubernetes operator")
     p.add_argument("rest", nargs=argparse.REMAINDER)

@@ -2,19 +2,34 @@
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
 import psycopg
-from psycopg_pool import ConnectionPool, PoolTimeout
+from psycopg_pool import ConnectionPool
 
-from leaseq.core.errors import DatabaseUnavailable, refusal, translate
+from leaseq.core.errors import translate
+from leaseq.core.pool import Conn, Pool
 
-Conn = psycopg.Connection[Any]
-#: What every face runs on: one connection, or a pool it borrows one from per call.
-Db = Conn | ConnectionPool[Conn]
+__all__ = [
+    "UNPREPARED",
+    "Conn",
+    "Db",
+    "borrow",
+    "connect",
+    "open_pool",
+    "replaceable",
+    "transaction",
+]
+
+#: What every face runs on: one connection, or a pool it borrows one from per call
+#: (leaseq's own :class:`Pool`, or a psycopg_pool ``ConnectionPool`` the caller made).
+Db = Conn | Pool | ConnectionPool[Conn]
+#: Connection options that turn server-side prepared statements off: a transaction-pooling
+#: PgBouncer before 1.21 hands each transaction a different server connection, where
+#: psycopg's prepared statements do not exist, or already do.
+UNPREPARED: dict[str, Any] = {"prepare_threshold": None}
 
 
 def connect(conninfo: str, *, action: str, autocommit: bool = True, **kwargs: Any) -> Conn:
@@ -28,24 +43,6 @@ def connect(conninfo: str, *, action: str, autocommit: bool = True, **kwargs: An
         raise translate(exc, action=action, conninfo=conninfo) from exc
 
 
-class Pool(ConnectionPool[Conn]):
-    """A psycopg ``ConnectionPool`` that remembers why its last attempt to connect failed
-    (:attr:`connect_error`, None once a connection succeeds), so a caller waiting for a
-    connection learns the cause instead of only a timeout."""
-
-    connect_error: psycopg.Error | None = None
-
-    def _connect(self, timeout: float | None = None) -> Conn:
-        # psycopg_pool's one place that opens connections, in its background workers.
-        try:
-            conn = super()._connect(timeout)
-        except psycopg.Error as exc:
-            self.connect_error = exc
-            raise
-        self.connect_error = None
-        return conn
-
-
 def open_pool(
     conninfo: str,
     *,
@@ -53,49 +50,28 @@ def open_pool(
     max_size: int = 4,
     name: str = "leaseq",
     timeout: float = 10.0,
+    prepare: bool = True,
     configure: Callable[[Conn], None] | None = None,
 ) -> Pool:
-    """A pool of autocommit connections. Connections are made in the background; a call that
-    cannot get one within ``timeout`` seconds fails with DatabaseUnavailable saying why, and
-    at once when PostgreSQL refused the login or has no such database. ``configure`` runs
-    on each new connection before it is first handed out."""
+    """A pool of checked autocommit connections (see :mod:`leaseq.core.pool`): a call that
+    cannot get a free one within ``timeout`` seconds, or cannot connect, fails with
+    DatabaseUnavailable; the first call after the database is back reconnects at once.
+    ``prepare=False`` turns server-side prepared statements off (for PgBouncer < 1.21);
+    ``configure`` runs on each new connection before it is first handed out."""
     return Pool(
         conninfo,
         min_size=min_size,
         max_size=max_size,
         name=name,
         timeout=timeout,
-        kwargs={"autocommit": True},
+        kwargs=None if prepare else UNPREPARED,
         configure=configure,
-        open=True,
     )
 
 
-# How often a caller waiting for a pooled connection checks whether the pool's connection
-# attempts are being refused for good (a wrong password does not fix itself in 10 s).
-_CHECK_EVERY = 0.2
-
-
-def _checkout(pool: ConnectionPool[Conn], action: str) -> Conn:
-    """A connection from ``pool`` within its timeout, else the translated reason: the pool's
-    last connection error when there is one (raised at once when it is a refused login or a
-    missing database), else the pool's timeout (every connection busy)."""
-    info = pool.conninfo if isinstance(pool.conninfo, str) else ""
-    deadline = time.monotonic() + pool.timeout
-    while True:
-        left = deadline - time.monotonic()
-        try:
-            return pool.getconn(timeout=max(0.001, min(_CHECK_EVERY, left)))
-        except PoolTimeout as exc:
-            cause = getattr(pool, "connect_error", None)
-            final = left <= _CHECK_EVERY
-            if cause is not None and (final or refusal(cause) is not DatabaseUnavailable):
-                raise translate(cause, action=action, conninfo=info) from exc
-            if final:
-                busy = PoolTimeout(f"no free connection in pool {pool.name!r} in {pool.timeout:g}s")
-                raise translate(busy, action=action, conninfo=info) from exc
-        except psycopg.Error as exc:
-            raise translate(exc, action=action, conninfo=info) from exc
+def replaceable(db: Db) -> bool:
+    """True when ``db`` is a pool, so a call whose connection dropped can take another."""
+    return isinstance(db, Pool | ConnectionPool)
 
 
 @contextmanager
@@ -107,18 +83,15 @@ def borrow(db: Db, action: str, conn: Conn | None = None) -> Iterator[Conn]:
     otherwise the call joins the connection's transaction and the caller commits. A pool that
     cannot hand out a connection raises the translated leaseq error for ``action``."""
     target = conn if conn is not None else db
-    if not isinstance(target, ConnectionPool):
+    if isinstance(target, Pool | ConnectionPool):
+        try:
+            with target.connection() as pooled:
+                yield pooled
+        except psycopg.Error as exc:
+            info = target.conninfo if isinstance(target.conninfo, str) else ""
+            raise translate(exc, action=action, conninfo=info) from exc
+    else:
         yield target
-        return
-    pooled = _checkout(target, action)
-    try:
-        with pooled:  # the pool's own `connection()` does the same: commit, or roll back
-            yield pooled
-    except psycopg.Error as exc:
-        info = target.conninfo if isinstance(target.conninfo, str) else ""
-        raise translate(exc, action=action, conninfo=info) from exc
-    finally:
-        target.putconn(pooled)
 
 
 @contextmanager

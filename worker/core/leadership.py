@@ -39,9 +39,18 @@ class Leadership:
             return self._store.leader_release(c, name=name, holder=holder, term=term)
 
     @contextmanager
-    def reap_pass(self) -> Iterator[Conn | None]:
+    def reap_pass(
+        self, name: str, holder: str, term: int, *, ttl: float, now: datetime | None = None
+    ) -> Iterator[Conn | None]:
         """A connection inside a transaction that holds the reaper's pass lock, or None when
-        another pass holds it. What runs on the connection (``Queue.reap(conn=...)``) commits
-        with the block, and the lock ends with that transaction."""
+        another pass holds it or ``holder`` no longer leads ``name`` in ``term`` (a leader
+        that woke from a pause after a takeover must not act). What runs on the connection
+        (``Queue.reap(conn=...)``) commits with the block, and the lock ends with it.
+
+        The transaction is bounded by ``ttl`` seconds (idle in transaction, each statement,
+        each lock wait): a reaper frozen mid-pass (SIGSTOP, a hung node) loses its session,
+        and with it the lock, within a lease's length, so another replica can reap."""
         with transaction(self._db, "reap") as c:
-            yield c if self._store.leader_reap_lock(c) else None
+            self._store.leader_pass_bounds(c, seconds=ttl)
+            leading = self._store.leader_reap_lock(c, name=name, holder=holder, term=term, now=now)
+            yield c if leading else None

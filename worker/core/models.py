@@ -35,6 +35,8 @@ class AttemptOutcome(enum.StrEnum):
     FENCED = "fenced"
     TIMED_OUT = "timed_out"
     CANCELLED = "cancelled"
+    #: Handed back by the handler (``Interrupted``) outside a shutdown: counts as an attempt.
+    INTERRUPTED = "interrupted"
 
 
 class WorkerState(enum.StrEnum):
@@ -161,9 +163,15 @@ class Failed:
 
 @dataclass(frozen=True)
 class Released:
-    """The job went back to pending at once, without costing an attempt."""
+    """The job was handed back. A shutdown release costs no attempt and keeps the job's
+    place (``pending``); any other counts as an attempt: ``pending`` after backoff, or
+    ``dead`` when its attempts are used up."""
 
     job_id: int
+    status: JobStatus = JobStatus.PENDING
+
+    def __post_init__(self) -> None:
+        _as(JobStatus, self, "status")
 
 
 class HeartbeatStatus(enum.Enum):

@@ -1,25 +1,37 @@
 """leaseq's synchronous Python API: every job transition, fenced by lease token.
 
-Give :class:`Queue` a psycopg_pool ``ConnectionPool`` or an autocommit connection (see
-:func:`leaseq.open_pool` and :func:`leaseq.connect`): each call then commits on its own, and
-each is one statement, so no transaction is ever held while a handler runs. To enqueue in the
-same transaction as the row that caused the job, pass your own non-autocommit connection as
-``conn=``: the job commits (and listeners wake) when you commit, or vanishes if you roll back.
+Give :class:`Queue` a pool or an autocommit connection (see :func:`leaseq.open_pool` and
+:func:`leaseq.connect`): each call then commits on its own, and each is one statement, so no
+transaction is ever held while a handler runs.
+
+Infrastructure faults: on a pool, a worker-side write (heartbeat, checkpoint, complete, fail,
+release) whose connection drops is sent once more on a fresh connection. That is safe because
+each is fenced by owner and token; and a repeat that finds the lease gone looks up how the
+attempt ended, so a first try whose commit was lost with its connection is answered by what
+it really did. Everything written is made storable first (:mod:`leaseq.core.bounded`).
+
+To enqueue in the same transaction as the row that caused the job, pass your own
+non-autocommit connection as ``conn=``: the job commits (and listeners wake) when you commit,
+or vanishes if you roll back.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import logging
-from collections.abc import Iterable, Sequence
+import threading
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, TypeVar
+from uuid import UUID, uuid4
 
-from leaseq.core import validation
+from psycopg.rows import DictRow
+
+from leaseq.core import bounded, validation
 from leaseq.core._store.store import Store
-from leaseq.core.db import Conn, Db, borrow, transaction
-from leaseq.core.errors import InvalidJob, JobNotFound, JobStateError
+from leaseq.core.db import Conn, Db, borrow, replaceable, transaction
+from leaseq.core.errors import DatabaseUnavailable, InvalidJob, JobNotFound, JobStateError
 from leaseq.core.models import (
     DEFAULT_LEASE_SECONDS,
     FINISHED_STATUSES,
@@ -47,7 +59,11 @@ from leaseq.core.models import (
 
 log = logging.getLogger("leaseq.queue")
 
+T = TypeVar("T")
+
 MAX_CLAIM_BATCH = 100
+#: Lost claim calls remembered per owner (older ones are left to the reaper).
+MAX_LOST_CLAIMS = 16
 #: Attempts :meth:`Queue.work` reads at most to estimate run times (the newest ones).
 WORK_SAMPLES = 2000
 
@@ -93,6 +109,14 @@ def _lease_fields(lease: Lease) -> dict[str, Any]:
     }
 
 
+def _storable(value: Any, what: str, lease: Lease) -> Any:
+    """``value`` with what jsonb cannot hold replaced (logged, since nothing else records it)."""
+    stored = bounded.json(value, what)
+    if stored.note:
+        log.warning("%s stored with changes: %s", what, stored.note, extra=_lease_fields(lease))
+    return stored.value
+
+
 class Queue:
     """The queue API over one connection or a pool. Thread-safe when given a pool."""
 
@@ -105,6 +129,9 @@ class Queue:
         self._db = db
         self.retry = retry or RetryPolicy()
         self._store = Store()
+        # Claim calls whose answer was lost, by owner (see :meth:`claim`).
+        self._lost_claims: dict[str, list[UUID]] = {}
+        self._lock = threading.Lock()
 
     @staticmethod
     def tune_worker_session(conn: Conn) -> None:
@@ -190,6 +217,12 @@ class Queue:
 
         Each claim increments the job's attempt count and lease token. Rows held by other
         claimers are skipped, never waited for, and never handed out twice.
+
+        A claim whose connection drops may have taken rows without its answer arriving. Each
+        call stamps its rows with an id of its own; the retry on a fresh connection (or, if
+        PostgreSQL stays unreachable, ``owner``'s next claim on this Queue) first asks for
+        those rows and returns them, so a lost answer never leaves a job to expire and cost
+        an attempt.
         """
         if isinstance(queues, str):
             queues = [queues]
@@ -201,10 +234,68 @@ class Queue:
         if not 1 <= limit <= MAX_CLAIM_BATCH:
             raise InvalidJob("limit", f"must be in [1, {MAX_CLAIM_BATCH}], got {limit}")
         validation.positive("lease_seconds", lease_seconds)
-        with borrow(self._db, "claim") as c:
+        with self._lock:
+            lost = self._lost_claims.pop(owner, [])
+        claim_id = uuid4()
+
+        def run(c: Conn, repeat: bool) -> list[ClaimedJob]:
+            ids = [*lost, claim_id] if repeat else lost
+            if ids:
+                found = self._store.job_claim_recover(c, owner=owner, claim_ids=ids)
+                if found:
+                    log.info("recovered %d job(s) claimed by a call whose answer was lost",
+                             len(found), extra={"worker": owner})  # fmt: skip
+                    if len(found) > limit:
+                        self._remember_lost(owner, ids)
+                    return found[:limit]
             return self._store.job_claim(
-                c, queues=queues, owner=owner, limit=limit, lease_seconds=lease_seconds, now=now
+                c,
+                queues=queues,
+                owner=owner,
+                limit=limit,
+                lease_seconds=lease_seconds,
+                claim_id=claim_id,
+                now=now,
             )
+
+        try:
+            return self._write("claim", run)
+        except DatabaseUnavailable:
+            self._remember_lost(owner, [*lost, claim_id])
+            raise
+
+    def _remember_lost(self, owner: str, claim_ids: list[UUID]) -> None:
+        with self._lock:
+            kept = self._lost_claims.setdefault(owner, [])
+            kept.extend(i for i in claim_ids if i not in kept)
+            del kept[:-MAX_LOST_CLAIMS]
+
+    def _write(self, action: str, run: Callable[[Conn, bool], T]) -> T:
+        """``run(conn, repeat)`` for a fenced write; on a pool, once more on a fresh
+        connection if the first one dropped (``repeat=True`` then: see the module's
+        docstring). DatabaseUnavailable when the second try cannot reach PostgreSQL either."""
+        try:
+            with borrow(self._db, action) as c:
+                return run(c, False)
+        except DatabaseUnavailable as exc:
+            if not replaceable(self._db):
+                raise
+            log.debug("%s: connection lost (%s); once more on a fresh connection", action, exc)
+        with borrow(self._db, action) as c:
+            return run(c, True)
+
+    def _ended(
+        self, c: Conn, lease: Lease, repeat: bool, applied: set[AttemptOutcome]
+    ) -> DictRow | None:
+        """On a repeated call, how the attempt ended if the first try did it."""
+        if not repeat:
+            return None
+        row = self._store.job_attempt_outcome(c, lease)
+        if row is None or row["outcome"] not in applied:
+            return None
+        log.info("the first try had been applied before the connection dropped",
+                 extra=_lease_fields(lease))  # fmt: skip
+        return row
 
     def _fenced(self, c: Conn, lease: Lease, call: Call, now: datetime | None) -> Fenced:
         """Record the refusal; one statement, which also reads the job's status."""
@@ -228,20 +319,26 @@ class Queue:
         then. LOST means stop working on the job: its result will be refused."""
         if progress is not None:
             validation.json_value("progress", progress, limit=65536)
-        with borrow(self._db, "heartbeat") as c:
+            progress = _storable(progress, "progress", lease)
+
+        def run(c: Conn, repeat: bool) -> Heartbeat:
             expires = self._store.job_heartbeat(
                 c, lease, lease_seconds=lease_seconds, progress=progress, now=now
             )
             if expires is None:
                 fenced = self._fenced(c, lease, Call.HEARTBEAT, now)
                 return Heartbeat(HeartbeatStatus.LOST, None, fenced.status)
-        return Heartbeat(HeartbeatStatus.RENEWED, expires)
+            return Heartbeat(HeartbeatStatus.RENEWED, expires)
+
+        return self._write("heartbeat", run)
 
     def checkpoint(self, lease: Lease, state: Any, *, now: datetime | None = None) -> bool:
         """Store durable state that the job's next attempt receives; False if the lease is lost."""
         validation.json_value("checkpoint", state)
-        with borrow(self._db, "checkpoint") as c:
-            return self._store.job_checkpoint(c, lease, state, now=now)
+        state = _storable(state, "checkpoint", lease)
+        return self._write(
+            "checkpoint", lambda c, _: self._store.job_checkpoint(c, lease, state, now=now)
+        )
 
     def complete(
         self,
@@ -285,24 +382,39 @@ class Queue:
             validation.optional_key("effect_key", key)
         if not leases:
             return []
-        answers: list[Completed | Fenced] = []
-        with borrow(self._db, "complete") as c:
+        stored = [bounded.json(r, "result") for r in results]
+        for lease, result in zip(leases, stored, strict=True):
+            if result.note:
+                log.warning("result stored with changes: %s", result.note,
+                            extra=_lease_fields(lease))  # fmt: skip
+        progresses = [
+            _storable(p, "progress", lease) for p, lease in zip(progresses, leases, strict=True)
+        ]
+
+        def run(c: Conn, repeat: bool) -> list[Completed | Fenced]:
             done = self._store.job_complete(
                 c,
                 leases,
-                results=results,
+                results=[r.value for r in stored],
                 effect_keys=effect_keys,
                 progresses=progresses,
+                notes=[r.note for r in stored],
                 now=now,
             )
-            for lease in leases:
+            answers: list[Completed | Fenced] = []
+            for lease, key in zip(leases, effect_keys, strict=True):
                 row = done.get(lease.job_id)
-                if row is None:
-                    answers.append(self._fenced(c, lease, Call.COMPLETE, now))
-                else:
+                if row is not None:
                     log.debug("job succeeded", extra=_lease_fields(lease))
                     answers.append(Completed(row["id"], row["effect_key"], row["effect_written"]))
-        return answers
+                elif ended := self._ended(c, lease, repeat, {AttemptOutcome.SUCCEEDED}):
+                    effect = key or ended["effect_key"]
+                    answers.append(Completed(lease.job_id, effect, ended["effect_written"]))
+                else:
+                    answers.append(self._fenced(c, lease, Call.COMPLETE, now))
+            return answers
+
+        return self._write("complete", run)
 
     def fail(
         self,
@@ -315,49 +427,76 @@ class Queue:
         now: datetime | None = None,
     ) -> Failed | Fenced:
         """End the attempt with ``error``: retried after backoff while attempts remain and the
-        error is retryable, else the job stops in ``dead`` with the error kept."""
-        with borrow(self._db, "fail") as c:
+        error is retryable, else the job stops in ``dead`` with the error kept. The error is
+        stored bounded (:func:`leaseq.core.bounded.text`: NULs replaced, cut, and it says so)."""
+        outcome = AttemptOutcome.TIMED_OUT if timed_out else AttemptOutcome.FAILED
+        text = bounded.text(error).value
+
+        def run(c: Conn, repeat: bool) -> Failed | Fenced:
             row = self._store.job_fail(
                 c,
                 lease,
-                error=error,
+                error=text,
                 error_code=error_code,
                 retryable=retryable,
-                outcome=AttemptOutcome.TIMED_OUT if timed_out else AttemptOutcome.FAILED,
+                outcome=outcome,
                 retry=self.retry,
                 now=now,
-            )
+            ) or self._ended(c, lease, repeat, {outcome})
             if row is None:
                 return self._fenced(c, lease, Call.FAIL, now)
-        retry_at = row["available_at"] if row["status"] == JobStatus.PENDING else None
-        log.info("job failed: %s", row["status"], extra=_lease_fields(lease))
-        return Failed(row["id"], row["status"], retry_at)
+            retry_at = row["available_at"] if row["status"] == JobStatus.PENDING else None
+            log.info("job failed: %s", row["status"], extra=_lease_fields(lease))
+            return Failed(lease.job_id, row["status"], retry_at)
+
+        return self._write("fail", run)
 
     def release(
         self,
         lease: Lease,
         *,
         reason: str = "worker shutting down",
+        shutdown: bool = True,
         now: datetime | None = None,
     ) -> Released | Fenced:
-        """Give the job back at once (graceful shutdown). It does not cost an attempt, so
-        rolling deploys alone never kill a job; a crash (lease expiry) does."""
-        with borrow(self._db, "release") as c:
-            if not self._store.job_release(c, lease, reason=reason, now=now):
+        """Give the job back, keeping its place in the queue.
+
+        ``shutdown=True`` (a draining worker) does not cost an attempt, so rolling deploys
+        alone never kill a job; a crash (lease expiry) does. Any other release (a handler
+        raising Interrupted while its worker is not shutting down) counts as an attempt,
+        outcome ``interrupted``: retried after backoff, ``dead`` when attempts are used up.
+        Without that bound a handler that always hands its job back would cycle forever."""
+        outcome = AttemptOutcome.RELEASED if shutdown else AttemptOutcome.INTERRUPTED
+        text = bounded.text(reason).value
+
+        def run(c: Conn, repeat: bool) -> Released | Fenced:
+            row = self._store.job_release(
+                c, lease, reason=text, shutdown=shutdown, retry=self.retry, now=now
+            ) or self._ended(c, lease, repeat, {outcome})
+            if row is None:
                 return self._fenced(c, lease, Call.RELEASE, now)
-        log.info("job released", extra=_lease_fields(lease))
-        return Released(lease.job_id)
+            log.info("job released (%s): %s", outcome, row["status"], extra=_lease_fields(lease))
+            return Released(lease.job_id, row["status"])
+
+        return self._write("release", run)
 
     # -- operations -----------------------------------------------------------------------
 
     def reap(
-        self, *, limit: int = 1000, conn: Conn | None = None, now: datetime | None = None
+        self,
+        *,
+        limit: int = 1000,
+        reaper: str | None = None,
+        conn: Conn | None = None,
+        now: datetime | None = None,
     ) -> list[Reaped]:
-        """Bring back running jobs whose lease expired: pending after backoff, or dead when
-        their attempts are used up. Safe to run concurrently (rows are skipped, not shared).
-        Given ``conn`` inside a transaction, joins it (the reaper holds its lock there)."""
+        """Bring back running jobs whose lease expired: pending in their old place (the
+        expired lease was their backoff), or dead when their attempts are used up. Safe to run
+        concurrently (rows are skipped, not shared). ``reaper`` (e.g. holder and term) is
+        named in each attempt row. Given ``conn`` inside a transaction, joins it (the reaper
+        holds its lock there)."""
         with borrow(self._db, "reap", conn) as c:
-            reaped = self._store.job_reap(c, limit=limit, retry=self.retry, now=now)
+            reaped = self._store.job_reap(c, limit=limit, reaper=reaper, now=now)
         for job in reaped:
             log.warning(
                 "reaped job from %s: %s",

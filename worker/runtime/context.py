@@ -8,6 +8,8 @@ import threading
 import time
 from typing import Any, Protocol
 
+from leaseq.core.backoff import Backoff
+from leaseq.core.errors import DatabaseUnavailable
 from leaseq.core.models import ClaimedJob, Lease
 
 
@@ -128,8 +130,20 @@ class JobContext:
 
     def checkpoint(self, state: Any) -> bool:
         """Durably save ``state`` for the next attempt (:attr:`last_checkpoint`), now. Returns
-        False, and sets :attr:`should_stop`, when the lease is no longer held."""
-        stored = self._queue.checkpoint(self._job.lease, state)
+        False, and sets :attr:`should_stop`, when the lease is no longer held. While
+        PostgreSQL is unreachable it waits and retries (never raising into the handler) until
+        the worker gives the attempt up."""
+        retry = Backoff(0.05, 1.0)
+        while True:
+            try:
+                stored = self._queue.checkpoint(self._job.lease, state)
+                break
+            except DatabaseUnavailable as exc:
+                # An infrastructure fault must not fail the attempt: wait for the database
+                # while the lease may hold; the heartbeat loop sets the stop flag when it ends.
+                self.log.warning("checkpoint not stored yet (%s); retrying", exc)
+                if self._stop.wait(retry.next()):
+                    return False
         if not stored:
             self.request_stop(StopReason.LEASE_LOST)
         return stored

@@ -2,7 +2,14 @@
 
 Every ``heartbeat_seconds`` it renews each running attempt's lease (sending the handler's
 latest progress with it) and refreshes the worker's row in ``leaseq.workers``. Between
-renewals it wakes for the nearest max-runtime deadline. It stops renewing an attempt when:
+renewals it wakes for the nearest max-runtime deadline and the nearest local lease end.
+
+While PostgreSQL is unreachable it retries every ``RETRY_SECONDS`` (jittered) instead of
+every interval, so leases are renewed within a fraction of a second of the database
+accepting connections again: an outage shorter than the lease costs nothing. At a lease's
+local end the handler is told to stop (``LEASE_LOST``) at once, not at the next renewal: a
+handler cut off from the database stops within a renewal's round trip of the moment another
+worker could claim its job. It stops renewing an attempt when:
 
 * its max runtime is reached (``TIMED_OUT``: the attempt is failed as timed out);
 * its job type's progress timeout passed without progress (``NO_PROGRESS``: failed, retried);
@@ -19,6 +26,7 @@ import threading
 import time
 from collections.abc import Callable
 
+from leaseq.core.backoff import Backoff
 from leaseq.core.errors import DatabaseUnavailable, InvalidJob, LeaseqError
 from leaseq.core.models import HeartbeatStatus, JobStatus
 from leaseq.core.queue import Queue
@@ -28,6 +36,9 @@ from leaseq.runtime.inflight import InFlight, InFlightTable
 from leaseq.runtime.metrics import WorkerMetrics
 
 log = logging.getLogger("leaseq.heartbeat")
+
+#: Longest pause between renewal tries while PostgreSQL is unreachable (seconds).
+RETRY_SECONDS = 0.25
 
 GiveUp = Callable[[InFlight, StopReason], None]
 
@@ -58,6 +69,9 @@ class HeartbeatLoop:
         self.register = register
         self.stopping = stopping
         self.nudge = threading.Event()
+        # Since when (monotonic) renewals have not reached PostgreSQL; None while they do.
+        self.unreachable_since: float | None = None
+        self._retry = Backoff(RETRY_SECONDS / 2, RETRY_SECONDS)
 
     def run(self) -> None:
         next_register = time.monotonic()
@@ -82,6 +96,8 @@ class HeartbeatLoop:
         times = []
         for job in self.jobs.running():
             times.append(job.renew_at)
+            if not job.context.should_stop:
+                times.append(job.lease_bound)
             if job.deadline is not None:
                 times.append(job.deadline)
         return times
@@ -109,13 +125,26 @@ class HeartbeatLoop:
                 return
             if now >= job.renew_at:
                 job.renew_at = now + self.interval
-                self.renew(job)
+                if self.renew(job):
+                    self._reached()
+                else:
+                    if self.unreachable_since is None:
+                        self.unreachable_since = now
+                    job.renew_at = time.monotonic() + min(self.interval, self._retry.next())
 
-    def renew(self, job: InFlight) -> None:
-        """One renewal. Holds the attempt's lock so the slot cannot settle it meanwhile."""
+    def _reached(self) -> None:
+        self._retry.reset()
+        if self.unreachable_since is not None:
+            log.info("PostgreSQL reachable again after %.1fs; leases renewed",
+                     time.monotonic() - self.unreachable_since)  # fmt: skip
+            self.unreachable_since = None
+
+    def renew(self, job: InFlight) -> bool:
+        """One renewal; False only when PostgreSQL could not be reached. Holds the attempt's
+        lock so the slot cannot settle it meanwhile."""
         with job.lock:
             if not job.running:
-                return
+                return True
             value, version = job.context.pending_progress()
             progress = value if version > job.sent_progress_version else None
             try:
@@ -125,14 +154,16 @@ class HeartbeatLoop:
             except InvalidJob as exc:
                 log.error("progress not stored: %s", exc, extra=job.fields())
                 job.sent_progress_version = version
-                return
+                return True
             except DatabaseUnavailable as exc:
                 self.health.db_failed(exc)
-                log.warning("lease renewal failed, will retry: %s", exc, extra=job.fields())
-                return
+                # Once per outage at WARNING: the retries every RETRY_SECONDS are DEBUG.
+                level = logging.WARNING if self.unreachable_since is None else logging.DEBUG
+                log.log(level, "lease renewal failed, will retry: %s", exc, extra=job.fields())
+                return False
             except LeaseqError as exc:
                 log.error("lease renewal failed: %s", exc, extra=job.fields())
-                return
+                return True
             self.health.db_ok()
             if beat.status is HeartbeatStatus.RENEWED:
                 job.lease_bound = time.monotonic() + self.lease_seconds
@@ -143,3 +174,4 @@ class HeartbeatLoop:
                 self.metrics.fenced.labels(job.job.queue).inc()
                 cancelled = beat.job_status is JobStatus.CANCELLED
                 self.give_up(job, StopReason.CANCELLED if cancelled else StopReason.LEASE_LOST)
+            return True

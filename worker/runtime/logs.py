@@ -3,6 +3,10 @@
 Queue and worker code log with ``extra={"job_id": ..., "queue": ..., "worker": ...,
 "attempt": ..., "token": ...}``; the formatters here put those fields in every line that has
 them, so one job can be followed across workers with a single filter.
+
+Every line is bounded: a message or traceback longer than ``MAX_LOG_CHARS`` is cut (the line
+says so), and control characters are escaped (:func:`leaseq.core.bounded.text`), so a handler
+raising a 5 MB exception, or one full of terminal escapes, writes one short, safe line.
 """
 
 from __future__ import annotations
@@ -12,6 +16,11 @@ import logging
 import sys
 from datetime import UTC, datetime
 from typing import Any
+
+from leaseq.core import bounded
+
+#: Longest message, and longest traceback, one log line carries (characters).
+MAX_LOG_CHARS = 16384
 
 FIELDS = ("job_id", "queue", "job_type", "worker", "attempt", "token", "outcome")
 
@@ -28,11 +37,11 @@ class JsonFormatter(logging.Formatter):
             "ts": datetime.fromtimestamp(record.created, UTC).isoformat(timespec="milliseconds"),
             "level": record.levelname,
             "logger": record.name,
-            "msg": record.getMessage(),
+            "msg": bounded.text(record.getMessage(), MAX_LOG_CHARS).value,
             **_fields(record),
         }
         if record.exc_info:
-            line["exc"] = self.formatException(record.exc_info)
+            line["exc"] = bounded.text(self.formatException(record.exc_info), MAX_LOG_CHARS).value
         return json.dumps(line, default=str)
 
 
@@ -41,6 +50,14 @@ class TextFormatter(logging.Formatter):
 
     def __init__(self) -> None:
         super().__init__("%(asctime)s %(levelname)s %(name)s: %(message)s")
+
+    def formatMessage(self, record: logging.LogRecord) -> str:
+        record.message = bounded.text(record.message, MAX_LOG_CHARS).value
+        return super().formatMessage(record)
+
+    def formatException(self, ei: Any) -> str:
+        text: str = bounded.text(super().formatException(ei), MAX_LOG_CHARS).value
+        return text
 
     def format(self, record: logging.LogRecord) -> str:
         text = super().format(record)

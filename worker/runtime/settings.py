@@ -98,6 +98,14 @@ LISTEN = Option(
     "true or false: LISTEN for enqueue notifications (set false behind a transaction-pooling "
     "PgBouncer; polling alone still drains every job)",
 )
+PREPARED_STATEMENTS = Option(
+    "prepared_statements",
+    "LEASEQ_PREPARED_STATEMENTS",
+    boolean,
+    True,
+    "use server-side prepared statements (set false behind a transaction-pooling PgBouncer "
+    "older than 1.21, which cannot carry them)",
+)
 WORKER_ID = Option(
     "worker_id", "LEASEQ_WORKER_ID", str, None, "this process's name in leases (hostname-pid)"
 )
@@ -116,6 +124,7 @@ OPTIONS = [
     HEARTBEAT_SECONDS,
     POLL_SECONDS,
     LISTEN,
+    PREPARED_STATEMENTS,
     WORKER_ID,
     POD_NAME,
     NODE_NAME,
@@ -139,6 +148,7 @@ class WorkerSettings:
     heartbeat_seconds: float = 10.0
     poll_seconds: float = 5.0
     listen: bool = True
+    prepared_statements: bool = True
     worker_id: str = ""
     pod_name: str | None = None
     node_name: str | None = None
@@ -174,6 +184,7 @@ class WorkerSettings:
             heartbeat_seconds=values["heartbeat_seconds"],
             poll_seconds=values["poll_seconds"],
             listen=values["listen"],
+            prepared_statements=values["prepared_statements"],
             worker_id=values["worker_id"] or "",
             pod_name=values["pod_name"],
             node_name=values["node_name"],

@@ -85,7 +85,7 @@ class Outcome(enum.StrEnum):
 _APPLIED = {
     Call.COMPLETE: {AttemptOutcome.SUCCEEDED},
     Call.FAIL: {AttemptOutcome.FAILED, AttemptOutcome.TIMED_OUT},
-    Call.RELEASE: {AttemptOutcome.RELEASED},
+    Call.RELEASE: {AttemptOutcome.RELEASED, AttemptOutcome.INTERRUPTED},
 }
 
 
@@ -96,7 +96,7 @@ def outcome_of(answer: Answer, settled_by: Settler | None) -> Outcome:
     if isinstance(answer, Completed):
         return Outcome.SUCCEEDED
     if isinstance(answer, Released):
-        return Outcome.RELEASED
+        return Outcome.DEAD if answer.status is JobStatus.DEAD else Outcome.RELEASED
     if settled_by is Settler.TIMED_OUT:
         return Outcome.TIMED_OUT
     return Outcome.DEAD if answer.status is JobStatus.DEAD else Outcome.FAILED
@@ -281,6 +281,8 @@ class Settlement:
                 JobStatus.DEAD
             ):
                 return Outcome.DEAD
+            if mine[0] is AttemptOutcome.INTERRUPTED:
+                return Outcome.RELEASED
             return Outcome(mine[0].value)
         except LeaseqError:
             return None

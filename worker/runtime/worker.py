@@ -105,7 +105,9 @@ class Worker:
             max_size=settings.concurrency + 4,
             name=f"leaseq-{settings.worker_id}",
             timeout=max(2.0, min(10.0, settings.lease_seconds / 2)),
-            configure=Queue.tune_worker_session,
+            prepare=settings.prepared_statements,
+            # A session setting: not behind a transaction pooler (prepared statements off).
+            configure=Queue.tune_worker_session if settings.prepared_statements else None,
         )
         self.queue = Queue(self.pool, retry=retry)
         self.workers = Workers(self.pool)
@@ -208,7 +210,7 @@ class Worker:
                 thread.join(timeout=5.0)
             self.executor.close(timeout=0.5)
             self._deregister()
-            self.pool.close(timeout=2.0)
+            self.pool.close()
             if self.http:
                 self.http.stop()
             log.info("worker stopped", extra=self._fields)
@@ -422,8 +424,12 @@ class Worker:
                 continue
             try:
                 if outcome.ending is Ending.INTERRUPTED:
+                    # Free only while the worker shuts down; otherwise it counts (bounded).
                     release = partial(
-                        self.queue.release, job.job.lease, reason="handler interrupted"
+                        self.queue.release,
+                        job.job.lease,
+                        reason="handler interrupted",
+                        shutdown=self.draining.is_set(),
                     )
                     self.settlement.settle(job, Call.RELEASE, release)
                 else:

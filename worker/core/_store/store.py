@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
 from typing import Any, TypeVar
+from uuid import UUID
 
 import psycopg
 from psycopg.rows import DictRow, class_row, dict_row
@@ -42,6 +43,26 @@ Params = Mapping[str, Any]
 
 def _json(value: Any) -> Jsonb | None:
     return None if value is None else Jsonb(value)
+
+
+def _claimed(rows: list[DictRow], owner: str) -> list[ClaimedJob]:
+    return [
+        ClaimedJob(
+            id=r["id"],
+            queue=r["queue"],
+            job_type=r["job_type"],
+            payload=r["payload"],
+            priority=r["priority"],
+            attempt=r["attempt_count"],
+            max_attempts=r["max_attempts"],
+            lease=Lease(r["id"], owner, r["lease_token"], r["attempt_count"], r["started_at"]),
+            lease_expires_at=r["lease_expires_at"],
+            timeout_seconds=r["timeout_seconds"],
+            idempotency_key=r["idempotency_key"],
+            checkpoint=r["checkpoint"],
+        )
+        for r in rows
+    ]
 
 
 class Store:
@@ -114,6 +135,7 @@ class Store:
         owner: str,
         limit: int,
         lease_seconds: float,
+        claim_id: UUID,
         now: datetime | None = None,
     ) -> list[ClaimedJob]:
         rows = self._dicts(
@@ -124,27 +146,21 @@ class Store:
                 "owner": owner,
                 "limit": limit,
                 "lease_seconds": lease_seconds,
+                "claim_id": claim_id,
                 "now": now,
             },
             "claim",
         )
-        return [
-            ClaimedJob(
-                id=r["id"],
-                queue=r["queue"],
-                job_type=r["job_type"],
-                payload=r["payload"],
-                priority=r["priority"],
-                attempt=r["attempt_count"],
-                max_attempts=r["max_attempts"],
-                lease=Lease(r["id"], owner, r["lease_token"], r["attempt_count"], r["started_at"]),
-                lease_expires_at=r["lease_expires_at"],
-                timeout_seconds=r["timeout_seconds"],
-                idempotency_key=r["idempotency_key"],
-                checkpoint=r["checkpoint"],
-            )
-            for r in rows
-        ]
+        return _claimed(rows, owner)
+
+    def job_claim_recover(
+        self, conn: Conn, *, owner: str, claim_ids: Sequence[UUID]
+    ) -> list[ClaimedJob]:
+        """The jobs the claim calls ``claim_ids`` took and ``owner`` still holds."""
+        rows = self._dicts(
+            conn, "job_claim_recover", {"owner": owner, "claim_ids": list(claim_ids)}, "claim"
+        )
+        return _claimed(rows, owner)
 
     def job_heartbeat(
         self,
@@ -197,10 +213,11 @@ class Store:
         results: Sequence[Any],
         effect_keys: Sequence[str | None],
         progresses: Sequence[Any],
+        notes: Sequence[str | None],
         now: datetime | None = None,
     ) -> dict[int, DictRow]:
         """Rows (``id``, ``effect_key``, ``effect_written``) of the leases still held, by job
-        id; a lease missing from the answer is fenced."""
+        id; a lease missing from the answer is fenced. ``notes`` go to the attempt rows."""
         rows = self._dicts(
             conn,
             "job_complete",
@@ -211,6 +228,7 @@ class Store:
                 "results": [_json(r) for r in results],
                 "effect_keys": list(effect_keys),
                 "progresses": [_json(p) for p in progresses],
+                "notes": list(notes),
                 "now": now,
             },
             "complete",
@@ -250,9 +268,16 @@ class Store:
         return rows[0] if rows else None
 
     def job_release(
-        self, conn: Conn, lease: Lease, *, reason: str, now: datetime | None = None
-    ) -> bool:
-        """True when released; False when fenced."""
+        self,
+        conn: Conn,
+        lease: Lease,
+        *,
+        reason: str,
+        shutdown: bool,
+        retry: RetryPolicy,
+        now: datetime | None = None,
+    ) -> DictRow | None:
+        """Row with ``id``, ``status`` and ``available_at``; None when fenced."""
         rows = self._dicts(
             conn,
             "job_release",
@@ -262,11 +287,25 @@ class Store:
                 "token": lease.token,
                 "started_at": lease.started_at,
                 "reason": reason,
+                "shutdown": shutdown,
+                "backoff_base": retry.base_seconds,
+                "backoff_cap": retry.cap_seconds,
                 "now": now,
             },
             "release",
         )
-        return bool(rows)
+        return rows[0] if rows else None
+
+    def job_attempt_outcome(self, conn: Conn, lease: Lease) -> DictRow | None:
+        """How the attempt of ``lease`` ended (``outcome``, the job's ``status`` and
+        ``available_at``, ``effect_key``, ``effect_written``); None while it has not."""
+        rows = self._dicts(
+            conn,
+            "job_attempt_outcome",
+            {"id": lease.job_id, "token": lease.token},
+            "settle an interrupted call",
+        )
+        return rows[0] if rows else None
 
     def job_record_fenced(
         self, conn: Conn, lease: Lease, *, call: Call, now: datetime | None = None
@@ -289,17 +328,12 @@ class Store:
         return JobStatus(row["status"]) if row["status"] is not None else None
 
     def job_reap(
-        self, conn: Conn, *, limit: int, retry: RetryPolicy, now: datetime | None = None
+        self, conn: Conn, *, limit: int, reaper: str | None, now: datetime | None = None
     ) -> list[Reaped]:
         rows = self._dicts(
             conn,
             "job_reap",
-            {
-                "limit": limit,
-                "backoff_base": retry.base_seconds,
-                "backoff_cap": retry.cap_seconds,
-                "now": now,
-            },
+            {"limit": limit, "reaper": reaper, "now": now},
             "reap",
         )
         return [
@@ -509,9 +543,22 @@ class Store:
             )
         )
 
-    def leader_reap_lock(self, conn: Conn) -> bool:
-        """Try the reaper's transaction-scoped advisory lock; call inside a transaction."""
-        return bool(self._dicts(conn, "leader_reap_lock", {}, "lock reaper")[0]["locked"])
+    def leader_pass_bounds(self, conn: Conn, *, seconds: float) -> None:
+        """Bound the current transaction (idle, statement and lock waits) to ``seconds``."""
+        self._dicts(conn, "leader_pass_bounds", {"ms": max(1, round(seconds * 1000))}, "reap")
+
+    def leader_reap_lock(
+        self, conn: Conn, *, name: str, holder: str, term: int, now: datetime | None = None
+    ) -> bool:
+        """Try the reaper's transaction-scoped advisory lock (call inside a transaction);
+        True only if it was taken and ``holder`` still leads ``name`` in ``term``."""
+        row = self._dicts(
+            conn,
+            "leader_reap_lock",
+            {"name": name, "holder": holder, "term": term, "now": now},
+            "lock reaper",
+        )[0]
+        return bool(row["locked"] and row["leading"])
 
     # -- migrations ---------------------------------------------------------------------
 

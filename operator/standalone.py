@@ -1,0 +1,84 @@
+"""``leaseq reaper``: the operator's reaper without Kubernetes.
+
+Workers on VMs, under systemd or in compose need a reaper too: without one, a job whose
+worker died stays ``running`` forever. This is the same :class:`~leaseq.operator.reaper.Reaper`
+the operator runs (the same leader lease in ``leaseq.leader_leases``, the same pass lock and
+pass), with no cluster: run it next to the workers, on any host that reaches PostgreSQL, as
+two or more copies for availability; exactly one reaps at a time. It mixes safely with
+``leaseq operator`` replicas on the same database (they share the lease).
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+
+from leaseq import config as settings
+from leaseq.core.db import open_pool
+from leaseq.core.leadership import Leadership
+from leaseq.core.queue import Queue
+from leaseq.core.workers import Workers
+from leaseq.operator.config import (
+    LEADER_TTL,
+    OPERATOR_ID,
+    REAP_INTERVAL,
+    VACUUM_DEAD_TUPLES,
+    check_reaper_timing,
+    resolve_values,
+)
+from leaseq.operator.reaper import LeaderLease, Reaper
+
+OPTIONS = (
+    settings.DATABASE_URL,
+    OPERATOR_ID,
+    REAP_INTERVAL,
+    LEADER_TTL,
+    VACUUM_DEAD_TUPLES,
+    settings.LOG_LEVEL,
+    settings.LOG_FORMAT,
+)
+#: How long a call waits for a pooled connection before the database counts as unreachable.
+DATABASE_TIMEOUT = 5.0
+
+
+@dataclass(frozen=True)
+class ReaperConfig:
+    """Everything ``leaseq reaper`` needs, validated."""
+
+    database_url: str
+    operator_id: str = "leaseq-reaper"
+    reap_interval_seconds: float = 5.0
+    leader_ttl_seconds: float = 15.0
+    vacuum_dead_tuples: int = 2000
+    log_level: str = "INFO"
+    log_format: str = "text"
+
+    def __post_init__(self) -> None:
+        check_reaper_timing(self.leader_ttl_seconds, self.reap_interval_seconds)
+
+    @classmethod
+    def from_args(
+        cls, args: argparse.Namespace, environ: Mapping[str, str] | None = None
+    ) -> ReaperConfig:
+        return cls(**resolve_values(args, OPTIONS, environ))
+
+
+def serve(config: ReaperConfig, until: Callable[[], object]) -> None:
+    """Reap under the leader lease until ``until()`` returns (e.g. waits for SIGTERM), then
+    give the lease up so another copy takes over at once."""
+    with open_pool(
+        config.database_url, min_size=1, max_size=3, name="leaseq-reaper", timeout=DATABASE_TIMEOUT
+    ) as pool:
+        reaper = Reaper(
+            LeaderLease(Leadership(pool), config.operator_id, config.leader_ttl_seconds),
+            Queue(pool),
+            Workers(pool),
+            config.reap_interval_seconds,
+            vacuum_dead_tuples=config.vacuum_dead_tuples,
+        )
+        reaper.start()
+        try:
+            until()
+        finally:
+            reaper.stop()

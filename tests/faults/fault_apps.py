@@ -1,0 +1,60 @@
+"""Handlers for the fault tests, loaded by real workers with ``--app fault_apps:registry``."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+import leaseq
+
+registry = leaseq.Registry()
+
+
+@registry.job("step")
+def step(payload: dict[str, Any], ctx: leaseq.JobContext) -> dict[str, Any]:
+    """Work ``seconds`` in small steps, checkpointing every ``checkpoint_every`` seconds
+    (when set); stop cooperatively when told. The result names the lease token, so a stale
+    result is visible in SQL."""
+    end = time.monotonic() + float(payload.get("seconds", 0.5))
+    every = payload.get("checkpoint_every")
+    next_checkpoint = time.monotonic()
+    while time.monotonic() < end:
+        if every is not None and time.monotonic() >= next_checkpoint:
+            ctx.checkpoint({"at": time.time()})
+            next_checkpoint = time.monotonic() + float(every)
+        if ctx.wait(0.05):
+            raise leaseq.Interrupted("told to stop")
+    return {"token": ctx.lease_token, "worker": ctx.worker_id, "attempt": ctx.attempt}
+
+
+@registry.job("stamp")
+def stamp(payload: dict[str, Any], ctx: leaseq.JobContext) -> dict[str, Any]:
+    """Write ``<dir>/<token>.start`` and, when told to stop, ``<dir>/<token>.stop`` (each
+    holding time.time()): when each execution ran, seen from outside the database."""
+    folder = Path(payload["dir"])
+    (folder / f"{ctx.lease_token}.start").write_text(repr(time.time()))
+    end = time.monotonic() + float(payload.get("seconds", 60))
+    while time.monotonic() < end:
+        if ctx.wait(0.02):
+            (folder / f"{ctx.lease_token}.stop").write_text(repr(time.time()))
+            raise leaseq.Interrupted("told to stop")
+    return {"token": ctx.lease_token}
+
+
+@registry.job("nul")
+def nul(payload: dict[str, Any], ctx: leaseq.JobContext) -> dict[str, Any]:
+    """OCR-like text with NUL bytes in a value and a key."""
+    return {"text": "page\x00one\x00", "k\x00": 1, "token": ctx.lease_token}
+
+
+@registry.job("huge_error")
+def huge_error(payload: dict[str, Any], ctx: leaseq.JobContext) -> None:
+    """An exception whose message is 5 MB, with NULs and control characters in it."""
+    raise RuntimeError("bad\x00input\x1b[31m " + "y" * 5_000_000)
+
+
+@registry.job("interrupt")
+def interrupt(payload: dict[str, Any], ctx: leaseq.JobContext) -> None:
+    """Always hands the job back, whether or not the worker is shutting down."""
+    raise leaseq.Interrupted("not now")

@@ -1,0 +1,73 @@
+"""leaseq behind a real PgBouncer in transaction-pooling mode (README: polling, no LISTEN):
+every job runs once, and a PgBouncer restart under running jobs costs no attempt."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+
+import pytest
+
+import leaseq
+from support import pgbouncer
+from support.polling import wait_for
+from support.workers import WorkerProcess
+
+pytestmark = [
+    pytest.mark.faults,
+    pytest.mark.skipif(not pgbouncer.available(), reason="pgbouncer is not installed"),
+]
+
+
+@pytest.fixture
+def bouncer(database_url: str) -> Iterator[pgbouncer.PgBouncer]:
+    b = pgbouncer.PgBouncer(database_url)
+    yield b
+    print(b.log())
+    b.close()
+
+
+def test_workers_behind_pgbouncer_survive_its_restart(
+    database_url: str,
+    queue: leaseq.Queue,
+    bouncer: pgbouncer.PgBouncer,
+    spawn_on: Callable[..., WorkerProcess],
+) -> None:
+    for n in range(2):
+        # The workers go through the bouncer; the harness checks on them directly.
+        spawn_on(
+            database_url,
+            f"w-pgb-{n}",
+            env={"LEASEQ_DATABASE_URL": bouncer.url},
+            concurrency=3,
+            lease=5.0,
+            listen=False,
+            prepared_statements=False,
+            poll=0.3,
+        )
+    with leaseq.connect(bouncer.url, action="test", prepare_threshold=None) as through:
+        # Producers go through the pooler too: enqueue is one statement.
+        ids = [
+            j.job_id
+            for j in leaseq.Queue(through).enqueue_many(
+                [
+                    leaseq.JobSpec("q", "step", {"seconds": 1.5, "checkpoint_every": 0.1})
+                    for _ in range(24)
+                ]
+            )
+        ]
+    wait_for(lambda: sum(queue.get(i).status == "succeeded" for i in ids) >= 3, "first jobs")
+    bouncer.restart()
+    time.sleep(0.5)
+    bouncer.restart()
+
+    def unfinished() -> list[tuple[int, str]]:
+        return [(i, s) for i in ids if (s := queue.get(i).status) != "succeeded"]
+
+    try:
+        wait_for(lambda: not unfinished(), "every job", 120)
+    finally:
+        print("unfinished:", unfinished(), "ids:", ids)
+    assert [queue.get(i).attempt_count for i in ids] == [1] * len(ids)
+    for i in ids:
+        assert [a.outcome for a in queue.attempts(i)] == ["succeeded"]

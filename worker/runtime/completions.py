@@ -5,9 +5,9 @@ Handlers hand their results in with :meth:`Completions.put`; one thread delivers
 takes whatever is waiting, and while other handlers are still running it waits up to
 ``window`` seconds for their results to join (a worker whose every handler has reported
 flushes at once, so one slot never waits). A result that nothing could join is delivered by
-the thread that hands it in, and the freed slots are refilled there too. Only after the statement has committed does the
-worker act on a success (metrics, the log line, freeing the slot for the next claim): a
-result is durable before anything depends on it.
+the thread that hands it in, and the freed slots are refilled there too. Only after the
+statement has committed does the worker act on a success (metrics, the log line, freeing
+the slot for the next claim): a result is durable before anything depends on it.
 """
 
 from __future__ import annotations

@@ -196,7 +196,9 @@ def _runtime_lines(peers: list[dict[str, str]]) -> list[tuple[str, str, str]]:
             runtime = name == "leaseq worker"
             lines.append(
                 (
-                    f"no-op throughput, `{name}` vs the fastest peer runtime{tag}",
+                    # Only the runtime is a command; an API loop is named in plain text.
+                    f"no-op throughput, {f'`{name}`' if runtime else name} vs the fastest peer "
+                    f"runtime{tag}",
                     ">= 1.25x" if runtime else "(API loop, not a runtime)",
                     f"{_f(mine['jobs_per_second']) / _f(peer['jobs_per_second']):.2f}x: "
                     f"{mine['jobs_per_second']} jobs/s ({_config(mine)}) vs "
@@ -214,6 +216,11 @@ def _runtime_lines(peers: list[dict[str, str]]) -> list[tuple[str, str, str]]:
                         f"{peer['server_cpu_ms_per_job']} ms)",
                     )
                 )
+        others = "; ".join(
+            f"{p['implementation']}'s loop {p['efficiency']} / {p['claim_p50_ms']} ms"
+            for p in _by(rows, kind="sleep")
+            if p["implementation"] != "leaseq worker"
+        )
         for r in _by(rows, kind="sleep", implementation="leaseq worker"):
             lines.append(
                 (
@@ -221,7 +228,7 @@ def _runtime_lines(peers: list[dict[str, str]]) -> list[tuple[str, str, str]]:
                     f"W={r['workers']}, `leaseq worker`: efficiency / claim p50{tag}",
                     ">= 0.95 / <= 1.5 ms",
                     f"{r['efficiency']} / {r['claim_p50_ms']} ms (p99 {r['claim_p99_ms']} ms, "
-                    f"{r['duplicates']} duplicates); load {r.get('loadavg', '')}",
+                    f"{r['duplicates']} duplicates; {others}); load {r.get('loadavg', '')}",
                 )
             )
     return lines

@@ -185,28 +185,25 @@ def test_context_progress_is_versioned_and_the_first_stop_reason_wins() -> None:
         ctx.raise_if_stopped()
 
 
-def test_in_flight_attempt_is_settled_by_exactly_one_party() -> None:
-    job = InFlight.start(
-        claimed(timeout=10.0),
+def started(timeout: float, sent_at: float, received_at: float) -> InFlight:
+    """An attempt claimed with a 30 s lease and a 10 s heartbeat interval."""
+    return InFlight.start(
+        claimed(timeout=timeout),
         None,
         context(),
-        sent_at=100.0,
-        received_at=100.2,
+        sent_at=sent_at,
+        received_at=received_at,
         lease_seconds=30,
         heartbeat_seconds=10,
     )
+
+
+def test_in_flight_attempt_is_settled_by_exactly_one_party() -> None:
+    job = started(10.0, 100.0, 100.2)
     assert job.lease_bound == pytest.approx(130.2)
     assert job.renew_at == pytest.approx(110.2)  # no heartbeat for a job done within 10 s
     assert job.deadline == pytest.approx(109.5)  # before the database's deadline, never after
-    assert InFlight.start(
-        claimed(timeout=1.0),
-        None,
-        context(),
-        sent_at=0.0,
-        received_at=0.0,
-        lease_seconds=30,
-        heartbeat_seconds=10,
-    ).deadline == pytest.approx(0.75)
+    assert started(1.0, 0.0, 0.0).deadline == pytest.approx(0.75)
     assert job.take(Settler.LEASE_LOST)
     assert not job.take(Settler.HANDLER)
     assert job.settled_by is Settler.LEASE_LOST

@@ -4,9 +4,10 @@ completed together, by one ``complete_many`` statement and one commit.
 Handlers hand their results in with :meth:`Completions.put`; one thread delivers them. It
 takes whatever is waiting, and while other handlers are still running it waits up to
 ``window`` seconds for their results to join (a worker whose every handler has reported
-flushes at once, so one slot never waits). Only after the statement has committed does the
-worker act on a success (metrics, the log line, freeing the slot for the next claim): a
-result is durable before anything depends on it.
+flushes at once, so one slot never waits). A result that nothing could join is delivered by
+the thread that hands it in, and the freed slots are refilled there too. Only after the
+statement has committed does the worker act on a success (metrics, the log line, freeing
+the slot for the next claim): a result is durable before anything depends on it.
 """
 
 from __future__ import annotations
@@ -47,10 +48,21 @@ class Completions:
         self.after = after
         self.window = window
         self._waiting: queue.SimpleQueue[list[Done] | None] = queue.SimpleQueue()
+        # Held while a group is delivered (and its slots refilled).
+        self._busy = threading.Lock()
 
     def put(self, done: list[Done]) -> None:
-        """Queue successful attempts (results validated, final progress): they are completed
-        in the same group (a batch's successes: one statement)."""
+        """Hand in successful attempts (results validated, final progress): they are completed
+        in the same group (a batch's successes: one statement). When no other result could
+        join them (no handler still running, none waiting, no group under way), the caller's
+        thread delivers them at once: a slot that completes its attempt and refills itself
+        needs no hand-off to another thread and back."""
+        if self.running() == 0 and self._waiting.empty() and self._busy.acquire(blocking=False):
+            try:
+                self._deliver_and_refill(list(done))
+            finally:
+                self._busy.release()
+            return
         self._waiting.put(done)
 
     def run(self) -> None:
@@ -61,15 +73,23 @@ class Completions:
                 return
             group = list(first)
             closing = self._gather(group)
-            try:
-                self._deliver(group)
-            except Exception:
-                # A bug here must not stop completions for good: the leases of this group
-                # run out and the reaper hands the jobs to another attempt.
-                log.exception("error completing %d attempt(s); continuing", len(group))
-            if closing:
-                return
-            self.after()
+            with self._busy:
+                if closing:
+                    self._deliver_logged(group)
+                    return
+                self._deliver_and_refill(group)
+
+    def _deliver_and_refill(self, group: list[Done]) -> None:
+        self._deliver_logged(group)
+        self.after()
+
+    def _deliver_logged(self, group: list[Done]) -> None:
+        try:
+            self._deliver(group)
+        except Exception:
+            # A bug here must not stop completions for good: the leases of this group
+            # run out and the reaper hands the jobs to another attempt.
+            log.exception("error completing %d attempt(s); continuing", len(group))
 
     def _gather(self, group: list[Done]) -> bool:
         """Add what is waiting, and what arrives within the window while handlers run;

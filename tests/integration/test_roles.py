@@ -478,6 +478,5 @@ def test_producer_cannot_claim_or_see_others_jobs_by_sql(roles: Roles) -> None:
 
 
 def test_an_unregistered_role_sees_nothing(database_url: str, roles: Roles) -> None:
-    with login_roles(database_url) as other, raw(other, "worker") as c:
-        with pytest.raises(DENIED):
-            c.execute("SELECT * FROM leaseq.jobs")
+    with login_roles(database_url) as other, raw(other, "worker") as c, pytest.raises(DENIED):
+        c.execute("SELECT * FROM leaseq.jobs")

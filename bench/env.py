@@ -71,7 +71,7 @@ def server(url: str | None) -> Iterator[str]:
     if url:
         yield url
         return
-    from leaseq.embedded import EmbeddedPostgres
+    from leaseq.demo.embedded import EmbeddedPostgres
 
     pg = EmbeddedPostgres()
     try:

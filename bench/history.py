@@ -27,7 +27,7 @@ from bench.context import Context
 from bench.env import scratch_database
 from bench.gang import Signals, run_gang
 from bench.stats import ms, percentile
-from leaseq import statements
+from leaseq.core._store import statements
 
 NAME = "history"
 QUEUE = "bench"

@@ -8,13 +8,15 @@ from dataclasses import dataclass
 
 from psycopg_pool import ConnectionPool
 
-from leaseq.db import Conn, open_pool
+from leaseq.core.db import Conn, open_pool
+from leaseq.core.leadership import Leadership
+from leaseq.core.queue import Queue
+from leaseq.core.workers import Workers
 from leaseq.operator.config import OperatorConfig
 from leaseq.operator.kube import Cluster, Kube
 from leaseq.operator.metrics import OperatorMetrics
 from leaseq.operator.reaper import LeaderLease, Reaper
 from leaseq.operator.scaling import Recommendation
-from leaseq.queue import Queue
 
 log = logging.getLogger("leaseq.operator")
 
@@ -49,6 +51,14 @@ class Databases:
         self._lock = threading.Lock()
 
     def queue(self, url: str | None = None) -> Queue:
+        """The queue in the database at ``url`` (default: the operator's own)."""
+        return Queue(self.pool(url))
+
+    def workers(self, url: str | None = None) -> Workers:
+        """The worker registry in the database at ``url`` (default: the operator's own)."""
+        return Workers(self.pool(url))
+
+    def pool(self, url: str | None = None) -> ConnectionPool[Conn]:
         url = url or self._default_url
         with self._lock:
             pool = self._pools.get(url)
@@ -61,7 +71,7 @@ class Databases:
                     timeout=self._timeout,
                 )
                 self._pools[url] = pool
-        return Queue(pool)
+        return pool
 
     def close(self) -> None:
         with self._lock:
@@ -79,10 +89,15 @@ class OperatorApp:
         self.kube = Kube(cluster)
         self.databases = Databases(config.database_url, config.database_timeout)
         self.queue = self.databases.queue()
+        workers = self.databases.workers()
         self.metrics = OperatorMetrics()
-        self.metrics.watch_queues(self.queue)
+        self.metrics.watch_queues(self.queue, workers)
         self.reaper = Reaper(
-            LeaderLease(self.queue, config.operator_id, config.leader_ttl_seconds),
+            LeaderLease(
+                Leadership(self.databases.pool()), config.operator_id, config.leader_ttl_seconds
+            ),
+            self.queue,
+            workers,
             config.reap_interval_seconds,
             vacuum_dead_tuples=config.vacuum_dead_tuples,
             on_reaped=self.metrics.count_reaped,

@@ -8,8 +8,8 @@ import sys
 
 import kopf
 
-from leaseq import settings
-from leaseq.errors import LeaseqError
+from leaseq import config as settings
+from leaseq.core.errors import LeaseqError
 from leaseq.operator.config import OPTIONS, OperatorConfig
 from leaseq.operator.kube import Cluster
 from leaseq.operator.runner import run

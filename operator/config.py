@@ -9,9 +9,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from leaseq import settings
-from leaseq.errors import ConfigError
-from leaseq.settings import Option
+from leaseq import config as settings
+from leaseq.config import Option
+from leaseq.core.errors import ConfigError
 
 NAMESPACE = Option(
     "namespace", "LEASEQ_NAMESPACE", str, "", "namespace to watch WorkerPools in (empty: all)"

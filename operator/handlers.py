@@ -27,14 +27,15 @@ from typing import Any
 
 import kopf
 
-from leaseq.errors import LeaseqError
-from leaseq.models import QueueStats
+from leaseq.core.errors import LeaseqError
+from leaseq.core.models import QueueStats
+from leaseq.core.queue import Queue
+from leaseq.core.workers import Workers
 from leaseq.operator import conditions, protection, scaling
 from leaseq.operator.app import OperatorApp, PoolState
 from leaseq.operator.conditions import Condition
 from leaseq.operator.kube import KubeError, TargetNotFound
 from leaseq.operator.spec import GROUP, PLURAL, VERSION, InvalidSpec, PoolSpec, parse
-from leaseq.queue import Queue
 
 
 def _depth(stats: list[QueueStats]) -> dict[str, Any]:
@@ -68,6 +69,7 @@ class PoolTick:
         self.status: dict[str, Any] = {}
         self.updates: list[Condition] = []
         self.queue: Queue | None = None  # the pool's database, once its depth was read
+        self.workers: Workers | None = None
 
     # -- reporting -------------------------------------------------------------------------
 
@@ -104,6 +106,7 @@ class PoolTick:
                 ref = pool.database_secret
                 url = self.app.kube.secret_value(self.namespace, ref.name, ref.key)
             self.queue = self.app.databases.queue(url)
+            self.workers = self.app.databases.workers(url)
             stats = self.queue.stats(pool.queues, horizon=pool.poll_seconds)
         except LeaseqError as exc:
             self.condition(conditions.DATABASE_REACHABLE, False, "DatabaseUnreadable", str(exc))
@@ -117,7 +120,7 @@ class PoolTick:
         """Set deletion costs on the Deployment's pods; never shrink below the busy pods."""
         pods = [p for p in self.app.kube.pods(self.namespace, pool.deployment) if not p.terminating]
         try:
-            workers = self.queue.workers(pool.queues) if self.queue else []
+            workers = self.workers.list(pool.queues) if self.workers else []
         except LeaseqError as exc:  # which pods are busy is unknown: shrink nothing
             self.logger.warning(f"holding {current} replicas: cannot read the workers: {exc}")
             return current

@@ -19,7 +19,7 @@ import kubernetes.client
 import kubernetes.config
 from kubernetes.client.exceptions import ApiException
 
-from leaseq.errors import ConfigError, LeaseqError
+from leaseq.core.errors import ConfigError, LeaseqError
 
 MERGE_PATCH = "application/merge-patch+json"
 

@@ -19,9 +19,10 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, start_http_serv
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from leaseq.errors import LeaseqError
-from leaseq.models import Reaped
-from leaseq.queue import Queue
+from leaseq.core.errors import LeaseqError
+from leaseq.core.models import Reaped
+from leaseq.core.queue import Queue
+from leaseq.core.workers import Workers
 
 log = logging.getLogger("leaseq.operator.metrics")
 
@@ -34,8 +35,9 @@ REAP_OUTCOMES = {"pending": "retried", "dead": "dead"}
 class QueueCollector(Collector):
     """Computes the queue series from one stats query and one workers query per scrape."""
 
-    def __init__(self, queue: Queue) -> None:
+    def __init__(self, queue: Queue, workers: Workers) -> None:
         self._queue = queue
+        self._workers = workers
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
         up = GaugeMetricFamily(
@@ -43,7 +45,7 @@ class QueueCollector(Collector):
         )
         try:
             stats = self._queue.stats()
-            workers = self._queue.workers()
+            workers = self._workers.list()
         except LeaseqError as exc:
             log.warning("metrics scrape could not read the database: %s", exc)
             up.add_metric([], 0)
@@ -118,8 +120,8 @@ class OperatorMetrics:
         self._server: WSGIServer | None = None
         self._thread: threading.Thread | None = None
 
-    def watch_queues(self, queue: Queue) -> None:
-        self.registry.register(QueueCollector(queue))
+    def watch_queues(self, queue: Queue, workers: Workers) -> None:
+        self.registry.register(QueueCollector(queue, workers))
 
     def count_reaped(self, job: Reaped) -> None:
         self.reaped.labels(job.queue, REAP_OUTCOMES.get(job.status, job.status)).inc()

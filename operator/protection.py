@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-from leaseq.models import WorkerRecord
+from leaseq.core.models import WorkerRecord
 
 DELETION_COST = "controller.kubernetes.io/pod-deletion-cost"
 

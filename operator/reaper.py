@@ -33,9 +33,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from leaseq.errors import LeaseqError
-from leaseq.models import Reaped
-from leaseq.queue import Queue
+from leaseq.core.errors import LeaseqError
+from leaseq.core.leadership import Leadership
+from leaseq.core.models import Reaped
+from leaseq.core.queue import Queue
+from leaseq.core.workers import Workers
 
 log = logging.getLogger("leaseq.operator.reaper")
 
@@ -59,7 +61,7 @@ class Pass:
 class LeaderLease:
     """This replica's view of the named lease: held while ``term`` is set and not lapsed."""
 
-    queue: Queue
+    leadership: Leadership
     holder: str
     ttl: float
     name: str = LEASE_NAME
@@ -76,17 +78,16 @@ class LeaderLease:
         """Take or renew the lease; on refusal or a database error, step down (and re-raise)."""
         started = self.clock()
         try:
-            with self.queue.connection("renew reaper lease") as conn:
-                row = self.queue.store.leader_acquire(
-                    conn, name=self.name, holder=self.holder, term=self.term, ttl=self.ttl, now=now
-                )
+            held = self.leadership.acquire(
+                self.name, self.holder, term=self.term, ttl=self.ttl, now=now
+            )
         except LeaseqError:
             self._step_down("renewal failed")
             raise
-        if row is None:
+        if held is None:
             self._step_down("another replica holds the lease")
             return False
-        term = int(row["term"])
+        term = held.term
         if term != self.term:
             log.info("reaper lease acquired", extra={"holder": self.holder, "term": term})
         self.term = term
@@ -96,10 +97,7 @@ class LeaderLease:
     def release(self) -> None:
         """Give the lease up (on shutdown) so another replica takes over without waiting."""
         if self.term:
-            with self.queue.connection("release reaper lease") as conn:
-                self.queue.store.leader_release(
-                    conn, name=self.name, holder=self.holder, term=self.term
-                )
+            self.leadership.release(self.name, self.holder, term=self.term)
             self._step_down("released")
 
     def _step_down(self, why: str) -> None:
@@ -117,6 +115,8 @@ class Reaper:
     """Reap passes under the lease and the lock; :meth:`start` runs them in a daemon thread."""
 
     lease: LeaderLease
+    queue: Queue
+    workers: Workers
     interval: float
     vacuum_dead_tuples: int = 0
     on_reaped: OnReaped = lambda job: None
@@ -136,17 +136,16 @@ class Reaper:
             self.on_leading(self.lease.held)
         if not leading:
             return Pass(leading=False, locked=False)
-        queue = self.lease.queue
-        with queue.connection("reap") as conn, conn.transaction():
-            if not queue.store.leader_reap_lock(conn):
+        with self.lease.leadership.reap_pass() as conn:
+            if conn is None:
                 log.warning("reap pass skipped: another reaper holds the lock")
                 return Pass(leading=True, locked=False)
-            reaped = queue.reap(limit=REAP_BATCH, conn=conn, now=now)
+            reaped = self.queue.reap(limit=REAP_BATCH, conn=conn, now=now)
         for job in reaped:
             self.on_reaped(job)
-        queue.forget_workers(silent_for=FORGET_WORKERS_AFTER, now=now)
+        self.workers.forget_silent(silent_for=FORGET_WORKERS_AFTER, now=now)
         if self.vacuum_dead_tuples:
-            queue.vacuum(min_dead_tuples=self.vacuum_dead_tuples)
+            self.queue.vacuum(min_dead_tuples=self.vacuum_dead_tuples)
         if reaped:
             log.info(
                 "reaped %d jobs",

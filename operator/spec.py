@@ -13,8 +13,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from leaseq import validation
-from leaseq.errors import InvalidJob, LeaseqError
+from leaseq.core import validation
+from leaseq.core.errors import InvalidJob, LeaseqError
 
 GROUP = "leaseq.dev"
 VERSION = "v1"

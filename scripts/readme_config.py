@@ -6,8 +6,9 @@ holds exactly this text between the CONFIGURATION markers.
 
 from __future__ import annotations
 
-from leaseq import settings, worker_settings
+from leaseq import config as settings
 from leaseq.operator import config
+from leaseq.runtime import settings as worker_settings
 
 COMMON = [settings.DATABASE_URL, settings.METRICS_PORT, settings.LOG_LEVEL, settings.LOG_FORMAT]
 

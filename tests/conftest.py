@@ -18,7 +18,7 @@ from psycopg.conninfo import make_conninfo
 from psycopg_pool import ConnectionPool
 
 import leaseq
-from leaseq.embedded import EmbeddedPostgres
+from leaseq.demo.embedded import EmbeddedPostgres
 
 
 @pytest.fixture(scope="session")
@@ -77,18 +77,23 @@ def empty_database_url(server_url: str) -> Iterator[str]:
 
 
 @pytest.fixture
-def conn(database_url: str) -> Iterator[leaseq.db.Conn]:
+def conn(database_url: str) -> Iterator[leaseq.core.db.Conn]:
     with leaseq.connect(database_url, action="test") as c:
         yield c
 
 
 @pytest.fixture
-def queue(conn: leaseq.db.Conn) -> leaseq.Queue:
+def queue(conn: leaseq.core.db.Conn) -> leaseq.Queue:
     return leaseq.Queue(conn)
 
 
 @pytest.fixture
-def pool(database_url: str) -> Iterator[ConnectionPool[leaseq.db.Conn]]:
+def workers(conn: leaseq.core.db.Conn) -> leaseq.Workers:
+    return leaseq.Workers(conn)
+
+
+@pytest.fixture
+def pool(database_url: str) -> Iterator[ConnectionPool[leaseq.core.db.Conn]]:
     p = leaseq.open_pool(database_url, min_size=2, max_size=20)
     try:
         yield p

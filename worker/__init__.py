@@ -1,8 +1,7 @@
 """leaseq: a PostgreSQL work queue for slow jobs, with leases, heartbeats and fencing tokens."""
 
-from leaseq.context import Interrupted, JobContext, PermanentError, StopReason
-from leaseq.db import connect, open_pool
-from leaseq.errors import (
+from leaseq.core.db import connect, open_pool
+from leaseq.core.errors import (
     ConfigError,
     DatabaseError,
     DatabaseUnavailable,
@@ -14,9 +13,11 @@ from leaseq.errors import (
     SchemaNotReady,
     SchemaTooNew,
 )
-from leaseq.migrate import MigrationReport, check_schema, migrate
-from leaseq.models import (
+from leaseq.core.leadership import Leadership
+from leaseq.core.models import (
+    AttemptOutcome,
     AttemptRecord,
+    Call,
     Cancelled,
     ClaimedJob,
     Completed,
@@ -27,18 +28,27 @@ from leaseq.models import (
     Heartbeat,
     HeartbeatStatus,
     JobRecord,
+    JobStatus,
+    LeaderTerm,
     Lease,
     QueueStats,
     Reaped,
     Released,
     RetryPolicy,
     WorkerRecord,
+    WorkerState,
 )
-from leaseq.queue import JobSpec, Queue
-from leaseq.registry import Registry
+from leaseq.core.notifications import Notifications
+from leaseq.core.queue import JobSpec, Queue
+from leaseq.core.schema import MigrationReport, Schema, check_schema, migrate
+from leaseq.core.workers import Workers
+from leaseq.runtime.context import Interrupted, JobContext, PermanentError, StopReason
+from leaseq.runtime.registry import Registry
 
 __all__ = [
+    "AttemptOutcome",
     "AttemptRecord",
+    "Call",
     "Cancelled",
     "ClaimedJob",
     "Completed",
@@ -59,9 +69,13 @@ __all__ = [
     "JobRecord",
     "JobSpec",
     "JobStateError",
+    "JobStatus",
+    "LeaderTerm",
+    "Leadership",
     "Lease",
     "LeaseqError",
     "MigrationReport",
+    "Notifications",
     "PermanentError",
     "Queue",
     "QueueStats",
@@ -69,10 +83,13 @@ __all__ = [
     "Registry",
     "Released",
     "RetryPolicy",
+    "Schema",
     "SchemaNotReady",
     "SchemaTooNew",
     "StopReason",
     "WorkerRecord",
+    "WorkerState",
+    "Workers",
     "check_schema",
     "connect",
     "migrate",

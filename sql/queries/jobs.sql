@@ -173,7 +173,7 @@ woke AS (SELECT pg_notify('leaseq_jobs', released.queue) FROM released)
 SELECT released.id, (SELECT count(*) FROM woke) AS notified FROM released;
 
 -- name: job_record_fenced
--- Records that a worker call was refused because the caller no longer holds the lease (a reaped or cancelled attempt becomes fenced; a finished one keeps its outcome); says whether the job exists.
+-- Records that a worker call was refused because the caller no longer holds the lease (a reaped or cancelled attempt becomes fenced; a finished one keeps its outcome); returns the job's status (NULL when the job does not exist).
 WITH job AS (
     SELECT j.id, j.status, j.lease_token FROM leaseq.jobs j WHERE j.id = %(id)s
 ),
@@ -200,7 +200,7 @@ inserted AS (
     ON CONFLICT (job_id, lease_token) DO NOTHING
     RETURNING job_id
 )
-SELECT (SELECT count(*) FROM job) = 1 AS job_exists,
+SELECT (SELECT job.status FROM job) AS status,
        (SELECT count(*) FROM refenced) + (SELECT count(*) FROM inserted) AS recorded;
 
 -- name: job_reap

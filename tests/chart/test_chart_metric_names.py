@@ -43,7 +43,7 @@ def worker_samples(database_url: str, tmp_path: Path) -> Iterator[dict[str, Expo
     """A `leaseq worker` process serving the chart's default app on queue "q"."""
     workers = Workers(database_url, tmp_path)
     try:
-        worker = workers.start("metrics", "--app", "leaseq.demo_app:registry", "--queue", "q")
+        worker = workers.start("metrics", "--app", "leaseq.demo.app:registry", "--queue", "q")
         yield scrape(worker.port)
     finally:
         workers.stop_all()
@@ -58,7 +58,7 @@ def operator_samples(database_url: str) -> Iterator[dict[str, Exported]]:
     with leaseq.open_pool(database_url) as pool:
         queue = leaseq.Queue(pool)
         queue.enqueue("backlog", "infer", {"seconds": 1})
-        metrics.watch_queues(queue)
+        metrics.watch_queues(queue, leaseq.Workers(pool))
         metrics.known_queues(("backlog",))
         metrics.pool("jobs/leaseq-worker", desired=1, current=0)
         metrics.leader.set(1)

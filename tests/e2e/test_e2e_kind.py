@@ -216,7 +216,7 @@ def test_scale_crash_upgrade_scale_down(installed: Cluster, database_url: str) -
 
         # Force-delete a pod that holds a running job: the job must run again elsewhere.
         def busy() -> tuple[str, int] | None:
-            by_worker = {w.worker_id: w.pod for w in queue.workers([QUEUE]) if w.pod}
+            by_worker = {w.worker_id: w.pod for w in leaseq.Workers(conn).list([QUEUE]) if w.pod}
             for job in queue.jobs(status="running", queue=QUEUE):
                 pod = by_worker.get(job.lease_owner or "")
                 if pod:

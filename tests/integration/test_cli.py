@@ -9,7 +9,7 @@ import types
 import pytest
 
 import leaseq
-from leaseq.cli import main
+from leaseq.cli.main import main
 
 
 def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str]:

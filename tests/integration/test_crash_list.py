@@ -9,7 +9,7 @@ import psycopg
 import pytest
 
 import leaseq
-from leaseq import statements
+from leaseq.core._store import statements
 from support.claimcheck import Executions, run_claimers
 from support.dbtime import claim_one, db_now
 
@@ -74,7 +74,7 @@ def test_duplicate_detector_catches_the_naive_claim(database_url: str, queue: le
 
 
 def test_crash_after_claim_expires_and_is_reclaimed_with_attempt_kept(
-    queue: leaseq.Queue, conn: leaseq.db.Conn
+    queue: leaseq.Queue, conn: leaseq.core.db.Conn
 ) -> None:
     now = db_now(conn)
     queue.enqueue("q", "t", now=now)
@@ -101,7 +101,7 @@ def test_crash_after_claim_expires_and_is_reclaimed_with_attempt_kept(
 
 
 def test_stale_worker_is_fenced_and_the_new_owner_result_stands(
-    queue: leaseq.Queue, conn: leaseq.db.Conn
+    queue: leaseq.Queue, conn: leaseq.core.db.Conn
 ) -> None:
     now = db_now(conn)
     queue.enqueue("q", "t", idempotency_key="doc-47", now=now)
@@ -111,8 +111,10 @@ def test_stale_worker_is_fenced_and_the_new_owner_result_stands(
     assert b.lease.token == a.lease.token + 1
     later = now + timedelta(hours=1, seconds=1)
     assert queue.complete(b.lease, {"by": "B"}, now=later) == leaseq.Completed(b.id, "doc-47", True)
-    assert queue.complete(a.lease, {"by": "A"}, now=later) == leaseq.Fenced(a.id, "complete")
-    assert queue.fail(a.lease, "late", now=later) == leaseq.Fenced(a.id, "fail")
+    assert queue.complete(a.lease, {"by": "A"}, now=later) == leaseq.Fenced(
+        a.id, "complete", "succeeded"
+    )
+    assert queue.fail(a.lease, "late", now=later) == leaseq.Fenced(a.id, "fail", "succeeded")
     record = queue.get(a.id)
     assert (record.status, record.result, record.lease_owner) == ("succeeded", {"by": "B"}, "B")
     effect = queue.effect("doc-47")
@@ -122,13 +124,13 @@ def test_stale_worker_is_fenced_and_the_new_owner_result_stands(
 
 
 def test_stale_worker_on_an_unreaped_expired_lease_is_fenced(
-    queue: leaseq.Queue, conn: leaseq.db.Conn
+    queue: leaseq.Queue, conn: leaseq.core.db.Conn
 ) -> None:
     now = db_now(conn)
     queue.enqueue("q", "t", now=now)
     a = claim_one(queue, owner="A", lease_seconds=5, now=now)
     assert queue.complete(a.lease, now=now + timedelta(seconds=5)) == leaseq.Fenced(
-        a.id, "complete"
+        a.id, "complete", "running"
     )
     assert queue.get(a.id).status == "running"  # untouched until reaped
     [reaped] = queue.reap(now=now + timedelta(seconds=5))
@@ -137,7 +139,7 @@ def test_stale_worker_on_an_unreaped_expired_lease_is_fenced(
     assert attempt.outcome == "fenced"  # the reaper does not overwrite the refusal
 
 
-def test_work_done_twice_writes_one_effect(queue: leaseq.Queue, conn: leaseq.db.Conn) -> None:
+def test_work_done_twice_writes_one_effect(queue: leaseq.Queue, conn: leaseq.core.db.Conn) -> None:
     """Seed 000's idempotency check: the first completion's acknowledgement is lost, so the
     row goes back to pending and a second worker does the work again."""
     queue.enqueue("q", "t", idempotency_key="invoice-2026-000412")
@@ -160,7 +162,7 @@ def test_work_done_twice_writes_one_effect(queue: leaseq.Queue, conn: leaseq.db.
 
 
 def test_exhausted_retries_go_dead_and_retry_dead_keeps_history(
-    queue: leaseq.Queue, conn: leaseq.db.Conn
+    queue: leaseq.Queue, conn: leaseq.core.db.Conn
 ) -> None:
     now = db_now(conn)
     job_id = queue.enqueue("q", "t", max_attempts=3, now=now).job_id
@@ -188,7 +190,7 @@ def test_exhausted_retries_go_dead_and_retry_dead_keeps_history(
 
 
 def test_a_job_that_kills_its_worker_every_time_still_stops(
-    queue: leaseq.Queue, conn: leaseq.db.Conn
+    queue: leaseq.Queue, conn: leaseq.core.db.Conn
 ) -> None:
     now = db_now(conn)
     job_id = queue.enqueue("q", "t", max_attempts=3, now=now).job_id
@@ -204,7 +206,7 @@ def test_a_job_that_kills_its_worker_every_time_still_stops(
 
 
 def test_one_locked_row_does_not_block_the_rest(
-    database_url: str, queue: leaseq.Queue, conn: leaseq.db.Conn
+    database_url: str, queue: leaseq.Queue, conn: leaseq.core.db.Conn
 ) -> None:
     head = queue.enqueue("q", "t", priority=0).job_id
     nxt = queue.enqueue("q", "t").job_id
@@ -231,7 +233,7 @@ def test_high_priority_flood_policy(queue: leaseq.Queue) -> None:
     assert [j.id for j in queue.claim(["bulk"], "w", limit=50)] == routine
 
 
-def test_claim_plan_uses_the_partial_index_under_history(conn: leaseq.db.Conn) -> None:
+def test_claim_plan_uses_the_partial_index_under_history(conn: leaseq.core.db.Conn) -> None:
     conn.execute(
         "INSERT INTO leaseq.jobs (queue, job_type, status, finished_at, lease_owner, result)"
         " SELECT 'q', 't', 'succeeded', now(), 'w', '{}'::jsonb FROM generate_series(1, 200000)"

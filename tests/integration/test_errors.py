@@ -7,7 +7,7 @@ from datetime import datetime
 import pytest
 
 import leaseq
-from leaseq.models import Lease
+from leaseq.core.models import Lease
 
 BAD_JOBS = [
     ({"queue": ""}, "queue", "must not be empty"),
@@ -72,7 +72,7 @@ def test_unmigrated_database_says_to_run_migrate(empty_database_url: str) -> Non
             leaseq.check_schema(conn)
 
 
-def test_database_constraints_back_up_validation(conn: leaseq.db.Conn) -> None:
+def test_database_constraints_back_up_validation(conn: leaseq.core.db.Conn) -> None:
     """A row written around the API is still refused by the schema's CHECKs."""
     with pytest.raises(Exception, match="jobs_running_leased"):
         conn.execute(

@@ -5,7 +5,7 @@ from __future__ import annotations
 from prometheus_client import generate_latest
 
 import leaseq
-from leaseq.models import Reaped
+from leaseq.core.models import Reaped
 from leaseq.operator.metrics import OperatorMetrics
 from support import net
 
@@ -14,20 +14,21 @@ def _value(metrics: OperatorMetrics, name: str, **labels: str) -> float | None:
     return metrics.registry.get_sample_value(name, labels)
 
 
-def test_queue_series_come_from_the_database(queue: leaseq.Queue, conn: leaseq.db.Conn) -> None:
+def test_queue_series_come_from_the_database(
+    queue: leaseq.Queue, conn: leaseq.core.db.Conn
+) -> None:
     metrics = OperatorMetrics()
-    metrics.watch_queues(queue)
+    metrics.watch_queues(queue, leaseq.Workers(conn))
     for n in range(3):
         queue.enqueue("ocr", "extract", {"n": n})
     queue.enqueue("ocr", "extract", delay=3600)
-    queue.store.worker_upsert(
-        conn,
-        worker_id="w1",
+    leaseq.Workers(conn).register(
+        "w1",
         pod="p1",
         node=None,
         queues=["ocr", "mail"],
         concurrency=1,
-        state="running",
+        state=leaseq.WorkerState.RUNNING,
         in_flight=0,
     )
     [job] = queue.claim(["ocr"], "w1")
@@ -47,7 +48,7 @@ def test_queue_series_come_from_the_database(queue: leaseq.Queue, conn: leaseq.d
 def test_unreadable_database_is_reported_not_raised(server_url: str) -> None:
     metrics = OperatorMetrics()
     with leaseq.open_pool(server_url + "-does-not-exist", timeout=0.5) as broken:
-        metrics.watch_queues(leaseq.Queue(broken))
+        metrics.watch_queues(leaseq.Queue(broken), leaseq.Workers(broken))
         text = generate_latest(metrics.registry).decode()
     assert "leaseq_operator_database_up 0.0" in text
     assert "leaseq_queue_jobs" not in text

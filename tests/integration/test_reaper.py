@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datetime import datetime, timedelta
+from typing import Any
 
 import pytest
 from psycopg_pool import ConnectionPool
@@ -23,19 +24,29 @@ class Clock:
 
 
 @pytest.fixture
-def pooled(pool: ConnectionPool[leaseq.db.Conn]) -> leaseq.Queue:
+def pooled(pool: ConnectionPool[leaseq.core.db.Conn]) -> leaseq.Queue:
     return leaseq.Queue(pool)
 
 
 @pytest.fixture
-def db_now(conn: leaseq.db.Conn) -> datetime:
+def db_now(conn: leaseq.core.db.Conn) -> datetime:
     now: datetime = conn.execute("SELECT now()").fetchone()[0]  # type: ignore[index]
     return now
 
 
-def _reaper(queue: leaseq.Queue, holder: str, clock: Clock | None = None) -> Reaper:
-    lease = LeaderLease(queue, holder, ttl=15, clock=clock or Clock())
-    return Reaper(lease, interval=60)
+Pool = ConnectionPool[leaseq.core.db.Conn]
+
+
+def _lease(pool: Pool, holder: str, **kwargs: Any) -> LeaderLease:
+    return LeaderLease(leaseq.Leadership(pool), holder, **kwargs)
+
+
+def _reaper(pool: Pool, lease: LeaderLease, **kwargs: Any) -> Reaper:
+    return Reaper(lease, leaseq.Queue(pool), leaseq.Workers(pool), **kwargs)
+
+
+def _leading(pool: Pool, holder: str, clock: Clock | None = None) -> Reaper:
+    return _reaper(pool, _lease(pool, holder, ttl=15, clock=clock or Clock()), interval=60)
 
 
 def _expired_jobs(queue: leaseq.Queue, now: datetime, count: int) -> list[int]:
@@ -45,9 +56,11 @@ def _expired_jobs(queue: leaseq.Queue, now: datetime, count: int) -> list[int]:
     return ids
 
 
-def test_one_of_two_reapers_leads_and_reaps(pooled: leaseq.Queue, db_now: datetime) -> None:
+def test_one_of_two_reapers_leads_and_reaps(
+    pooled: leaseq.Queue, db_now: datetime, pool: Pool
+) -> None:
     ids = _expired_jobs(pooled, db_now, 3)
-    first, second = _reaper(pooled, "op-a"), _reaper(pooled, "op-b")
+    first, second = _leading(pool, "op-a"), _leading(pool, "op-b")
     a = first.run_once(now=db_now)
     b = second.run_once(now=db_now)
     assert (a.leading, a.locked, len(a.reaped)) == (True, True, 3)
@@ -58,13 +71,13 @@ def test_one_of_two_reapers_leads_and_reaps(pooled: leaseq.Queue, db_now: dateti
 
 
 def test_a_held_lock_stops_even_the_leader(
-    pooled: leaseq.Queue, conn: leaseq.db.Conn, db_now: datetime
+    pooled: leaseq.Queue, conn: leaseq.core.db.Conn, db_now: datetime, pool: Pool
 ) -> None:
     """Two processes that both believe they lead (a paused leader waking up) never overlap."""
     ids = _expired_jobs(pooled, db_now, 2)
-    reaper = _reaper(pooled, "op-a")
-    with conn.transaction():
-        assert pooled.store.leader_reap_lock(conn)  # another reaper's pass in progress
+    reaper = _leading(pool, "op-a")
+    with leaseq.Leadership(conn).reap_pass() as held:
+        assert held is not None  # another reaper's pass in progress
         blocked = reaper.run_once(now=db_now)
     assert (blocked.leading, blocked.locked, blocked.reaped) == (True, False, ())
     assert all(pooled.get(i).status == "running" for i in ids)
@@ -72,11 +85,11 @@ def test_a_held_lock_stops_even_the_leader(
 
 
 def test_lease_expires_and_the_old_holder_steps_down(
-    pooled: leaseq.Queue, db_now: datetime
+    pooled: leaseq.Queue, db_now: datetime, pool: Pool
 ) -> None:
     clock = Clock()
-    old = LeaderLease(pooled, "op-a", ttl=15, clock=clock)
-    new = LeaderLease(pooled, "op-b", ttl=15)
+    old = _lease(pool, "op-a", ttl=15, clock=clock)
+    new = _lease(pool, "op-b", ttl=15)
     assert old.renew(now=db_now)
     assert old.held
     assert not new.renew(now=db_now + timedelta(seconds=10))
@@ -91,8 +104,8 @@ def test_lease_expires_and_the_old_holder_steps_down(
     assert (old.term, old.held) == (0, False)
 
 
-def test_released_lease_is_taken_at_once(pooled: leaseq.Queue) -> None:
-    first, second = LeaderLease(pooled, "op-a", ttl=15), LeaderLease(pooled, "op-b", ttl=15)
+def test_released_lease_is_taken_at_once(pooled: leaseq.Queue, pool: Pool) -> None:
+    first, second = _lease(pool, "op-a", ttl=15), _lease(pool, "op-b", ttl=15)
     assert first.renew()
     assert not second.renew()
     first.release()
@@ -100,21 +113,21 @@ def test_released_lease_is_taken_at_once(pooled: leaseq.Queue) -> None:
     assert second.renew()
 
 
-def test_renewal_failure_steps_down(pooled: leaseq.Queue, server_url: str) -> None:
-    lease = LeaderLease(pooled, "op-a", ttl=15)
+def test_renewal_failure_steps_down(pooled: leaseq.Queue, server_url: str, pool: Pool) -> None:
+    lease = _lease(pool, "op-a", ttl=15)
     assert lease.renew()
     with leaseq.open_pool(server_url + "-does-not-exist", timeout=0.5) as broken:
-        lease.queue = leaseq.Queue(broken)
+        lease.leadership = leaseq.Leadership(broken)
         with pytest.raises(leaseq.DatabaseUnavailable):
             lease.renew()
     assert not lease.held
 
 
 def test_thread_reaps_reports_leadership_and_stops_cleanly(
-    pooled: leaseq.Queue, db_now: datetime
+    pooled: leaseq.Queue, db_now: datetime, pool: Pool
 ) -> None:
     seen: list[bool] = []
-    reaper = Reaper(LeaderLease(pooled, "op-a", ttl=2), interval=0.05, on_leading=seen.append)
+    reaper = _reaper(pool, _lease(pool, "op-a", ttl=2), interval=0.05, on_leading=seen.append)
     [job_id] = _expired_jobs(pooled, db_now, 1)
     reaper.start()
     try:
@@ -128,7 +141,7 @@ def test_thread_reaps_reports_leadership_and_stops_cleanly(
 
 
 def test_the_leader_vacuums_the_jobs_table_after_churn(
-    pooled: leaseq.Queue, conn: leaseq.db.Conn
+    pooled: leaseq.Queue, conn: leaseq.core.db.Conn, pool: Pool
 ) -> None:
     def vacuums() -> int:
         row = conn.execute(
@@ -137,8 +150,8 @@ def test_the_leader_vacuums_the_jobs_table_after_churn(
         assert row is not None
         return int(row[0])
 
-    lease = LeaderLease(pooled, "op-a", ttl=15, clock=Clock())
-    reaper = Reaper(lease, interval=60, vacuum_dead_tuples=500)
+    lease = _lease(pool, "op-a", ttl=15, clock=Clock())
+    reaper = _reaper(pool, lease, interval=60, vacuum_dead_tuples=500)
     before = vacuums()
     reaper.run_once()
     assert vacuums() == before  # nothing dead yet: nothing to do
@@ -154,20 +167,18 @@ def test_the_leader_vacuums_the_jobs_table_after_churn(
 
 
 def test_the_leader_forgets_workers_that_went_silent(
-    pooled: leaseq.Queue, db_now: datetime
+    pooled: leaseq.Queue, db_now: datetime, pool: Pool
 ) -> None:
     for worker, seen in (("gone", db_now - timedelta(hours=1)), ("alive", db_now)):
-        with pooled.connection("test") as c:
-            pooled.store.worker_upsert(
-                c,
-                worker_id=worker,
-                pod=None,
-                node=None,
-                queues=["q"],
-                concurrency=1,
-                state="running",
-                in_flight=0,
-                now=seen,
-            )
-    _reaper(pooled, "op-a").run_once(now=db_now)
-    assert [w.worker_id for w in pooled.workers()] == ["alive"]
+        leaseq.Workers(pool).register(
+            worker,
+            pod=None,
+            node=None,
+            queues=["q"],
+            concurrency=1,
+            state=leaseq.WorkerState.RUNNING,
+            in_flight=0,
+            now=seen,
+        )
+    _leading(pool, "op-a").run_once(now=db_now)
+    assert [w.worker_id for w in leaseq.Workers(pool).list()] == ["alive"]

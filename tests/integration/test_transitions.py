@@ -39,7 +39,9 @@ def test_claim_order_is_priority_then_fifo_and_batches_are_bounded(queue: leaseq
         queue.claim(["q"], "w", limit=0)
 
 
-def test_scheduled_job_is_invisible_until_due(queue: leaseq.Queue, conn: leaseq.db.Conn) -> None:
+def test_scheduled_job_is_invisible_until_due(
+    queue: leaseq.Queue, conn: leaseq.core.db.Conn
+) -> None:
     now = db_now(conn)
     job_id = queue.enqueue("q", "t", delay=60, now=now).job_id
     assert queue.claim(["q"], "w", now=now + timedelta(seconds=59)) == []
@@ -86,7 +88,7 @@ def test_enqueue_many_is_all_or_nothing(queue: leaseq.Queue) -> None:
 
 
 def test_heartbeat_extends_lease_stores_progress_and_stops_at_max_runtime(
-    queue: leaseq.Queue, conn: leaseq.db.Conn
+    queue: leaseq.Queue, conn: leaseq.core.db.Conn
 ) -> None:
     now = db_now(conn)
     queue.enqueue("q", "t", timeout=50, now=now)
@@ -107,7 +109,7 @@ def test_heartbeat_extends_lease_stores_progress_and_stops_at_max_runtime(
 
 
 def test_job_at_its_max_runtime_is_failed_as_timed_out(
-    queue: leaseq.Queue, conn: leaseq.db.Conn
+    queue: leaseq.Queue, conn: leaseq.core.db.Conn
 ) -> None:
     now = db_now(conn)
     queue.enqueue("q", "t", timeout=10, now=now)
@@ -127,7 +129,9 @@ def test_job_at_its_max_runtime_is_failed_as_timed_out(
     assert attempt.outcome == "timed_out"
 
 
-def test_heartbeat_on_a_lost_lease_is_fenced(queue: leaseq.Queue, conn: leaseq.db.Conn) -> None:
+def test_heartbeat_on_a_lost_lease_is_fenced(
+    queue: leaseq.Queue, conn: leaseq.core.db.Conn
+) -> None:
     now = db_now(conn)
     queue.enqueue("q", "t", now=now)
     job = claim_one(queue, lease_seconds=5, now=now)
@@ -154,7 +158,7 @@ def test_complete_writes_the_effect_once(queue: leaseq.Queue) -> None:
 
 
 def test_retryable_failure_backs_off_in_database_time(
-    queue: leaseq.Queue, conn: leaseq.db.Conn
+    queue: leaseq.Queue, conn: leaseq.core.db.Conn
 ) -> None:
     queue.retry = leaseq.RetryPolicy(base_seconds=10, cap_seconds=25)
     now = db_now(conn)
@@ -208,10 +212,12 @@ def test_release_by_a_stale_worker_is_fenced(queue: leaseq.Queue) -> None:
     queue.enqueue("q", "t")
     job = claim_one(queue)
     queue.release(job.lease)
-    assert queue.release(job.lease) == leaseq.Fenced(job.id, "release")
+    assert queue.release(job.lease) == leaseq.Fenced(job.id, "release", "pending")
 
 
-def test_checkpoint_reaches_the_next_attempt(queue: leaseq.Queue, conn: leaseq.db.Conn) -> None:
+def test_checkpoint_reaches_the_next_attempt(
+    queue: leaseq.Queue, conn: leaseq.core.db.Conn
+) -> None:
     now = db_now(conn)
     queue.enqueue("q", "t", now=now)
     job = claim_one(queue, lease_seconds=5, now=now)
@@ -234,7 +240,7 @@ def test_cancel_pending_and_running(queue: leaseq.Queue) -> None:
     )
     assert queue.cancel(running_id) == leaseq.Cancelled(running_id, False, "cancelled")
     assert queue.heartbeat(job.lease).status is HeartbeatStatus.LOST
-    assert queue.complete(job.lease) == leaseq.Fenced(running_id, "complete")
+    assert queue.complete(job.lease) == leaseq.Fenced(running_id, "complete", "cancelled")
     assert queue.get(running_id).status == "cancelled"
     [attempt] = queue.attempts(running_id)
     assert attempt.outcome == "fenced" and "after cancelled" in (attempt.error or "")
@@ -243,7 +249,7 @@ def test_cancel_pending_and_running(queue: leaseq.Queue) -> None:
 
 
 def test_prune_deletes_only_old_finished_jobs_in_batches(
-    queue: leaseq.Queue, conn: leaseq.db.Conn
+    queue: leaseq.Queue, conn: leaseq.core.db.Conn
 ) -> None:
     now = db_now(conn)
     for _ in range(5):
@@ -258,7 +264,7 @@ def test_prune_deletes_only_old_finished_jobs_in_batches(
     assert conn.execute("SELECT count(*) FROM leaseq.job_results").fetchone() == (5,)
 
 
-def test_stats_per_queue(queue: leaseq.Queue, conn: leaseq.db.Conn) -> None:
+def test_stats_per_queue(queue: leaseq.Queue, conn: leaseq.core.db.Conn) -> None:
     now = db_now(conn)
     queue.enqueue("a", "t", now=now - timedelta(seconds=30))
     queue.enqueue("a", "t", now=now)

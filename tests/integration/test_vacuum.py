@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import leaseq
-from leaseq import statements
+from leaseq.core._store import statements
 
 
-def claim_buffers(conn: leaseq.db.Conn) -> int:
+def claim_buffers(conn: leaseq.core.db.Conn) -> int:
     """Shared buffers one claim touches (rolled back, so the backlog stays as it is)."""
     query = b"EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) " + statements.load()["job_claim"].query
     params = {"queues": ["q"], "owner": "probe", "limit": 1, "lease_seconds": 30, "now": None}
@@ -18,7 +18,7 @@ def claim_buffers(conn: leaseq.db.Conn) -> int:
 
 
 def test_vacuum_keeps_the_claim_cheap_under_churn(
-    queue: leaseq.Queue, conn: leaseq.db.Conn
+    queue: leaseq.Queue, conn: leaseq.core.db.Conn
 ) -> None:
     queue.enqueue_many([leaseq.JobSpec("q", "t") for _ in range(100)])
     conn.execute("VACUUM leaseq.jobs")

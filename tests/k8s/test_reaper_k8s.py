@@ -16,7 +16,7 @@ def _sample(registry: CollectorRegistry, name: str, **labels: str) -> float:
     return registry.get_sample_value(name, labels) or 0.0
 
 
-def _expire(queue: leaseq.Queue, conn: leaseq.db.Conn, worker: str, count: int) -> list[int]:
+def _expire(queue: leaseq.Queue, conn: leaseq.core.db.Conn, worker: str, count: int) -> list[int]:
     """Jobs claimed by ``worker`` whose leases ran out a minute ago (the worker died)."""
     past = conn.execute("SELECT now() - interval '2 minutes'").fetchone()[0]  # type: ignore[index]
     ids = [queue.enqueue("ocr", "extract", now=past).job_id for _ in range(count)]
@@ -26,7 +26,7 @@ def _expire(queue: leaseq.Queue, conn: leaseq.db.Conn, worker: str, count: int) 
 
 
 def test_only_the_leader_reaps_and_a_standby_takes_over(
-    api: Api, start_operator: StartOperator, queue: leaseq.Queue, conn: leaseq.db.Conn
+    api: Api, start_operator: StartOperator, queue: leaseq.Queue, conn: leaseq.core.db.Conn
 ) -> None:
     first, second = start_operator(), start_operator()
     operators = [first, second]

@@ -45,21 +45,20 @@ def test_enqueue_scales_up_then_drain_scales_to_zero(
     assert api.events("ScaledDown")
 
 
-def _register(queue: leaseq.Queue, conn: leaseq.db.Conn, worker: str, pod: str) -> None:
-    queue.store.worker_upsert(
-        conn,
-        worker_id=worker,
+def _register(queue: leaseq.Queue, conn: leaseq.core.db.Conn, worker: str, pod: str) -> None:
+    leaseq.Workers(conn).register(
+        worker,
         pod=pod,
         node="node-1",
         queues=["ocr"],
         concurrency=4,
-        state="running",
+        state=leaseq.WorkerState.RUNNING,
         in_flight=0,
     )
 
 
 def test_scale_down_spares_busy_pods_and_marks_them_expensive(
-    api: Api, start_operator: StartOperator, queue: leaseq.Queue, conn: leaseq.db.Conn
+    api: Api, start_operator: StartOperator, queue: leaseq.Queue, conn: leaseq.core.db.Conn
 ) -> None:
     api.create_deployment("workers", replicas=5)
     pods = ["pod-a", "pod-b", "pod-c", "pod-d", "pod-e"]

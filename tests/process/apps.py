@@ -7,8 +7,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from leaseq.context import Interrupted, JobContext, PermanentError
-from leaseq.registry import Registry
+from leaseq.runtime.context import Interrupted, JobContext, PermanentError
+from leaseq.runtime.registry import Registry
 
 registry = Registry()
 STARTED: list[float] = []

@@ -15,7 +15,7 @@ pytestmark = pytest.mark.process
 Spawn = Callable[..., WorkerProcess]
 
 
-def sessions(conn: leaseq.db.Conn, worker_id: str) -> list[tuple[int, str]]:
+def sessions(conn: leaseq.core.db.Conn, worker_id: str) -> list[tuple[int, str]]:
     """(pid, last query) of the worker's sessions in this database."""
     rows = conn.execute(
         "SELECT pid, query FROM pg_stat_activity"
@@ -37,7 +37,7 @@ def succeeded(queue: leaseq.Queue, ids: list[int]) -> bool:
 
 
 def test_killed_connections_are_replaced_and_work_carries_on(
-    conn: leaseq.db.Conn, queue: leaseq.Queue, spawn_worker: Spawn
+    conn: leaseq.core.db.Conn, queue: leaseq.Queue, spawn_worker: Spawn
 ) -> None:
     a = spawn_worker("w-a", concurrency=2, lease=2)
     ids = enqueue(queue, 0, 6)
@@ -64,7 +64,7 @@ def test_killed_connections_are_replaced_and_work_carries_on(
 
 
 def test_polling_alone_drains_every_job(
-    conn: leaseq.db.Conn, queue: leaseq.Queue, spawn_worker: Spawn
+    conn: leaseq.core.db.Conn, queue: leaseq.Queue, spawn_worker: Spawn
 ) -> None:
     spawn_worker("w-a", concurrency=2, poll=0.3, listen=False)
     ids = enqueue(queue, 0, 8)

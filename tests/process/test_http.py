@@ -17,7 +17,7 @@ JOB_TYPES = ("broken", "gated", "silent", "work")  # everything tests/process/ap
 
 
 def documented_series(queue: str) -> set[tuple[str, tuple[tuple[str, str], ...]]]:
-    """The worker's series from CONTRACT.md, as they must appear before any job ran."""
+    """The worker's series (see leaseq.runtime.metrics), as they must appear before any job ran."""
     q = (("queue", queue),)
     series = {
         ("leaseq_claim_latency_seconds_count", ()),

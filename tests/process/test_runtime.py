@@ -12,11 +12,11 @@ from typing import Any
 import pytest
 
 import leaseq
-from leaseq.context import Interrupted, JobContext, PermanentError, StopReason
-from leaseq.registry import Registry
-from leaseq.runtime import Worker
-from leaseq.shutdown import SignalWatch
-from leaseq.worker_settings import WorkerSettings
+from leaseq.runtime.context import Interrupted, JobContext, PermanentError, StopReason
+from leaseq.runtime.registry import Registry
+from leaseq.runtime.settings import WorkerSettings
+from leaseq.runtime.shutdown import SignalWatch
+from leaseq.runtime.worker import Worker
 from support.polling import wait_for
 
 pytestmark = pytest.mark.process
@@ -185,7 +185,7 @@ def test_handler_errors_unknown_types_and_bad_results(
 
 
 def test_an_interrupted_handler_hands_its_job_back_when_draining(
-    queue: leaseq.Queue, start_worker: Callable[..., Running]
+    queue: leaseq.Queue, workers: leaseq.Workers, start_worker: Callable[..., Running]
 ) -> None:
     registry = Registry()
 
@@ -204,7 +204,7 @@ def test_an_interrupted_handler_hands_its_job_back_when_draining(
     job = queue.get(job_id)
     assert (job.status, job.attempt_count, job.checkpoint) == ("pending", 0, {"saved": True})
     assert [a.outcome for a in queue.attempts(job_id)] == ["released"]
-    assert queue.workers() == []
+    assert workers.list() == []
 
 
 def test_slots_run_concurrently_and_start_up_hooks_run_once(
@@ -246,6 +246,6 @@ def test_the_worker_waits_for_the_schema_and_is_not_ready_meanwhile(
 
     with leaseq.connect(empty_database_url, action="test") as conn:
         leaseq.migrate(conn)
-        wait_for(lambda: leaseq.Queue(conn).workers(), "the worker to register")
+        wait_for(lambda: leaseq.Workers(conn).list(), "the worker to register")
     assert w.worker.health.ready() == (True, "ok")
     assert w.stop() == 0

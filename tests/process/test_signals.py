@@ -56,7 +56,7 @@ def test_sigkill_mid_job_is_finished_by_another_worker_after_reap(
 
 
 def test_sigterm_releases_the_job_to_another_worker_without_waiting_for_the_lease(
-    queue: leaseq.Queue, spawn_worker: Spawn
+    queue: leaseq.Queue, workers: leaseq.Workers, spawn_worker: Spawn
 ) -> None:
     # A 60 s lease and no reaper: only a release can hand the job over within the test.
     a = spawn_worker("w-a", lease=60, heartbeat=1, drain=0.5)
@@ -71,12 +71,12 @@ def test_sigterm_releases_the_job_to_another_worker_without_waiting_for_the_leas
     assert outcomes(queue, job_id) == [("w-a", "released"), ("w-b", "succeeded")]
     assert job.attempt_count == 1  # a release does not spend an attempt
     assert job.result == {"worker": "w-b", "attempt": 1}
-    assert [w.worker_id for w in queue.workers()] == ["w-b"]
+    assert [w.worker_id for w in workers.list()] == ["w-b"]
     assert b.metric("leaseq_jobs_claimed_total", queue="q", job_type="work") == 1
 
 
 def test_sigterm_drains_in_flight_jobs_and_claims_nothing_new(
-    queue: leaseq.Queue, spawn_worker: Spawn, tmp_path: Path
+    queue: leaseq.Queue, workers: leaseq.Workers, spawn_worker: Spawn, tmp_path: Path
 ) -> None:
     a = spawn_worker("w-a", lease=2, drain=60)
     gate = tmp_path / "gate"
@@ -84,7 +84,7 @@ def test_sigterm_drains_in_flight_jobs_and_claims_nothing_new(
     wait_for(lambda: running_on(queue, first, a), "w-a to run the job")
 
     a.signal(signal.SIGTERM)
-    wait_for(lambda: [w.state for w in queue.workers()] == ["draining"], "draining state")
+    wait_for(lambda: [w.state for w in workers.list()] == ["draining"], "draining state")
     second = queue.enqueue("q", "work", {"seconds": 0}).job_id
     assert a.get("/readyz")[0] == 503
     assert a.get("/healthz")[0] == 200
@@ -98,16 +98,18 @@ def test_sigterm_drains_in_flight_jobs_and_claims_nothing_new(
     assert outcomes(queue, first) == [("w-a", "succeeded")]
     untouched = queue.get(second)
     assert (untouched.status, untouched.attempt_count) == ("pending", 0)
-    assert queue.workers() == []
+    assert workers.list() == []
 
 
-def test_second_sigterm_releases_at_once(queue: leaseq.Queue, spawn_worker: Spawn) -> None:
+def test_second_sigterm_releases_at_once(
+    queue: leaseq.Queue, workers: leaseq.Workers, spawn_worker: Spawn
+) -> None:
     a = spawn_worker("w-a", lease=2, drain=600)
     job_id = queue.enqueue("q", "gated", {"gate": "/nonexistent/never"}).job_id
     wait_for(lambda: running_on(queue, job_id, a), "w-a to run the job")
 
     a.signal(signal.SIGTERM)
-    wait_for(lambda: [w.state for w in queue.workers()] == ["draining"], "draining state")
+    wait_for(lambda: [w.state for w in workers.list()] == ["draining"], "draining state")
     a.signal(signal.SIGINT)
     assert a.wait_exit() == 0
 

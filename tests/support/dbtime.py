@@ -8,7 +8,7 @@ from typing import Any
 import leaseq
 
 
-def db_now(conn: leaseq.db.Conn) -> datetime:
+def db_now(conn: leaseq.core.db.Conn) -> datetime:
     """The database's current time."""
     row = conn.execute("SELECT now()").fetchone()
     assert row is not None

@@ -91,11 +91,11 @@ class Workers:
         worker = WorkerProcess(worker_id, proc, port, log)
         self.started.append(worker)
         with leaseq.connect(self.database_url, action="test") as conn:
-            queue = leaseq.Queue(conn)
+            registry = leaseq.Workers(conn)
             wait_for(
                 lambda: (
                     proc.poll() is not None
-                    or any(w.worker_id == worker_id for w in queue.workers())
+                    or any(w.worker_id == worker_id for w in registry.list())
                 ),
                 f"worker {worker_id} to register",
             )

@@ -9,10 +9,10 @@ from datetime import UTC, datetime
 
 import pytest
 
-from leaseq.commands import duration, json_argument
-from leaseq.logs import JsonFormatter, TextFormatter
-from leaseq.models import Enqueued
-from leaseq.tables import age, table, to_json
+from leaseq.cli.commands import duration, json_argument
+from leaseq.cli.tables import age, table, to_json
+from leaseq.core.models import Enqueued
+from leaseq.runtime.logs import JsonFormatter, TextFormatter
 
 
 @pytest.mark.parametrize(

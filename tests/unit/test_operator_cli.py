@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from leaseq.errors import ConfigError
+from leaseq.core.errors import ConfigError
 from leaseq.operator.cli import build_parser, main
 from leaseq.operator.config import OperatorConfig
 

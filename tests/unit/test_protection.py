@@ -7,7 +7,7 @@ from datetime import UTC, datetime
 import pytest
 from kubernetes.client import V1LabelSelector, V1LabelSelectorRequirement
 
-from leaseq.models import WorkerRecord
+from leaseq.core.models import WorkerRecord
 from leaseq.operator.kube import label_selector
 from leaseq.operator.protection import (
     DELETION_COST,

@@ -9,7 +9,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
-from leaseq.errors import ConfigError
+from leaseq.core.errors import ConfigError
 
 log = logging.getLogger("leaseq.http")
 

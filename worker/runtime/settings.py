@@ -8,9 +8,10 @@ import socket
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from leaseq import settings
-from leaseq.errors import ConfigError
-from leaseq.settings import Option
+from leaseq import config as settings
+from leaseq.config import Option
+from leaseq.core.errors import ConfigError
+from leaseq.core.models import DEFAULT_LEASE_SECONDS
 
 
 def boolean(text: str) -> bool:
@@ -46,7 +47,7 @@ LEASE_SECONDS = Option(
     "lease_seconds",
     "LEASEQ_LEASE_SECONDS",
     settings.positive_float,
-    30.0,
+    DEFAULT_LEASE_SECONDS,
     "lease length: how long a crashed worker's job waits before the reaper takes it back",
 )
 HEARTBEAT_SECONDS = Option(
@@ -106,7 +107,7 @@ class WorkerSettings:
     queues: tuple[str, ...]
     concurrency: int = 1
     drain_seconds: float = 25.0
-    lease_seconds: float = 30.0
+    lease_seconds: float = DEFAULT_LEASE_SECONDS
     heartbeat_seconds: float = 10.0
     poll_seconds: float = 5.0
     listen: bool = True

@@ -1,7 +1,7 @@
 """The store: one typed method per named statement, and nothing else.
 
 Methods take an open connection and run exactly one statement on it; transaction scope is
-the caller's (see :mod:`leaseq.queue`). psycopg errors become leaseq errors here, in
+the caller's (see the faces in :mod:`leaseq.core`). psycopg errors become leaseq errors here, in
 :meth:`Store._execute`, and nowhere else.
 """
 
@@ -15,18 +15,23 @@ import psycopg
 from psycopg.rows import DictRow, class_row, dict_row
 from psycopg.types.json import Jsonb
 
-from leaseq import statements
-from leaseq.errors import translate
-from leaseq.models import (
+from leaseq.core._store import statements
+from leaseq.core.errors import translate
+from leaseq.core.models import (
+    AttemptOutcome,
     AttemptRecord,
+    Call,
     ClaimedJob,
     EffectRecord,
     JobRecord,
+    JobStatus,
+    LeaderTerm,
     Lease,
     QueueStats,
     Reaped,
     RetryPolicy,
     WorkerRecord,
+    WorkerState,
 )
 
 Conn = psycopg.Connection[Any]
@@ -219,7 +224,7 @@ class Store:
         error: str,
         error_code: str | None,
         retryable: bool,
-        outcome: str,
+        outcome: AttemptOutcome,
         retry: RetryPolicy,
         now: datetime | None = None,
     ) -> DictRow | None:
@@ -263,9 +268,9 @@ class Store:
         return bool(rows)
 
     def job_record_fenced(
-        self, conn: Conn, lease: Lease, *, call: str, now: datetime | None = None
-    ) -> bool:
-        """Record a refused call; False when the job does not exist at all."""
+        self, conn: Conn, lease: Lease, *, call: Call, now: datetime | None = None
+    ) -> JobStatus | None:
+        """Record a refused call; the job's status, or None when the job does not exist."""
         row = self._dicts(
             conn,
             "job_record_fenced",
@@ -280,7 +285,7 @@ class Store:
             },
             call,
         )[0]
-        return bool(row["job_exists"])
+        return JobStatus(row["status"]) if row["status"] is not None else None
 
     def job_reap(
         self, conn: Conn, *, limit: int, retry: RetryPolicy, now: datetime | None = None
@@ -312,12 +317,12 @@ class Store:
 
     def job_cancel(
         self, conn: Conn, job_id: int, *, reason: str | None, now: datetime | None = None
-    ) -> str | None:
+    ) -> JobStatus | None:
         """The previous status when cancelled; None when the job was not unfinished."""
         rows = self._dicts(
             conn, "job_cancel", {"id": job_id, "reason": reason, "now": now}, "cancel"
         )
-        return str(rows[0]["previous_status"]) if rows else None
+        return JobStatus(rows[0]["previous_status"]) if rows else None
 
     def job_retry_dead(
         self, conn: Conn, job_id: int, *, attempts: int | None, now: datetime | None = None
@@ -336,7 +341,7 @@ class Store:
         conn: Conn,
         *,
         older_than: float,
-        statuses: Sequence[str],
+        statuses: Sequence[JobStatus],
         batch: int,
         now: datetime | None = None,
     ) -> int:
@@ -409,7 +414,7 @@ class Store:
         node: str | None,
         queues: Sequence[str],
         concurrency: int,
-        state: str,
+        state: WorkerState,
         in_flight: int,
         now: datetime | None = None,
     ) -> None:
@@ -462,15 +467,15 @@ class Store:
         term: int,
         ttl: float,
         now: datetime | None = None,
-    ) -> DictRow | None:
-        """Row with ``term`` and ``expires_at`` when held; None when someone else holds it."""
+    ) -> LeaderTerm | None:
+        """The term held; None when someone else holds the lease."""
         rows = self._dicts(
             conn,
             "leader_acquire",
             {"name": name, "holder": holder, "term": term, "ttl": ttl, "now": now},
             "acquire leadership",
         )
-        return rows[0] if rows else None
+        return LeaderTerm(int(rows[0]["term"]), rows[0]["expires_at"]) if rows else None
 
     def leader_release(self, conn: Conn, *, name: str, holder: str, term: int) -> bool:
         return bool(

@@ -11,8 +11,10 @@ from collections.abc import Sequence
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
+from leaseq.runtime.settlement import Outcome
+
 #: How a claimed job ended for this worker (``leaseq_jobs_finished_total{outcome}``).
-OUTCOMES = ("succeeded", "failed", "dead", "timed_out", "released", "lease_lost", "fenced")
+OUTCOMES = tuple(Outcome)
 
 # Slow jobs: from sub-second to an hour.
 DURATION_BUCKETS = (0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800, 3600)
@@ -20,7 +22,8 @@ CLAIM_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5
 
 
 class WorkerMetrics:
-    """Every metric ``leaseq worker`` exports (names are the contract in CONTRACT.md)."""
+    """Every metric ``leaseq worker`` exports (the chart's dashboards
+    and alerts use these names; tests/chart/test_chart_metric_names.py checks them)."""
 
     def __init__(self, queues: Sequence[str], job_types: Sequence[str]) -> None:
         self.registry = CollectorRegistry()
@@ -88,7 +91,5 @@ class WorkerMetrics:
         for outcome in OUTCOMES:
             self.finished.labels(queue, job_type, outcome)
 
-    def finish(self, queue: str, job_type: str, outcome: str) -> None:
-        if outcome not in OUTCOMES:
-            raise ValueError(f"unknown outcome {outcome!r}")
+    def finish(self, queue: str, job_type: str, outcome: Outcome) -> None:
         self.finished.labels(queue, job_type, outcome).inc()

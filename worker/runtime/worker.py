@@ -8,7 +8,7 @@ of its own (at most ``concurrency`` at once). Every database call is one autocom
 statement from a psycopg_pool pool, so no transaction is ever open while a handler runs.
 
 Guarantees, on top of the queue's: an attempt is settled (completed, failed, released or
-dropped) by exactly one party (:mod:`leaseq.inflight`); a result is never reported for an
+dropped) by exactly one party (:mod:`leaseq.runtime.inflight`); a result is never reported for an
 attempt whose lease PostgreSQL declared lost; calls that fail because the database is
 unreachable are retried with backoff while the lease may still be held, and after that the
 reaper takes the job back. No error ends the process silently: every loop logs and carries on.
@@ -30,40 +30,32 @@ from typing import Any
 
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
-from leaseq import validation
-from leaseq.backoff import Backoff
-from leaseq.context import Interrupted, JobContext, PermanentError, StopReason
-from leaseq.db import open_pool
-from leaseq.errors import DatabaseUnavailable, InvalidJob, LeaseqError, SchemaNotReady
-from leaseq.health import Health
-from leaseq.heartbeat import HeartbeatLoop
-from leaseq.http_server import ProbeServer
-from leaseq.inflight import InFlight, InFlightTable
-from leaseq.listener import Listener
-from leaseq.metrics import WorkerMetrics
-from leaseq.migrate import check_schema
-from leaseq.models import ClaimedJob, Completed, Failed, Fenced, Released, RetryPolicy
-from leaseq.queue import Queue
-from leaseq.registry import Registry
-from leaseq.shutdown import SignalWatch
-from leaseq.worker_settings import WorkerSettings
+from leaseq.core import validation
+from leaseq.core.backoff import Backoff
+from leaseq.core.db import open_pool
+from leaseq.core.errors import DatabaseUnavailable, InvalidJob, LeaseqError, SchemaNotReady
+from leaseq.core.models import Call, ClaimedJob, RetryPolicy, WorkerState
+from leaseq.core.queue import Queue
+from leaseq.core.schema import Schema
+from leaseq.core.workers import Workers
+from leaseq.runtime.context import Interrupted, JobContext, PermanentError, StopReason
+from leaseq.runtime.health import Health
+from leaseq.runtime.heartbeat import HeartbeatLoop
+from leaseq.runtime.http_server import ProbeServer
+from leaseq.runtime.inflight import InFlight, InFlightTable
+from leaseq.runtime.listener import Listener
+from leaseq.runtime.metrics import WorkerMetrics
+from leaseq.runtime.registry import Registry
+from leaseq.runtime.settings import WorkerSettings
+from leaseq.runtime.settlement import Answer, Settlement, Settler
+from leaseq.runtime.shutdown import SignalWatch
 
 log = logging.getLogger("leaseq.worker")
-
-Outcome = Completed | Failed | Released | Fenced
 
 #: How long, after the drain, the worker waits for settling calls already under way.
 SETTLE_GRACE_SECONDS = 5.0
 #: Label used for job types this worker has no handler for (keeps label sets bounded).
 UNKNOWN_JOB_TYPE = "_unknown"
-
-# Attempt-row outcomes that show an ambiguous call (retried after a lost connection) had
-# in fact been applied, by the call that was retried.
-_APPLIED = {
-    "complete": {"succeeded"},
-    "fail": {"failed", "timed_out"},
-    "release": {"released"},
-}
 
 
 def application_name(conninfo: str, worker_id: str) -> str:
@@ -104,6 +96,14 @@ class Worker:
             timeout=max(2.0, min(10.0, settings.lease_seconds / 2)),
         )
         self.queue = Queue(self.pool, retry=retry)
+        self.workers = Workers(self.pool)
+        self.settlement = Settlement(
+            self.queue,
+            metrics=self.metrics,
+            health=self.health,
+            stopping=self.stopping,
+            type_label=lambda job: self._type_label(job.job),
+        )
         self.heartbeat = HeartbeatLoop(
             self.queue,
             self.jobs,
@@ -119,7 +119,6 @@ class Worker:
             self.conninfo,
             settings.queues,
             self.wake.set,
-            store=self.queue.store,
             health=self.health,
             stopping=self.stopping,
         )
@@ -173,8 +172,7 @@ class Worker:
         backoff = Backoff(0.5, 10.0)
         while True:
             try:
-                with self.queue.connection("check schema") as conn:
-                    check_schema(conn, self.queue.store)
+                Schema(self.pool).check()
                 self.health.db_ok()
                 return True
             except (DatabaseUnavailable, SchemaNotReady) as exc:
@@ -204,17 +202,15 @@ class Worker:
         """Upsert this worker's row (state and in-flight count); failures are logged only."""
         s = self.settings
         try:
-            with self.queue.connection("register worker") as conn:
-                self.queue.store.worker_upsert(
-                    conn,
-                    worker_id=s.worker_id,
-                    pod=s.pod_name,
-                    node=s.node_name,
-                    queues=s.queues,
-                    concurrency=s.concurrency,
-                    state="draining" if self.draining.is_set() else "running",
-                    in_flight=len(self.jobs),
-                )
+            self.workers.register(
+                s.worker_id,
+                pod=s.pod_name,
+                node=s.node_name,
+                queues=s.queues,
+                concurrency=s.concurrency,
+                state=WorkerState.DRAINING if self.draining.is_set() else WorkerState.RUNNING,
+                in_flight=len(self.jobs),
+            )
         except LeaseqError as exc:
             if isinstance(exc, DatabaseUnavailable):
                 self.health.db_failed(exc)
@@ -225,8 +221,7 @@ class Worker:
 
     def _deregister(self) -> None:
         try:
-            with self.queue.connection("remove worker") as conn:
-                self.queue.store.worker_delete(conn, self.settings.worker_id)
+            self.workers.remove(self.settings.worker_id)
         except LeaseqError as exc:
             log.warning("could not remove this worker's row: %s", exc, extra=self._fields)
 
@@ -317,18 +312,18 @@ class Worker:
     def _run(self, job: InFlight) -> None:
         """Run the handler and settle the attempt from its outcome (unless already given up)."""
         started = time.monotonic()
-        call: Callable[[], Outcome]
+        call: Callable[[], Answer]
         try:
             if job.job_type is None:
                 error = f"no handler for job type {job.job.job_type!r} in {self.settings.app}"
                 call = partial(self.queue.fail, job.job.lease, error, error_code="UNKNOWN_JOB_TYPE")
-                self._settle(job, "handler", "fail", call)
+                self.settlement.settle(job, Call.FAIL, call)
                 return
             try:
                 result = job.job_type.handler(job.job.payload, job.context)
             except Interrupted:
                 call = partial(self.queue.release, job.job.lease, reason="handler interrupted")
-                self._settle(job, "handler", "release", call)
+                self.settlement.settle(job, Call.RELEASE, call)
             except PermanentError as exc:
                 self._fail(job, exc, retryable=False)
             except Exception as exc:
@@ -370,7 +365,7 @@ class Worker:
             effect_key=job.job.effect_key,
             progress=final,
         )
-        self._settle(job, "handler", "complete", call)
+        self.settlement.settle(job, Call.COMPLETE, call)
 
     def _fail(self, job: InFlight, exc: BaseException, retryable: bool) -> None:
         call = partial(
@@ -380,7 +375,7 @@ class Worker:
             retryable=retryable,
             error_code=type(exc).__name__,
         )
-        self._settle(job, "handler", "fail", call)
+        self.settlement.settle(job, Call.FAIL, call)
 
     # -- giving up --------------------------------------------------------------------
 
@@ -388,7 +383,7 @@ class Worker:
         """Take the attempt away from its handler (which sees ``should_stop``) and settle it:
         failed as timed out, failed for lack of progress, released, or, when the lease is
         already gone, dropped without reporting anything."""
-        if not job.take(reason.value):
+        if not job.take(Settler.stopped(reason)):
             return
         job.context.request_stop(reason)
         lease = job.job.lease
@@ -396,16 +391,15 @@ class Worker:
             log.warning(
                 "lease lost (%s): result will not be reported", reason.value, extra=job.fields()
             )
-            self.metrics.losses.labels(job.job.queue).inc()
-            self.metrics.finish(job.job.queue, self._type_label(job.job), "lease_lost")
+            self.settlement.lost(job)
             job.settled.set()
             return
-        call: Callable[[], Outcome]
+        call: Callable[[], Answer]
         if reason is StopReason.DRAINING:
             # Bounded: the pod's grace period is running out.
             until = time.monotonic() + SETTLE_GRACE_SECONDS
             release = partial(self.queue.release, lease, reason="worker draining")
-            self._settle_taken(job, "release", release, until)
+            self.settlement.settle_taken(job, Call.RELEASE, release, until)
             return
         if reason is StopReason.TIMED_OUT:
             error = f"timed out: ran past its max runtime of {job.job.timeout_seconds}s"
@@ -421,115 +415,11 @@ class Worker:
         )
         # Off the heartbeat thread: retries must not delay other jobs' renewals.
         threading.Thread(
-            target=self._settle_taken,
-            args=(job, "fail", call),
+            target=self.settlement.settle_taken,
+            args=(job, Call.FAIL, call),
             name=f"leaseq-giveup-{job.job.id}",
             daemon=True,
         ).start()
-
-    # -- settling ---------------------------------------------------------------------
-
-    def _settle(self, job: InFlight, by: str, call: str, fn: Callable[[], Outcome]) -> None:
-        """Settle as ``by`` if nobody else has; otherwise drop the result, logged."""
-        if not job.take(by):
-            log.info(
-                "attempt already given up (%s); result not reported",
-                job.settled_by,
-                extra=job.fields(),
-            )
-            return
-        self._settle_taken(job, call, fn)
-
-    def _settle_taken(
-        self, job: InFlight, call: str, fn: Callable[[], Outcome], until: float | None = None
-    ) -> None:
-        try:
-            name = self._deliver(job, call, fn, until)
-            if name is not None:
-                self._record(job, call, name)
-        finally:
-            job.settled.set()
-
-    def _deliver(
-        self, job: InFlight, call: str, fn: Callable[[], Outcome], until: float | None
-    ) -> str | None:
-        """``fn()``, retried while PostgreSQL is unreachable, the lease may still hold and
-        ``until`` (monotonic) has not passed; returns the attempt's outcome name (see
-        :data:`leaseq.metrics.OUTCOMES`), or None after giving up (the reaper will take the
-        job back). A retried call that comes back fenced is checked against the audit trail:
-        if the first try had been applied before the connection dropped, that is the outcome."""
-        backoff = Backoff(0.1, 2.0)
-        retried = False
-        while True:
-            try:
-                result = fn()
-            except DatabaseUnavailable as exc:
-                self.health.db_failed(exc)
-                limit = job.lease_bound if until is None else min(until, job.lease_bound)
-                if time.monotonic() > limit or self.stopping.is_set():
-                    log.error(
-                        "%s not delivered (database unreachable, lease expired): %s; "
-                        "the reaper will return the job",
-                        call,
-                        exc,
-                        extra=job.fields(),
-                    )
-                    return None
-                delay = backoff.next()
-                log.warning(
-                    "%s failed (%s); retrying in %.1fs", call, exc, delay, extra=job.fields()
-                )
-                time.sleep(delay)
-                retried = True
-                continue
-            self.health.db_ok()
-            if retried and isinstance(result, Fenced):
-                applied = self._applied(job, call)
-                if applied is not None:
-                    log.info(
-                        "%s had been applied before the connection dropped",
-                        call,
-                        extra=job.fields(),
-                    )
-                    return applied
-            return self._name(job, result)
-
-    def _name(self, job: InFlight, outcome: Outcome) -> str:
-        if isinstance(outcome, Fenced):
-            return "fenced"
-        if isinstance(outcome, Completed):
-            return "succeeded"
-        if isinstance(outcome, Released):
-            return "released"
-        if job.settled_by == StopReason.TIMED_OUT.value:
-            return "timed_out"
-        return "dead" if outcome.status == "dead" else "failed"
-
-    def _applied(self, job: InFlight, call: str) -> str | None:
-        """The outcome name if the audit trail shows ``call`` was applied for this lease."""
-        try:
-            attempts = self.queue.attempts(job.job.id)
-            mine = [
-                a.outcome
-                for a in attempts
-                if a.lease_token == job.job.lease.token and a.outcome in _APPLIED[call]
-            ]
-            if not mine:
-                return None
-            if mine[0] == "failed" and self.queue.get(job.job.id).status == "dead":
-                return "dead"
-            return mine[0]
-        except LeaseqError:
-            return None
-
-    def _record(self, job: InFlight, call: str, name: str) -> None:
-        queue, job_type = job.job.queue, self._type_label(job.job)
-        self.metrics.finish(queue, job_type, name)
-        if name == "fenced":
-            self.metrics.fenced.labels(queue).inc()
-            log.warning("%s fenced: the lease was lost", call, extra=job.fields())
-            return
-        log.info("attempt settled: %s", name, extra={**job.fields(), "outcome": name})
 
     # -- draining ---------------------------------------------------------------------
 

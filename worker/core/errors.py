@@ -1,7 +1,7 @@
 """leaseq's one exception hierarchy, and the one place psycopg errors are translated.
 
 Every error says what was wrong and what to do. Lost leases are *not* errors: worker-side
-calls return :class:`leaseq.models.Fenced` instead, so callers never parse exceptions for them.
+calls return :class:`leaseq.core.models.Fenced` instead, so callers never parse exceptions for them.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 Each process role declares its :class:`Option` list; :func:`add_options` puts them on an
 argparse parser and :func:`resolve` turns parsed flags (or, when a flag is absent, the
-environment) into plain values, raising :class:`leaseq.errors.ConfigError` naming the flag
+environment) into plain values, raising :class:`leaseq.core.errors.ConfigError` naming the flag
 and variable on a bad value. Roles wrap the result in a frozen dataclass and pass it on
 explicitly. ``docs_table`` renders the README's configuration table from the same lists.
 """
@@ -15,7 +15,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from leaseq.errors import ConfigError
+from leaseq.core.errors import ConfigError
 
 
 @dataclass(frozen=True)

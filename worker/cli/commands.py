@@ -13,10 +13,12 @@ import sys
 import time
 from typing import Any
 
-from leaseq import settings
-from leaseq.db import Conn, connect
-from leaseq.queue import FINISHED_STATUSES, Queue
-from leaseq.tables import age, table, to_json, when
+from leaseq import config as settings
+from leaseq.cli.tables import age, table, to_json, when
+from leaseq.core.db import Conn, connect
+from leaseq.core.models import FINISHED_STATUSES, JobStatus
+from leaseq.core.queue import Queue
+from leaseq.core.workers import Workers
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdw]?)\s*$")
 _UNIT = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
@@ -45,11 +47,11 @@ def _connect(args: argparse.Namespace, action: str) -> Conn:
 def status(args: argparse.Namespace) -> int:
     """Depth per queue and the registered workers; ``--watch`` refreshes until Ctrl-C."""
     with _connect(args, "status") as conn:
-        queue = Queue(conn)
+        queue, registry = Queue(conn), Workers(conn)
         try:
             while True:
                 stats = queue.stats(args.queue or None)
-                workers = queue.workers(args.queue or None)
+                workers = registry.list(args.queue or None)
                 if args.json:
                     print(to_json({"queues": stats, "workers": workers}), flush=True)
                 else:
@@ -219,7 +221,7 @@ def cancel(args: argparse.Namespace) -> int:
 
 
 def prune(args: argparse.Namespace) -> int:
-    statuses = args.status or list(FINISHED_STATUSES)
+    statuses = args.status or [str(s) for s in FINISHED_STATUSES]
     with _connect(args, "prune") as conn:
         deleted = Queue(conn).prune(older_than=args.older_than, statuses=statuses)
     _say(args, {"deleted": deleted}, f"deleted {deleted} finished job(s) and their attempts")
@@ -278,7 +280,7 @@ def add_commands(sub: Any) -> None:
         dest="jobs_command", required=True
     )
     p = command("list", "list jobs, newest first", jobs_list, jobs)
-    p.add_argument("--status", choices=["pending", "running", *FINISHED_STATUSES])
+    p.add_argument("--status", choices=[str(s) for s in JobStatus])
     p.add_argument("--queue")
     p.add_argument("--limit", type=int, default=50)
     p = command("show", "one job with its attempts (the audit trail)", jobs_show, jobs)
@@ -294,7 +296,7 @@ def add_commands(sub: Any) -> None:
 
     p = command("prune", "delete finished jobs older than a retention", prune)
     p.add_argument("--older-than", type=duration, required=True, help="e.g. 7d, 12h, 3600")
-    p.add_argument("--status", action="append", choices=list(FINISHED_STATUSES))
+    p.add_argument("--status", action="append", choices=[str(s) for s in FINISHED_STATUSES])
 
     p = command("enqueue", "enqueue one job", enqueue)
     p.add_argument("queue")

@@ -19,13 +19,13 @@ import threading
 import time
 from collections.abc import Callable
 
-from leaseq.context import StopReason
-from leaseq.errors import DatabaseUnavailable, InvalidJob, LeaseqError
-from leaseq.health import Health
-from leaseq.inflight import InFlight, InFlightTable
-from leaseq.metrics import WorkerMetrics
-from leaseq.models import HeartbeatStatus
-from leaseq.queue import Queue
+from leaseq.core.errors import DatabaseUnavailable, InvalidJob, LeaseqError
+from leaseq.core.models import HeartbeatStatus, JobStatus
+from leaseq.core.queue import Queue
+from leaseq.runtime.context import StopReason
+from leaseq.runtime.health import Health
+from leaseq.runtime.inflight import InFlight, InFlightTable
+from leaseq.runtime.metrics import WorkerMetrics
 
 log = logging.getLogger("leaseq.heartbeat")
 
@@ -131,11 +131,5 @@ class HeartbeatLoop:
                 self.metrics.last_heartbeat.set_to_current_time()
             else:
                 self.metrics.fenced.labels(job.job.queue).inc()
-                self.give_up(job, self._why_lost(job))
-
-    def _why_lost(self, job: InFlight) -> StopReason:
-        try:
-            cancelled = self.queue.get(job.job.id).status == "cancelled"
-        except LeaseqError:
-            cancelled = False
-        return StopReason.CANCELLED if cancelled else StopReason.LEASE_LOST
+                cancelled = beat.job_status is JobStatus.CANCELLED
+                self.give_up(job, StopReason.CANCELLED if cancelled else StopReason.LEASE_LOST)

@@ -11,7 +11,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from leaseq.errors import ConfigError
+from leaseq.core.errors import ConfigError
 
 
 class EmbeddedPostgres:

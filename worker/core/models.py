@@ -7,6 +7,59 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+#: How long a lease lasts unless renewed, when the caller names no other length (seconds).
+DEFAULT_LEASE_SECONDS = 30.0
+
+
+class JobStatus(enum.StrEnum):
+    """A job's status (PostgreSQL type ``leaseq.job_status``); compares equal to its text."""
+
+    PENDING = "pending"
+    RUNNING = "running"
+    SUCCEEDED = "succeeded"
+    DEAD = "dead"
+    CANCELLED = "cancelled"
+
+
+#: The statuses a job never leaves (prune deletes only these).
+FINISHED_STATUSES = (JobStatus.SUCCEEDED, JobStatus.DEAD, JobStatus.CANCELLED)
+
+
+class AttemptOutcome(enum.StrEnum):
+    """How one attempt ended (PostgreSQL type ``leaseq.attempt_outcome``)."""
+
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    LEASE_EXPIRED = "lease_expired"
+    RELEASED = "released"
+    FENCED = "fenced"
+    TIMED_OUT = "timed_out"
+    CANCELLED = "cancelled"
+
+
+class WorkerState(enum.StrEnum):
+    """A registered worker's state in ``leaseq.workers``."""
+
+    RUNNING = "running"
+    DRAINING = "draining"
+
+
+class Call(enum.StrEnum):
+    """A worker-side call that settles an attempt (named in a :class:`Fenced` refusal)."""
+
+    HEARTBEAT = "heartbeat"
+    COMPLETE = "complete"
+    FAIL = "fail"
+    RELEASE = "release"
+
+
+def _as(cls: type[enum.StrEnum], record: object, *names: str) -> None:
+    """Turn the text columns ``names`` of a frozen record into ``cls`` members."""
+    for name in names:
+        value = getattr(record, name)
+        if value is not None:
+            object.__setattr__(record, name, cls(value))
+
 
 @dataclass(frozen=True)
 class RetryPolicy:
@@ -75,10 +128,13 @@ class Fenced:
     """A worker-side call refused because the caller no longer holds the lease.
 
     Nothing about the job changed; the refusal is recorded in job_attempts as ``fenced``.
+    ``status`` is the job's status when the call was refused (``cancelled`` tells a cancel
+    from a lost lease).
     """
 
     job_id: int
-    call: str
+    call: Call
+    status: JobStatus
 
 
 @dataclass(frozen=True)
@@ -95,8 +151,11 @@ class Failed:
     """The attempt failed: ``status`` is ``pending`` (retry at ``retry_at``) or ``dead``."""
 
     job_id: int
-    status: str
+    status: JobStatus
     retry_at: datetime | None
+
+    def __post_init__(self) -> None:
+        _as(JobStatus, self, "status")
 
 
 @dataclass(frozen=True)
@@ -117,10 +176,20 @@ class HeartbeatStatus(enum.Enum):
 
 @dataclass(frozen=True)
 class Heartbeat:
-    """Result of a heartbeat; ``lease_expires_at`` is the new end of the lease when renewed."""
+    """Result of a heartbeat; ``lease_expires_at`` is the new end of the lease when renewed,
+    ``job_status`` the job's status when LOST (``cancelled`` tells a cancel from a lost lease)."""
 
     status: HeartbeatStatus
     lease_expires_at: datetime | None
+    job_status: JobStatus | None = None
+
+
+@dataclass(frozen=True)
+class LeaderTerm:
+    """A held leader lease: the term this holder holds and when it lapses (database time)."""
+
+    term: int
+    expires_at: datetime
 
 
 @dataclass(frozen=True)
@@ -130,11 +199,14 @@ class Reaped:
     job_id: int
     queue: str
     job_type: str
-    status: str
+    status: JobStatus
     previous_owner: str
     token: int
     attempt: int
     timed_out: bool
+
+    def __post_init__(self) -> None:
+        _as(JobStatus, self, "status")
 
 
 @dataclass(frozen=True)
@@ -143,7 +215,10 @@ class Cancelled:
 
     job_id: int
     cancelled: bool
-    previous_status: str
+    previous_status: JobStatus
+
+    def __post_init__(self) -> None:
+        _as(JobStatus, self, "previous_status")
 
 
 @dataclass(frozen=True)
@@ -168,7 +243,7 @@ class JobRecord:
     queue: str
     job_type: str
     payload: Any
-    status: str
+    status: JobStatus
     priority: int
     attempt_count: int
     max_attempts: int
@@ -189,6 +264,9 @@ class JobRecord:
     result: Any
     checkpoint: Any
 
+    def __post_init__(self) -> None:
+        _as(JobStatus, self, "status")
+
 
 @dataclass(frozen=True)
 class AttemptRecord:
@@ -200,8 +278,11 @@ class AttemptRecord:
     worker: str
     started_at: datetime | None
     ended_at: datetime
-    outcome: str
+    outcome: AttemptOutcome
     error: str | None
+
+    def __post_init__(self) -> None:
+        _as(AttemptOutcome, self, "outcome")
 
 
 @dataclass(frozen=True)
@@ -224,9 +305,12 @@ class WorkerRecord:
     node: str | None
     queues: list[str]
     concurrency: int
-    state: str
+    state: WorkerState
     started_at: datetime
     heartbeat_at: datetime
     heartbeat_age: float
     running: int
     oldest_running_age: float | None
+
+    def __post_init__(self) -> None:
+        _as(WorkerState, self, "state")

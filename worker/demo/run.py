@@ -24,13 +24,14 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from leaseq import settings
-from leaseq.db import connect
-from leaseq.embedded import EmbeddedPostgres
-from leaseq.errors import ConfigError
-from leaseq.migrate import migrate
-from leaseq.models import JobRecord, RetryPolicy
-from leaseq.queue import JobSpec, Queue
+from leaseq import config as settings
+from leaseq.core.db import connect
+from leaseq.core.errors import ConfigError
+from leaseq.core.models import FINISHED_STATUSES, JobRecord, RetryPolicy
+from leaseq.core.queue import JobSpec, Queue
+from leaseq.core.schema import migrate
+from leaseq.core.workers import Workers
+from leaseq.demo.embedded import EmbeddedPostgres
 
 LEASE_SECONDS = 3.0
 HEARTBEAT_SECONDS = 0.5
@@ -38,7 +39,6 @@ DRAIN_SECONDS = 0.5
 CONCURRENCY = 4
 REAP_EVERY = 0.5
 TIME_LIMIT = 50.0
-FINISHED = ("succeeded", "dead", "cancelled")
 
 
 @dataclass
@@ -102,7 +102,7 @@ class Demo:
                 reaper.join(timeout=5)
                 # The SIGKILLed worker could not deregister; in production the operator
                 # prunes such stale rows.
-                queue.store.worker_delete(conn, self.procs["w1"].name)
+                Workers(conn).remove(self.procs["w1"].name)
             return self.summary(queue, ids, finished)
 
     def enqueue(self, queue: Queue) -> dict[str, int]:
@@ -141,7 +141,7 @@ class Demo:
         log = self.workdir / f"{key}.log"
         cmd = [
             sys.executable, "-m", "leaseq.cli", "worker",
-            "--app", "leaseq.demo_app:registry",
+            "--app", "leaseq.demo.app:registry",
             "--queue", self.queue_name,
             "--concurrency", str(CONCURRENCY),
             "--lease-seconds", str(LEASE_SECONDS),
@@ -190,7 +190,7 @@ class Demo:
         while time.monotonic() - self.start < TIME_LIMIT:
             jobs = queue.jobs(queue=self.queue_name, limit=10_000)
             self.chaos_step(jobs)
-            if all(j.status in FINISHED for j in jobs):
+            if all(j.status in FINISHED_STATUSES for j in jobs):
                 self.progress(jobs)
                 if self.tty:
                     print()
@@ -234,7 +234,7 @@ class Demo:
             self.spawn("w4")
 
     def progress(self, jobs: list[JobRecord]) -> None:
-        states = Counter(j.status for j in jobs)
+        states = Counter(str(j.status) for j in jobs)
         retrying = sum(1 for j in jobs if j.status == "pending" and j.attempt_count > 0)
         workers = " ".join(
             f"{key}:{p.fate if p.fate != 'running' else len(self.held_by(jobs, p.name))}"
@@ -273,8 +273,8 @@ class Demo:
             if not ok:
                 broken.append(claim)
 
-        states = Counter(j.status for j in jobs.values())
-        outcomes = Counter(a.outcome for rows in attempts.values() for a in rows)
+        states = Counter(str(j.status) for j in jobs.values())
+        outcomes = Counter(str(a.outcome) for rows in attempts.values() for a in rows)
         elapsed = time.monotonic() - self.start
         print()
         print(f"== summary after {elapsed:.1f}s: {len(jobs)} jobs ==")

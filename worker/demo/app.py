@@ -7,8 +7,8 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from leaseq.context import Interrupted, JobContext
-from leaseq.registry import Registry
+from leaseq.runtime.context import Interrupted, JobContext
+from leaseq.runtime.registry import Registry
 
 registry = Registry()
 MODEL: dict[str, str] = {}

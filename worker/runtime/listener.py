@@ -11,17 +11,12 @@ import logging
 import threading
 from collections.abc import Callable, Collection
 
-import psycopg
-
-from leaseq.backoff import Backoff
-from leaseq.db import Conn, connect
-from leaseq.errors import LeaseqError, translate
-from leaseq.health import Health
-from leaseq.store import Store
+from leaseq.core.backoff import Backoff
+from leaseq.core.errors import LeaseqError
+from leaseq.core.notifications import CHANNEL, Notifications, Subscription
+from leaseq.runtime.health import Health
 
 log = logging.getLogger("leaseq.listener")
-
-CHANNEL = "leaseq_jobs"
 
 
 class Listener:
@@ -34,15 +29,13 @@ class Listener:
         queues: Collection[str],
         wake: Callable[[], None],
         *,
-        store: Store,
         health: Health,
         stopping: threading.Event,
         check_every: float = 1.0,
     ) -> None:
-        self.conninfo = conninfo
+        self.notifications = Notifications(conninfo)
         self.queues = frozenset(queues)
         self.wake = wake
-        self.store = store
         self.health = health
         self.stopping = stopping
         self.check_every = check_every
@@ -53,15 +46,14 @@ class Listener:
         while not self.stopping.is_set():
             self.health.tick("listener")
             try:
-                with connect(self.conninfo, action="listen") as conn:
-                    self.store.worker_listen(conn)
+                with self.notifications.subscribe() as subscription:
                     self.connected.set()
                     backoff.reset()
                     log.info("listening on channel %s", CHANNEL)
                     self.wake()
                     while not self.stopping.is_set():
                         self.health.tick("listener")
-                        self._receive(conn)
+                        self._receive(subscription)
             except LeaseqError as exc:
                 delay = backoff.next()
                 log.warning(
@@ -73,11 +65,8 @@ class Listener:
             finally:
                 self.connected.clear()
 
-    def _receive(self, conn: Conn) -> None:
+    def _receive(self, subscription: Subscription) -> None:
         """Deliver notifications for up to ``check_every`` seconds."""
-        try:
-            for note in conn.notifies(timeout=self.check_every):
-                if note.payload in self.queues:
-                    self.wake()
-        except psycopg.Error as exc:
-            raise translate(exc, action="listen", conninfo=self.conninfo) from exc
+        for queue in subscription.receive(self.check_every):
+            if queue in self.queues:
+                self.wake()

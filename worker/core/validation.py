@@ -6,7 +6,7 @@ import json
 import math
 from typing import Any
 
-from leaseq.errors import InvalidJob
+from leaseq.core.errors import InvalidJob
 
 MAX_NAME_LENGTH = 128
 MAX_PAYLOAD_BYTES = 1_048_576

@@ -11,20 +11,21 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from collections.abc import Iterable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-import psycopg
-from psycopg_pool import ConnectionPool
-
-from leaseq import validation
-from leaseq.db import Conn
-from leaseq.errors import InvalidJob, JobNotFound, JobStateError, translate
-from leaseq.models import (
+from leaseq.core import validation
+from leaseq.core._store.store import Store
+from leaseq.core.db import Conn, Db, borrow, transaction
+from leaseq.core.errors import InvalidJob, JobNotFound, JobStateError
+from leaseq.core.models import (
+    DEFAULT_LEASE_SECONDS,
+    FINISHED_STATUSES,
+    AttemptOutcome,
     AttemptRecord,
+    Call,
     Cancelled,
     ClaimedJob,
     Completed,
@@ -35,18 +36,16 @@ from leaseq.models import (
     Heartbeat,
     HeartbeatStatus,
     JobRecord,
+    JobStatus,
     Lease,
     QueueStats,
     Reaped,
     Released,
     RetryPolicy,
-    WorkerRecord,
 )
-from leaseq.store import Store
 
 log = logging.getLogger("leaseq.queue")
 
-FINISHED_STATUSES = ("succeeded", "dead", "cancelled")
 MAX_CLAIM_BATCH = 100
 
 
@@ -96,42 +95,13 @@ class Queue:
 
     def __init__(
         self,
-        db: Conn | ConnectionPool[Conn],
+        db: Db,
         *,
         retry: RetryPolicy | None = None,
-        store: Store | None = None,
     ) -> None:
         self._db = db
         self.retry = retry or RetryPolicy()
-        self.store = store or Store()
-
-    @contextmanager
-    def connection(self, action: str, conn: Conn | None = None) -> Iterator[Conn]:
-        """A connection for one call: ``conn`` if given, else the queue's own connection, else
-        one from the queue's pool (autocommit, returned after the call).
-
-        A given connection is used as it is: in autocommit mode each call commits on its own;
-        otherwise the call joins the connection's transaction and the caller commits."""
-        target = conn if conn is not None else self._db
-        if isinstance(target, ConnectionPool):
-            try:
-                with target.connection() as pooled:
-                    yield pooled
-            except psycopg.Error as exc:
-                info = target.conninfo if isinstance(target.conninfo, str) else ""
-                raise translate(exc, action=action, conninfo=info) from exc
-        else:
-            yield target
-
-    @contextmanager
-    def _transaction(self, action: str, conn: Conn | None) -> Iterator[Conn]:
-        """Like :meth:`connection`, but several statements commit together."""
-        with self.connection(action, conn) as c:
-            if c.autocommit:
-                with c.transaction():
-                    yield c
-            else:
-                yield c
+        self._store = Store()
 
     # -- producer side --------------------------------------------------------------------
 
@@ -180,8 +150,8 @@ class Queue:
         specs = [spec.validated() for spec in jobs]
         if not specs:
             return []
-        with self._transaction("enqueue", conn) as c:
-            rows = self.store.job_enqueue(c, [dataclasses.asdict(spec) for spec in specs], now)
+        with transaction(self._db, "enqueue", conn) as c:
+            rows = self._store.job_enqueue(c, [dataclasses.asdict(spec) for spec in specs], now)
         results = []
         for spec, row in zip(specs, rows, strict=True):
             if row is None:
@@ -202,7 +172,7 @@ class Queue:
         owner: str,
         *,
         limit: int = 1,
-        lease_seconds: float = 30.0,
+        lease_seconds: float = DEFAULT_LEASE_SECONDS,
         now: datetime | None = None,
     ) -> list[ClaimedJob]:
         """Lease up to ``limit`` ready jobs from ``queues``, best priority first.
@@ -220,22 +190,24 @@ class Queue:
         if not 1 <= limit <= MAX_CLAIM_BATCH:
             raise InvalidJob("limit", f"must be in [1, {MAX_CLAIM_BATCH}], got {limit}")
         validation.positive("lease_seconds", lease_seconds)
-        with self.connection("claim") as c:
-            return self.store.job_claim(
+        with borrow(self._db, "claim") as c:
+            return self._store.job_claim(
                 c, queues=queues, owner=owner, limit=limit, lease_seconds=lease_seconds, now=now
             )
 
-    def _fenced(self, c: Conn, lease: Lease, call: str, now: datetime | None) -> Fenced:
-        if not self.store.job_record_fenced(c, lease, call=call, now=now):
+    def _fenced(self, c: Conn, lease: Lease, call: Call, now: datetime | None) -> Fenced:
+        """Record the refusal; one statement, which also reads the job's status."""
+        status = self._store.job_record_fenced(c, lease, call=call, now=now)
+        if status is None:
             raise JobNotFound(lease.job_id)
         log.warning("%s fenced: lease no longer held", call, extra=_lease_fields(lease))
-        return Fenced(job_id=lease.job_id, call=call)
+        return Fenced(job_id=lease.job_id, call=call, status=status)
 
     def heartbeat(
         self,
         lease: Lease,
         *,
-        lease_seconds: float = 30.0,
+        lease_seconds: float = DEFAULT_LEASE_SECONDS,
         progress: Any = None,
         now: datetime | None = None,
     ) -> Heartbeat:
@@ -245,20 +217,20 @@ class Queue:
         then. LOST means stop working on the job: its result will be refused."""
         if progress is not None:
             validation.json_value("progress", progress, limit=65536)
-        with self.connection("heartbeat") as c:
-            expires = self.store.job_heartbeat(
+        with borrow(self._db, "heartbeat") as c:
+            expires = self._store.job_heartbeat(
                 c, lease, lease_seconds=lease_seconds, progress=progress, now=now
             )
             if expires is None:
-                self._fenced(c, lease, "heartbeat", now)
-                return Heartbeat(HeartbeatStatus.LOST, None)
+                fenced = self._fenced(c, lease, Call.HEARTBEAT, now)
+                return Heartbeat(HeartbeatStatus.LOST, None, fenced.status)
         return Heartbeat(HeartbeatStatus.RENEWED, expires)
 
     def checkpoint(self, lease: Lease, state: Any, *, now: datetime | None = None) -> bool:
         """Store durable state that the job's next attempt receives; False if the lease is lost."""
         validation.json_value("checkpoint", state)
-        with self.connection("checkpoint") as c:
-            return self.store.job_checkpoint(c, lease, state, now=now)
+        with borrow(self._db, "checkpoint") as c:
+            return self._store.job_checkpoint(c, lease, state, now=now)
 
     def complete(
         self,
@@ -303,8 +275,8 @@ class Queue:
         if not leases:
             return []
         answers: list[Completed | Fenced] = []
-        with self.connection("complete") as c:
-            done = self.store.job_complete(
+        with borrow(self._db, "complete") as c:
+            done = self._store.job_complete(
                 c,
                 leases,
                 results=results,
@@ -315,7 +287,7 @@ class Queue:
             for lease in leases:
                 row = done.get(lease.job_id)
                 if row is None:
-                    answers.append(self._fenced(c, lease, "complete", now))
+                    answers.append(self._fenced(c, lease, Call.COMPLETE, now))
                 else:
                     log.info("job succeeded", extra=_lease_fields(lease))
                     answers.append(Completed(row["id"], row["effect_key"], row["effect_written"]))
@@ -333,20 +305,20 @@ class Queue:
     ) -> Failed | Fenced:
         """End the attempt with ``error``: retried after backoff while attempts remain and the
         error is retryable, else the job stops in ``dead`` with the error kept."""
-        with self.connection("fail") as c:
-            row = self.store.job_fail(
+        with borrow(self._db, "fail") as c:
+            row = self._store.job_fail(
                 c,
                 lease,
                 error=error,
                 error_code=error_code,
                 retryable=retryable,
-                outcome="timed_out" if timed_out else "failed",
+                outcome=AttemptOutcome.TIMED_OUT if timed_out else AttemptOutcome.FAILED,
                 retry=self.retry,
                 now=now,
             )
             if row is None:
-                return self._fenced(c, lease, "fail", now)
-        retry_at = row["available_at"] if row["status"] == "pending" else None
+                return self._fenced(c, lease, Call.FAIL, now)
+        retry_at = row["available_at"] if row["status"] == JobStatus.PENDING else None
         log.info("job failed: %s", row["status"], extra=_lease_fields(lease))
         return Failed(row["id"], row["status"], retry_at)
 
@@ -359,9 +331,9 @@ class Queue:
     ) -> Released | Fenced:
         """Give the job back at once (graceful shutdown). It does not cost an attempt, so
         rolling deploys alone never kill a job; a crash (lease expiry) does."""
-        with self.connection("release") as c:
-            if not self.store.job_release(c, lease, reason=reason, now=now):
-                return self._fenced(c, lease, "release", now)
+        with borrow(self._db, "release") as c:
+            if not self._store.job_release(c, lease, reason=reason, now=now):
+                return self._fenced(c, lease, Call.RELEASE, now)
         log.info("job released", extra=_lease_fields(lease))
         return Released(lease.job_id)
 
@@ -373,8 +345,8 @@ class Queue:
         """Bring back running jobs whose lease expired: pending after backoff, or dead when
         their attempts are used up. Safe to run concurrently (rows are skipped, not shared).
         Given ``conn`` inside a transaction, joins it (the reaper holds its lock there)."""
-        with self.connection("reap", conn) as c:
-            reaped = self.store.job_reap(c, limit=limit, retry=self.retry, now=now)
+        with borrow(self._db, "reap", conn) as c:
+            reaped = self._store.job_reap(c, limit=limit, retry=self.retry, now=now)
         for job in reaped:
             log.warning(
                 "reaped job from %s: %s",
@@ -400,21 +372,21 @@ class Queue:
         tens of thousands of dead entries; the reaper calls this every pass to keep it short.
         Needs the table's owner (or MAINTAIN); otherwise PostgreSQL only warns."""
         validation.at_least("min_dead_tuples", min_dead_tuples, 1)
-        with self.connection("vacuum") as c:
-            dead = self.store.jobs_dead_tuples(c)
+        with borrow(self._db, "vacuum") as c:
+            dead = self._store.jobs_dead_tuples(c)
             if dead < min_dead_tuples:
                 return None
-            self.store.jobs_vacuum(c)
+            self._store.jobs_vacuum(c)
         log.info("vacuumed leaseq.jobs (%d dead row versions)", dead)
         return dead
 
     def cancel(self, job_id: int, *, reason: str | None = None) -> Cancelled:
         """Cancel a pending or running job. A running job's worker is fenced from now on."""
-        with self.connection("cancel") as c:
-            previous = self.store.job_cancel(c, job_id, reason=reason)
+        with borrow(self._db, "cancel") as c:
+            previous = self._store.job_cancel(c, job_id, reason=reason)
             if previous is not None:
                 return Cancelled(job_id, True, previous)
-            record = self.store.job_get(c, job_id)
+            record = self._store.job_get(c, job_id)
         if record is None:
             raise JobNotFound(job_id)
         return Cancelled(job_id, False, record.status)
@@ -424,11 +396,11 @@ class Queue:
         attempts (default: its original budget again). Returns its new max_attempts."""
         if attempts is not None:
             validation.at_least("attempts", attempts, 1)
-        with self.connection("retry") as c:
-            new_max = self.store.job_retry_dead(c, job_id, attempts=attempts)
+        with borrow(self._db, "retry") as c:
+            new_max = self._store.job_retry_dead(c, job_id, attempts=attempts)
             if new_max is not None:
                 return new_max
-            record = self.store.job_get(c, job_id)
+            record = self._store.job_get(c, job_id)
         if record is None:
             raise JobNotFound(job_id)
         raise JobStateError(
@@ -449,14 +421,19 @@ class Queue:
         for status in statuses:
             if status not in FINISHED_STATUSES:
                 raise InvalidJob(
-                    "statuses", f"{status!r} is not a finished status {FINISHED_STATUSES}"
+                    "statuses",
+                    f"{status!r} is not a finished status {tuple(map(str, FINISHED_STATUSES))}",
                 )
         validation.at_least("batch", batch, 1)
         total = 0
         while True:
-            with self.connection("prune") as c:
-                deleted = self.store.job_prune(
-                    c, older_than=older_than, statuses=statuses, batch=batch, now=now
+            with borrow(self._db, "prune") as c:
+                deleted = self._store.job_prune(
+                    c,
+                    older_than=older_than,
+                    statuses=[JobStatus(s) for s in statuses],
+                    batch=batch,
+                    now=now,
                 )
             total += deleted
             if deleted < batch:
@@ -471,40 +448,26 @@ class Queue:
     ) -> list[QueueStats]:
         """Per-queue depth computed now in the database; ``scheduled_soon`` counts jobs due
         within ``horizon`` seconds."""
-        with self.connection("stats") as c:
-            return self.store.queue_stats(c, queues=queues, horizon=horizon, now=now)
+        with borrow(self._db, "stats") as c:
+            return self._store.queue_stats(c, queues=queues, horizon=horizon, now=now)
 
     def get(self, job_id: int) -> JobRecord:
-        with self.connection("show job") as c:
-            record = self.store.job_get(c, job_id)
+        with borrow(self._db, "show job") as c:
+            record = self._store.job_get(c, job_id)
         if record is None:
             raise JobNotFound(job_id)
         return record
 
     def attempts(self, job_id: int) -> list[AttemptRecord]:
-        with self.connection("list attempts") as c:
-            return self.store.job_attempts(c, job_id)
+        with borrow(self._db, "list attempts") as c:
+            return self._store.job_attempts(c, job_id)
 
     def effect(self, key: str) -> EffectRecord | None:
-        with self.connection("read effect") as c:
-            return self.store.job_result(c, key)
+        with borrow(self._db, "read effect") as c:
+            return self._store.job_result(c, key)
 
     def jobs(
         self, *, status: str | None = None, queue: str | None = None, limit: int = 100
     ) -> list[JobRecord]:
-        with self.connection("list jobs") as c:
-            return self.store.job_list(c, status=status, queue=queue, limit=limit)
-
-    def forget_workers(self, *, silent_for: float, now: datetime | None = None) -> list[str]:
-        """Remove registry rows of workers silent for ``silent_for`` seconds (a SIGKILLed pod
-        never deletes its own); their jobs, if any, are the reaper's. Returns their ids."""
-        validation.positive("silent_for", silent_for)
-        with self.connection("forget workers") as c:
-            gone = self.store.worker_prune_stale(c, older_than=silent_for, now=now)
-        for worker in gone:
-            log.info("forgot silent worker", extra={"worker": worker})
-        return gone
-
-    def workers(self, queues: Sequence[str] | None = None) -> list[WorkerRecord]:
-        with self.connection("list workers") as c:
-            return self.store.worker_list(c, queues=queues)
+        with borrow(self._db, "list jobs") as c:
+            return self._store.job_list(c, status=status, queue=queue, limit=limit)

@@ -12,9 +12,10 @@ import threading
 import time
 from dataclasses import dataclass, field
 
-from leaseq.context import JobContext
-from leaseq.models import ClaimedJob
-from leaseq.registry import JobType
+from leaseq.core.models import ClaimedJob
+from leaseq.runtime.context import JobContext
+from leaseq.runtime.registry import JobType
+from leaseq.runtime.settlement import Settler
 
 # The attempt is settled this long before its max runtime as measured locally, so the
 # fail(timed_out) call reaches PostgreSQL while the lease (capped at the deadline) still holds.
@@ -34,7 +35,7 @@ class InFlight:
     deadline: float | None
     #: Held while a heartbeat for this job is in flight and while settling is decided.
     lock: threading.RLock = field(default_factory=threading.RLock)
-    settled_by: str | None = None
+    settled_by: Settler | None = None
     #: Set once the settling call (complete, fail or release) has returned or given up.
     settled: threading.Event = field(default_factory=threading.Event)
     sent_progress_version: int = 0
@@ -75,7 +76,7 @@ class InFlight:
             "token": lease.token,
         }
 
-    def take(self, by: str) -> bool:
+    def take(self, by: Settler) -> bool:
         """Claim the right to settle the attempt; False if someone else already has it."""
         with self.lock:
             if self.settled_by is not None:

@@ -8,8 +8,8 @@ import threading
 import time
 from typing import Any
 
-from leaseq.models import ClaimedJob
-from leaseq.queue import Queue
+from leaseq.core.models import ClaimedJob
+from leaseq.core.queue import Queue
 
 
 class PermanentError(Exception):

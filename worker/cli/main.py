@@ -8,10 +8,12 @@ import os
 import sys
 from collections.abc import Sequence
 
-from leaseq import commands, settings, worker_settings
-from leaseq.db import connect
-from leaseq.errors import ConfigError, LeaseqError
-from leaseq.migrate import migrate
+from leaseq import config as settings
+from leaseq.cli import commands
+from leaseq.core.db import connect
+from leaseq.core.errors import ConfigError, LeaseqError
+from leaseq.core.schema import migrate
+from leaseq.runtime import settings as worker_settings
 
 
 def _cmd_migrate(args: argparse.Namespace) -> int:
@@ -24,10 +26,10 @@ def _cmd_migrate(args: argparse.Namespace) -> int:
 
 
 def _cmd_worker(args: argparse.Namespace) -> int:
-    from leaseq import logs
-    from leaseq.registry import load_app
-    from leaseq.runtime import Worker
-    from leaseq.shutdown import SignalWatch
+    from leaseq.runtime import logs
+    from leaseq.runtime.registry import load_app
+    from leaseq.runtime.shutdown import SignalWatch
+    from leaseq.runtime.worker import Worker
 
     config = worker_settings.WorkerSettings.from_args(args)
     logs.configure(config.log_level, config.log_format)
@@ -46,7 +48,7 @@ def _cmd_worker(args: argparse.Namespace) -> int:
 
 
 def _cmd_demo(args: argparse.Namespace) -> int:
-    from leaseq import demo
+    from leaseq.demo import run as demo
 
     return demo.main(args)
 
@@ -103,7 +105,3 @@ def main(argv: Sequence[str] | None = None) -> int:
     except LeaseqError as exc:
         print(f"leaseq: error: {exc}", file=sys.stderr)
         return 2
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -5,7 +5,7 @@ from __future__ import annotations
 import threading
 import time
 
-from leaseq.errors import LeaseqError
+from leaseq.core.errors import LeaseqError
 
 
 class Health:

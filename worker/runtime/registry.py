@@ -23,11 +23,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from leaseq import validation
-from leaseq.errors import ConfigError, InvalidJob
+from leaseq.core import validation
+from leaseq.core.errors import ConfigError, InvalidJob
 
 if TYPE_CHECKING:
-    from leaseq.context import JobContext
+    from leaseq.runtime.context import JobContext
 
 Handler = Callable[[Any, "JobContext"], Any]
 StartupHook = Callable[[], None]
@@ -57,7 +57,7 @@ class Registry:
         """Decorator registering ``handler(payload, ctx)`` for ``job_type``.
 
         The handler's return value (JSON) is the job's result; an exception fails the attempt
-        (retried with backoff; :class:`leaseq.context.PermanentError` goes straight to dead).
+        (retried with backoff; :class:`leaseq.PermanentError` goes straight to dead).
         Raises ConfigError for a bad or duplicate name.
         """
         try:

@@ -1,0 +1,1 @@
+"""The ``leaseq`` command line (nothing imports this room)."""

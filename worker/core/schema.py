@@ -1,0 +1,131 @@
+"""Schema migrations: numbered files in ``leaseq.sql/migrations``, applied under a lock."""
+
+from __future__ import annotations
+
+import functools
+import logging
+import re
+from dataclasses import dataclass
+from importlib import resources
+
+from leaseq.core._store.store import Store
+from leaseq.core.db import Conn, Db, borrow
+from leaseq.core.errors import SchemaNotReady, SchemaTooNew
+
+log = logging.getLogger("leaseq.migrate")
+
+_FILE = re.compile(r"^(\d{4})_(\w+)\.sql$")
+
+
+@dataclass(frozen=True)
+class Migration:
+    version: int
+    name: str
+    script: bytes
+
+
+@dataclass(frozen=True)
+class MigrationReport:
+    """What a migrate run did: versions applied now, and the version the database is at."""
+
+    applied: list[int]
+    version: int
+
+
+@functools.cache
+def known_migrations() -> tuple[Migration, ...]:
+    """The migrations shipped with this leaseq, in version order."""
+    folder = resources.files("leaseq.sql").joinpath("migrations")
+    found = []
+    for entry in folder.iterdir():
+        match = _FILE.match(entry.name)
+        if match:
+            found.append(Migration(int(match.group(1)), match.group(2), entry.read_bytes()))
+    found.sort(key=lambda m: m.version)
+    versions = [m.version for m in found]
+    if versions != list(range(1, len(found) + 1)):
+        raise RuntimeError(f"migration files are not numbered 1..n without gaps: {versions}")
+    return tuple(found)
+
+
+def code_version() -> int:
+    """The schema version this code expects."""
+    return known_migrations()[-1].version
+
+
+def _refuse_newer(applied: dict[int, str]) -> None:
+    newest = max(applied, default=0)
+    if newest > code_version():
+        raise SchemaTooNew(
+            f"the database's leaseq schema is at version {newest} ({applied[newest]}), newer "
+            f"than this leaseq ({code_version()}); upgrade leaseq instead of migrating. "
+            "Nothing was changed."
+        )
+
+
+class Schema:
+    """leaseq's schema in one database: migrate it, or check it is the one this code needs."""
+
+    def __init__(self, db: Db) -> None:
+        self._db = db
+        self._store = Store()
+
+    def migrate(self) -> MigrationReport:
+        """Apply every missing migration, each in its own transaction, and report what was done.
+
+        Idempotent; safe to run from many pods at once (a session advisory lock serialises
+        them). Refuses, changing nothing, a database migrated by a newer leaseq. A given
+        connection must be in autocommit mode and not used by anyone else meanwhile.
+        """
+        with borrow(self._db, "migrate") as conn:
+            return self._migrate(conn)
+
+    def _migrate(self, conn: Conn) -> MigrationReport:
+        store = self._store
+        store.migration_lock(conn)
+        try:
+            with conn.transaction():
+                store.migration_bootstrap(conn)
+            applied = store.migration_applied(conn)
+            _refuse_newer(applied)
+            done = []
+            for migration in known_migrations():
+                if migration.version in applied:
+                    continue
+                with conn.transaction():
+                    store.migration_apply(conn, migration.script)
+                    store.migration_record(conn, version=migration.version, name=migration.name)
+                log.info("applied migration %04d_%s", migration.version, migration.name)
+                done.append(migration.version)
+            return MigrationReport(applied=done, version=code_version())
+        finally:
+            store.migration_unlock(conn)
+
+    def check(self) -> int:
+        """The database's schema version if it is exactly this code's; raises
+        :class:`SchemaNotReady` (none, or older) or :class:`SchemaTooNew` otherwise."""
+        with borrow(self._db, "check schema") as conn:
+            if not self._store.migration_schema_exists(conn):
+                raise SchemaNotReady(
+                    "this database has no leaseq schema; "
+                    "run `leaseq migrate --database-url URL` first"
+                )
+            applied = self._store.migration_applied(conn)
+        _refuse_newer(applied)
+        current = max(applied, default=0)
+        if current < code_version():
+            raise SchemaNotReady(
+                f"the database's leaseq schema is at version {current}, this leaseq needs "
+                f"{code_version()}; run `leaseq migrate --database-url URL`"
+            )
+        return current
+
+
+def migrate(conn: Conn) -> MigrationReport:
+    """:meth:`Schema.migrate` on ``conn`` (autocommit, not shared meanwhile)."""
+    return Schema(conn).migrate()
+
+
+def check_schema(conn: Conn) -> int:
+    """:meth:`Schema.check` on ``conn``."""
+    return Schema(conn).check()

@@ -1,0 +1,1 @@
+"""``leaseq demo``: a throwaway PostgreSQL, a few workers and a reaper, end to end."""

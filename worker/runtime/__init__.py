@@ -1,0 +1,1 @@
+"""The worker process: claiming, running, renewing and settling attempts, and its probes."""

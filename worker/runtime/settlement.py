@@ -1,0 +1,209 @@
+"""Settling an attempt: who may settle it, the call that does, and what the attempt came to.
+
+Exactly one party settles each attempt (:meth:`leaseq.runtime.inflight.InFlight.take`): the
+handler's slot, or the stop reason that took the attempt away. The settling call (complete,
+fail or release) is retried while PostgreSQL is unreachable and the lease may still hold; a
+retried call that comes back fenced is checked against the audit trail, since the first try
+may have been applied before the connection dropped.
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from leaseq.core.backoff import Backoff
+from leaseq.core.errors import DatabaseUnavailable, LeaseqError
+from leaseq.core.models import (
+    AttemptOutcome,
+    Call,
+    Completed,
+    Failed,
+    Fenced,
+    JobStatus,
+    Released,
+)
+from leaseq.core.queue import Queue
+from leaseq.runtime.context import StopReason
+
+if TYPE_CHECKING:
+    import threading
+
+    from leaseq.runtime.health import Health
+    from leaseq.runtime.inflight import InFlight
+    from leaseq.runtime.metrics import WorkerMetrics
+
+log = logging.getLogger("leaseq.worker")
+
+#: What a settling call returns.
+Answer = Completed | Failed | Released | Fenced
+
+
+class Settler(enum.StrEnum):
+    """Who settled an attempt: the handler's slot, or the stop reason that took it away."""
+
+    HANDLER = "handler"
+    LEASE_LOST = StopReason.LEASE_LOST.value
+    CANCELLED = StopReason.CANCELLED.value
+    DRAINING = StopReason.DRAINING.value
+    TIMED_OUT = StopReason.TIMED_OUT.value
+    NO_PROGRESS = StopReason.NO_PROGRESS.value
+
+    @classmethod
+    def stopped(cls, reason: StopReason) -> Settler:
+        return cls(reason.value)
+
+
+class Outcome(enum.StrEnum):
+    """How a claimed attempt ended for this worker (``leaseq_jobs_finished_total{outcome}``)."""
+
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    DEAD = "dead"
+    TIMED_OUT = "timed_out"
+    RELEASED = "released"
+    LEASE_LOST = "lease_lost"
+    FENCED = "fenced"
+
+
+# Attempt-row outcomes that show an ambiguous call (retried after a lost connection) had
+# in fact been applied, by the call that was retried.
+_APPLIED = {
+    Call.COMPLETE: {AttemptOutcome.SUCCEEDED},
+    Call.FAIL: {AttemptOutcome.FAILED, AttemptOutcome.TIMED_OUT},
+    Call.RELEASE: {AttemptOutcome.RELEASED},
+}
+
+
+def outcome_of(answer: Answer, settled_by: Settler | None) -> Outcome:
+    """The outcome a settling call's answer stands for."""
+    if isinstance(answer, Fenced):
+        return Outcome.FENCED
+    if isinstance(answer, Completed):
+        return Outcome.SUCCEEDED
+    if isinstance(answer, Released):
+        return Outcome.RELEASED
+    if settled_by is Settler.TIMED_OUT:
+        return Outcome.TIMED_OUT
+    return Outcome.DEAD if answer.status is JobStatus.DEAD else Outcome.FAILED
+
+
+class Settlement:
+    """Delivers settling calls for a worker and records their outcomes."""
+
+    def __init__(
+        self,
+        queue: Queue,
+        *,
+        metrics: WorkerMetrics,
+        health: Health,
+        stopping: threading.Event,
+        type_label: Callable[[InFlight], str],
+    ) -> None:
+        self.queue = queue
+        self.metrics = metrics
+        self.health = health
+        self.stopping = stopping
+        self.type_label = type_label
+
+    def settle(self, job: InFlight, call: Call, fn: Callable[[], Answer]) -> None:
+        """Settle as the handler if nobody else has; otherwise drop the result, logged."""
+        if not job.take(Settler.HANDLER):
+            log.info(
+                "attempt already given up (%s); result not reported",
+                job.settled_by,
+                extra=job.fields(),
+            )
+            return
+        self.settle_taken(job, call, fn)
+
+    def settle_taken(
+        self, job: InFlight, call: Call, fn: Callable[[], Answer], until: float | None = None
+    ) -> None:
+        """Deliver ``fn`` for an attempt this party has taken, then mark it settled."""
+        try:
+            outcome = self._deliver(job, call, fn, until)
+            if outcome is not None:
+                self._record(job, call, outcome)
+        finally:
+            job.settled.set()
+
+    def _deliver(
+        self, job: InFlight, call: Call, fn: Callable[[], Answer], until: float | None
+    ) -> Outcome | None:
+        """``fn()``, retried while PostgreSQL is unreachable, the lease may still hold and
+        ``until`` (monotonic) has not passed; returns the attempt's outcome, or None after
+        giving up (the reaper will take the job back). A retried call that comes back fenced
+        is checked against the audit trail: if the first try had been applied before the
+        connection dropped, that is the outcome."""
+        backoff = Backoff(0.1, 2.0)
+        retried = False
+        while True:
+            try:
+                answer = fn()
+            except DatabaseUnavailable as exc:
+                self.health.db_failed(exc)
+                limit = job.lease_bound if until is None else min(until, job.lease_bound)
+                if time.monotonic() > limit or self.stopping.is_set():
+                    log.error(
+                        "%s not delivered (database unreachable, lease expired): %s; "
+                        "the reaper will return the job",
+                        call,
+                        exc,
+                        extra=job.fields(),
+                    )
+                    return None
+                delay = backoff.next()
+                log.warning(
+                    "%s failed (%s); retrying in %.1fs", call, exc, delay, extra=job.fields()
+                )
+                time.sleep(delay)
+                retried = True
+                continue
+            self.health.db_ok()
+            if retried and isinstance(answer, Fenced):
+                applied = self._applied(job, call)
+                if applied is not None:
+                    log.info(
+                        "%s had been applied before the connection dropped",
+                        call,
+                        extra=job.fields(),
+                    )
+                    return applied
+            return outcome_of(answer, job.settled_by)
+
+    def _applied(self, job: InFlight, call: Call) -> Outcome | None:
+        """The outcome if the audit trail shows ``call`` was applied for this lease."""
+        try:
+            attempts = self.queue.attempts(job.job.id)
+            mine = [
+                a.outcome
+                for a in attempts
+                if a.lease_token == job.job.lease.token and a.outcome in _APPLIED[call]
+            ]
+            if not mine:
+                return None
+            if mine[0] is AttemptOutcome.FAILED and self.queue.get(job.job.id).status is (
+                JobStatus.DEAD
+            ):
+                return Outcome.DEAD
+            return Outcome(mine[0].value)
+        except LeaseqError:
+            return None
+
+    def _record(self, job: InFlight, call: Call, outcome: Outcome) -> None:
+        queue = job.job.queue
+        self.metrics.finish(queue, self.type_label(job), outcome)
+        if outcome is Outcome.FENCED:
+            self.metrics.fenced.labels(queue).inc()
+            log.warning("%s fenced: the lease was lost", call, extra=job.fields())
+            return
+        log.info("attempt settled: %s", outcome, extra={**job.fields(), "outcome": outcome})
+
+    def lost(self, job: InFlight) -> None:
+        """Count an attempt whose lease is gone: nothing is reported for it."""
+        self.metrics.losses.labels(job.job.queue).inc()
+        self.metrics.finish(job.job.queue, self.type_label(job), Outcome.LEASE_LOST)

@@ -13,7 +13,7 @@ import psycopg
 import pytest
 
 import leaseq
-from leaseq.migrate import code_version
+from leaseq.core.schema import code_version
 
 EXPECTED_SCHEMA = Path(__file__).with_name("expected_schema.txt")
 

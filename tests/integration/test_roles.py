@@ -15,7 +15,6 @@ from psycopg import errors as pg_errors
 from psycopg import sql
 
 import leaseq
-from leaseq.store import Store
 from support.roles import Roles, login_roles
 
 DENIED = pg_errors.InsufficientPrivilege
@@ -229,18 +228,14 @@ def test_a_non_superuser_owner_migrates_and_grants(empty_database_url: str) -> N
 def test_worker_does_its_job(database_url: str, roles: Roles) -> None:
     with as_role(roles, "producer") as p:
         ids = [leaseq.Queue(p).enqueue("q", "t", {"n": n}).job_id for n in range(4)]
-    store = Store()
     with as_role(roles, "worker") as w:
-        queue = leaseq.Queue(w)
+        queue, registry = leaseq.Queue(w), leaseq.Workers(w)
         assert leaseq.check_schema(w) >= 3
-        store.worker_upsert(
-            w, worker_id="w1", pod="p", node="n", queues=["q"], concurrency=4,
-            state="running", in_flight=0,
-        )  # fmt: skip
-        store.worker_upsert(
-            w, worker_id="w1", pod="p", node="n", queues=["q"], concurrency=4,
-            state="draining", in_flight=3,
-        )  # fmt: skip
+        for state, in_flight in ((leaseq.WorkerState.RUNNING, 0), (leaseq.WorkerState.DRAINING, 3)):
+            registry.register(
+                "w1", pod="p", node="n", queues=["q"], concurrency=4, state=state,
+                in_flight=in_flight,
+            )  # fmt: skip
         jobs = queue.claim(["q"], "w1", limit=4, lease_seconds=30)
         assert sorted(j.id for j in jobs) == ids
         a, b, c, d = jobs
@@ -253,7 +248,7 @@ def test_worker_does_its_job(database_url: str, roles: Roles) -> None:
         assert queue.get(a.id).status == "succeeded"
         assert queue.effect(done.effect_key) is not None
         assert [x.outcome for x in queue.attempts(b.id)] == ["failed"]
-        assert store.worker_delete(w, "w1")
+        assert registry.remove("w1")
     with as_role(roles, "operator") as o:
         reaped = leaseq.Queue(o).reap(now=d.lease_expires_at + timedelta(seconds=1))
         assert [r.job_id for r in reaped] == [d.id]
@@ -271,22 +266,21 @@ def test_operator_does_its_job(database_url: str, roles: Roles) -> None:
         worker = leaseq.Queue(w)
         first, second = worker.claim(["q"], "w1", limit=2)
         worker.fail(second.lease, "bad", retryable=False)
-        Store().worker_upsert(
-            w, worker_id="w1", pod=None, node=None, queues=["q"], concurrency=1,
-            state="running", in_flight=1,
+        leaseq.Workers(w).register(
+            "w1", pod=None, node=None, queues=["q"], concurrency=1,
+            state=leaseq.WorkerState.RUNNING, in_flight=1,
         )  # fmt: skip
-    store = Store()
     with as_role(roles, "operator") as o:
-        queue = leaseq.Queue(o)
+        queue, registry, leadership = leaseq.Queue(o), leaseq.Workers(o), leaseq.Leadership(o)
         assert leaseq.check_schema(o) >= 3
         stats = {s.queue: s for s in queue.stats()}
         assert (stats["q"].ready, stats["q"].running, stats["q"].dead) == (1, 1, 1)
-        acquired = store.leader_acquire(o, name="reaper", holder="op-1", term=0, ttl=15)
+        acquired = leadership.acquire("reaper", "op-1", term=0, ttl=15)
         assert acquired is not None
-        with o.transaction():
-            assert store.leader_reap_lock(o)
-        assert [w.worker_id for w in queue.workers()] == ["w1"]
-        assert queue.forget_workers(silent_for=1, now=first.lease_expires_at) == ["w1"]
+        with leadership.reap_pass() as locked:
+            assert locked is not None
+        assert [w.worker_id for w in registry.list()] == ["w1"]
+        assert registry.forget_silent(silent_for=1, now=first.lease_expires_at) == ["w1"]
         assert queue.retry_dead(dead) >= 1
         assert queue.cancel(pending).cancelled
         reaped = queue.reap(now=first.lease_expires_at + timedelta(seconds=1))
@@ -294,7 +288,7 @@ def test_operator_does_its_job(database_url: str, roles: Roles) -> None:
         assert queue.get(running).status == "dead"
         assert queue.prune(older_than=0, now=first.lease_expires_at + timedelta(hours=1)) == 2
         queue.vacuum(min_dead_tuples=1)
-        assert store.leader_release(o, name="reaper", holder="op-1", term=acquired["term"])
+        assert leadership.release("reaper", "op-1", term=acquired.term)
 
 
 def test_producer_enqueues_and_reads_only_its_own_jobs(database_url: str, roles: Roles) -> None:

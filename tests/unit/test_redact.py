@@ -9,7 +9,7 @@ import sys
 import psycopg
 import pytest
 
-from leaseq import redact
+from leaseq.core import redact
 
 PASSWORD = "S3cret-Pw0rd"
 
@@ -78,7 +78,7 @@ def test_tracebacks_with_chained_causes_are_masked() -> None:
 def test_uncaught_exceptions_in_threads_and_main_are_masked() -> None:
     script = f"""
 import threading
-from leaseq import redact
+from leaseq.core import redact
 redact.install_hooks()
 def boom():
     raise RuntimeError({SHAPES["missing scheme"]!r})

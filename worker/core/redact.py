@@ -1,8 +1,8 @@
 """The one redaction point for database URLs and conninfo strings.
 
 Every path that can show text derived from a connection string goes through here: error
-messages (:func:`leaseq.errors.translate` and the CLI's error printer), every log line (the
-formatters in :mod:`leaseq.logs` redact the finished line, traceback included), uncaught
+messages (:func:`leaseq.core.errors.translate` and the CLI's error printer), every log line (the
+formatters in :mod:`leaseq.runtime.logs` redact the finished line, traceback included), uncaught
 exceptions in any thread (:func:`install_hooks`), psycopg_pool's warnings (they are log
 lines) and the probes (which never echo database text at all).
 

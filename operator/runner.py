@@ -45,7 +45,9 @@ def run(
 ) -> None:
     """Run the operator until ``stop_flag`` is set (or SIGTERM/SIGINT in the main thread)."""
     app = app or OperatorApp(config, cluster)
-    liveness = f"http://0.0.0.0:{config.health_port}/healthz" if config.health_port else None
+    address = config.metrics_address
+    host = f"[{address}]" if ":" in address else address
+    liveness = f"http://{host}:{config.health_port}/healthz" if config.health_port else None
     try:
         asyncio.run(
             kopf.operator(

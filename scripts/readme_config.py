@@ -10,7 +10,13 @@ from leaseq import config as settings
 from leaseq.operator import config
 from leaseq.runtime import settings as worker_settings
 
-COMMON = [settings.DATABASE_URL, settings.METRICS_PORT, settings.LOG_LEVEL, settings.LOG_FORMAT]
+COMMON = [
+    settings.DATABASE_URL,
+    settings.METRICS_PORT,
+    settings.METRICS_ADDRESS,
+    settings.LOG_LEVEL,
+    settings.LOG_FORMAT,
+]
 
 
 def tables() -> str:

@@ -10,6 +10,7 @@ from leaseq.core.errors import (
     JobNotFound,
     JobStateError,
     LeaseqError,
+    PermissionDenied,
     SchemaNotReady,
     SchemaTooNew,
 )
@@ -77,6 +78,7 @@ __all__ = [
     "MigrationReport",
     "Notifications",
     "PermanentError",
+    "PermissionDenied",
     "Queue",
     "QueueStats",
     "Reaped",

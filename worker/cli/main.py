@@ -10,6 +10,7 @@ from collections.abc import Sequence
 
 from leaseq import config as settings
 from leaseq.cli import commands
+from leaseq.core import redact
 from leaseq.core.db import connect
 from leaseq.core.errors import ConfigError, LeaseqError
 from leaseq.core.schema import migrate
@@ -94,6 +95,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    redact.install_hooks()
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["operator"]:
         # Everything after `operator` is the operator's own command line, flags included.
@@ -103,5 +105,5 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return int(args.func(args))
     except LeaseqError as exc:
-        print(f"leaseq: error: {exc}", file=sys.stderr)
+        print(f"leaseq: error: {redact.redact(str(exc))}", file=sys.stderr)
         return 2

@@ -9,7 +9,7 @@ from typing import Any
 import psycopg
 from psycopg_pool import ConnectionPool
 
-from leaseq.core.errors import translate
+from leaseq.core.errors import check_conninfo, translate
 
 Conn = psycopg.Connection[Any]
 #: What every face runs on: one connection, or a pool it borrows one from per call.
@@ -19,8 +19,10 @@ Db = Conn | ConnectionPool[Conn]
 def connect(conninfo: str, *, action: str, autocommit: bool = True, **kwargs: Any) -> Conn:
     """Open one connection (autocommit by default: every leaseq statement is its own transaction).
 
-    Raises :class:`leaseq.core.errors.DatabaseUnavailable` naming host and port when unreachable.
+    Raises :class:`leaseq.core.errors.DatabaseUnavailable` naming host and port when
+    unreachable, :class:`leaseq.core.errors.ConfigError` (quoting none of it) when malformed.
     """
+    check_conninfo(conninfo, action=action)
     try:
         return psycopg.connect(conninfo, autocommit=autocommit, **kwargs)
     except psycopg.Error as exc:
@@ -36,7 +38,9 @@ def open_pool(
     timeout: float = 10.0,
 ) -> ConnectionPool[Conn]:
     """A pool of autocommit connections. Connections are made in the background; a call that
-    cannot get one within ``timeout`` seconds fails with DatabaseUnavailable."""
+    cannot get one within ``timeout`` seconds fails with DatabaseUnavailable. A malformed
+    ``conninfo`` is refused here (ConfigError), before the pool could log it."""
+    check_conninfo(conninfo, action="connect")
     return ConnectionPool(
         conninfo,
         min_size=min_size,

@@ -66,7 +66,7 @@ class JobSpec:
 
     def validated(self) -> JobSpec:
         """This spec, checked: raises InvalidJob naming the first bad field."""
-        validation.name("queue", self.queue)
+        validation.queue_name(self.queue)
         validation.name("job_type", self.job_type)
         validation.json_value("payload", self.payload)
         validation.priority(self.priority)
@@ -185,7 +185,7 @@ class Queue:
         if not queues:
             raise InvalidJob("queues", "must name at least one queue")
         for queue in queues:
-            validation.name("queue", queue)
+            validation.queue_name(queue)
         validation.name("owner", owner)
         if not 1 <= limit <= MAX_CLAIM_BATCH:
             raise InvalidJob("limit", f"must be in [1, {MAX_CLAIM_BATCH}], got {limit}")

@@ -19,6 +19,7 @@ Over-redacting is accepted; printing a password is not.
 
 from __future__ import annotations
 
+import logging
 import re
 import sys
 import threading
@@ -134,3 +135,31 @@ def malformed(conninfo: str) -> str:
             "(is the postgresql:// scheme missing?)"
         )
     return "the key=value conninfo is malformed; quote values with spaces in single quotes"
+
+
+class RedactingFilter(logging.Filter):
+    """Masks secrets in a record before any formatter sees it: the message (arguments
+    merged in), the traceback and the stack. Set on handlers, so records propagated from
+    any library's logger (psycopg_pool's warnings, kopf's) pass through it too."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        record.msg = redact(record.getMessage())
+        record.args = None
+        if record.exc_info:
+            if not record.exc_text:
+                record.exc_text = "".join(traceback.format_exception(*record.exc_info)).rstrip()
+            # Formatters use exc_text when exc_info is gone; none may format it again raw.
+            record.exc_info = None
+        if record.exc_text:
+            record.exc_text = redact(record.exc_text)
+        if record.stack_info:
+            record.stack_info = redact(record.stack_info)
+        return True
+
+
+def redact_logs() -> None:
+    """Put :class:`RedactingFilter` on every handler of the root logger (call after the
+    handlers are set up; calling again adds nothing twice)."""
+    for handler in logging.getLogger().handlers:
+        if not any(isinstance(f, RedactingFilter) for f in handler.filters):
+            handler.addFilter(RedactingFilter())

@@ -11,7 +11,9 @@ import json
 import logging
 import sys
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, TextIO
+
+from leaseq.core.redact import redact_logs
 
 FIELDS = ("job_id", "queue", "job_type", "worker", "attempt", "token", "outcome")
 
@@ -31,8 +33,10 @@ class JsonFormatter(logging.Formatter):
             "msg": record.getMessage(),
             **_fields(record),
         }
-        if record.exc_info:
-            line["exc"] = self.formatException(record.exc_info)
+        if record.exc_info and not record.exc_text:
+            record.exc_text = self.formatException(record.exc_info)
+        if record.exc_text:
+            line["exc"] = record.exc_text
         return json.dumps(line, default=str)
 
 
@@ -51,12 +55,14 @@ class TextFormatter(logging.Formatter):
         return f"{head} {extra}{sep}{tail}"
 
 
-def configure(level: str, fmt: str) -> None:
-    """Send every leaseq (and library) log line to stderr in ``fmt`` (json or text)."""
-    handler = logging.StreamHandler(sys.stderr)
+def configure(level: str, fmt: str, stream: TextIO | None = None) -> None:
+    """Send every leaseq (and library) log line to ``stream`` (stderr) in ``fmt`` (json or
+    text), with secrets masked (:mod:`leaseq.core.redact`)."""
+    handler = logging.StreamHandler(stream or sys.stderr)
     handler.setFormatter(JsonFormatter() if fmt == "json" else TextFormatter())
     root = logging.getLogger()
     for old in list(root.handlers):
         root.removeHandler(old)
     root.addHandler(handler)
     root.setLevel(level)
+    redact_logs()

@@ -85,7 +85,11 @@ class Worker:
         self.http: ProbeServer | None = None
         if settings.metrics_port:
             self.http = ProbeServer(
-                settings.metrics_port, self.metrics.registry, self.health.healthy, self.health.ready
+                settings.metrics_port,
+                self.metrics.registry,
+                self.health.healthy,
+                self.health.ready,
+                address=settings.metrics_address,
             )
         self.conninfo = application_name(settings.database_url, settings.worker_id)
         self.pool = open_pool(

@@ -116,6 +116,8 @@ app.kubernetes.io/component: {{ .component }}
   value: {{ .Values.logFormat | quote }}
 - name: LEASEQ_METRICS_PORT
   value: {{ .Values.metricsPort | quote }}
+- name: LEASEQ_METRICS_ADDRESS
+  value: {{ .Values.metricsAddress | quote }}
 {{- end -}}
 
 {{/* Pod-level security context of every leaseq pod. */}}

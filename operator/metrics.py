@@ -104,11 +104,10 @@ class QueueCollector(Collector):
             return
         up.add_metric([], 1)
         yield up
-        served = {name for w in workers if w.heartbeat_age <= LIVE_WORKER_SECONDS for name in w.queues}
+        live_workers = [w for w in workers if w.heartbeat_age <= LIVE_WORKER_SECONDS]
+        served = {name for w in live_workers for name in w.queues}
         known = {s.queue for s in stats}
-        stats += [
-            QueueStats(name, 0, 0, 0, 0, 0, None, None) for name in sorted(served - known)
-        ]
+        stats += [QueueStats(name, 0, 0, 0, 0, 0, None, None) for name in sorted(served - known)]
         stats, folded = _fold(stats, self._pinned, self._max_queues)
         if folded != self._folded_before:
             log.warning(
@@ -142,11 +141,10 @@ class QueueCollector(Collector):
         )
         cap.add_metric([], folded)
         counts: dict[str, int] = {}
-        for worker in workers:
-            if worker.heartbeat_age <= LIVE_WORKER_SECONDS:
-                for name in worker.queues:
-                    label = name if name in shown else OTHER_QUEUE
-                    counts[label] = counts.get(label, 0) + 1
+        for worker in live_workers:
+            for name in worker.queues:
+                label = name if name in shown else OTHER_QUEUE
+                counts[label] = counts.get(label, 0) + 1
         for s in stats:
             for state, value in zip(
                 JOB_STATES, (s.ready, s.scheduled, s.running, s.dead), strict=True

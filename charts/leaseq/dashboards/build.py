@@ -304,8 +304,8 @@ def build() -> dashboard.Dashboard:
         .with_panel(
             single(
                 "Queues folded into _other",
-                'Queues beyond the operator\'s --metrics-max-queues cap, summed under queue="_other"'
-                " (above 0: raise the cap, or find who creates so many queues).",
+                "Queues beyond the operator's --metrics-max-queues cap, summed under"
+                ' queue="_other" (above 0: raise the cap, or find who creates so many queues).',
                 f"max(leaseq_queue_series_folded{{{NS}}})",
             )
         )

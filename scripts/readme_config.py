@@ -31,6 +31,8 @@ def tables() -> str:
             settings.docs_table(worker),
             "`leaseq operator`:",
             settings.docs_table(operator),
+            "`leaseq migrate` (after migrating, grants each component's role; see SECURITY):",
+            settings.docs_table(settings.GRANT_OPTIONS),
         ]
     )
 

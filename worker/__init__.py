@@ -41,7 +41,13 @@ from leaseq.core.models import (
 )
 from leaseq.core.notifications import Notifications
 from leaseq.core.queue import JobSpec, Queue
-from leaseq.core.schema import MigrationReport, Schema, check_schema, migrate
+from leaseq.core.schema import (
+    ComponentRoles,
+    MigrationReport,
+    Schema,
+    check_schema,
+    migrate,
+)
 from leaseq.core.workers import Workers
 from leaseq.runtime.context import Interrupted, JobContext, PermanentError, StopReason
 from leaseq.runtime.registry import Registry
@@ -53,6 +59,7 @@ __all__ = [
     "Cancelled",
     "ClaimedJob",
     "Completed",
+    "ComponentRoles",
     "ConfigError",
     "DatabaseError",
     "DatabaseUnavailable",

@@ -128,6 +128,28 @@ METRICS_ADDRESS = Option(
     "0.0.0.0",  # noqa: S104 - a pod's port: reachable from Prometheus unless told otherwise
     "address the HTTP endpoints (metrics, probes) listen on; 127.0.0.1 keeps them local",
 )
+
+
+def role_name(text: str) -> str:
+    """A PostgreSQL role name (1-63 characters; quoted by the database, never by leaseq)."""
+    if not 1 <= len(text) <= 63 or any(c.isspace() or not c.isprintable() for c in text):
+        raise ValueError("must be a role name of 1-63 characters without spaces")
+    return text
+
+
+WORKER_ROLE, OPERATOR_ROLE, PRODUCER_ROLE = (
+    Option(
+        f"{component}_role",
+        f"LEASEQ_{component.upper()}_ROLE",
+        role_name,
+        None,
+        f"database role the {component}s run as: `leaseq migrate` grants it exactly the "
+        f"{component}'s privileges (README, SECURITY); unset: no grants for {component}s",
+    )
+    for component in ("worker", "operator", "producer")
+)
+GRANT_OPTIONS = (WORKER_ROLE, OPERATOR_ROLE, PRODUCER_ROLE)
+
 LOG_LEVEL = Option(
     "log_level",
     "LEASEQ_LOG_LEVEL",

@@ -353,10 +353,14 @@ SELECT a.job_id, a.attempt, a.lease_token, a.worker, a.started_at, a.ended_at,
  ORDER BY a.lease_token;
 
 -- name: job_result
--- The effect written under one idempotency key, if any.
-SELECT r.idempotency_key, r.job_id, r.produced_by, r.produced_at, r.result
+-- The effects written under one idempotency key, in the given queue and job type (either NULL for any), newest first, at most two.
+SELECT r.idempotency_key, r.job_id, r.produced_by, r.produced_at, r.result, r.queue, r.job_type
   FROM leaseq.job_results r
- WHERE r.idempotency_key = %(key)s;
+ WHERE r.idempotency_key = %(key)s
+   AND (%(queue)s::text IS NULL OR r.queue = %(queue)s::text)
+   AND (%(job_type)s::text IS NULL OR r.job_type = %(job_type)s::text)
+ ORDER BY r.produced_at DESC
+ LIMIT 2;
 
 -- name: jobs_dead_tuples
 -- Dead row versions in leaseq.jobs by the statistics system (what VACUUM would clean up).

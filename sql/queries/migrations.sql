@@ -28,3 +28,7 @@ INSERT INTO leaseq.schema_migrations (version, name) VALUES (%(version)s, %(name
 -- name: migration_schema_exists
 -- Whether the leaseq.schema_migrations table exists.
 SELECT to_regclass('leaseq.schema_migrations') IS NOT NULL AS present;
+
+-- name: grants_apply
+-- Grants each component's database role exactly its privileges on leaseq's objects (revoking everything first; NULL: no role); returns every statement run.
+SELECT statement FROM leaseq.apply_grants(%(worker)s, %(operator)s, %(producer)s) AS statement;

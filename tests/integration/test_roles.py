@@ -1,7 +1,8 @@
 """A database role per component (issue 11): each can do its job and nothing else.
 
-Every check runs on a real PostgreSQL as a real LOGIN role granted by leaseq.apply_grants
-(what `leaseq migrate --worker-role ... --operator-role ... --producer-role ...` runs).
+Every check runs on a real PostgreSQL as a real LOGIN role granted by
+`leaseq migrate --worker-role ... --operator-role ... --producer-role ...` (the SQL function
+leaseq.apply_grants, run by Schema.migrate after the migrations).
 """
 
 from __future__ import annotations
@@ -110,12 +111,14 @@ def observed_privileges(conn: psycopg.Connection[tuple[object, ...]], role: str)
 
 
 def apply_grants(url: str, roles: Roles) -> list[str]:
-    with psycopg.connect(url, autocommit=True) as conn:
-        rows = conn.execute(
-            "SELECT leaseq.apply_grants(%s, %s, %s)",
-            [roles.names["worker"], roles.names["operator"], roles.names["producer"]],
-        ).fetchall()
-    return [str(r[0]) for r in rows]
+    """What `leaseq migrate --worker-role ... --operator-role ... --producer-role ...` does."""
+    names = roles.names
+    with leaseq.connect(url, action="migrate") as conn:
+        report = leaseq.migrate(
+            conn,
+            leaseq.ComponentRoles(names["worker"], names["operator"], names["producer"]),
+        )
+    return report.grants
 
 
 @pytest.fixture
@@ -189,9 +192,29 @@ def test_grants_refuse_roles_no_policy_would_hold(
         superuser = admin.info.user
         names = {"w": roles.names["worker"], "p": roles.names["producer"], "postgres": superuser}
         before = observed_privileges(admin, roles.names["worker"])
-        with pytest.raises(psycopg.errors.RaiseException, match=problem):
-            admin.execute("SELECT leaseq.apply_grants(%s, %s, %s)", [names[g] for g in given])
+        with (
+            leaseq.connect(database_url, action="migrate") as conn,
+            pytest.raises(leaseq.DatabaseError, match=problem),
+        ):
+            leaseq.migrate(conn, leaseq.ComponentRoles(*(names[g] for g in given)))
         assert observed_privileges(admin, roles.names["worker"]) == before
+
+
+def test_migrate_command_grants_and_prints_what_it_ran(
+    database_url: str, roles: Roles, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from leaseq.cli.main import main
+
+    argv = ["migrate", "--database-url", database_url]
+    names = roles.names
+    flags = [f"--{c}-role={names[c]}" for c in ("worker", "operator", "producer")]
+    assert main([*argv, *flags]) == 0
+    out = capsys.readouterr().out
+    assert "nothing to apply" in out
+    assert f"GRANT USAGE ON SCHEMA leaseq TO {names['worker']}" in out
+    assert main([*argv, "--worker-role", "no_such_role_here"]) == 2
+    err = capsys.readouterr().err
+    assert 'role "no_such_role_here" does not exist' in err and "create the role" in err
 
 
 def test_only_the_owner_may_apply_grants(roles: Roles) -> None:

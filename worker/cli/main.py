@@ -13,16 +13,24 @@ from leaseq.cli import commands
 from leaseq.core import redact
 from leaseq.core.db import connect
 from leaseq.core.errors import ConfigError, LeaseqError
-from leaseq.core.schema import migrate
+from leaseq.core.schema import ComponentRoles, migrate
 from leaseq.runtime import settings as worker_settings
 
 
 def _cmd_migrate(args: argparse.Namespace) -> int:
-    url = settings.require(settings.resolve(args, [settings.DATABASE_URL]), settings.DATABASE_URL)
+    values = settings.resolve(args, [settings.DATABASE_URL, *settings.GRANT_OPTIONS])
+    url = settings.require(values, settings.DATABASE_URL)
+    roles = ComponentRoles(
+        worker=values["worker_role"],
+        operator=values["operator_role"],
+        producer=values["producer_role"],
+    )
     with connect(url, action="migrate") as conn:
-        report = migrate(conn)
+        report = migrate(conn, roles)
     done = ", ".join(f"{v:04d}" for v in report.applied) or "nothing to apply"
     print(f"leaseq schema at version {report.version} ({done})")
+    for statement in report.grants:
+        print(f"  {statement}")
     return 0
 
 
@@ -67,7 +75,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="leaseq", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("migrate", help="create or upgrade leaseq's schema (idempotent)")
-    settings.add_options(p, [settings.DATABASE_URL])
+    settings.add_options(p, [settings.DATABASE_URL, *settings.GRANT_OPTIONS])
     p.set_defaults(func=_cmd_migrate)
 
     p = sub.add_parser(

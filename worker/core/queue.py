@@ -462,9 +462,21 @@ class Queue:
         with borrow(self._db, "list attempts") as c:
             return self._store.job_attempts(c, job_id)
 
-    def effect(self, key: str) -> EffectRecord | None:
+    def effect(
+        self, key: str, *, queue: str | None = None, job_type: str | None = None
+    ) -> EffectRecord | None:
+        """The effect written under ``key``. Keys are unique per queue and job type: give
+        ``queue`` and ``job_type`` to name one; without them the key must be unambiguous
+        (InvalidJob when several queues or types wrote an effect under it)."""
         with borrow(self._db, "read effect") as c:
-            return self._store.job_result(c, key)
+            found = self._store.job_result(c, key, queue=queue, job_type=job_type)
+        if len(found) > 1:
+            raise InvalidJob(
+                "key",
+                f"{key!r} has effects in more than one queue or job type; pass queue= and "
+                "job_type= to say which",
+            )
+        return found[0] if found else None
 
     def jobs(
         self, *, status: str | None = None, queue: str | None = None, limit: int = 100

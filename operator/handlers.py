@@ -11,7 +11,10 @@ One tick of a pool, every ``pollSeconds`` (checked at each timer tick):
    (the timer tries again next tick, so a fixed spec recovers by itself);
 2. read depth with one stats query for the pool's queues; if the database cannot be read, hold
    the replica count, set ``DatabaseReachable=False`` with the error and retry after
-   ``pollSeconds`` (no scaling on missing data);
+   ``pollSeconds`` (no scaling on missing data); a pool with ``scaleOn: Work`` also reads
+   its work per job type, the workers table and its Deployment's pods, so pods whose worker
+   still loads count as capacity already coming (a ``Jobs`` pool counts every replica it
+   asked for, loading or not, so a slow load never makes it ask again);
 3. decide with :func:`leaseq.operator.scaling.decide`; only the replica holding the reaper
    lease acts on the decision (the others keep their history warm for a failover);
 4. before shrinking, mark pods by deletion cost (idle cheapest) and never shrink below the
@@ -31,11 +34,11 @@ from leaseq.core.errors import LeaseqError
 from leaseq.core.models import QueueStats
 from leaseq.core.queue import Queue
 from leaseq.core.workers import Workers
-from leaseq.operator import conditions, protection, scaling
+from leaseq.operator import capacity, conditions, protection, scaling
 from leaseq.operator.app import OperatorApp, PoolState
 from leaseq.operator.conditions import Condition
 from leaseq.operator.kube import KubeError, TargetNotFound
-from leaseq.operator.spec import GROUP, PLURAL, VERSION, InvalidSpec, PoolSpec, parse
+from leaseq.operator.spec import GROUP, PLURAL, VERSION, InvalidSpec, PoolSpec, ScaleOn, parse
 
 
 def _depth(stats: list[QueueStats]) -> dict[str, Any]:
@@ -108,13 +111,34 @@ class PoolTick:
             self.queue = self.app.databases.queue(url)
             self.workers = self.app.databases.workers(url)
             stats = self.queue.stats(pool.queues, horizon=pool.poll_seconds)
+            self.status.update(_depth(stats))
+            work = None
+            if pool.scale_on is ScaleOn.WORK:
+                work = self.read_work(pool, self.queue, self.workers)
         except LeaseqError as exc:
             self.condition(conditions.DATABASE_REACHABLE, False, "DatabaseUnreadable", str(exc))
             return exc
         self.condition(conditions.DATABASE_REACHABLE, True, "DepthRead", "queue depth read")
-        self.status.update(_depth(stats))
         depth = self.status
-        return scaling.Demand(depth["ready"], depth["scheduledSoon"], depth["running"])
+        return scaling.Demand(depth["ready"], depth["scheduledSoon"], depth["running"], work)
+
+    def read_work(self, pool: PoolSpec, queue: Queue, workers: Workers) -> scaling.Work:
+        """The work-seconds of the pool's jobs and which of its pods take work or still
+        load, for a pool that scales on work (after the depth was read)."""
+        types = queue.work(pool.queues, window=pool.work.window_seconds, horizon=pool.poll_seconds)
+        registered = workers.list(pool.queues)
+        pods = self.app.kube.pods(self.namespace, pool.deployment)
+        states = capacity.pod_states([p.name for p in pods if not p.terminating], registered)
+        seconds = scaling.work_seconds(types, pool.work.default_job_seconds)
+        self.status["workSeconds"] = round(seconds, 3)
+        self.status["loadingReplicas"] = len(states.loading)
+        return scaling.Work(
+            seconds=seconds,
+            oldest_ready_age=self.status["oldestReadyAge"],
+            active=states.active,
+            loading=states.loading,
+            reported_startup_seconds=states.reported_startup_seconds,
+        )
 
     def protect(self, pool: PoolSpec, current: int, desired: int) -> int:
         """Set deletion costs on the Deployment's pods; never shrink below the busy pods."""

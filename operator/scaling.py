@@ -8,6 +8,13 @@ only to the *most* any reading within the down-window asked for, so a backlog th
 inside the window never shrinks the pool. Readings are taken with one clock chosen by the
 caller (seconds); nothing here reads a clock or does I/O.
 
+Two ways to ask for replicas (``spec.scaleOn``):
+
+* **Jobs** (the default): ``ceil((ready + due soon + running) / jobsPerReplica)``.
+* **Work**: the estimated work-seconds (each job counted at its type's recent mean run time,
+  see :func:`work_seconds`) against a time budget, with pod start-up taken into account, see
+  :func:`work_replicas`. It never asks for more than Jobs would: no pod without a job for it.
+
 Guarantees of :func:`decide`:
 
 * with fresh data, the result is within [minReplicas, maxReplicas], except that it never drops
@@ -26,16 +33,35 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from leaseq.operator.spec import PoolSpec
+from leaseq.core.models import JobTypeWork
+from leaseq.operator.spec import PoolSpec, ScaleOn, WorkTarget
+
+
+@dataclass(frozen=True)
+class Work:
+    """What a pool that scales on work knows at one reading, besides the job counts.
+
+    ``loading`` holds, for each of the Deployment's pods whose worker is still running
+    ``on_startup``, how long it has been loading; ``active`` counts pods whose worker takes
+    work. Pods counted in neither (not scheduled, not registered yet) are assumed to need the
+    whole start-up time.
+    """
+
+    seconds: float
+    oldest_ready_age: float
+    active: int = 0
+    loading: tuple[float, ...] = ()
+    reported_startup_seconds: float | None = None  # mean model load time workers reported
 
 
 @dataclass(frozen=True)
 class Demand:
-    """Jobs in a pool's queues at one reading."""
+    """Jobs in a pool's queues at one reading (and their work, for pools that scale on it)."""
 
     ready: int
     scheduled_soon: int
     running: int
+    work: Work | None = None
 
     @property
     def jobs(self) -> int:
@@ -64,6 +90,75 @@ class Decision:
 def replicas_for(jobs: int, jobs_per_replica: int) -> int:
     """Replicas that run ``jobs`` jobs at once: ``ceil(jobs / jobs_per_replica)``."""
     return math.ceil(max(jobs, 0) / jobs_per_replica)
+
+
+def work_seconds(loads: Sequence[JobTypeWork], default_job_seconds: float) -> float:
+    """Estimated work-seconds: every ready, due-soon and running job at its type's recent
+    mean run time (``default_job_seconds`` for a type with none). A running job counts a whole
+    run: how far along it is is not known, so the estimate errs towards more capacity."""
+    return sum(
+        (t.ready + t.scheduled_soon + t.running)
+        * (t.mean_seconds if t.mean_seconds is not None else default_job_seconds)
+        for t in loads
+    )
+
+
+def startup_seconds(work: Work, spec: PoolSpec) -> float:
+    """Seconds a new pod is expected to need before it takes work: the larger of the spec's
+    estimate and the mean start-up the pool's workers reported."""
+    return max(spec.work.startup_seconds, work.reported_startup_seconds or 0.0)
+
+
+def budget_seconds(work: Work, spec: PoolSpec) -> float:
+    """Seconds left to do the work in: the drain target, or what the oldest ready job has
+    left of its age target (can be 0 or less: the target is already missed)."""
+    if spec.work.target is WorkTarget.DRAIN_TIME:
+        return spec.work.target_seconds
+    return spec.work.target_seconds - work.oldest_ready_age
+
+
+def work_replicas(work: Work, current: int, spec: PoolSpec) -> tuple[int, str]:
+    """The fewest replicas that do ``work.seconds`` within the budget, and how it was found.
+
+    A pod does ``jobsPerReplica`` work-seconds per second once started, so within a budget
+    of B seconds a pod that still needs r seconds to start contributes
+    ``jobsPerReplica * (B - r)``. Active pods have r = 0; a loading pod has the start-up time
+    less what it has already loaded (capacity already coming: a slow model load does not make
+    the pool grow again and again while it loads); any other pod of the ``current`` ones, and
+    every added pod, the whole start-up time. Pods are counted quickest first. When even
+    maxReplicas cannot do the work within the budget (too much work, or too little time left
+    for a new pod to start), the answer is maxReplicas.
+    """
+    startup = startup_seconds(work, spec)
+    budget = budget_seconds(work, spec)
+    known = [0.0] * work.active + [max(startup - age, 0.0) for age in work.loading]
+    remaining = sorted([*known, *[startup] * max(current - len(known), 0)])
+    remaining += [startup] * max(spec.max_replicas - len(remaining), 0)
+    capacity, replicas = 0.0, 0
+    for start in remaining:
+        if capacity >= work.seconds or budget - start <= 0:
+            break
+        capacity += spec.jobs_per_replica * (budget - start)
+        replicas += 1
+    why = (
+        f"{work.seconds:.0f} work-seconds within {budget:.0f}s"
+        f" ({work.active} active, {len(work.loading)} loading, start-up {startup:.0f}s)"
+    )
+    if capacity < work.seconds:
+        return spec.max_replicas, f"{why}: out of reach, so maxReplicas"
+    return replicas, why
+
+
+def _recommend(demand: Demand, current: int, spec: PoolSpec) -> tuple[int, str]:
+    counted = replicas_for(demand.jobs, spec.jobs_per_replica)
+    jobs = (
+        f"{demand.ready} ready, {demand.scheduled_soon} due soon, {demand.running} running"
+        f" at {spec.jobs_per_replica} per replica"
+    )
+    if spec.scale_on is ScaleOn.JOBS or demand.work is None:
+        return counted, jobs
+    replicas, why = work_replicas(demand.work, current, spec)
+    return min(replicas, counted), f"{jobs}; {why}"
 
 
 def _clamp(value: int, spec: PoolSpec) -> int:
@@ -96,7 +191,8 @@ def decide(
             reason=f"holding {current} replicas: no queue depth reading",
             history=(*past, Recommendation(now, current)),
         )
-    recommended = _clamp(replicas_for(demand.jobs, spec.jobs_per_replica), spec)
+    wanted, basis = _recommend(demand, current, spec)
+    recommended = _clamp(wanted, spec)
     up_to = min([recommended, *_within(past, now, spec.scale_up_seconds)])
     down_to = max([recommended, *_within(past, now, spec.scale_down_seconds)])
     if current < up_to:
@@ -110,9 +206,7 @@ def decide(
     if target < min(current, floor):
         target, why = min(current, floor), "hold for running jobs"
     reason = (
-        f"{why}: {demand.ready} ready, {demand.scheduled_soon} due soon, {demand.running} running"
-        f" at {spec.jobs_per_replica} per replica ask for {recommended}"
-        f" (bounds {spec.min_replicas}..{spec.max_replicas})"
+        f"{why}: {basis} ask for {recommended} (bounds {spec.min_replicas}..{spec.max_replicas})"
     )
     return Decision(
         desired=target,

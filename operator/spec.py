@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any, TypeVar
 
 from leaseq.core import validation
 from leaseq.core.errors import InvalidJob, LeaseqError
@@ -29,7 +30,37 @@ DEFAULTS: Mapping[str, Any] = {
     "pollSeconds": 10,
     "scaleUpStabilizationSeconds": 0,
     "scaleDownStabilizationSeconds": 300,
+    "scaleOn": "Jobs",
+    "work": {},
 }
+
+HOUR, DAY = 3600.0, 86400.0  # the CRD's maxima of spec.work's fields
+
+# Defaults of spec.work's fields (the CRD defaults `work` to {} and then these).
+WORK_DEFAULTS: Mapping[str, Any] = {
+    "target": "DrainTime",
+    "targetSeconds": 300,
+    "startupSeconds": 30,
+    "windowSeconds": 900,
+    "defaultJobSeconds": 60,
+}
+
+
+class ScaleOn(StrEnum):
+    """What a pool is sized from: job counts (the default) or estimated work-seconds."""
+
+    JOBS = "Jobs"
+    WORK = "Work"
+
+
+class WorkTarget(StrEnum):
+    """What ``work.targetSeconds`` bounds when a pool scales on work."""
+
+    DRAIN_TIME = "DrainTime"  # the time to drain the ready, due-soon and running work
+    OLDEST_READY_AGE = "OldestReadyAge"  # the age the oldest ready job reaches before it starts
+
+
+E = TypeVar("E", bound=StrEnum)
 
 
 class InvalidSpec(LeaseqError):
@@ -45,6 +76,17 @@ class SecretRef:
 
 
 @dataclass(frozen=True)
+class WorkSpec:
+    """How a pool that scales on work estimates and bounds its work (spec.work)."""
+
+    target: WorkTarget = WorkTarget.DRAIN_TIME
+    target_seconds: float = 300.0
+    startup_seconds: float = 30.0
+    window_seconds: float = 900.0
+    default_job_seconds: float = 60.0
+
+
+@dataclass(frozen=True)
 class PoolSpec:
     """A checked WorkerPool spec: every field present, every bound respected."""
 
@@ -57,6 +99,8 @@ class PoolSpec:
     scale_up_seconds: float
     scale_down_seconds: float
     database_secret: SecretRef | None = None
+    scale_on: ScaleOn = ScaleOn.JOBS
+    work: WorkSpec = field(default_factory=WorkSpec)
 
 
 def _integer(spec: Mapping[str, Any], field: str, minimum: int) -> int:
@@ -68,14 +112,66 @@ def _integer(spec: Mapping[str, Any], field: str, minimum: int) -> int:
     return value
 
 
-def _seconds(spec: Mapping[str, Any], field: str, *, positive: bool) -> float:
-    value = spec.get(field, DEFAULTS[field])
+def _seconds(
+    spec: Mapping[str, Any],
+    field: str,
+    *,
+    positive: bool,
+    where: str = "spec",
+    defaults: Mapping[str, Any] = DEFAULTS,
+    maximum: float = math.inf,
+) -> float:
+    value = spec.get(field, defaults[field])
     if not isinstance(value, int | float) or isinstance(value, bool) or not math.isfinite(value):
-        raise InvalidSpec(f"spec.{field} must be a number of seconds, got {value!r}")
+        raise InvalidSpec(f"{where}.{field} must be a number of seconds, got {value!r}")
     if value < 0 or (positive and value == 0):
         bound = "greater than 0" if positive else "at least 0"
-        raise InvalidSpec(f"spec.{field} must be {bound}, got {value}")
+        raise InvalidSpec(f"{where}.{field} must be {bound}, got {value}")
+    if value > maximum:
+        raise InvalidSpec(f"{where}.{field} must be at most {maximum:g}, got {value}")
     return float(value)
+
+
+def _choice(
+    spec: Mapping[str, Any], field: str, kind: type[E], where: str, defaults: Mapping[str, Any]
+) -> E:
+    value = spec.get(field, defaults[field])
+    try:
+        return kind(value)
+    except ValueError:
+        allowed = ", ".join(e.value for e in kind)
+        raise InvalidSpec(f"{where}.{field} must be one of {allowed}, got {value!r}") from None
+
+
+def _work(spec: Mapping[str, Any]) -> WorkSpec:
+    work = spec.get("work", DEFAULTS["work"])
+    if not isinstance(work, Mapping):
+        raise InvalidSpec(f"spec.work must be an object, got {work!r}")
+
+    def seconds(field: str, *, positive: bool, maximum: float) -> float:
+        return _seconds(
+            work,
+            field,
+            positive=positive,
+            where="spec.work",
+            defaults=WORK_DEFAULTS,
+            maximum=maximum,
+        )
+
+    parsed = WorkSpec(
+        target=_choice(work, "target", WorkTarget, "spec.work", WORK_DEFAULTS),
+        target_seconds=seconds("targetSeconds", positive=True, maximum=DAY),
+        startup_seconds=seconds("startupSeconds", positive=False, maximum=HOUR),
+        window_seconds=seconds("windowSeconds", positive=True, maximum=DAY),
+        default_job_seconds=seconds("defaultJobSeconds", positive=True, maximum=DAY),
+    )
+    if parsed.target_seconds <= parsed.startup_seconds:
+        raise InvalidSpec(
+            f"spec.work.targetSeconds ({parsed.target_seconds:g}) must be greater than "
+            f"spec.work.startupSeconds ({parsed.startup_seconds:g}): a new pod must be able "
+            "to work before the target"
+        )
+    return parsed
 
 
 def _string(spec: Mapping[str, Any], field: str, where: str) -> str:
@@ -126,4 +222,6 @@ def parse(spec: Mapping[str, Any]) -> PoolSpec:
             _string(secret, "name", "spec.databaseSecretRef"),
             _string(secret, "key", "spec.databaseSecretRef"),
         ),
+        scale_on=_choice(spec, "scaleOn", ScaleOn, "spec", DEFAULTS),
+        work=_work(spec),
     )

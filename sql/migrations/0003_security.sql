@@ -66,8 +66,8 @@ CREATE TABLE leaseq.component_roles (
 --
 -- worker:   reads jobs, attempts, effects; updates only unfinished jobs (pending, running)
 --           and only the lease, progress, outcome columns; records attempts (and may turn a
---           lease_expired/cancelled attempt into fenced); inserts effects; its own registry
---           row in leaseq.workers. No DELETE on jobs or attempts (cannot prune), no DDL.
+--           lease_expired/cancelled attempt into fenced); inserts effects; writes the
+--           registry leaseq.workers. No DELETE on jobs or attempts (cannot prune), no DDL.
 -- operator: reaps, cancels, retries dead jobs, prunes (deletes finished jobs and their
 --           attempts), reads stats, holds the leader lease, forgets stale workers, and on
 --           PostgreSQL >= 17 may VACUUM leaseq.jobs (MAINTAIN). Cannot change a job's queue,
@@ -132,8 +132,8 @@ BEGIN
             format('GRANT UPDATE (status, attempt_count, lease_token, lease_owner, started_at, heartbeat_at, lease_expires_at, progress, checkpoint, finished_at, result, available_at, last_error, last_error_code) ON leaseq.jobs TO %s', worker),
             format('GRANT INSERT ON leaseq.job_attempts, leaseq.job_results TO %s', worker),
             format('GRANT UPDATE (outcome, ended_at, error) ON leaseq.job_attempts TO %s', worker),
-            format('GRANT INSERT, DELETE ON leaseq.workers TO %s', worker),
-            format('GRANT UPDATE (state, in_flight, heartbeat_at) ON leaseq.workers TO %s', worker),
+            -- The registry is the workers' own table: whatever a worker reports about itself.
+            format('GRANT INSERT, UPDATE, DELETE ON leaseq.workers TO %s', worker),
             format('CREATE POLICY leaseq_worker_read ON leaseq.jobs FOR SELECT TO %s USING (true)', worker),
             format('CREATE POLICY leaseq_worker_unfinished ON leaseq.jobs FOR UPDATE TO %s USING (status IN (''pending'', ''running'')) WITH CHECK (true)', worker),
             format('CREATE POLICY leaseq_worker_read ON leaseq.job_attempts FOR SELECT TO %s USING (true)', worker),

@@ -118,6 +118,15 @@ def test_heartbeat_must_be_shorter_than_lease(helm: Helm) -> None:
     assert "worker.heartbeatSeconds (30) must be below worker.leaseSeconds (30)" in proc.stderr
 
 
+def test_work_target_must_exceed_the_start_up(helm: Helm) -> None:
+    sets = {"worker.pool.work.targetSeconds": "60", "worker.pool.work.startupSeconds": "60"}
+    proc = helm.template_raw(sets=sets, check=False)
+    assert proc.returncode != 0
+    assert "worker.pool.work.targetSeconds (60) must be greater than" in proc.stderr
+    pool = one(helm.render(sets={**sets, "worker.pool.work.targetSeconds": "61"}), "WorkerPool")
+    assert pool["spec"]["work"]["targetSeconds"] == 61
+
+
 @pytest.mark.parametrize(
     ("ttl", "interval", "renders"), [(15, 15, False), (4, 5, False), (6, 5, True)]
 )

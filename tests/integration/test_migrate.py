@@ -92,11 +92,11 @@ def test_migrate_is_idempotent_and_concurrent_runs_are_safe(empty_database_url: 
     for t in threads:
         t.join()
     assert not errors
-    latest = code_version()
-    assert sorted(len(r.applied) for r in reports) == [0, 0, 0, latest]
+    newest = code_version()
+    assert sorted(len(r.applied) for r in reports) == [0, 0, 0, newest]
     with leaseq.connect(empty_database_url, action="test") as conn:
         assert leaseq.migrate(conn).applied == []
-        assert leaseq.check_schema(conn) == latest
+        assert leaseq.check_schema(conn) == newest
 
 
 def test_a_newer_schema_is_refused_without_change(database_url: str) -> None:

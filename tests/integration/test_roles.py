@@ -34,12 +34,12 @@ EXPECTED = {
         "SELECT on schema_migrations",
         "SELECT on workers",
         "INSERT on workers",
+        "UPDATE on workers",
         "DELETE on workers",
         "UPDATE (ended_at, outcome, error) on job_attempts",
         "UPDATE (status, attempt_count, available_at, started_at, finished_at, lease_owner, "
         "lease_token, lease_expires_at, heartbeat_at, progress, last_error, last_error_code, "
         "result, checkpoint) on jobs",
-        "UPDATE (heartbeat_at, state, in_flight) on workers",
     ],
     "operator": [
         "USAGE on schema leaseq",

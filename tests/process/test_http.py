@@ -23,6 +23,8 @@ def documented_series(queue: str) -> set[tuple[str, tuple[tuple[str, str], ...]]
         ("leaseq_claim_latency_seconds_count", ()),
         ("leaseq_last_heartbeat_timestamp_seconds", ()),
         ("leaseq_worker_draining", ()),
+        ("leaseq_worker_loading", ()),
+        ("leaseq_worker_startup_seconds", ()),
         ("leaseq_jobs_in_flight", q),
         ("leaseq_lease_renewals_total", q),
         ("leaseq_lease_losses_total", q),

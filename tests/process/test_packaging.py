@@ -40,7 +40,8 @@ def test_editable_install_imports_every_room(tmp_path: Path) -> None:
     ).stdout.strip()
     # addsitedir, not a plain path line, so the mirror's own .pth files are processed too.
     Path(site, "_mirror.pth").write_text(f"import site; site.addsitedir({str(mirror)!r})\n")
-    install = [python, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation"]
+    # Build isolation: the build gets the setuptools pyproject.toml asks for, as a user's would.
+    install = [python, "-m", "pip", "install", "-q", "--no-deps"]
     done = subprocess.run(
         [*install, "-e", str(ROOT)], capture_output=True, text=True, cwd=tmp_path, timeout=300
     )

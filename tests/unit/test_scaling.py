@@ -9,8 +9,17 @@ from dataclasses import replace
 
 import pytest
 
-from leaseq.operator.scaling import Decision, Demand, Recommendation, decide, replicas_for
-from leaseq.operator.spec import PoolSpec
+from leaseq.core.models import JobTypeWork
+from leaseq.operator.scaling import (
+    Decision,
+    Demand,
+    Recommendation,
+    Work,
+    decide,
+    replicas_for,
+    work_seconds,
+)
+from leaseq.operator.spec import PoolSpec, ScaleOn, WorkSpec, WorkTarget
 
 BASE = PoolSpec(
     deployment="workers",
@@ -172,3 +181,163 @@ def test_history_keeps_only_the_windows() -> None:
 )
 def test_replicas_for(jobs: int, per: int, replicas: int) -> None:
     assert replicas_for(jobs, per) == replicas
+
+
+# -- scaleOn: Work ----------------------------------------------------------------------------
+
+WORK = replace(
+    BASE,
+    scale_on=ScaleOn.WORK,
+    work=WorkSpec(WorkTarget.DRAIN_TIME, target_seconds=100, startup_seconds=20),
+)
+AGE = replace(
+    WORK, work=WorkSpec(WorkTarget.OLDEST_READY_AGE, target_seconds=120, startup_seconds=30)
+)
+
+# (t, ready, running, work-seconds, oldest ready age, active pods, loading ages, expected)
+WorkStep = tuple[float, int, int, float, float, int, tuple[float, ...], int]
+
+
+def run_work(spec: PoolSpec, steps: list[WorkStep], current: int = 0) -> list[int]:
+    history: tuple[Recommendation, ...] = ()
+    seen = []
+    for t, ready, running, seconds, age, active, loading, _ in steps:
+        work = Work(seconds, age, active, loading)
+        decision = decide(Demand(ready, 0, running, work), current, history, spec, now=t)
+        history = decision.history
+        current = decision.desired
+        seen.append(current)
+    return seen
+
+
+# Pools sizes chosen here are reported in the issue's closing note: keep the comments exact.
+WORK_SCENARIOS: dict[str, tuple[PoolSpec, int, list[WorkStep]]] = {
+    "short jobs: one replica drains what counts would give ten": (
+        WORK,
+        0,
+        # 100 jobs x 1 s; a new pod works 100 - 20 s at 2 jobs at once: 160 work-seconds.
+        [(0, 100, 0, 100, 0, 0, (), 1)],
+    ),
+    "long jobs: replicas by work, fewer than by count": (
+        WORK,
+        0,
+        # 10 jobs x 60 s = 600 work-seconds over 160 per new pod: 4 (counts would ask 5).
+        [(0, 10, 0, 600, 0, 0, (), 4)],
+    ),
+    "start-up eats into the target": (
+        replace(WORK, work=replace(WORK.work, startup_seconds=60)),
+        0,
+        # 20 jobs x 30 s; a new pod now works only 40 s: 80 work-seconds each, 8 for 600.
+        [(0, 20, 0, 600, 0, 0, (), 8)],
+    ),
+    "no start-up time: the whole target": (
+        replace(WORK, work=replace(WORK.work, startup_seconds=0), max_replicas=20),
+        0,
+        # 200 work-seconds per pod: 3 for 600.
+        [(0, 10, 0, 600, 0, 0, (), 3)],
+    ),
+    "active pods count in full, then fewer are needed as the work drains": (
+        WORK,
+        0,
+        [
+            (0, 10, 0, 600, 0, 0, (), 4),
+            (10, 2, 8, 600, 0, 4, (), 4),  # active pods do 200 each: 3 would do, the window holds
+            (20, 0, 6, 360, 0, 4, (), 4),  # 2 would do
+            (71, 0, 2, 120, 0, 4, (), 2),  # the reading at 0 left the window; 20's asked 2
+            (100, 0, 1, 60, 0, 2, (), 1),
+            (150, 0, 0, 0, 0, 1, (), 1),  # the reading at 100 asked 1
+            (161, 0, 0, 0, 0, 1, (), 0),
+        ],
+    ),
+    "one long job is one replica, however short the target": (
+        WORK,
+        0,
+        # 1000 work-seconds cannot be done in time by any pool size; one job needs one pod.
+        [(0, 1, 0, 1000, 0, 0, (), 1)],
+    ),
+    "more work than maxReplicas can do in time: maxReplicas": (
+        WORK,
+        0,
+        [(0, 100, 0, 10_000, 0, 0, (), 10)],
+    ),
+    "nothing to do: zero": (
+        WORK,
+        3,
+        [(0, 0, 0, 0, 0, 3, (), 3), (30, 0, 0, 0, 0, 3, (), 3), (61, 0, 0, 0, 0, 3, (), 0)],
+    ),
+    "age target: the oldest job's wait is the budget": (
+        AGE,
+        0,
+        # 120 - 30 s of age leaves 90 s, new pods work 60 s of it: 120 each, 5 for 600.
+        [(0, 10, 0, 600, 30, 0, (), 5)],
+    ),
+    "age target: loading pods are capacity already coming": (
+        AGE,
+        0,
+        [
+            # Budget 120 s, a new pod works 90 of it: 180 work-seconds, 4 pods for 600.
+            (0, 10, 0, 600, 0, 0, (), 4),
+            # The ready jobs age while the 4 pods load; so do the pods: each still does 180.
+            (10, 10, 0, 600, 10, 0, (10, 10, 10, 10), 4),
+            (20, 10, 0, 600, 20, 0, (20, 20, 20, 20), 4),
+            (30, 10, 0, 600, 30, 4, (), 4),
+        ],
+    ),
+    "age target: pods not registered yet need the whole start-up": (
+        AGE,
+        4,
+        # 4 pods exist but none registered: 120 - 10 - 30 leaves 80 s, 160 each: 4 do 640.
+        [(0, 10, 0, 600, 10, 0, (), 4), (10, 10, 0, 600, 20, 0, (), 5)],
+    ),
+    "age target already missed: maxReplicas, within the jobs there are": (
+        AGE,
+        2,
+        [(0, 12, 0, 600, 130, 2, (), 6)],  # no budget left; 12 jobs fill 6 replicas
+    ),
+}
+
+
+@pytest.mark.parametrize("name", list(WORK_SCENARIOS))
+def test_work_scenario(name: str) -> None:
+    spec, start, steps = WORK_SCENARIOS[name]
+    assert run_work(spec, steps, start) == [step[-1] for step in steps]
+
+
+def test_loading_pods_without_their_progress_would_grow_the_pool() -> None:
+    """The scenario above, with the loading pods counted as if they had just started: the
+    pool grows at every reading while the pods load (what the loading credit prevents)."""
+    _, _, steps = WORK_SCENARIOS["age target: loading pods are capacity already coming"]
+    fresh = [
+        (t, r, n, w, age, a, tuple(0.0 for _ in loading), x)
+        for t, r, n, w, age, a, loading, x in steps
+    ]
+    assert run_work(AGE, fresh[:3]) == [4, 4, 5]
+
+
+def test_work_reason_names_the_estimate() -> None:
+    decision = decide(Demand(10, 0, 0, Work(600, 0)), 0, (), WORK, now=0)
+    assert "600 work-seconds within 100s (0 active, 0 loading, start-up 20s)" in decision.reason
+
+
+def test_reported_start_up_outranks_a_smaller_estimate() -> None:
+    work = Work(600, 0, reported_startup_seconds=60)
+    assert decide(Demand(20, 0, 0, work), 0, (), WORK, now=0).desired == 8
+    work = Work(600, 0, reported_startup_seconds=5)
+    assert decide(Demand(20, 0, 0, work), 0, (), WORK, now=0).desired == 4
+
+
+def test_jobs_mode_ignores_the_work_reading() -> None:
+    assert decide(Demand(10, 0, 0, Work(600, 0)), 0, (), BASE, now=0).desired == 5
+
+
+@pytest.mark.parametrize(
+    ("loads", "seconds"),
+    [
+        ([], 0.0),
+        ([JobTypeWork("ocr", 3, 1, 2, 10.0, 4)], 60.0),
+        ([JobTypeWork("ocr", 3, 0, 0, 10.0, 1), JobTypeWork("embed", 100, 0, 0, 0.5, 9)], 80.0),
+        ([JobTypeWork("new", 2, 0, 0, None, 0)], 120.0),  # no recent attempt: the default
+    ],
+)
+def test_work_seconds(loads: list[JobTypeWork], seconds: float) -> None:
+    assert work_seconds(loads, default_job_seconds=60.0) == pytest.approx(seconds)

@@ -16,7 +16,17 @@ import jsonschema
 import pytest
 import yaml
 
-from leaseq.operator.spec import DEFAULTS, InvalidSpec, PoolSpec, SecretRef, parse
+from leaseq.operator.spec import (
+    DEFAULTS,
+    WORK_DEFAULTS,
+    InvalidSpec,
+    PoolSpec,
+    ScaleOn,
+    SecretRef,
+    WorkSpec,
+    WorkTarget,
+    parse,
+)
 
 CRD_PATH = Path(__file__).parents[2] / "charts" / "leaseq" / "crds" / "workerpools.leaseq.dev.yaml"
 CRD = yaml.safe_load(CRD_PATH.read_text())
@@ -27,13 +37,20 @@ SPEC_SCHEMA = SCHEMA["properties"]["spec"]
 GOOD: dict[str, Any] = {"deployment": "workers", "queues": ["ocr"]}
 
 
-def with_defaults(spec: dict[str, Any]) -> dict[str, Any]:
-    """Structural defaulting: absent fields get the schema's defaults (before validation)."""
-    out = copy.deepcopy(spec)
-    for name, prop in SPEC_SCHEMA["properties"].items():
+def _defaulted(value: dict[str, Any], schema: dict[str, Any]) -> dict[str, Any]:
+    out = copy.deepcopy(value)
+    for name, prop in schema.get("properties", {}).items():
         if name not in out and "default" in prop:
-            out[name] = prop["default"]
+            out[name] = copy.deepcopy(prop["default"])
+        if isinstance(out.get(name), dict) and prop.get("type") == "object":
+            out[name] = _defaulted(out[name], prop)
     return out
+
+
+def with_defaults(spec: dict[str, Any]) -> dict[str, Any]:
+    """Structural defaulting as the API server does it: absent fields get the schema's
+    defaults, then objects (defaulted ones too) get their own fields' defaults."""
+    return _defaulted(spec, SPEC_SCHEMA)
 
 
 def api_server_errors(spec: dict[str, Any]) -> list[str]:
@@ -68,6 +85,17 @@ def api_server_errors(spec: dict[str, Any]) -> list[str]:
         ({"queues": ["ocr"]}, "'deployment' is a required property"),
         ({**GOOD, "minReplicas": 1.5}, "minReplicas: 1.5 is not of type 'integer'"),
         ({**GOOD, "databaseSecretRef": {"name": "db"}}, "'key' is a required property"),
+        ({**GOOD, "scaleOn": "Bytes"}, "scaleOn: 'Bytes' is not one of ['Jobs', 'Work']"),
+        ({**GOOD, "work": {"target": "Soon"}}, "work.target: 'Soon' is not one of"),
+        ({**GOOD, "work": {"targetSeconds": 0}}, "work.targetSeconds: 0 is less than or equal"),
+        ({**GOOD, "work": {"startupSeconds": -1}}, "work.startupSeconds: -1 is less than"),
+        ({**GOOD, "work": {"windowSeconds": 0}}, "work.windowSeconds: 0 is less than or equal"),
+        ({**GOOD, "work": {"defaultJobSeconds": 0}}, "work.defaultJobSeconds: 0 is less than"),
+        ({**GOOD, "work": {"targetSeconds": 90000}}, "work.targetSeconds: 90000 is greater"),
+        (
+            {**GOOD, "work": {"targetSeconds": 30, "startupSeconds": 30}},
+            "work.targetSeconds must be greater than work.startupSeconds",
+        ),
     ],
 )
 def test_crd_schema_refuses_bad_specs(spec: dict[str, Any], complaint: str) -> None:
@@ -91,10 +119,19 @@ def test_crd_schema_accepts_good_specs() -> None:
     }
     assert api_server_errors(full) == []
     assert parse(full).database_secret == SecretRef("db", "url")
+    work = {
+        **GOOD,
+        "scaleOn": "Work",
+        "work": {"target": "OldestReadyAge", "targetSeconds": 120, "startupSeconds": 0},
+    }
+    assert api_server_errors(work) == []
+    parsed = parse(with_defaults(work))
+    assert parsed.scale_on is ScaleOn.WORK
+    assert parsed.work == WorkSpec(WorkTarget.OLDEST_READY_AGE, 120.0, 0.0, 900.0, 60.0)
 
 
 def test_operator_defaults_are_the_crds() -> None:
-    assert with_defaults({}) == dict(DEFAULTS)
+    assert with_defaults({}) == {**DEFAULTS, "work": dict(WORK_DEFAULTS)}
     assert parse(GOOD) == PoolSpec(
         deployment="workers",
         queues=("ocr",),
@@ -116,6 +153,12 @@ def test_operator_defaults_are_the_crds() -> None:
         ({**GOOD, "pollSeconds": "10s"}, "spec.pollSeconds must be a number of seconds, got '10s'"),
         ({**GOOD, "deployment": ""}, "spec.deployment must be a non-empty string, got ''"),
         ({**GOOD, "databaseSecretRef": "db"}, "spec.databaseSecretRef must be an object"),
+        ({**GOOD, "work": []}, "spec.work must be an object, got []"),
+        ({**GOOD, "scaleOn": "work"}, "spec.scaleOn must be one of Jobs, Work, got 'work'"),
+        (
+            {**GOOD, "work": {"targetSeconds": 20}},
+            "spec.work.targetSeconds (20) must be greater than spec.work.startupSeconds (30)",
+        ),
     ],
 )
 def test_operator_refuses_what_the_schema_cannot_say(spec: dict[str, Any], message: str) -> None:

@@ -40,6 +40,7 @@ class AttemptOutcome(enum.StrEnum):
 class WorkerState(enum.StrEnum):
     """A registered worker's state in ``leaseq.workers``."""
 
+    LOADING = "loading"  # on_startup (a model load) has not finished: not taking work yet
     RUNNING = "running"
     DRAINING = "draining"
 
@@ -236,6 +237,18 @@ class QueueStats:
 
 
 @dataclass(frozen=True)
+class JobTypeWork:
+    """Jobs of one job type in some queues, with the mean run time of its recent attempts."""
+
+    job_type: str
+    ready: int
+    scheduled_soon: int
+    running: int
+    mean_seconds: float | None  # None: no attempt ran to its end within the window
+    samples: int  # attempts the mean is taken over
+
+
+@dataclass(frozen=True)
 class JobRecord:
     """A job row as stored, for inspection."""
 
@@ -314,6 +327,8 @@ class WorkerRecord:
     heartbeat_age: float
     running: int
     oldest_running_age: float | None
+    age: float = 0.0  # seconds since the worker registered (how long a loading one has loaded)
+    startup_seconds: float | None = None  # how long on_startup took; None while loading
 
     def __post_init__(self) -> None:
         _as(WorkerState, self, "state")

@@ -37,6 +37,7 @@ from leaseq.core.models import (
     HeartbeatStatus,
     JobRecord,
     JobStatus,
+    JobTypeWork,
     Lease,
     QueueStats,
     Reaped,
@@ -47,6 +48,8 @@ from leaseq.core.models import (
 log = logging.getLogger("leaseq.queue")
 
 MAX_CLAIM_BATCH = 100
+#: Attempts :meth:`Queue.work` reads at most to estimate run times (the newest ones).
+WORK_SAMPLES = 2000
 
 
 @dataclass(frozen=True)
@@ -450,6 +453,25 @@ class Queue:
         within ``horizon`` seconds."""
         with borrow(self._db, "stats") as c:
             return self._store.queue_stats(c, queues=queues, horizon=horizon, now=now)
+
+    def work(
+        self,
+        queues: Sequence[str],
+        *,
+        window: float,
+        horizon: float = 0.0,
+        now: datetime | None = None,
+    ) -> list[JobTypeWork]:
+        """Ready, due-within-``horizon`` and running jobs of ``queues`` per job type, each with
+        the mean run time of the type's attempts that ran to their end (succeeded, failed or
+        timed out) within the last ``window`` seconds. At most the newest
+        :data:`WORK_SAMPLES` attempts (of every queue) are read, through an index: the cost
+        stays bounded however long the audit trail grows."""
+        validation.positive("window", window)
+        with borrow(self._db, "read work") as c:
+            return self._store.pool_work(
+                c, queues=queues, window=window, horizon=horizon, max_samples=WORK_SAMPLES, now=now
+            )
 
     def get(self, job_id: int) -> JobRecord:
         with borrow(self._db, "show job") as c:

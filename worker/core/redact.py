@@ -10,7 +10,7 @@ Two mechanisms, both applied to every string:
 
 1. **Known secrets.** Each process :func:`remember`\\ s the connection strings it was given;
    whatever part of one could be a password (parsed leniently, so a malformed URL's password
-   is found too) is replaced wherever it appears, even quoted back by libpq as a fragment.
+   is found too) is replaced wherever it appears, whatever quotes it back.
 2. **Shapes.** ``scheme://user:PASSWORD@``, ``user:PASSWORD@host`` and ``password=VALUE``
    are masked even for strings this process never saw (a URL inside a library's message).
 
@@ -58,9 +58,6 @@ def candidate_secrets(conninfo: str) -> set[str]:
             found.add(secret)
             found.add(secret.strip("'"))
             found.add(unquote(secret))
-            # libpq quotes a malformed conninfo back word by word; each word of a password
-            # with spaces is then a fragment of the secret.
-            found.update(secret.split())
     return {s for s in found if len(s) >= _MIN_KNOWN}
 
 

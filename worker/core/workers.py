@@ -32,9 +32,11 @@ class Workers:
         concurrency: int,
         state: WorkerState,
         in_flight: int,
+        startup_seconds: float | None = None,
         now: datetime | None = None,
     ) -> None:
-        """Insert this worker's row, or refresh its heartbeat, state and in-flight count."""
+        """Insert this worker's row, or refresh its heartbeat, state, in-flight count and
+        ``startup_seconds`` (how long on_startup took; None while loading)."""
         with borrow(self._db, "register worker") as c:
             self._store.worker_upsert(
                 c,
@@ -45,6 +47,7 @@ class Workers:
                 concurrency=concurrency,
                 state=state,
                 in_flight=in_flight,
+                startup_seconds=startup_seconds,
                 now=now,
             )
 

@@ -20,7 +20,7 @@ class Health:
 
     Healthy: every registered loop turned within its allowance (a loop blocked on a slow
     database call is still alive; only a dead or wedged thread fails it). Ready: the most
-    recent database call succeeded and the worker is not draining.
+    recent database call succeeded, on_startup has finished and the worker is not draining.
     """
 
     def __init__(self) -> None:
@@ -29,6 +29,7 @@ class Health:
         self._ticks: dict[str, float] = {}
         self._db_error: str | None = "not connected yet"
         self.draining = False
+        self.loading = False  # True while on_startup runs: alive, but not ready for work
 
     def expect(self, loop: str, allowance: float) -> None:
         """Register ``loop``: it must tick at least every ``allowance`` seconds."""
@@ -70,6 +71,8 @@ class Health:
             return False, "draining"
         if error is not None:
             return False, f"database: {error}"
+        if self.loading:
+            return False, "loading: on_startup has not finished"
         return True, "ok"
 
 

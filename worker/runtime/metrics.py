@@ -76,6 +76,16 @@ class WorkerMetrics:
         self.draining = Gauge(
             "leaseq_worker_draining", "1 while the worker drains after SIGTERM.", registry=r
         )
+        self.loading = Gauge(
+            "leaseq_worker_loading",
+            "1 while on_startup (a model load) runs: the worker is not ready yet.",
+            registry=r,
+        )
+        self.startup = Gauge(
+            "leaseq_worker_startup_seconds",
+            "Seconds on_startup (a model load) took in this worker; 0 until it finished.",
+            registry=r,
+        )
         for queue in queues:
             self.in_flight.labels(queue)
             self.renewals.labels(queue)

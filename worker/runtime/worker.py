@@ -127,6 +127,11 @@ class Worker:
             stopping=self.stopping,
         )
         self._threads: list[threading.Thread] = []
+        # Set once on_startup has finished: until then the worker reports `loading`.
+        self.startup_seconds: float | None = None
+        self._registering = threading.Lock()
+        self.health.loading = True
+        self.metrics.loading.set(1)
 
     @property
     def _fields(self) -> dict[str, Any]:
@@ -150,10 +155,11 @@ class Worker:
         try:
             if self.http:
                 self.http.start()
-            self.registry.run_startup()
             if not self._wait_for_schema(signals):
                 return 0
-            self.register()
+            # The heartbeat loop keeps the registry row fresh while on_startup runs.
+            self._start_loop("heartbeat", self.heartbeat.run, 3 * s.heartbeat_seconds + 60)
+            self._load()
             self._start_threads()
             seen = signals.wait(0, None)
             self.drain(signals, seen)
@@ -186,35 +192,51 @@ class Worker:
                 if signals.wait(0, delay) > 0:
                     return False
 
+    def _load(self) -> None:
+        """Run the on_startup hooks (a model load) while registered as ``loading``: not
+        ready, not claiming, but counted by the operator as capacity already coming. Then
+        record how long they took (row, metric, log) and report ``running``. An exception
+        in a hook propagates: the worker exits without having claimed anything."""
+        self.register()
+        started = time.monotonic()
+        self.registry.run_startup()
+        self.startup_seconds = time.monotonic() - started
+        self.metrics.startup.set(self.startup_seconds)
+        self.metrics.loading.set(0)
+        self.health.loading = False
+        log.info("on_startup finished in %.3fs", self.startup_seconds, extra=self._fields)
+        self.register()
+
+    def _start_loop(self, name: str, target: Callable[[], None], allowance: float) -> None:
+        self.health.expect(name, allowance)
+        thread = threading.Thread(target=target, name=f"leaseq-{name}", daemon=True)
+        thread.start()
+        self._threads.append(thread)
+
     def _start_threads(self) -> None:
         s = self.settings
-        loops: list[tuple[str, Callable[[], None], float]] = [
-            ("dispatcher", self.dispatch, 3 * s.poll_seconds + 60),
-            ("heartbeat", self.heartbeat.run, 3 * s.heartbeat_seconds + 60),
-        ]
+        self._start_loop("dispatcher", self.dispatch, 3 * s.poll_seconds + 60)
         if s.listen:
-            loops.append(("listener", self.listener.run, 120.0))
-        for name, target, allowance in loops:
-            self.health.expect(name, allowance)
-            thread = threading.Thread(target=target, name=f"leaseq-{name}", daemon=True)
-            thread.start()
-            self._threads.append(thread)
+            self._start_loop("listener", self.listener.run, 120.0)
 
     # -- registry of workers ----------------------------------------------------------
 
     def register(self) -> None:
-        """Upsert this worker's row (state and in-flight count); failures are logged only."""
+        """Upsert this worker's row (state and in-flight count); failures are logged only.
+        Serialised, so a heartbeat's stale state never lands after a newer one."""
         s = self.settings
         try:
-            self.workers.register(
-                s.worker_id,
-                pod=s.pod_name,
-                node=s.node_name,
-                queues=s.queues,
-                concurrency=s.concurrency,
-                state=WorkerState.DRAINING if self.draining.is_set() else WorkerState.RUNNING,
-                in_flight=len(self.jobs),
-            )
+            with self._registering:
+                self.workers.register(
+                    s.worker_id,
+                    pod=s.pod_name,
+                    node=s.node_name,
+                    queues=s.queues,
+                    concurrency=s.concurrency,
+                    state=self._state(),
+                    in_flight=len(self.jobs),
+                    startup_seconds=self.startup_seconds,
+                )
         except LeaseqError as exc:
             if isinstance(exc, DatabaseUnavailable):
                 self.health.db_failed(exc)
@@ -222,6 +244,11 @@ class Worker:
             return
         self.health.db_ok()
         self.metrics.last_heartbeat.set_to_current_time()
+
+    def _state(self) -> WorkerState:
+        if self.draining.is_set():
+            return WorkerState.DRAINING
+        return WorkerState.LOADING if self.startup_seconds is None else WorkerState.RUNNING
 
     def _deregister(self) -> None:
         try:

@@ -316,6 +316,24 @@ def build() -> dashboard.Dashboard:
                 f"sum(leaseq_worker_draining{{{NS}}})",
             )
         )
+        .with_panel(
+            single(
+                "Loading workers",
+                "Workers still running on_startup (a model load): not ready, and counted by the"
+                " operator as capacity already coming.",
+                f"sum(leaseq_worker_loading{{{NS}}})",
+            )
+        )
+        .with_panel(
+            graph(
+                "Worker start-up",
+                "How long on_startup (the model load) took, slowest and mean over the workers"
+                " that finished it.",
+                "s",
+                query(f"max(leaseq_worker_startup_seconds{{{NS}}})", "slowest"),
+                query(f"avg(leaseq_worker_startup_seconds{{{NS}}} > 0)", "mean", "B"),
+            )
+        )
     )
 
 

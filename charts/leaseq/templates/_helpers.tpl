@@ -167,6 +167,9 @@ seccompProfile:
 {{- if lt (int $w.pool.maxReplicas) (int $w.pool.minReplicas) -}}
 {{- fail (printf "worker.pool.maxReplicas (%d) must be >= worker.pool.minReplicas (%d)" (int $w.pool.maxReplicas) (int $w.pool.minReplicas)) -}}
 {{- end -}}
+{{- if le (float64 $w.pool.work.targetSeconds) (float64 $w.pool.work.startupSeconds) -}}
+{{- fail (printf "worker.pool.work.targetSeconds (%v) must be greater than worker.pool.work.startupSeconds (%v): a new pod must be able to work before the target" $w.pool.work.targetSeconds $w.pool.work.startupSeconds) -}}
+{{- end -}}
 {{- end -}}
 {{- $op := .Values.operator -}}
 {{- if and $op.enabled (le (float64 $op.leaderTtlSeconds) (float64 $op.reapIntervalSeconds)) -}}

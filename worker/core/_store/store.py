@@ -25,6 +25,7 @@ from leaseq.core.models import (
     EffectRecord,
     JobRecord,
     JobStatus,
+    JobTypeWork,
     LeaderTerm,
     Lease,
     QueueStats,
@@ -374,6 +375,25 @@ class Store:
             "stats",
         )
 
+    def pool_work(
+        self,
+        conn: Conn,
+        *,
+        queues: Sequence[str],
+        window: float,
+        horizon: float,
+        max_samples: int,
+        now: datetime | None = None,
+    ) -> list[JobTypeWork]:
+        params = {
+            "queues": list(queues),
+            "window": window,
+            "horizon": horizon,
+            "max_samples": max_samples,
+            "now": now,
+        }
+        return self._typed(conn, "pool_work", params, JobTypeWork, "read work")
+
     def job_get(self, conn: Conn, job_id: int) -> JobRecord | None:
         rows = self._typed(conn, "job_get", {"id": job_id}, JobRecord, "show job")
         return rows[0] if rows else None
@@ -424,6 +444,7 @@ class Store:
         concurrency: int,
         state: WorkerState,
         in_flight: int,
+        startup_seconds: float | None = None,
         now: datetime | None = None,
     ) -> None:
         self._dicts(
@@ -437,6 +458,7 @@ class Store:
                 "concurrency": concurrency,
                 "state": state,
                 "in_flight": in_flight,
+                "startup_seconds": startup_seconds,
                 "now": now,
             },
             "register worker",

@@ -1,0 +1,48 @@
+-- Named statements the operator's scaling policy reads.
+
+-- name: pool_work
+-- Per job type in the given queues: ready, due-soon and running jobs, and the mean run time of the newest attempts (at most max_samples) that ran to their end within the window.
+WITH t AS (SELECT coalesce(%(now)s::timestamptz, now()) AS now),
+-- The newest attempts first, straight from the index (a scalar `now`, not a join with t, so
+-- the scan stops after max_samples rows instead of sorting the whole window).
+recent AS (
+    SELECT a.job_id, a.ended_at - a.started_at AS took
+      FROM leaseq.job_attempts a
+     WHERE a.outcome IN ('succeeded', 'failed', 'timed_out')
+       AND a.ended_at > (SELECT now FROM t) - make_interval(secs => %(window)s)
+       AND a.ended_at <= (SELECT now FROM t)
+       AND a.started_at IS NOT NULL
+     ORDER BY a.ended_at DESC
+     LIMIT %(max_samples)s
+),
+runs AS (
+    SELECT j.job_type, avg(extract(epoch FROM r.took))::float8 AS mean_seconds, count(*) AS samples
+      FROM recent r
+      JOIN leaseq.jobs j ON j.id = r.job_id
+     WHERE j.queue = ANY(%(queues)s::text[])
+     GROUP BY j.job_type
+),
+pending AS (
+    SELECT j.job_type,
+           count(*) FILTER (WHERE j.available_at <= t.now) AS ready,
+           count(*) FILTER (WHERE j.available_at > t.now
+                              AND j.available_at <= t.now + make_interval(secs => %(horizon)s)) AS scheduled_soon
+      FROM leaseq.jobs j, t
+     WHERE j.status = 'pending' AND j.queue = ANY(%(queues)s::text[])
+       AND j.available_at <= t.now + make_interval(secs => %(horizon)s)
+     GROUP BY j.job_type
+),
+running AS (
+    SELECT j.job_type, count(*) AS running
+      FROM leaseq.jobs j
+     WHERE j.status = 'running' AND j.queue = ANY(%(queues)s::text[])
+     GROUP BY j.job_type
+)
+SELECT job_type,
+       coalesce(p.ready, 0) AS ready, coalesce(p.scheduled_soon, 0) AS scheduled_soon,
+       coalesce(r.running, 0) AS running, w.mean_seconds, coalesce(w.samples, 0) AS samples
+  FROM pending p
+  FULL JOIN running r USING (job_type)
+  LEFT JOIN runs w USING (job_type)
+ WHERE coalesce(p.ready, 0) + coalesce(p.scheduled_soon, 0) + coalesce(r.running, 0) > 0
+ ORDER BY job_type;

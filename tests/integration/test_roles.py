@@ -323,6 +323,9 @@ def test_producer_enqueues_and_reads_only_its_own_jobs(database_url: str, roles:
         assert [j.id for j in leaseq.Queue(p2).jobs()] == [theirs]
         with pytest.raises(leaseq.JobNotFound):
             leaseq.Queue(p2).get(mine)
+        # The dedup key is per queue, whoever holds it; this producer cannot see the holder.
+        with pytest.raises(leaseq.JobStateError, match="another database user"):
+            leaseq.Queue(p2).enqueue("q", "t", dedup_key="d")
     with as_role(roles, "worker") as w:
         [job] = leaseq.Queue(w).claim(["q"], "w1")
         leaseq.Queue(w).complete(job.lease, {"done": 1}, effect_key="k")

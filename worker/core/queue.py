@@ -158,11 +158,13 @@ class Queue:
         results = []
         for spec, row in zip(specs, rows, strict=True):
             if row is None:
-                # A concurrent enqueue with the same dedup key committed after this
-                # statement's snapshot: the job exists, but this call cannot name it.
+                # The unfinished job holding this dedup key is not visible to this call: a
+                # concurrent enqueue committed after this statement's snapshot, or another
+                # producer role enqueued it (a producer reads only its own jobs).
                 raise JobStateError(
-                    f"a job with dedup_key {spec.dedup_key!r} in queue {spec.queue!r} was "
-                    "enqueued concurrently; retry to get its id"
+                    f"a job with dedup_key {spec.dedup_key!r} in queue {spec.queue!r} exists "
+                    "but this call cannot see it: enqueued concurrently (retry to get its id) "
+                    "or by another database user"
                 )
             results.append(Enqueued(job_id=row["id"], created=row["created"]))
         return results

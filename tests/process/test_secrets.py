@@ -18,6 +18,7 @@ from psycopg.conninfo import conninfo_to_dict, make_conninfo
 import leaseq
 from support import net
 from support.polling import wait_for
+from support.roles import login_roles
 
 HERE = Path(__file__).parent
 PASSWORD = "Pw-S3cret-7531"
@@ -142,43 +143,63 @@ def test_pool_warnings_are_masked() -> None:
 def test_readyz_metrics_and_logs_of_a_worker_that_loses_its_database(
     database_url: str, tmp_path: Path
 ) -> None:
+    """A worker (as the worker role, with a password in its URL) loses its privileges, then
+    its database: /readyz says which, in leaseq's words, never with the server's text."""
     dbname = conninfo_to_dict(database_url)["dbname"]
-    url = make_conninfo(database_url, password=PASSWORD)
     port = net.free_port()
     log = tmp_path / "worker.log"
-    env = {
-        **os.environ,
-        "LEASEQ_DATABASE_URL": url,
-        "PYTHONPATH": os.pathsep.join(filter(None, [str(HERE), os.environ.get("PYTHONPATH")])),
-    }
-    cmd = [sys.executable, "-m", "leaseq.cli", "worker", "--app", "apps:registry",
-           "--queue", "q", "--metrics-port", str(port), "--poll-seconds", "0.2",
-           "--log-level", "DEBUG"]  # fmt: skip
-    with log.open("wb") as out:
-        proc = subprocess.Popen(cmd, env=env, stdout=out, stderr=subprocess.STDOUT, cwd=tmp_path)
-    admin = psycopg.connect(database_url.replace(f"dbname={dbname}", "dbname=postgres"))
-    admin.autocommit = True
-    try:
-        wait_for(lambda: _get(port, "/readyz")[0] == 200, "the worker to be ready")
-        admin.execute(f'ALTER DATABASE "{dbname}" ALLOW_CONNECTIONS false')
-        admin.execute(
-            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = %s", [dbname]
-        )
-        wait_for(lambda: _get(port, "/readyz")[0] == 503, "/readyz to say the database is gone")
-        _, body = _get(port, "/readyz")
-        assert body.startswith("database") and "unreachable" in body, body
-        assert "accepting connections" not in body, "the server's own text"
-        _, metrics = _get(port, "/metrics")
-        proc.send_signal(signal.SIGTERM)
-        proc.wait(timeout=60)
-    finally:
-        admin.execute(f'ALTER DATABASE "{dbname}" ALLOW_CONNECTIONS true')
-        admin.close()
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+    with login_roles(database_url) as roles:
+        names = roles.names
+        grants = leaseq.ComponentRoles(names["worker"], names["operator"], names["producer"])
+        with leaseq.connect(database_url, action="migrate") as owner:
+            leaseq.migrate(owner, grants)
+        env = {
+            **os.environ,
+            "LEASEQ_DATABASE_URL": make_conninfo(roles.urls["worker"], password=PASSWORD),
+            "PYTHONPATH": os.pathsep.join(filter(None, [str(HERE), os.environ.get("PYTHONPATH")])),
+        }
+        cmd = [sys.executable, "-m", "leaseq.cli", "worker", "--app", "apps:registry",
+               "--queue", "q", "--metrics-port", str(port), "--poll-seconds", "0.2",
+               "--log-level", "DEBUG"]  # fmt: skip
+        with log.open("wb") as out:
+            proc = subprocess.Popen(
+                cmd, env=env, stdout=out, stderr=subprocess.STDOUT, cwd=tmp_path
+            )
+        admin = psycopg.connect(database_url.replace(f"dbname={dbname}", "dbname=postgres"))
+        admin.autocommit = True
+        bodies = []
+        try:
+            wait_for(lambda: _get(port, "/readyz")[0] == 200, "the worker to be ready")
+            with leaseq.connect(database_url, action="migrate") as owner:
+                leaseq.migrate(owner, leaseq.ComponentRoles(None, names["operator"]))
+            wait_for(lambda: _get(port, "/readyz")[0] == 503, "/readyz to see the privileges go")
+            bodies.append(_get(port, "/readyz")[1])
+            assert "lacks a privilege" in bodies[-1], bodies[-1]
+            assert "permission denied for" not in bodies[-1], "the server's own text"
+            with leaseq.connect(database_url, action="migrate") as owner:
+                leaseq.migrate(owner, grants)
+            wait_for(lambda: _get(port, "/readyz")[0] == 200, "the worker to be ready again")
+            admin.execute(f'ALTER DATABASE "{dbname}" ALLOW_CONNECTIONS false')
+            admin.execute(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = %s",
+                [dbname],
+            )
+            wait_for(lambda: _get(port, "/readyz")[0] == 503, "/readyz to see the database go")
+            bodies.append(_get(port, "/readyz")[1])
+            assert bodies[-1].startswith("database: unreachable at"), bodies[-1]
+            assert "accepting connections" not in bodies[-1], "the server's own text"
+            _, metrics = _get(port, "/metrics")
+            proc.send_signal(signal.SIGTERM)
+            proc.wait(timeout=60)
+        finally:
+            admin.execute(f'ALTER DATABASE "{dbname}" ALLOW_CONNECTIONS true')
+            admin.close()
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
     text = log.read_text(errors="replace")
-    for where, output in {"readyz": body, "metrics": metrics, "log": text}.items():
+    assert "permission denied" in text  # the log says exactly what failed (redacted)
+    for where, output in {"readyz": "".join(bodies), "metrics": metrics, "log": text}.items():
         assert not leaks(output), f"{where}: {output[-3000:]}"
 
 

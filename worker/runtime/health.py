@@ -14,6 +14,10 @@ from leaseq.core.errors import (
     SchemaTooNew,
 )
 
+#: Failed database calls after which this worker cannot take work, so it is not ready: the
+#: database is gone, or it refuses this worker (its role lost a privilege, the schema moved).
+NOT_READY_ERRORS = (DatabaseUnavailable, PermissionDenied, SchemaNotReady, SchemaTooNew)
+
 
 class Health:
     """Loops call :meth:`tick` every turn; database calls report success or failure.

@@ -39,7 +39,7 @@ from leaseq.core.queue import Queue
 from leaseq.core.schema import Schema
 from leaseq.core.workers import Workers
 from leaseq.runtime.context import Interrupted, JobContext, PermanentError, StopReason
-from leaseq.runtime.health import Health
+from leaseq.runtime.health import NOT_READY_ERRORS, Health
 from leaseq.runtime.heartbeat import HeartbeatLoop
 from leaseq.runtime.http_server import ProbeServer
 from leaseq.runtime.inflight import InFlight, InFlightTable
@@ -238,7 +238,7 @@ class Worker:
                     startup_seconds=self.startup_seconds,
                 )
         except LeaseqError as exc:
-            if isinstance(exc, DatabaseUnavailable):
+            if isinstance(exc, NOT_READY_ERRORS):
                 self.health.db_failed(exc)
             log.warning("could not update the workers table: %s", exc, extra=self._fields)
             return
@@ -283,7 +283,7 @@ class Worker:
             try:
                 claimed = self._claim(free)
             except LeaseqError as exc:
-                if isinstance(exc, DatabaseUnavailable):
+                if isinstance(exc, NOT_READY_ERRORS):
                     self.health.db_failed(exc)
                 delay = failures.next()
                 log.warning("claim failed (%s); retrying in %.1fs", exc, delay, extra=self._fields)

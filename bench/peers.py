@@ -1,11 +1,17 @@
 """Scenario 6: leaseq and its peers on the same server in the same run.
 
 Peers: pgqueuer (asyncpg driver, batched dequeue) and procrastinate (psycopg), whatever
-versions are installed. Two measurements, each with the same harness for every queue:
+versions are installed. Runtime against runtime: leaseq's row is the real ``leaseq worker``
+(:mod:`bench.runtime`), the peers' rows are their own worker runtimes (pgqueuer's
+QueueManager, procrastinate's worker). leaseq's hand-written API loops are measured too and
+labelled ``loop = api``. Two measurements:
 
-* ``noop``: no-op throughput (see :mod:`bench.noop`) with each queue's own worker runtime.
-* ``sleep``: scenario 1's workload (one job at a time per process, ``job_seconds`` of work)
-  through each queue's own claim and completion calls, for duplicates and claim latency.
+* ``noop``: no-op throughput, W worker processes, the best concurrency (or batch) of each.
+* ``sleep``: scenario 1's workload (one job at a time per process, ``job_seconds`` of work):
+  ``leaseq worker`` processes, and each peer's own claim and completion calls.
+
+Every configuration runs in each of ``rounds`` rounds (the machine's noise reaches 1.7x from
+run to run); each row says its round and the machine's load average when it started.
 
 A peer that cannot be installed or run gets a row with its error instead of numbers.
 """
@@ -15,12 +21,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import importlib.metadata
+import os
 import time
 import uuid
 from collections import Counter
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from datetime import timedelta
+from functools import partial
 from typing import Any
 
 import psycopg
@@ -28,6 +36,7 @@ from psycopg.conninfo import conninfo_to_dict
 
 import leaseq
 from bench import noop
+from bench import runtime as worker_runtime
 from bench.context import Context
 from bench.env import scratch_database
 from bench.gang import Signals, cpu_per_job, run_gang, server_cpu_meter
@@ -349,87 +358,190 @@ def sleep_run(name: str, url: str, workers: int, jobs: int, job_seconds: float) 
     }
 
 
-def _measure(ctx: Context, impl: noop.Implementation, plan: dict[str, Any]) -> list[dict[str, Any]]:
-    rows: list[dict[str, Any]] = []
-    package = "leaseq" if isinstance(impl, noop.Leaseq) else impl.name
-    base = {
-        "implementation": impl.name,
-        "version": _version(package),
-        "guarantees": impl.guarantees,
-    }
-    label = impl.name.replace("+", "_")
-    with scratch_database(ctx.server_url, f"peer_{label}", migrate=False) as url:
-        impl.install(url)
-        for workers in plan["workers"]:
-            for batch in plan["batches"]:
-                row = noop.measure(
-                    impl,
-                    url,
-                    jobs=plan["jobs"],
-                    workers=workers,
-                    batch=batch,
-                    cap_seconds=plan["cap"],
-                )
-                ctx.log(
-                    f"peers noop {impl.name} W={workers} batch={batch}: "
-                    f"{row['jobs_per_second']} jobs/s"
-                )
-                rows.append({"kind": "noop", **base, **row})
-        if isinstance(impl, noop.Leaseq) and impl.batched:
-            return rows  # its claim and per-job path are leaseq's own, measured already
-        if isinstance(impl, Pgqueuer):
-            impl.enqueue(url, plan["sleep_jobs"], entrypoint="sleep")
-        elif isinstance(impl, Procrastinate):
-            impl.enqueue(url, plan["sleep_jobs"], task="sleep")
-        else:
-            impl.enqueue(url, plan["sleep_jobs"])
-        row = sleep_run(
-            impl.name, url, plan["sleep_workers"], plan["sleep_jobs"], plan["job_seconds"]
+class PeerArm:
+    """A queue driven by the gang harness (:mod:`bench.noop`): a peer's own worker runtime,
+    or one of leaseq's hand-written API loops (``loop = api``, no sleep workload)."""
+
+    def __init__(self, ctx: Context, impl: noop.Implementation, plan: dict[str, Any]) -> None:
+        self.ctx, self.impl, self.plan = ctx, impl, plan
+        self.name = impl.name
+        self.api = isinstance(impl, noop.Leaseq)
+        self.base = {
+            "implementation": impl.name,
+            "loop": "api" if self.api else "runtime",
+            "version": _version("leaseq" if self.api else impl.name),
+            "guarantees": impl.guarantees,
+        }
+
+    def open(self, stack: contextlib.ExitStack) -> None:
+        label = self.impl.name.replace("+", "_")
+        self.url = stack.enter_context(
+            scratch_database(self.ctx.server_url, f"peer_{label}", migrate=False)
         )
-        ctx.log(
+        self.impl.install(self.url)
+
+    def noop(self, workers: int) -> list[dict[str, Any]]:
+        rows = []
+        for batch in self.plan["batches"]:
+            load = _load()
+            row = noop.measure(
+                self.impl,
+                self.url,
+                jobs=self.plan["jobs"],
+                workers=workers,
+                batch=batch,
+                cap_seconds=self.plan["cap"],
+            )
+            self.ctx.log(
+                f"peers noop {self.name} W={workers} batch={batch}: {row['jobs_per_second']} jobs/s"
+            )
+            rows.append({"kind": "noop", **self.base, **row, "loadavg": load})
+        return rows
+
+    def sleep(self) -> list[dict[str, Any]]:
+        if self.api:
+            return []  # leaseq's sleep workload runs through leaseq worker
+        plan, impl = self.plan, self.impl
+        if isinstance(impl, Pgqueuer):
+            impl.enqueue(self.url, plan["sleep_jobs"], entrypoint="sleep")
+        elif isinstance(impl, Procrastinate):
+            impl.enqueue(self.url, plan["sleep_jobs"], task="sleep")
+        load = _load()
+        row = sleep_run(
+            impl.name, self.url, plan["sleep_workers"], plan["sleep_jobs"], plan["job_seconds"]
+        )
+        self.ctx.log(
             f"peers sleep {impl.name}: {row['duplicates']} duplicates, "
             f"claim p50 {row['claim_p50_ms']} ms, efficiency {row['efficiency']}"
         )
-        rows.append({**base, **row})
-    return rows
+        return [{**self.base, **row, "loop": "api", "loadavg": load}]
+
+
+class RuntimeArm:
+    """The real ``leaseq worker`` processes (:mod:`bench.runtime`)."""
+
+    name = worker_runtime.IMPLEMENTATION
+
+    def __init__(self, ctx: Context, plan: dict[str, Any]) -> None:
+        self.ctx, self.plan = ctx, plan
+        self.base = {
+            "loop": "runtime",
+            "version": _version("leaseq"),
+            "guarantees": worker_runtime.GUARANTEES,
+        }
+
+    def open(self, stack: contextlib.ExitStack) -> None:
+        self.url = stack.enter_context(scratch_database(self.ctx.server_url, "peer_runtime"))
+
+    def noop(self, workers: int) -> list[dict[str, Any]]:
+        rows = []
+        for concurrency in self.plan["concurrency"]:
+            load = _load()
+            run = worker_runtime.run_workers(
+                self.url, jobs=self.plan["jobs"], workers=workers, concurrency=concurrency,
+                cap_seconds=self.plan["cap"],
+            )  # fmt: skip
+            row = worker_runtime.noop_row(
+                run, workers=workers, concurrency=concurrency, jobs=self.plan["jobs"]
+            )
+            self.ctx.log(
+                f"peers noop {self.name} W={workers} concurrency={concurrency}: "
+                f"{row['jobs_per_second']} jobs/s"
+            )
+            rows.append({"kind": "noop", **self.base, **row, "loadavg": load})
+        return rows
+
+    def sleep(self) -> list[dict[str, Any]]:
+        plan = self.plan
+        load = _load()
+        run = worker_runtime.run_workers(
+            self.url,
+            jobs=plan["sleep_jobs"],
+            workers=plan["sleep_workers"],
+            concurrency=1,
+            job_type="sleep",
+            payload={"seconds": plan["job_seconds"]},
+        )
+        row = worker_runtime.sleep_row(
+            run, workers=plan["sleep_workers"], jobs=plan["sleep_jobs"],
+            job_seconds=plan["job_seconds"],
+        )  # fmt: skip
+        self.ctx.log(
+            f"peers sleep {self.name}: {row['duplicates']} duplicates, "
+            f"claim p50 {row['claim_p50_ms']} ms, efficiency {row['efficiency']}"
+        )
+        return [{**self.base, **row, "loadavg": load}]
+
+
+Arm = PeerArm | RuntimeArm
+
+
+def _load() -> float:
+    return round(os.getloadavg()[0], 2)
+
+
+def _error(name: str, exc: Exception) -> dict[str, Any]:
+    return {
+        "kind": "error",
+        "implementation": name,
+        "version": _version(name),
+        "error": f"{type(exc).__name__}: {exc}",
+    }
 
 
 def run(ctx: Context) -> None:
+    plan: dict[str, Any]
     if ctx.quick:
         plan = {
+            "rounds": 1,
             "jobs": 1000,
             "cap": 5.0,
             "workers": (4,),
             "batches": (10,),
+            "concurrency": (4,),
             "sleep_workers": 8,
             "sleep_jobs": 48,
             "job_seconds": 0.2,
         }
     else:
         plan = {
+            "rounds": 2,
             "jobs": 10_000,
             "cap": 30.0,
-            "workers": (4, 16),
-            "batches": (1, 10),
+            "workers": (1, 4, 16),
+            "batches": (10,),
+            "concurrency": (4, 16),
             "sleep_workers": 16,
             "sleep_jobs": 400,
             "job_seconds": 0.2,
         }
     rows: list[dict[str, Any]] = []
+    candidates: list[Arm] = [RuntimeArm(ctx, plan)]
     impls: list[noop.Implementation] = [*noop.leaseq_variants(), Pgqueuer(), Procrastinate()]
-    for impl in impls:
-        try:
-            rows.extend(_measure(ctx, impl, plan))
-        except Exception as exc:  # a peer that cannot run is reported, not fatal
-            ctx.log(f"peers {impl.name} failed: {exc}")
-            rows.append(
-                {
-                    "kind": "error",
-                    "implementation": impl.name,
-                    "version": _version(impl.name),
-                    "error": f"{type(exc).__name__}: {exc}",
-                }
-            )
+    candidates += [PeerArm(ctx, impl, plan) for impl in impls]
+    with contextlib.ExitStack() as stack:
+        arms: list[Arm] = []
+        for arm in candidates:
+            try:
+                arm.open(stack)
+                arms.append(arm)
+            except Exception as exc:  # a peer that cannot be installed is reported, not fatal
+                ctx.log(f"peers {arm.name} failed: {exc}")
+                rows.append(_error(arm.name, exc))
+        # Interleaved: every arm runs each configuration close in time to the others, since
+        # the load from other work on the machine drifts over minutes.
+        for round_ in range(1, plan["rounds"] + 1):
+            steps: list[tuple[Arm, Callable[[], list[dict[str, Any]]]]] = [
+                (arm, partial(arm.noop, workers)) for workers in plan["workers"] for arm in arms
+            ]
+            steps += [(arm, arm.sleep) for arm in arms]
+            for arm, step in steps:
+                try:
+                    found = step()
+                except Exception as exc:  # a peer that cannot run is reported, not fatal
+                    ctx.log(f"peers {arm.name} failed: {exc}")
+                    found = [_error(arm.name, exc)]
+                rows.extend({"round": round_, **row} for row in found)
     recorder = ctx.recorder(NAME)
     recorder.params(
         {

@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import threading
 from dataclasses import dataclass
+from typing import Any
 
 from psycopg_pool import ConnectionPool
 
@@ -25,14 +26,21 @@ POOL_MAX_SIZE = 8
 
 @dataclass
 class PoolState:
-    """What the operator remembers about one WorkerPool between ticks (in memory only)."""
+    """What the operator remembers about one WorkerPool (in memory only): its latest body as
+    kopf last saw it, and between polls its scaling history, retry delay and problem."""
 
+    body: dict[str, Any] | None = None
     history: tuple[Recommendation, ...] = ()
     last_poll: float | None = None
+    delay: float | None = None  # a retry delay that replaces pollSeconds once
+    problem: str | None = None  # the last problem logged, so it is logged once
 
-    def due(self, poll_seconds: object, now: float, tick: float) -> bool:
-        """True once ``poll_seconds`` passed since the last reading, to the nearest timer tick
-        (always for a value that is not a number: the spec check then reports it)."""
+    def due(self, now: float, tick: float) -> bool:
+        """True once ``pollSeconds`` (or the retry delay) passed since the last reading, to the
+        nearest tick (always for a value that is not a number: the spec check reports it)."""
+        poll_seconds = self.delay
+        if poll_seconds is None:
+            poll_seconds = ((self.body or {}).get("spec") or {}).get("pollSeconds", 10)
         if self.last_poll is None or isinstance(poll_seconds, bool):
             return True
         if not isinstance(poll_seconds, int | float):
@@ -111,6 +119,12 @@ class OperatorApp:
     def leading(self) -> bool:
         """True in the one replica that holds the reaper lease: it reaps and scales."""
         return self.reaper.leading
+
+    @property
+    def reports(self) -> bool:
+        """True in the replica that writes WorkerPool status and Events: the leader, and while
+        the database is down, the replica that led until it went down (no other writes)."""
+        return self.reaper.lease.led_recently
 
     def start(self) -> None:
         if not self._started:

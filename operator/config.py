@@ -35,7 +35,8 @@ LEADER_TTL = Option(
     "LEASEQ_LEADER_TTL_SECONDS",
     settings.positive_float,
     15.0,
-    "seconds a reaper lease lasts without renewal; another replica takes over after it",
+    "seconds a reaper lease lasts without renewal; a standby takes over within this plus "
+    "--reap-interval-seconds",
 )
 VACUUM_DEAD_TUPLES = Option(
     "vacuum_dead_tuples",
@@ -86,7 +87,7 @@ def default_operator_id(environ: Mapping[str, str]) -> str:
 class OperatorConfig:
     """Everything ``leaseq operator`` needs, validated.
 
-    ``tick_seconds`` is the resolution of the WorkerPool timers (a pool polls every
+    ``tick_seconds`` is the resolution of the pool loop (a WorkerPool polls every
     ``pollSeconds``, checked at each tick) and ``database_timeout`` how long a call waits for
     a pooled connection before the database counts as unreachable; neither is a flag.
     """

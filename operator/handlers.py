@@ -1,14 +1,21 @@
-"""kopf handlers: a timer on every WorkerPool that reads queue depth and scales its Deployment.
+"""kopf handlers and the pool loop: every WorkerPool is read for queue depth and scaled.
+
+kopf only *watches* WorkerPools here (``@kopf.on.event``): it keeps the latest body of each one
+in :attr:`OperatorApp.pools`. The ticks run in the operator's own thread (:func:`run_pools`),
+not as kopf timers, because kopf puts a finalizer on every object it times (kopf PR #548: a
+timer without one never stops) and nothing can remove that finalizer once ``helm uninstall``
+or a namespace deletion has removed the operator and its RBAC: the WorkerPool would stay
+Terminating and the namespace with it. With no timer and no changing handler, kopf adds no
+finalizer, and it removes the ``leaseq.dev/operator`` finalizer that earlier versions added.
+Users' Deployments are only read and scaled through their scale subresource.
 
 Handlers are synchronous on purpose: kopf runs them in worker threads, where the blocking
-``kubernetes`` client and the psycopg pool belong (never inside a coroutine). Timers live on
-WorkerPool objects only, since kopf puts its finalizer on whatever it times; users'
-Deployments are only read and scaled through their scale subresource.
+``kubernetes`` client and the psycopg pool belong (never inside a coroutine).
 
-One tick of a pool, every ``pollSeconds`` (checked at each timer tick):
+One tick of a pool, every ``pollSeconds`` (checked every ``tick_seconds``):
 
-1. parse the spec; a bad one sets ``SpecValid=False`` with the reason and fails permanently
-   (the timer tries again next tick, so a fixed spec recovers by itself);
+1. parse the spec; a bad one sets ``SpecValid=False`` with the reason (the next poll tries
+   again, so a fixed spec recovers by itself);
 2. read depth with one stats query for the pool's queues; if the database cannot be read, hold
    the replica count, set ``DatabaseReachable=False`` with the error and retry after
    ``pollSeconds`` (no scaling on missing data); a pool with ``scaleOn: Work`` also reads
@@ -16,7 +23,9 @@ One tick of a pool, every ``pollSeconds`` (checked at each timer tick):
    still loads count as capacity already coming (a ``Jobs`` pool counts every replica it
    asked for, loading or not, so a slow load never makes it ask again);
 3. decide with :func:`leaseq.operator.scaling.decide`; only the replica holding the reaper
-   lease acts on the decision (the others keep their history warm for a failover);
+   lease acts on the decision and writes status and Events (the others keep their history
+   warm for a failover, and write nothing, whatever the outcome; when the database is down
+   nobody holds the lease, and the replica that held it last reports the outage);
 4. before shrinking, mark pods by deletion cost (idle cheapest) and never shrink below the
    number of busy pods;
 5. patch the Deployment's scale, the status, and post an Event for every change.
@@ -24,8 +33,12 @@ One tick of a pool, every ``pollSeconds`` (checked at each timer tick):
 
 from __future__ import annotations
 
+import copy
+import logging
+import threading
 import time
 from collections.abc import Mapping
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 import kopf
@@ -37,8 +50,20 @@ from leaseq.core.workers import Workers
 from leaseq.operator import capacity, conditions, protection, scaling
 from leaseq.operator.app import OperatorApp, PoolState
 from leaseq.operator.conditions import Condition
-from leaseq.operator.kube import KubeError, TargetNotFound
-from leaseq.operator.spec import GROUP, PLURAL, VERSION, InvalidSpec, PoolSpec, ScaleOn, parse
+from leaseq.operator.kube import KubeError, ObjectRef, TargetNotFound
+from leaseq.operator.spec import (
+    GROUP,
+    KIND,
+    PLURAL,
+    VERSION,
+    InvalidSpec,
+    PoolSpec,
+    ScaleOn,
+    parse,
+)
+
+log = logging.getLogger("leaseq.operator.pools")
+POOL_THREADS = 8  # WorkerPools polled at once (each tick mostly waits for PostgreSQL)
 
 
 def _depth(stats: list[QueueStats]) -> dict[str, Any]:
@@ -53,24 +78,29 @@ def _depth(stats: list[QueueStats]) -> dict[str, Any]:
     }
 
 
-class PoolTick:
-    """One tick of one WorkerPool; collects the status patch and the events to post."""
+class Retry(Exception):
+    """This pool's tick could not finish; poll it again after ``delay`` seconds."""
 
-    def __init__(
-        self,
-        app: OperatorApp,
-        body: kopf.Body,
-        patch: kopf.Patch,
-        logger: kopf.Logger,
-    ) -> None:
+    def __init__(self, message: str, delay: float) -> None:
+        super().__init__(message)
+        self.delay = delay
+
+
+class PoolTick:
+    """One tick of one WorkerPool; collects the status and the Events to write."""
+
+    def __init__(self, app: OperatorApp, body: Mapping[str, Any]) -> None:
         self.app = app
         self.body = body
-        self.patch = patch
-        self.logger = logger
-        self.namespace = str(body.metadata.namespace)
-        self.key = f"{self.namespace}/{body.metadata.name}"
+        meta = body.get("metadata", {})
+        self.namespace = str(meta.get("namespace"))
+        self.ref = ObjectRef(
+            GROUP, VERSION, PLURAL, KIND, self.namespace, str(meta.get("name")), meta.get("uid")
+        )
+        self.key = f"{self.namespace}/{self.ref.name}"
         self.status: dict[str, Any] = {}
         self.updates: list[Condition] = []
+        self.events: list[tuple[str, str, str]] = []  # (type, reason, message)
         self.queue: Queue | None = None  # the pool's database, once its depth was read
         self.workers: Workers | None = None
 
@@ -80,21 +110,23 @@ class PoolTick:
         self.updates.append(Condition(type_, ok, reason, message))
 
     def flush(self) -> None:
-        """Write the status patch and post one Event per condition that changed."""
-        existing = self.body.status.get("conditions") or []
+        """Write the status and post one Event per condition that changed (leader only)."""
+        existing = (self.body.get("status") or {}).get("conditions") or []
         merged, changed = conditions.merge(existing, self.updates)
         self.status["conditions"] = merged
-        self.status["observedGeneration"] = self.body.metadata.get("generation")
-        self.patch.status.update(self.status)
+        self.status["observedGeneration"] = self.body.get("metadata", {}).get("generation")
+        self.app.kube.patch_status(self.ref, self.status)
         for c in changed:
             kind = "Normal" if c.ok else "Warning"
-            kopf.event(self.body, type=kind, reason=c.reason, message=f"{c.type}: {c.message}")
+            self.events.insert(0, (kind, c.reason, f"{c.type}: {c.message}"))
+        for type_, reason, message in self.events:
+            self.app.kube.post_event(self.ref, type_, reason, message)
 
     # -- the tick --------------------------------------------------------------------------
 
     def spec(self) -> PoolSpec:
         try:
-            pool = parse(self.body.spec)
+            pool = parse(self.body.get("spec") or {})
         except InvalidSpec as exc:
             self.condition(conditions.SPEC_VALID, False, "InvalidSpec", str(exc))
             raise
@@ -146,7 +178,9 @@ class PoolTick:
         try:
             workers = self.workers.list(pool.queues) if self.workers else []
         except LeaseqError as exc:  # which pods are busy is unknown: shrink nothing
-            self.logger.warning(f"holding {current} replicas: cannot read the workers: {exc}")
+            log.warning(
+                "%s: holding %d replicas: cannot read the workers: %s", self.key, current, exc
+            )
             return current
         loads = protection.pod_loads([p.name for p in pods], workers)
         changes = protection.cost_changes(loads, {p.name: p.annotations for p in pods})
@@ -155,18 +189,24 @@ class PoolTick:
         busy = sum(1 for load in loads.values() if not load.idle)
         limited = protection.limit_scale_down(current, desired, busy)
         if limited != desired:
-            self.logger.info(f"scale-down to {desired} limited to {limited}: {busy} pods are busy")
+            log.info(
+                "%s: scale-down to %d limited to %d: %d pods are busy",
+                self.key,
+                desired,
+                limited,
+                busy,
+            )
         return limited
 
-    def run(self, state: PoolState, now: float) -> bool:
-        """Decide and act; False when this replica is a standby with nothing to report."""
+    def run(self, state: PoolState, now: float) -> None:
+        """Decide, and act when this replica leads (raises :class:`Retry` to poll again later)."""
         pool = self.spec()
         demand = self.read_depth(pool)
         try:
             current = self.app.kube.replicas(self.namespace, pool.deployment)
         except TargetNotFound as exc:
             self.condition(conditions.TARGET_FOUND, False, "DeploymentNotFound", str(exc))
-            raise kopf.TemporaryError(str(exc), delay=pool.poll_seconds) from exc
+            raise Retry(str(exc), pool.poll_seconds) from exc
         self.condition(conditions.TARGET_FOUND, True, "DeploymentFound", pool.deployment)
         decision = scaling.decide(
             None if isinstance(demand, LeaseqError) else demand,
@@ -178,11 +218,9 @@ class PoolTick:
         state.history = decision.history
         if isinstance(demand, LeaseqError):
             self.status["currentReplicas"] = current
-            raise kopf.TemporaryError(
-                f"holding {current} replicas: {demand}", delay=pool.poll_seconds
-            )
+            raise Retry(f"holding {current} replicas: {demand}", pool.poll_seconds)
         if not self.app.leading:
-            return False  # a standby replica: the leader scales and writes status
+            return  # a standby replica: the leader scales
         desired = decision.desired
         if desired < current:
             desired = self.protect(pool, current, desired)
@@ -191,17 +229,71 @@ class PoolTick:
             self.status["lastScaleTime"] = conditions.timestamp()
             kind = "ScaledUp" if desired > current else "ScaledDown"
             message = f"{pool.deployment} from {current} to {desired} replicas: {decision.reason}"
-            kopf.event(self.body, type="Normal", reason=kind, message=message)
-            self.logger.info(message)
+            self.events.append(("Normal", kind, message))
+            log.info("%s: scaled %s", self.key, message)
         self.status["desiredReplicas"] = desired
         self.status["currentReplicas"] = current
         self.app.metrics.pool(self.key, desired=desired, current=current)
-        return True
+
+
+def tick_pool(app: OperatorApp, key: str, state: PoolState, now: float) -> None:
+    """Poll one WorkerPool if it is due; write what it found only in the leading replica."""
+    body = state.body
+    if body is None or not state.due(now, app.config.tick_seconds):
+        return
+    state.last_poll = now
+    state.delay = None
+    pool_tick = PoolTick(app, body)
+    problem: str | None = None
+    try:
+        pool_tick.run(state, now)
+    except InvalidSpec as exc:
+        problem = f"invalid spec: {exc}"
+    except Retry as exc:
+        problem, state.delay = str(exc), exc.delay
+    except KubeError as exc:
+        problem, state.delay = str(exc), app.config.tick_seconds
+    # Log a problem when it starts or changes, not at every poll while it lasts.
+    if problem != state.problem:
+        if problem is not None:
+            log.warning("%s: %s", key, problem)
+        elif state.problem is not None:
+            log.info("%s: recovered", key)
+        state.problem = problem
+    if app.reports:
+        try:
+            pool_tick.flush()
+        except KubeError as exc:
+            log.warning("%s: could not write status: %s", key, exc)
+
+
+def _tick(app: OperatorApp, key: str, state: PoolState) -> None:
+    try:
+        tick_pool(app, key, state, time.monotonic())
+    except Exception:  # one pool's bug must not stop the others
+        log.exception("%s: tick failed", key)
+
+
+def run_pools(app: OperatorApp, stop: threading.Event) -> None:
+    """Tick every known WorkerPool every ``tick_seconds`` until ``stop`` is set.
+
+    Pools tick in parallel, one tick per pool at a time: a pool whose database hangs until
+    its timeout delays only itself (as kopf's per-object timers did)."""
+    busy: dict[str, Future[None]] = {}
+    with ThreadPoolExecutor(POOL_THREADS, thread_name_prefix="leaseq-pool") as executor:
+        while not stop.wait(app.config.tick_seconds):
+            for key, state in list(app.pools.items()):
+                if key not in busy or busy[key].done():
+                    busy[key] = executor.submit(_tick, app, key, state)
+            for key in [k for k, f in busy.items() if k not in app.pools and f.done()]:
+                del busy[key]
 
 
 def build_registry(app: OperatorApp) -> kopf.OperatorRegistry:
     """A registry with the operator's handlers bound to ``app`` (one per operator instance)."""
     registry = kopf.OperatorRegistry()
+    stop = threading.Event()
+    loop = threading.Thread(target=run_pools, args=(app, stop), name="leaseq-pools", daemon=True)
 
     @kopf.on.login(registry=registry)
     def login(**kwargs: Any) -> kopf.ConnectionInfo | None:
@@ -210,9 +302,13 @@ def build_registry(app: OperatorApp) -> kopf.OperatorRegistry:
     @kopf.on.startup(registry=registry)
     def startup(**_: Any) -> None:
         app.start()
+        loop.start()
 
     @kopf.on.cleanup(registry=registry)
     def cleanup(**_: Any) -> None:
+        stop.set()
+        if loop.is_alive():
+            loop.join(app.config.database_timeout + app.config.tick_seconds)
         app.stop()
 
     @kopf.on.probe(id="reaper", registry=registry)
@@ -221,30 +317,14 @@ def build_registry(app: OperatorApp) -> kopf.OperatorRegistry:
             raise RuntimeError("the reaper thread is not running")
         return {"leading": app.leading}
 
-    @kopf.timer(GROUP, VERSION, PLURAL, interval=app.config.tick_seconds, registry=registry)
-    def tick(body: kopf.Body, patch: kopf.Patch, logger: kopf.Logger, **_: Any) -> None:
+    # Watching only: an event handler needs no finalizer (see the module docstring).
+    @kopf.on.event(GROUP, VERSION, PLURAL, registry=registry)
+    def watch(type: str | None, body: kopf.Body, **_: Any) -> None:
         key = f"{body.metadata.namespace}/{body.metadata.name}"
-        state = app.pools.setdefault(key, PoolState())
-        now = time.monotonic()
-        if not state.due(body.spec.get("pollSeconds"), now, app.config.tick_seconds):
+        if type == "DELETED" or body.metadata.get("deletionTimestamp"):
+            if app.pools.pop(key, None) is not None:
+                app.metrics.forget_pool(key)
             return
-        state.last_poll = now
-        pool_tick = PoolTick(app, body, patch, logger)
-        report = True
-        try:
-            report = pool_tick.run(state, now)
-        except InvalidSpec as exc:
-            raise kopf.PermanentError(str(exc)) from exc
-        except KubeError as exc:
-            raise kopf.TemporaryError(str(exc), delay=app.config.tick_seconds) from exc
-        finally:
-            if report:
-                pool_tick.flush()
-
-    @kopf.on.delete(GROUP, VERSION, PLURAL, optional=True, registry=registry)
-    def forget(body: kopf.Body, **_: Any) -> None:
-        key = f"{body.metadata.namespace}/{body.metadata.name}"
-        app.pools.pop(key, None)
-        app.metrics.forget_pool(key)
+        app.pools.setdefault(key, PoolState()).body = copy.deepcopy(dict(body))
 
     return registry

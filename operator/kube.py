@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import datetime
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -64,6 +65,22 @@ def label_selector(selector: kubernetes.client.V1LabelSelector) -> str:
     return ",".join(terms)
 
 
+EVENT_SOURCE = "leaseq-operator"
+
+
+@dataclass(frozen=True)
+class ObjectRef:
+    """A custom object the operator writes status and Events for."""
+
+    group: str
+    version: str
+    plural: str
+    kind: str
+    namespace: str
+    name: str
+    uid: str | None = None
+
+
 @dataclass(frozen=True)
 class Pod:
     """A pod of a Deployment, as far as scale-down protection cares."""
@@ -115,6 +132,7 @@ class Kube:
         self._client = kubernetes.client.ApiClient(self.cluster.configuration)
         self._apps = kubernetes.client.AppsV1Api(self._client)
         self._core = kubernetes.client.CoreV1Api(self._client)
+        self._custom = kubernetes.client.CustomObjectsApi(self._client)
 
     def close(self) -> None:
         self._client.close()  # type: ignore[no-untyped-call]
@@ -171,3 +189,41 @@ class Kube:
             return base64.b64decode(encoded, validate=True).decode()
         except (binascii.Error, UnicodeDecodeError) as exc:
             raise KubeError(f"secret {namespace}/{name} key {key!r} is not text: {exc}") from exc
+
+    def patch_status(self, ref: ObjectRef, status: Mapping[str, Any]) -> None:
+        """Merge ``status`` into the object's status subresource."""
+        with _calling(f"write status of {ref.plural}/{ref.namespace}/{ref.name}"):
+            self._custom.patch_namespaced_custom_object_status(
+                ref.group,
+                ref.version,
+                ref.namespace,
+                ref.plural,
+                ref.name,
+                {"status": dict(status)},
+                _content_type=MERGE_PATCH,
+            )
+
+    def post_event(self, ref: ObjectRef, type_: str, reason: str, message: str) -> None:
+        """An Event about the object, as ``kubectl describe`` shows them."""
+        now = datetime.datetime.now(datetime.UTC)
+        event = kubernetes.client.CoreV1Event(
+            metadata=kubernetes.client.V1ObjectMeta(
+                generate_name=f"{ref.name}.", namespace=ref.namespace
+            ),
+            involved_object=kubernetes.client.V1ObjectReference(
+                api_version=f"{ref.group}/{ref.version}",
+                kind=ref.kind,
+                name=ref.name,
+                namespace=ref.namespace,
+                uid=ref.uid,
+            ),
+            type=type_,
+            reason=reason,
+            message=message[:1024],
+            source=kubernetes.client.V1EventSource(component=EVENT_SOURCE),
+            first_timestamp=now,
+            last_timestamp=now,
+            count=1,
+        )
+        with _calling(f"post event {reason} on {ref.plural}/{ref.namespace}/{ref.name}"):
+            self._core.create_namespaced_event(ref.namespace, event)

@@ -68,11 +68,19 @@ class LeaderLease:
     clock: Callable[[], float] = time.monotonic
     term: int = 0
     _valid_until: float = field(default=0.0, init=False)
+    _led_until: float = field(default=0.0, init=False)
 
     @property
     def held(self) -> bool:
         """True while the last renewal succeeded less than a TTL ago (by the local clock)."""
         return self.term > 0 and self.clock() < self._valid_until
+
+    @property
+    def led_recently(self) -> bool:
+        """True in the replica whose last successful renewal is less than a TTL old, even if
+        a renewal failed since (the database is down: no other replica can have taken over
+        within that TTL). It reports the outage on WorkerPools; it never reaps or scales."""
+        return self.clock() < self._led_until
 
     def renew(self, now: datetime | None = None) -> bool:
         """Take or renew the lease; on refusal or a database error, step down (and re-raise)."""
@@ -86,12 +94,13 @@ class LeaderLease:
             raise
         if held is None:
             self._step_down("another replica holds the lease")
+            self._led_until = 0.0
             return False
         term = held.term
         if term != self.term:
             log.info("reaper lease acquired", extra={"holder": self.holder, "term": term})
         self.term = term
-        self._valid_until = started + self.ttl
+        self._valid_until = self._led_until = started + self.ttl
         return True
 
     def release(self) -> None:
@@ -99,6 +108,7 @@ class LeaderLease:
         if self.term:
             self.leadership.release(self.name, self.holder, term=self.term)
             self._step_down("released")
+        self._led_until = 0.0
 
     def _step_down(self, why: str) -> None:
         if self.term:

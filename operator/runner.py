@@ -17,6 +17,12 @@ from leaseq.operator.handlers import build_registry
 from leaseq.operator.kube import Cluster
 
 
+def _not_a_success(record: logging.LogRecord) -> bool:
+    """False for kopf's "Handler 'watch' succeeded." lines: one per WorkerPool change in every
+    replica says nothing (failures and everything else still pass)."""
+    return not (record.levelno == logging.INFO and record.getMessage().endswith(" succeeded."))
+
+
 def kopf_settings(config: OperatorConfig) -> kopf.OperatorSettings:
     settings = kopf.OperatorSettings()
     # On shutdown, let a tick in progress finish (it can wait for the database this long)
@@ -25,7 +31,9 @@ def kopf_settings(config: OperatorConfig) -> kopf.OperatorSettings:
     # The CRD is installed with the chart before the operator starts: no need to rescan the
     # cluster's resources (which also needs cluster-wide list rights on namespaces and CRDs).
     settings.scanning.disabled = True
-    # Keep kopf's bookkeeping in leaseq's own annotation and finalizer names, out of status.
+    # Keep kopf's bookkeeping in leaseq's own annotation names, out of status. kopf adds no
+    # finalizer (no timers, no changing handlers); naming the one earlier versions added
+    # makes it remove that one from WorkerPools it sees.
     settings.persistence.finalizer = "leaseq.dev/operator"
     settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix="leaseq.dev")
     settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
@@ -45,6 +53,7 @@ def run(
 ) -> None:
     """Run the operator until ``stop_flag`` is set (or SIGTERM/SIGINT in the main thread)."""
     app = app or OperatorApp(config, cluster)
+    logging.getLogger("kopf.objects").addFilter(_not_a_success)  # idempotent per function
     address = config.metrics_address
     host = f"[{address}]" if ":" in address else address
     liveness = f"http://{host}:{config.health_port}/healthz" if config.health_port else None
@@ -54,6 +63,9 @@ def run(
                 registry=build_registry(app),
                 settings=kopf_settings(config),
                 standalone=True,
+                # Without an identity kopf asks getpass.getuser(), which raises KeyError in a
+                # pod: the image's uid 10001 has no passwd entry, and neither has the chart's.
+                identity=config.operator_id,  # type: ignore[arg-type]  # kopf's NewType of str, not exported
                 clusterwide=not config.namespace,
                 namespaces=[config.namespace] if config.namespace else (),
                 liveness_endpoint=liveness,

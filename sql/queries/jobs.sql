@@ -51,8 +51,10 @@ claimed AS (
            heartbeat_at = t.now,
            lease_expires_at = t.now + least(make_interval(secs => %(lease_seconds)s),
                                             coalesce(j.timeout, make_interval(secs => %(lease_seconds)s)))
-      FROM candidate, t
-     WHERE j.id = candidate.id
+      FROM t
+     -- An array, not a join: the generic plan cannot see LIMIT and would hash-join a
+     -- sequential scan of jobs against the candidates; this plan is an index scan either way.
+     WHERE j.id = ANY (ARRAY(SELECT candidate.id FROM candidate))
     RETURNING j.id, j.queue, j.job_type, j.payload, j.priority, j.available_at, j.attempt_count,
               j.max_attempts, j.lease_token, j.lease_expires_at, j.started_at,
               extract(epoch FROM j.timeout)::float8 AS timeout_seconds,

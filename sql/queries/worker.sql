@@ -3,3 +3,7 @@
 -- name: worker_listen
 -- Subscribes this session to enqueue/release/retry wake-ups (the payload of each is the queue name).
 LISTEN leaseq_jobs;
+
+-- name: worker_session
+-- Makes this session reuse one generic plan per prepared statement: every worker statement is a by-id or by-index statement whose generic plan is its custom plan, so planning each call would be wasted (the claim's planning cost as much as its execution).
+SET plan_cache_mode = force_generic_plan;

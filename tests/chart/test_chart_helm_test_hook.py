@@ -4,6 +4,7 @@ message saying why) on an unmigrated database or a metrics endpoint without the 
 
 from __future__ import annotations
 
+import contextlib
 import http.server
 import subprocess
 import sys
@@ -26,10 +27,10 @@ class _Metrics(http.server.BaseHTTPRequestHandler):
         pass
 
 
-@pytest.fixture
-def metrics_url() -> Iterator[str]:
-    """A /metrics endpoint serving one operator sample."""
-    handler = type("Handler", (_Metrics,), {"body": b'leaseq_queue_jobs{state="ready"} 0\n'})
+@contextlib.contextmanager
+def serving(body: bytes) -> Iterator[str]:
+    """A local /metrics endpoint answering ``body``; yields its URL."""
+    handler = type("Handler", (_Metrics,), {"body": body})
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
@@ -38,6 +39,13 @@ def metrics_url() -> Iterator[str]:
     finally:
         server.shutdown()
         thread.join()
+
+
+@pytest.fixture
+def metrics_url() -> Iterator[str]:
+    """A /metrics endpoint serving one operator sample."""
+    with serving(b'leaseq_queue_jobs{state="ready"} 0\n') as url:
+        yield url
 
 
 def hook_script(helm: Helm) -> str:
@@ -68,6 +76,14 @@ def test_fails_without_the_schema(helm: Helm, empty_database_url: str) -> None:
     proc = run_script(hook_script(helm), empty_database_url)
     assert proc.returncode != 0
     assert "did the migration run?" in proc.stderr
+
+
+def test_fails_on_help_and_type_lines_without_a_sample(helm: Helm, database_url: str) -> None:
+    body = b"# HELP leaseq_queue_jobs Jobs by queue and state\n# TYPE leaseq_queue_jobs gauge\n"
+    with serving(body) as url:
+        proc = run_script(hook_script(helm), database_url, f"{url} leaseq_queue_jobs")
+    assert proc.returncode != 0, proc.stdout
+    assert "answered without leaseq_queue_jobs samples" in proc.stderr
 
 
 def test_fails_without_the_metric(helm: Helm, database_url: str, metrics_url: str) -> None:

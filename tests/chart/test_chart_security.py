@@ -106,7 +106,7 @@ def cluster_scoped_names(helm: Helm, namespace: str, release: str = "rel") -> se
     )
     names = {o["kind"]: o["metadata"]["name"] for o in objs if o["kind"] in kinds}
     assert set(names) == set(kinds)
-    assert all(len(n) <= 63 for n in names.values()), names
+    assert all(len(n) <= 253 for n in names.values()), names
     return {f"{k}/{n}" for k, n in names.items()}
 
 

@@ -5,11 +5,13 @@ Run it (needs a running Docker engine, kind, kubectl and helm; the rest comes fr
     scripts/fetch-tools.sh && PATH="$PWD/.tools/bin:$PATH" pytest -m e2e tests/e2e -v
 
 One test, in the order a user would see it: create the cluster from kind-config.yaml, build
-the image and load it, `helm install` with the in-cluster PostgreSQL (ci/kind-values.yaml),
-enqueue 100 slow jobs, watch the WorkerPool scale the workers to maxReplicas, force-delete a
-busy worker pod and see its job run again elsewhere, `helm upgrade` (a rolling restart) while
-jobs run, watch the pool scale back to zero, then check every job succeeded with exactly one
-effect and none went dead, and `helm test` passes.
+the image and load it, `helm install` with the in-cluster PostgreSQL (ci/kind-values.yaml;
+its hooks run before the release's own objects exist), enqueue 100 slow jobs, watch the
+WorkerPool scale the workers to maxReplicas, force-delete a busy worker pod and see the
+reaper take its job back, `helm upgrade` (a rolling restart) while jobs run, so that draining
+pods release jobs longer than their drain window, watch the pool scale back to zero, check
+every job succeeded with exactly one effect and none went dead, `helm test`, and finally
+`helm uninstall` and deleting the namespace, which must both finish and leave nothing behind.
 
 LEASEQ_E2E_KEEP_CLUSTER=1 keeps (and reuses) the cluster; LEASEQ_E2E_NODE_IMAGE picks the
 node image (e.g. the oldest Kubernetes the chart claims).
@@ -42,8 +44,9 @@ RELEASE = "leaseq"
 IMAGE = "leaseq:e2e"  # ci/kind-values.yaml: repository leaseq, tag e2e, pullPolicy Never
 QUEUE = "e2e"  # ci/kind-values.yaml: worker.queues
 JOBS = 100
-JOB_SECONDS = 15
+JOB_SECONDS = 15  # longer than ci/kind-values.yaml's worker.drainSeconds (5): see the upgrade
 MAX_REPLICAS = 4  # ci/kind-values.yaml: worker.pool.maxReplicas
+CLEANUP_TIMEOUT = "3m"  # uninstall and namespace deletion: a hang is a failure, not a wait
 WORKER = f"{RELEASE}-worker"
 POSTGRES = f"{RELEASE}-postgresql"
 
@@ -135,7 +138,7 @@ def installed(cluster: Cluster) -> Cluster:
     """The image built and loaded, the chart installed with the demo PostgreSQL."""
     subprocess.run(["docker", "build", "-t", IMAGE, str(REPO)], check=True, timeout=1200)
     subprocess.run(["kind", "load", "docker-image", IMAGE, "--name", CLUSTER], check=True)
-    cluster.run("helm", "uninstall", RELEASE, "-n", NAMESPACE, "--ignore-not-found", "--wait")
+    uninstall(cluster)  # a kept cluster's earlier run
     cluster.helm(
         "install",
         RELEASE,
@@ -148,6 +151,19 @@ def installed(cluster: Cluster) -> Cluster:
         "10m",
     )
     return cluster
+
+
+def uninstall(cluster: Cluster) -> None:
+    """`helm uninstall` and the namespace deletion, each bounded: a WorkerPool held by a
+    finalizer nobody can remove any more would hang both forever."""
+    cluster.run(
+        "helm", "uninstall", RELEASE, "-n", NAMESPACE, "--ignore-not-found",
+        "--wait", "--timeout", CLEANUP_TIMEOUT,
+    )  # fmt: skip
+    cluster.run(
+        "kubectl", "delete", "namespace", NAMESPACE, "--ignore-not-found",
+        "--wait", f"--timeout={CLEANUP_TIMEOUT}",
+    )  # fmt: skip
 
 
 def free_port() -> int:
@@ -225,13 +241,23 @@ def test_scale_crash_upgrade_scale_down(installed: Cluster, database_url: str) -
 
         victim_pod, victim_job = wait_for("a busy worker pod", busy, timeout=120)
         cluster.kubectl("delete", "pod", victim_pod, "--grace-period=0", "--force")
+        # The reaper takes it back once its lease expires. It then waits behind the jobs
+        # already queued (backoff, FIFO), so its second run is checked at the end: waiting
+        # for it here would start the upgrade only after every other job had finished.
         wait_for(
-            f"job {victim_job} to be claimed again",
-            lambda: len(queue.attempts(victim_job)) >= 2 or None,
+            f"job {victim_job} to be reaped",
+            lambda: any(a.outcome == "lease_expired" for a in queue.attempts(victim_job)) or None,
             timeout=300,
         )
 
-        # A rolling restart through helm while jobs run: draining pods release or finish.
+        # A rolling restart through helm while jobs run: every old pod gets SIGTERM with jobs
+        # in flight; those with more than drainSeconds (5) left of their JOB_SECONDS (15) are
+        # released back to the queue (without costing an attempt), the others finish.
+        [before] = queue.stats([QUEUE])
+        assert before.running > 0 and before.ready > 0, (
+            f"the upgrade must start while jobs run and wait: {before}"
+        )
+        old_pods = set(cluster.jsonpath("pods", "{.items[*].metadata.name}").split())
         cluster.helm(
             "upgrade",
             RELEASE,
@@ -243,6 +269,13 @@ def test_scale_crash_upgrade_scale_down(installed: Cluster, database_url: str) -
             "--timeout",
             "10m",
         )
+        released = [
+            a
+            for job_id in job_ids
+            for a in queue.attempts(job_id)
+            if a.outcome == "released" and any(pod in a.worker for pod in old_pods)
+        ]
+        assert released, "no draining pod released a job: the release path was not exercised"
 
         # Everything runs to the end, then the pool scales back to minReplicas (0).
         def drained() -> bool:
@@ -272,3 +305,13 @@ def test_scale_crash_upgrade_scale_down(installed: Cluster, database_url: str) -
         assert any(victim_pod not in a.worker for a in attempts)
 
     cluster.helm("test", RELEASE, "--timeout", "5m")
+
+    # Uninstall as a user does; nothing of the release is left, in the namespace or outside.
+    uninstall(cluster)
+    leftovers = cluster.run(
+        "kubectl", "get", "clusterroles,clusterrolebindings", "-o", "name",
+        "-l", f"app.kubernetes.io/instance={RELEASE}",
+    )  # fmt: skip
+    assert leftovers.strip() == ""
+    namespaces = cluster.run("kubectl", "get", "namespaces", "-o", "name").split()
+    assert f"namespace/{NAMESPACE}" not in namespaces

@@ -3,17 +3,14 @@
 from __future__ import annotations
 
 import threading
-import warnings
 from collections.abc import Iterator
 from dataclasses import replace
-from pathlib import Path
 from typing import Any
 
-import kmock
 import kubernetes.client
 import pytest
 import yaml
-from emulator import EmulatorServer
+from emulator import CRD_PATH, EmulatorServer, leaseq_server
 from harness import NAMESPACE, Api, RunningOperator, StartOperator
 
 from leaseq.operator.app import OperatorApp
@@ -21,8 +18,6 @@ from leaseq.operator.config import OperatorConfig
 from leaseq.operator.kube import Cluster
 from leaseq.operator.runner import run
 from support.polling import wait_for
-
-CRD_PATH = Path(__file__).parents[2] / "charts" / "leaseq" / "crds" / "workerpools.leaseq.dev.yaml"
 
 
 @pytest.fixture(scope="session")
@@ -33,19 +28,7 @@ def crd() -> dict[str, Any]:
 
 @pytest.fixture
 def emulator(crd: dict[str, Any]) -> Iterator[EmulatorServer]:
-    server = EmulatorServer()
-    with warnings.catch_warnings():  # kmock reads its bundle with a deprecated importlib call
-        warnings.simplefilter("ignore", DeprecationWarning)
-        server.emulator.resources.load_bundled()
-    [version] = crd["spec"]["versions"]
-    server.emulator.resources["leaseq.dev/v1/workerpools"] = kmock.ResourceInfo(
-        kind=crd["spec"]["names"]["kind"],
-        singular=crd["spec"]["names"]["singular"],
-        namespaced=True,
-        verbs={"get", "list", "watch", "create", "patch", "delete"},
-        subresources=set(version["subresources"]),
-    )
-    with server:
+    with leaseq_server(crd) as server:
         yield server
 
 

@@ -18,7 +18,9 @@ import datetime
 import re
 import threading
 import uuid
+import warnings
 from collections.abc import AsyncIterator, Mapping
+from pathlib import Path
 from typing import Any
 
 import aiohttp.web
@@ -28,6 +30,7 @@ import kmock
 from kmock import action
 
 ObjectKey = tuple[kmock.resource, str | None, str]
+CRD_PATH = Path(__file__).parents[2] / "charts" / "leaseq" / "crds" / "workerpools.leaseq.dev.yaml"
 SELECTOR_TERM = re.compile(r"^\s*(!)?\s*([\w./-]+)\s*(?:(==|=|!=)\s*([\w.-]*))?\s*$")
 
 
@@ -352,3 +355,21 @@ class EmulatorServer:
             self._loop.call_soon_threadsafe(self._stop.set)
         if self._thread is not None:
             self._thread.join(30)
+
+
+def leaseq_server(crd: Mapping[str, Any]) -> EmulatorServer:
+    """An emulator (not started yet) serving the built-in resources and ``crd`` (WorkerPool)."""
+    server = EmulatorServer()
+    with warnings.catch_warnings():  # kmock reads its bundle with a deprecated importlib call
+        warnings.simplefilter("ignore", DeprecationWarning)
+        server.emulator.resources.load_bundled()
+    [version] = crd["spec"]["versions"]
+    group, plural = crd["spec"]["group"], crd["spec"]["names"]["plural"]
+    server.emulator.resources[f"{group}/{version['name']}/{plural}"] = kmock.ResourceInfo(
+        kind=crd["spec"]["names"]["kind"],
+        singular=crd["spec"]["names"]["singular"],
+        namespaced=True,
+        verbs={"get", "list", "watch", "create", "patch", "delete"},
+        subresources=set(version["subresources"]),
+    )
+    return server

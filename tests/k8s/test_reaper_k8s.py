@@ -68,7 +68,7 @@ def test_only_the_leader_scales(
     api.create_pool("ocr", {"deployment": "workers", "queues": ["ocr"], "pollSeconds": 0.1})
     queue.enqueue_many([leaseq.JobSpec("ocr", "extract"), leaseq.JobSpec("ocr", "extract")])
     wait_for(lambda: api.replicas("workers") == 2)
-    [scaled] = api.events("ScaledUp")
+    [scaled] = wait_for(lambda: api.events("ScaledUp"))
     assert "from 0 to 2" in scaled.message
     gauges = [
         _sample(

@@ -3,6 +3,9 @@
 
 from __future__ import annotations
 
+import ctypes
+import json
+import os
 import time
 from pathlib import Path
 from typing import Any
@@ -16,7 +19,10 @@ STARTED: list[float] = []
 
 @registry.on_startup
 def started() -> None:
+    """Record the start-up, in memory and as ``started-<pid>`` in the working directory
+    (so a test can tell which processes ran it)."""
     STARTED.append(time.time())
+    Path(f"started-{os.getpid()}").touch()
 
 
 def _seconds(payload: dict[str, Any], ctx: JobContext) -> float:
@@ -63,3 +69,97 @@ def broken(payload: dict[str, Any], ctx: JobContext) -> None:
 def silent(payload: dict[str, Any], ctx: JobContext) -> None:
     """Never reports progress: the worker must stop renewing and fail it."""
     ctx.wait(30)
+
+
+def _note_pid(payload: dict[str, Any]) -> None:
+    if "pid_file" in payload:
+        Path(payload["pid_file"]).write_text(str(os.getpid()))
+
+
+@registry.job("hold_gil")
+def hold_gil(payload: dict[str, Any], ctx: JobContext) -> dict[str, Any]:
+    """Sit in a C call that keeps the GIL for ``payload['seconds']``: ``ctypes.PyDLL``
+    never releases it, so no other thread of this process runs meanwhile."""
+    _note_pid(payload)
+    ctypes.PyDLL(None).sleep(int(payload["seconds"]))
+    return {"pid": os.getpid()}
+
+
+@registry.job("die")
+def die(payload: dict[str, Any], ctx: JobContext) -> dict[str, Any]:
+    """On the first attempt, note the pid and die as asked: ``wait`` (to be killed from
+    outside), ``exit`` (``os._exit(3)``) or ``segfault``; later attempts succeed."""
+    if ctx.attempt > 1:
+        return {"attempt": ctx.attempt, "pid": os.getpid()}
+    _note_pid(payload)
+    how = payload["how"]
+    if how == "exit":
+        os._exit(3)
+    if how == "segfault":
+        ctypes.string_at(0)
+    while True:
+        time.sleep(0.05)
+
+
+@registry.job("runaway")
+def runaway(payload: dict[str, Any], ctx: JobContext) -> None:
+    """Ignore every stop request, forever (only a kill ends it)."""
+    _note_pid(payload)
+    while True:
+        time.sleep(0.05)
+
+
+@registry.job("steps")
+def steps(payload: dict[str, Any], ctx: JobContext) -> dict[str, Any]:
+    """Progress and a checkpoint, then (first attempt) wait for ``gate`` and fail; the next
+    attempt returns what it found; ``should_stop`` and the stop reason are reported too."""
+    if ctx.attempt > 1:
+        return {"resumed": ctx.last_checkpoint, "pid": os.getpid()}
+    ctx.progress({"pct": 50})
+    stored = ctx.checkpoint({"step": 3})
+    gate = Path(payload["gate"])
+    while not gate.exists():
+        if ctx.wait(0.05):
+            raise Interrupted(f"stopped: {ctx.stop_reason}")
+    raise RuntimeError(f"crash after the checkpoint (stored={stored})")
+
+
+@registry.batch("embed", max_batch=8, max_wait=0.2)
+def embed(payloads: list[dict[str, Any]], ctxs: list[JobContext]) -> list[Any]:
+    """One result per job (its text's length and the batch it ran in), or an error for a
+    bad input; waits for ``gate`` first when a payload names one."""
+    for payload in payloads:
+        gate = payload.get("gate")
+        while gate and not Path(gate).exists():
+            time.sleep(0.02)
+    batch = [ctx.job_id for ctx in ctxs]
+    results: list[Any] = []
+    for payload in payloads:
+        if not isinstance(payload.get("text"), str):
+            results.append(PermanentError(f"no text in {payload!r}"))
+        else:
+            results.append({"length": len(payload["text"]), "batch": batch, "pid": os.getpid()})
+    return results
+
+
+@registry.batch("embed_fill", max_batch=3, max_wait=60)
+def embed_fill(payloads: list[dict[str, Any]], ctxs: list[JobContext]) -> list[Any]:
+    """Waits up to a minute for three jobs: only a full batch runs in a test."""
+    return [{"batch": [ctx.job_id for ctx in ctxs]} for _ in payloads]
+
+
+@registry.job("late_checkpoint")
+def late_checkpoint(payload: dict[str, Any], ctx: JobContext) -> dict[str, Any]:
+    """Wait for ``gate``, then checkpoint; write what the context said to ``report``."""
+    gate = Path(payload["gate"])
+    while not gate.exists():
+        time.sleep(0.02)
+    stored = ctx.checkpoint({"late": True})
+    seen = {
+        "stored": stored,
+        "should_stop": ctx.should_stop,
+        "reason": ctx.stop_reason.value if ctx.stop_reason else None,
+        "wait": ctx.wait(0),
+    }
+    Path(payload["report"]).write_text(json.dumps(seen))
+    return seen

@@ -31,6 +31,7 @@ def spawn_worker(database_url: str, tmp_path: Path) -> Iterator[Callable[..., Wo
         poll: float = 0.5,
         drain: float = 5.0,
         listen: bool = True,
+        isolation: str = "thread",
         env: dict[str, str] | None = None,
     ) -> WorkerProcess:
         return workers.start(
@@ -43,6 +44,7 @@ def spawn_worker(database_url: str, tmp_path: Path) -> Iterator[Callable[..., Wo
             "--poll-seconds", str(poll),
             "--drain-seconds", str(drain),
             "--listen", str(listen).lower(),
+            "--isolation", isolation,
             "--log-level", "DEBUG",
             env=env,
         )  # fmt: skip

@@ -13,7 +13,11 @@ from support.workers import WorkerProcess
 pytestmark = pytest.mark.process
 
 OUTCOMES = ("succeeded", "failed", "dead", "timed_out", "released", "lease_lost", "fenced")
-JOB_TYPES = ("broken", "gated", "silent", "work")  # everything tests/process/apps.py registers
+# Everything tests/process/apps.py registers.
+JOB_TYPES = (
+    "broken", "die", "embed", "embed_fill", "gated", "hold_gil", "late_checkpoint", "runaway",
+    "silent", "steps", "work",
+)  # fmt: skip
 
 
 def documented_series(queue: str) -> set[tuple[str, tuple[tuple[str, str], ...]]]:
@@ -25,6 +29,7 @@ def documented_series(queue: str) -> set[tuple[str, tuple[tuple[str, str], ...]]
         ("leaseq_worker_draining", ()),
         ("leaseq_worker_loading", ()),
         ("leaseq_worker_startup_seconds", ()),
+        ("leaseq_child_processes_started_total", ()),
         ("leaseq_jobs_in_flight", q),
         ("leaseq_lease_renewals_total", q),
         ("leaseq_lease_losses_total", q),

@@ -187,12 +187,25 @@ def test_context_progress_is_versioned_and_the_first_stop_reason_wins() -> None:
 
 def test_in_flight_attempt_is_settled_by_exactly_one_party() -> None:
     job = InFlight.start(
-        claimed(timeout=10.0), None, context(), sent_at=100.0, received_at=100.2, lease_seconds=30
+        claimed(timeout=10.0),
+        None,
+        context(),
+        sent_at=100.0,
+        received_at=100.2,
+        lease_seconds=30,
+        heartbeat_seconds=10,
     )
     assert job.lease_bound == pytest.approx(130.2)
+    assert job.renew_at == pytest.approx(110.2)  # no heartbeat for a job done within 10 s
     assert job.deadline == pytest.approx(109.5)  # before the database's deadline, never after
     assert InFlight.start(
-        claimed(timeout=1.0), None, context(), sent_at=0.0, received_at=0.0, lease_seconds=30
+        claimed(timeout=1.0),
+        None,
+        context(),
+        sent_at=0.0,
+        received_at=0.0,
+        lease_seconds=30,
+        heartbeat_seconds=10,
     ).deadline == pytest.approx(0.75)
     assert job.take(Settler.LEASE_LOST)
     assert not job.take(Settler.HANDLER)

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import random
 
+# One generator for every Backoff: seeding a new one from the OS costs more than a job does.
+_SHARED = random.Random()
+
 
 class Backoff:
     """Delays that double from ``base`` up to ``cap``, each drawn uniformly from the upper half
@@ -18,7 +21,7 @@ class Backoff:
         self.base = base
         self.cap = cap
         self._step = base
-        self._rng = rng or random.Random()
+        self._rng = rng or _SHARED
 
     def next(self) -> float:
         """The next delay in seconds, in ``[step/2, step]``; the step then doubles up to cap."""

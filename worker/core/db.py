@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
@@ -36,10 +36,12 @@ def open_pool(
     max_size: int = 4,
     name: str = "leaseq",
     timeout: float = 10.0,
+    configure: Callable[[Conn], None] | None = None,
 ) -> ConnectionPool[Conn]:
     """A pool of autocommit connections. Connections are made in the background; a call that
-    cannot get one within ``timeout`` seconds fails with DatabaseUnavailable. A malformed
-    ``conninfo`` is refused here (ConfigError), before the pool could log it."""
+    cannot get one within ``timeout`` seconds fails with DatabaseUnavailable. ``configure``
+    runs on each new connection before it is first handed out. A malformed ``conninfo`` is
+    refused here (ConfigError), before the pool could log it."""
     check_conninfo(conninfo, action="connect")
     return ConnectionPool(
         conninfo,
@@ -48,6 +50,7 @@ def open_pool(
         name=name,
         timeout=timeout,
         kwargs={"autocommit": True},
+        configure=configure,
         open=True,
     )
 

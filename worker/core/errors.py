@@ -74,6 +74,10 @@ class SchemaNotReady(DatabaseError):
     """leaseq's tables are missing or older than this code."""
 
 
+class WrongEncoding(DatabaseError):
+    """The database is not UTF8: text (job types, payloads) would come back as bytes."""
+
+
 class SchemaTooNew(DatabaseError):
     """The database was migrated by a newer leaseq than this one."""
 

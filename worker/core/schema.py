@@ -10,7 +10,7 @@ from importlib import resources
 
 from leaseq.core._store.store import Store
 from leaseq.core.db import Conn, Db, borrow
-from leaseq.core.errors import SchemaNotReady, SchemaTooNew
+from leaseq.core.errors import SchemaNotReady, SchemaTooNew, WrongEncoding
 
 log = logging.getLogger("leaseq.migrate")
 
@@ -80,6 +80,17 @@ def _refuse_newer(applied: dict[int, str]) -> None:
         )
 
 
+def _require_utf8(conn: Conn, store: Store) -> None:
+    encoding = store.migration_server_encoding(conn)
+    if encoding != "UTF8":
+        raise WrongEncoding(
+            f"the database's encoding is {encoding}; leaseq needs UTF8 (with {encoding} every "
+            "text value, job types included, reads back as bytes, so no handler would ever "
+            "match). Create the database with ENCODING 'UTF8' TEMPLATE template0. Nothing was "
+            "changed."
+        )
+
+
 class Schema:
     """leaseq's schema in one database: migrate it, or check it is the one this code needs."""
 
@@ -102,6 +113,7 @@ class Schema:
 
     def _migrate(self, conn: Conn, roles: ComponentRoles) -> MigrationReport:
         store = self._store
+        _require_utf8(conn, store)
         store.migration_lock(conn)
         try:
             with conn.transaction():
@@ -131,8 +143,10 @@ class Schema:
 
     def check(self) -> int:
         """The database's schema version if it is exactly this code's; raises
-        :class:`SchemaNotReady` (none, or older) or :class:`SchemaTooNew` otherwise."""
+        :class:`WrongEncoding` (not UTF8), :class:`SchemaNotReady` (none, or older) or
+        :class:`SchemaTooNew` otherwise."""
         with borrow(self._db, "check schema") as conn:
+            _require_utf8(conn, self._store)
             if not self._store.migration_schema_exists(conn):
                 raise SchemaNotReady(
                     "this database has no leaseq schema; "

@@ -6,10 +6,9 @@ import enum
 import logging
 import threading
 import time
-from typing import Any
+from typing import Any, Protocol
 
-from leaseq.core.models import ClaimedJob
-from leaseq.core.queue import Queue
+from leaseq.core.models import ClaimedJob, Lease
 
 
 class PermanentError(Exception):
@@ -38,11 +37,19 @@ class StopReason(enum.Enum):
     NO_PROGRESS = "no_progress"
 
 
+class Checkpoints(Protocol):
+    """Where :meth:`JobContext.checkpoint` stores state: the :class:`leaseq.Queue` in the
+    worker process; in a child process (``--isolation process``), the supervisor, which
+    makes the same fenced call."""
+
+    def checkpoint(self, lease: Lease, state: Any) -> bool: ...
+
+
 class JobContext:
     """Handed to a handler with its payload. Thread-safe; one per attempt."""
 
     def __init__(
-        self, job: ClaimedJob, queue: Queue, worker_id: str, draining: threading.Event
+        self, job: ClaimedJob, queue: Checkpoints, worker_id: str, draining: threading.Event
     ) -> None:
         self._job = job
         self._queue = queue

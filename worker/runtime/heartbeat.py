@@ -60,25 +60,31 @@ class HeartbeatLoop:
         self.nudge = threading.Event()
 
     def run(self) -> None:
-        next_renewal = time.monotonic()
+        next_register = time.monotonic()
         while not self.stopping.is_set():
             self.health.tick("heartbeat")
             try:
                 now = time.monotonic()
                 self.enforce_limits(now)
-                if now >= next_renewal:
-                    next_renewal = now + self.interval
-                    self.renew_all()
+                self.renew_due(now)
+                if now >= next_register:
+                    next_register = now + self.interval
                     self.register()
             except Exception:
                 # A bug here must not stop renewals for good: log it loudly and go on.
                 log.exception("heartbeat loop error; continuing")
-            wake_at = min([next_renewal, *self._deadlines()])
+            wake_at = min([next_register, *self._due_times()])
             self.nudge.wait(max(0.0, wake_at - time.monotonic()))
             self.nudge.clear()
 
-    def _deadlines(self) -> list[float]:
-        return [j.deadline for j in self.jobs.running() if j.deadline is not None]
+    def _due_times(self) -> list[float]:
+        """When each running attempt next needs a renewal, and its max-runtime deadline."""
+        times = []
+        for job in self.jobs.running():
+            times.append(job.renew_at)
+            if job.deadline is not None:
+                times.append(job.deadline)
+        return times
 
     def enforce_limits(self, now: float) -> None:
         """Give up attempts past their max runtime or progress timeout; flag (only flag)
@@ -95,11 +101,15 @@ class HeartbeatLoop:
                 log.warning("lease expired before it could be renewed", extra=job.fields())
                 job.context.request_stop(StopReason.LEASE_LOST)
 
-    def renew_all(self) -> None:
+    def renew_due(self, now: float) -> None:
+        """Renew the leases of attempts that have run for a heartbeat interval since their
+        claim or last renewal; younger ones still hold a lease longer than that."""
         for job in self.jobs.running():
             if self.stopping.is_set():
                 return
-            self.renew(job)
+            if now >= job.renew_at:
+                job.renew_at = now + self.interval
+                self.renew(job)
 
     def renew(self, job: InFlight) -> None:
         """One renewal. Holds the attempt's lock so the slot cannot settle it meanwhile."""

@@ -33,6 +33,9 @@ class InFlight:
     lease_bound: float
     #: Local monotonic time at which to give the attempt up as timed out (None: no timeout).
     deadline: float | None
+    #: Local monotonic time of the next lease renewal: one heartbeat interval after the
+    #: claim, so an attempt that settles sooner never sends a heartbeat.
+    renew_at: float
     #: Held while a heartbeat for this job is in flight and while settling is decided.
     lock: threading.RLock = field(default_factory=threading.RLock)
     settled_by: Settler | None = None
@@ -50,6 +53,7 @@ class InFlight:
         sent_at: float,
         received_at: float,
         lease_seconds: float,
+        heartbeat_seconds: float,
     ) -> InFlight:
         """Local bounds from a claim sent at ``sent_at`` and answered at ``received_at``: the
         database's start time lies between the two."""
@@ -57,7 +61,14 @@ class InFlight:
         if job.timeout_seconds is not None:
             margin = min(TIMEOUT_MARGIN_SECONDS, job.timeout_seconds / 4)
             deadline = sent_at + job.timeout_seconds - margin
-        return cls(job, job_type, context, received_at + lease_seconds, deadline)
+        return cls(
+            job,
+            job_type,
+            context,
+            lease_bound=received_at + lease_seconds,
+            deadline=deadline,
+            renew_at=received_at + heartbeat_seconds,
+        )
 
     @property
     def running(self) -> bool:

@@ -18,7 +18,23 @@ OUTCOMES = tuple(Outcome)
 
 # Slow jobs: from sub-second to an hour.
 DURATION_BUCKETS = (0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800, 3600)
-CLAIM_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5)
+CLAIM_BUCKETS = (
+    0.0005,
+    0.001,
+    0.0015,
+    0.002,
+    0.003,
+    0.005,
+    0.01,
+    0.025,
+    0.05,
+    0.1,
+    0.25,
+    0.5,
+    1,
+    2.5,
+    5,
+)
 
 
 class WorkerMetrics:
@@ -84,6 +100,12 @@ class WorkerMetrics:
         self.startup = Gauge(
             "leaseq_worker_startup_seconds",
             "Seconds on_startup (a model load) took in this worker; 0 until it finished.",
+            registry=r,
+        )
+        self.children_started = Counter(
+            "leaseq_child_processes_started",
+            "Child processes started for handler slots (--isolation process): one per slot at "
+            "start-up, then one per child killed (max runtime, cancel, lost lease) or crashed.",
             registry=r,
         )
         for queue in queues:

@@ -13,13 +13,18 @@
         ...
         return {"pages": 12}                     # stored as the job's result and effect
 
+    @registry.batch("embed", max_batch=32, max_wait=0.02)
+    def embed(payloads, ctxs):
+        vectors = MODEL["m"].encode([p["text"] for p in payloads])   # one model call
+        return [{"vector": v} for v in vectors]  # one result (or exception) per job
+
 ``leaseq worker --app mypkg.jobs:registry`` loads it with :func:`load_app`.
 """
 
 from __future__ import annotations
 
 import importlib
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -30,18 +35,51 @@ if TYPE_CHECKING:
     from leaseq.runtime.context import JobContext
 
 Handler = Callable[[Any, "JobContext"], Any]
+#: ``handler(payloads, ctxs)``: one result, or one exception instance, per job, in order.
+BatchHandler = Callable[[list[Any], list["JobContext"]], Sequence[Any]]
 StartupHook = Callable[[], None]
+
+
+@dataclass(frozen=True)
+class Batching:
+    """How a batch job type gathers its attempts: up to ``max_batch`` at once, waiting at
+    most ``max_wait`` seconds after the first for the others."""
+
+    max_batch: int
+    max_wait: float
+    handler: BatchHandler
 
 
 @dataclass(frozen=True)
 class JobType:
     """A registered handler. ``progress_timeout``: when set, the worker stops renewing the
     lease and fails the attempt (error code ``NO_PROGRESS``, retried per policy) if the
-    handler reported no progress for that many seconds."""
+    handler reported no progress for that many seconds. ``batch``: set for a batch type
+    (then ``handler`` runs a batch of one)."""
 
     name: str
     handler: Handler
     progress_timeout: float | None = None
+    batch: Batching | None = None
+
+
+def batch_results(values: Any, count: int) -> list[Any]:
+    """A batch handler's return value as a list of ``count`` entries; TypeError otherwise."""
+    if isinstance(values, str | bytes) or not isinstance(values, Sequence):
+        raise TypeError(f"a batch handler must return a list, got {type(values).__name__}")
+    if len(values) != count:
+        raise TypeError(f"a batch handler returned {len(values)} results for {count} jobs")
+    return list(values)
+
+
+def _batch_of_one(handler: BatchHandler) -> Handler:
+    def one(payload: Any, ctx: JobContext) -> Any:
+        (value,) = batch_results(handler([payload], [ctx]), 1)
+        if isinstance(value, BaseException):
+            raise value
+        return value
+
+    return one
 
 
 class Registry:
@@ -60,6 +98,49 @@ class Registry:
         (retried with backoff; :class:`leaseq.PermanentError` goes straight to dead).
         Raises ConfigError for a bad or duplicate name.
         """
+        self._check(job_type, progress_timeout)
+
+        def register(handler: Handler) -> Handler:
+            self._types[job_type] = JobType(job_type, handler, progress_timeout)
+            return handler
+
+        return register
+
+    def batch(
+        self,
+        job_type: str,
+        *,
+        max_batch: int,
+        max_wait: float,
+        progress_timeout: float | None = None,
+    ) -> Callable[[BatchHandler], BatchHandler]:
+        """Decorator registering ``handler(payloads, ctxs)`` for ``job_type``, called with up
+        to ``max_batch`` claimed jobs at once: the worker waits at most ``max_wait`` seconds
+        after claiming the first for more to join.
+
+        It returns one entry per job, in order: the job's result, or an exception instance
+        that fails only that job (:class:`leaseq.PermanentError`: straight to dead). Raising
+        fails every job of the batch. Each job keeps its own lease and token, and the
+        batch's successes complete in one statement. Raises ConfigError for bad settings.
+        """
+        self._check(job_type, progress_timeout)
+        if isinstance(max_batch, bool) or not isinstance(max_batch, int) or max_batch < 1:
+            raise ConfigError(f"max_batch of {job_type!r} must be a positive integer")
+        try:
+            validation.non_negative("max_wait", max_wait)
+        except InvalidJob as exc:
+            raise ConfigError(f"{job_type!r}: {exc}") from exc
+
+        def register(handler: BatchHandler) -> BatchHandler:
+            batching = Batching(max_batch, float(max_wait), handler)
+            self._types[job_type] = JobType(
+                job_type, _batch_of_one(handler), progress_timeout, batching
+            )
+            return handler
+
+        return register
+
+    def _check(self, job_type: str, progress_timeout: float | None) -> None:
         try:
             validation.name("job_type", job_type)
             if progress_timeout is not None:
@@ -68,12 +149,6 @@ class Registry:
             raise ConfigError(str(exc)) from exc
         if job_type in self._types:
             raise ConfigError(f"job type {job_type!r} is registered twice")
-
-        def register(handler: Handler) -> Handler:
-            self._types[job_type] = JobType(job_type, handler, progress_timeout)
-            return handler
-
-        return register
 
     def on_startup(self, hook: StartupHook) -> StartupHook:
         """Decorator: run ``hook()`` once per worker process before it claims anything (load
@@ -92,6 +167,11 @@ class Registry:
     @property
     def job_types(self) -> list[str]:
         return sorted(self._types)
+
+    @property
+    def largest_batch(self) -> int:
+        """The largest ``max_batch`` of the batch types (1 when there are none)."""
+        return max((t.batch.max_batch for t in self._types.values() if t.batch), default=1)
 
 
 def load_app(path: str) -> Registry:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import enum
 import os
 import socket
 from collections.abc import Mapping
@@ -24,6 +25,18 @@ def boolean(text: str) -> bool:
     raise ValueError("must be true or false")
 
 
+class Isolation(enum.StrEnum):
+    """Where handlers run. THREAD (the default): threads of the worker process, which share
+    its memory and GIL with the heartbeat; cheap, and right for handlers that wait on I/O
+    or release the GIL. PROCESS: one child process per slot, supervised by the worker
+    process, which keeps the leases; for handlers that hold the GIL in C calls, may crash,
+    leak, or hold a GPU that only a killed process gives back. It costs a process per slot
+    (``on_startup`` runs in each: one model copy per slot) and a pipe hop per message."""
+
+    THREAD = "thread"
+    PROCESS = "process"
+
+
 APP = Option("app", "LEASEQ_APP", str, None, "handler registry to load, as package.module:name")
 QUEUES = Option(
     "queue",
@@ -34,7 +47,20 @@ QUEUES = Option(
     repeat=True,
 )
 CONCURRENCY = Option(
-    "concurrency", "LEASEQ_CONCURRENCY", settings.positive_int, 1, "jobs run at once (threads)"
+    "concurrency",
+    "LEASEQ_CONCURRENCY",
+    settings.positive_int,
+    1,
+    "slots: jobs (or batches) run at once (threads or child processes, see --isolation)",
+)
+ISOLATION = Option(
+    "isolation",
+    "LEASEQ_ISOLATION",
+    settings.choice(*Isolation),
+    Isolation.THREAD.value,
+    "where handlers run: thread (threads of the worker process) or process (a child process "
+    "per slot, killed at max runtime, on cancel or on a lost lease; a crash fails only its "
+    "attempt)",
 )
 DRAIN_SECONDS = Option(
     "drain_seconds",
@@ -85,6 +111,7 @@ OPTIONS = [
     APP,
     QUEUES,
     CONCURRENCY,
+    ISOLATION,
     DRAIN_SECONDS,
     LEASE_SECONDS,
     HEARTBEAT_SECONDS,
@@ -108,6 +135,7 @@ class WorkerSettings:
     app: str
     queues: tuple[str, ...]
     concurrency: int = 1
+    isolation: Isolation = Isolation.THREAD
     drain_seconds: float = 25.0
     lease_seconds: float = DEFAULT_LEASE_SECONDS
     heartbeat_seconds: float = 10.0
@@ -148,6 +176,7 @@ class WorkerSettings:
             app=settings.require(values, APP),
             queues=tuple(dict.fromkeys(settings.require(values, QUEUES))),
             concurrency=values["concurrency"],
+            isolation=Isolation(values["isolation"]),
             drain_seconds=values["drain_seconds"],
             lease_seconds=values["lease_seconds"],
             heartbeat_seconds=values["heartbeat_seconds"],

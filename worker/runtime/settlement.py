@@ -12,8 +12,10 @@ from __future__ import annotations
 import enum
 import logging
 import time
-from collections.abc import Callable
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from functools import partial
+from typing import TYPE_CHECKING, Any
 
 from leaseq.core.backoff import Backoff
 from leaseq.core.errors import DatabaseUnavailable, LeaseqError
@@ -40,6 +42,15 @@ log = logging.getLogger("leaseq.worker")
 
 #: What a settling call returns.
 Answer = Completed | Failed | Released | Fenced
+
+
+@dataclass(frozen=True)
+class Done:
+    """A successful attempt waiting to be completed: its result and its final progress."""
+
+    attempt: InFlight
+    result: Any
+    progress: Any
 
 
 class Settler(enum.StrEnum):
@@ -130,6 +141,86 @@ class Settlement:
                 self._record(job, call, outcome)
         finally:
             job.settled.set()
+
+    def complete(self, group: Sequence[Done]) -> None:
+        """Complete attempts this party has taken, in one ``complete_many`` statement (one
+        commit; each lease fenced on its own), then record each outcome and mark it settled.
+
+        While PostgreSQL is unreachable the statement is retried with backoff; attempts whose
+        lease has surely expired meanwhile are left to the reaper. A statement that fails for
+        another reason (one result PostgreSQL refuses) is split, so only that attempt is
+        left undelivered."""
+        try:
+            if len(group) > 1 and self._complete_group(list(group)):
+                return
+            # One attempt, or a group PostgreSQL refused as a whole: one statement each.
+            for done in group:
+                try:
+                    self.settle_taken(
+                        done.attempt, Call.COMPLETE, partial(self._complete_one, done)
+                    )
+                except LeaseqError as exc:
+                    log.error(
+                        "complete refused: %s; the reaper will return the job",
+                        exc,
+                        extra=done.attempt.fields(),
+                    )
+        finally:
+            for done in group:
+                done.attempt.settled.set()
+
+    def _complete_one(self, done: Done) -> Answer:
+        return self.queue.complete_many(
+            [done.attempt.job.lease],
+            [done.result],
+            effect_keys=[done.attempt.job.effect_key],
+            progresses=[done.progress],
+        )[0]
+
+    def _complete_group(self, pending: list[Done]) -> bool:
+        """Deliver the group; False if PostgreSQL refused the statement for a reason other
+        than being unreachable (nothing was applied then)."""
+        backoff = Backoff(0.1, 2.0)
+        retried = False
+        while pending:
+            try:
+                answers = self.queue.complete_many(
+                    [d.attempt.job.lease for d in pending],
+                    [d.result for d in pending],
+                    effect_keys=[d.attempt.job.effect_key for d in pending],
+                    progresses=[d.progress for d in pending],
+                )
+            except DatabaseUnavailable as exc:
+                self.health.db_failed(exc)
+                now = time.monotonic()
+                for done in [d for d in pending if now > d.attempt.lease_bound]:
+                    log.error(
+                        "complete not delivered (database unreachable, lease expired): %s; "
+                        "the reaper will return the job",
+                        exc,
+                        extra=done.attempt.fields(),
+                    )
+                pending = [d for d in pending if now <= d.attempt.lease_bound]
+                if self.stopping.is_set() or not pending:
+                    return True
+                delay = backoff.next()
+                log.warning(
+                    "complete of %d failed (%s); retrying in %.1fs", len(pending), exc, delay
+                )
+                time.sleep(delay)
+                retried = True
+                continue
+            except LeaseqError as exc:
+                log.warning("complete of %d refused (%s); completing one by one", len(pending), exc)
+                return False
+            self.health.db_ok()
+            for done, answer in zip(pending, answers, strict=True):
+                outcome = None
+                if retried and isinstance(answer, Fenced):
+                    outcome = self._applied(done.attempt, Call.COMPLETE)
+                self._record(done.attempt, Call.COMPLETE, outcome or outcome_of(answer, None))
+            return True
+        return True
 
     def _deliver(
         self, job: InFlight, call: Call, fn: Callable[[], Answer], until: float | None

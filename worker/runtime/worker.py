@@ -1,11 +1,15 @@
 """The worker process: claim, run, renew, settle; drain on SIGTERM.
 
-Threads: the main thread waits for signals and runs the drain; a dispatcher claims work
-whenever a slot is free (woken by LISTEN notifications, by finished jobs, else by a
-jittered idle backoff capped at the poll interval); one heartbeat loop renews every lease;
-a listener holds the LISTEN connection; every claimed attempt runs its handler in a thread
-of its own (at most ``concurrency`` at once). Every database call is one autocommit
-statement from a psycopg_pool pool, so no transaction is ever open while a handler runs.
+Threads: the main thread waits for signals and runs the drain; a dispatcher claims, in one
+statement, as many jobs as there are free slots (woken by LISTEN notifications, by settled
+jobs, else by a jittered idle backoff capped at the poll interval) and hands each to the
+executor's long-lived slots (:mod:`leaseq.runtime.executor`); successful attempts are
+completed in groups, one ``complete_many`` per group (:mod:`leaseq.runtime.completions`);
+one heartbeat loop renews the leases of attempts older than one heartbeat interval; a
+listener holds the LISTEN connection. A slot counts as busy from the claim until its attempt
+is settled, so the next claim never precedes the commit of the slot's previous result.
+Every database call is one autocommit statement from a psycopg_pool pool, so no transaction
+is ever open while a handler runs.
 
 Guarantees, on top of the queue's: an attempt is settled (completed, failed, released or
 dropped) by exactly one party (:mod:`leaseq.runtime.inflight`); a result is never reported for an
@@ -13,7 +17,9 @@ attempt whose lease PostgreSQL declared lost; calls that fail because the databa
 unreachable are retried with backoff while the lease may still be held, and after that the
 reaper takes the job back. No error ends the process silently: every loop logs and carries on.
 
-Threads cannot be killed: a handler that ignores ``ctx.should_stop`` after its attempt was
+With ``--isolation process`` the slots are child processes (:mod:`leaseq.runtime.processes`)
+and an attempt given up is killed with its child, which frees the slot at once. Threads
+cannot be killed: a handler that ignores ``ctx.should_stop`` after its attempt was
 given up keeps its slot (and ``leaseq_jobs_in_flight``) until it returns; its result is
 dropped. At exit, such threads are abandoned (they are daemons), after their jobs were
 settled, so a SIGTERM never waits on them past the drain window.
@@ -35,19 +41,24 @@ from leaseq.core.backoff import Backoff
 from leaseq.core.db import open_pool
 from leaseq.core.errors import DatabaseUnavailable, InvalidJob, LeaseqError, SchemaNotReady
 from leaseq.core.models import Call, ClaimedJob, RetryPolicy, WorkerState
-from leaseq.core.queue import Queue
+from leaseq.core.queue import MAX_CLAIM_BATCH, Queue
 from leaseq.core.schema import Schema
 from leaseq.core.workers import Workers
-from leaseq.runtime.context import Interrupted, JobContext, PermanentError, StopReason
+from leaseq.runtime.batching import Batching
+from leaseq.runtime.child import ChildSpec
+from leaseq.runtime.completions import Completions
+from leaseq.runtime.context import JobContext, PermanentError, StopReason
+from leaseq.runtime.executor import Ending, Executor, HandlerOutcome, OnDone, ThreadExecutor
 from leaseq.runtime.health import NOT_READY_ERRORS, Health
 from leaseq.runtime.heartbeat import HeartbeatLoop
 from leaseq.runtime.http_server import ProbeServer
 from leaseq.runtime.inflight import InFlight, InFlightTable
 from leaseq.runtime.listener import Listener
 from leaseq.runtime.metrics import WorkerMetrics
+from leaseq.runtime.processes import ProcessExecutor
 from leaseq.runtime.registry import Registry
-from leaseq.runtime.settings import WorkerSettings
-from leaseq.runtime.settlement import Answer, Settlement, Settler
+from leaseq.runtime.settings import Isolation, WorkerSettings
+from leaseq.runtime.settlement import Answer, Done, Settlement, Settler
 from leaseq.runtime.shutdown import SignalWatch
 
 log = logging.getLogger("leaseq.worker")
@@ -98,6 +109,7 @@ class Worker:
             max_size=settings.concurrency + 4,
             name=f"leaseq-{settings.worker_id}",
             timeout=max(2.0, min(10.0, settings.lease_seconds / 2)),
+            configure=Queue.tune_worker_session,
         )
         self.queue = Queue(self.pool, retry=retry)
         self.workers = Workers(self.pool)
@@ -107,6 +119,19 @@ class Worker:
             health=self.health,
             stopping=self.stopping,
             type_label=lambda job: self._type_label(job.job),
+        )
+        # Handlers that have not reported yet (their results may still join a group).
+        self._unreported = 0
+        self._count_lock = threading.Lock()
+        self.executor = self._executor()
+        # Held while claiming: the dispatcher and the completion loop (which refills the
+        # slots a group freed, sparing a thread hand-off per cycle) both claim.
+        self._claiming = threading.Lock()
+        self.completions = Completions(
+            self.settlement,
+            running=lambda: self._unreported,
+            finished=partial(self._finished, wake=False),
+            after=self._refill,
         )
         self.heartbeat = HeartbeatLoop(
             self.queue,
@@ -132,6 +157,21 @@ class Worker:
         self._registering = threading.Lock()
         self.health.loading = True
         self.metrics.loading.set(1)
+
+    def _executor(self) -> Executor:
+        """Slots per ``--isolation``; wrapped in :class:`Batching` when there are batch types."""
+        s = self.settings
+
+        def slots(on_done: OnDone) -> Executor:
+            if s.isolation is Isolation.PROCESS:
+                spec = ChildSpec(s.app, s.worker_id, s.log_level, s.log_format)
+                started = self.metrics.children_started.inc
+                return ProcessExecutor(s.concurrency, on_done, spec=spec, started=started)
+            return ThreadExecutor(s.concurrency, on_done, startup=self.registry.run_startup)
+
+        if self.registry.largest_batch > 1:
+            return Batching(self.registry, self._handled, slots)
+        return slots(self._handled)
 
     @property
     def _fields(self) -> dict[str, Any]:
@@ -170,6 +210,7 @@ class Worker:
             self.heartbeat.nudge.set()
             for thread in self._threads:
                 thread.join(timeout=5.0)
+            self.executor.close(timeout=0.5)
             self._deregister()
             self.pool.close(timeout=2.0)
             if self.http:
@@ -199,7 +240,8 @@ class Worker:
         in a hook propagates: the worker exits without having claimed anything."""
         self.register()
         started = time.monotonic()
-        self.registry.run_startup()
+        # The executor runs the hooks where handlers run: here, or once in each child.
+        self.executor.start()
         self.startup_seconds = time.monotonic() - started
         self.metrics.startup.set(self.startup_seconds)
         self.metrics.loading.set(0)
@@ -218,6 +260,7 @@ class Worker:
         self._start_loop("dispatcher", self.dispatch, 3 * s.poll_seconds + 60)
         if s.listen:
             self._start_loop("listener", self.listener.run, 120.0)
+        self._completions_thread = self.completions.start()
 
     # -- registry of workers ----------------------------------------------------------
 
@@ -273,15 +316,14 @@ class Worker:
         s = self.settings
         while not self.draining.is_set():
             self.health.tick("dispatcher")
-            free = s.concurrency - len(self.jobs)
-            if free <= 0:
+            if self.executor.capacity - len(self.jobs) <= 0:
                 self.wake.wait(s.poll_seconds)
                 self.wake.clear()
                 continue
             # Cleared before claiming: a notification during the claim keeps it set.
             self.wake.clear()
             try:
-                claimed = self._claim(free)
+                free, claimed = self._claim_free()
             except LeaseqError as exc:
                 if isinstance(exc, NOT_READY_ERRORS):
                     self.health.db_failed(exc)
@@ -294,17 +336,37 @@ class Worker:
                 self.wake.wait(failures.next())
                 continue
             failures.reset()
-            if len(claimed) == free:
+            if free == 0 or len(claimed) == free:
                 idle.reset()
                 continue
             if claimed:
                 idle.reset()
             self.wake.wait(idle.next())
 
+    def _claim_free(self) -> tuple[int, list[InFlight]]:
+        """Claim as many jobs as there are free slots (none when no slot is free); returns
+        how many slots were free and the attempts started."""
+        with self._claiming:
+            free = self.executor.capacity - len(self.jobs)
+            return (free, self._claim(free)) if free > 0 else (0, [])
+
+    def _refill(self) -> None:
+        """After a completion group: claim for the slots it freed, on this thread. If the
+        claim fails, the dispatcher takes over (with its backoff)."""
+        if self.draining.is_set():
+            self.wake.set()
+            return
+        try:
+            self._claim_free()
+        except Exception:
+            self.wake.set()
+
     def _claim(self, free: int) -> list[InFlight]:
         s = self.settings
         sent = time.monotonic()
-        claimed = self.queue.claim(s.queues, s.worker_id, limit=free, lease_seconds=s.lease_seconds)
+        claimed = self.queue.claim(
+            s.queues, s.worker_id, limit=min(free, MAX_CLAIM_BATCH), lease_seconds=s.lease_seconds
+        )
         received = time.monotonic()
         self.health.db_ok()
         self.metrics.claim_latency.observe(received - sent)
@@ -317,6 +379,7 @@ class Worker:
                 sent_at=sent,
                 received_at=received,
                 lease_seconds=s.lease_seconds,
+                heartbeat_seconds=s.heartbeat_seconds,
             )
             self.jobs.add(attempt)
             self.metrics.in_flight.labels(job.queue).inc()
@@ -328,83 +391,87 @@ class Worker:
                 self.give_up(attempt, StopReason.DRAINING)
                 self._finished(attempt)
                 continue
-            log.info("claimed", extra=attempt.fields())
-            thread = threading.Thread(
-                target=self._run, args=(attempt,), name=f"leaseq-job-{attempt.job.id}", daemon=True
-            )
-            thread.start()
+            log.debug("claimed", extra=attempt.fields())
+            if attempt.job_type is None:
+                error = f"no handler for job type {attempt.job.job_type!r} in {s.app}"
+                call = partial(
+                    self.queue.fail, attempt.job.lease, error, error_code="UNKNOWN_JOB_TYPE"
+                )
+                self.settlement.settle(attempt, Call.FAIL, call)
+                self._finished(attempt)
+                continue
+            with self._count_lock:
+                self._unreported += 1
+            self.executor.submit(attempt)
         return started
 
     def _type_label(self, job: ClaimedJob) -> str:
         return job.job_type if self.registry.get(job.job_type) else UNKNOWN_JOB_TYPE
 
-    # -- running a job ----------------------------------------------------------------
+    # -- a handler's outcome ------------------------------------------------------------
 
-    def _run(self, job: InFlight) -> None:
-        """Run the handler and settle the attempt from its outcome (unless already given up)."""
-        started = time.monotonic()
-        call: Callable[[], Answer]
-        try:
-            if job.job_type is None:
-                error = f"no handler for job type {job.job.job_type!r} in {self.settings.app}"
-                call = partial(self.queue.fail, job.job.lease, error, error_code="UNKNOWN_JOB_TYPE")
-                self.settlement.settle(job, Call.FAIL, call)
-                return
+    def _handled(self, jobs: list[InFlight], outcomes: list[HandlerOutcome]) -> None:
+        """The executor's report of a unit: its successes join one completion group (one
+        statement for a batch); anything else is settled here with one statement per
+        attempt. Unless the attempt was given up meanwhile."""
+        with self._count_lock:
+            self._unreported -= len(jobs)
+        successes = []
+        for job, outcome in zip(jobs, outcomes, strict=True):
+            self.metrics.duration.labels(job.job.queue, job.job.job_type).observe(outcome.seconds)
+            if outcome.ending is Ending.RETURNED:
+                done = self._success(job, outcome.value)
+                if done is not None:
+                    successes.append(done)
+                continue
             try:
-                result = job.job_type.handler(job.job.payload, job.context)
-            except Interrupted:
-                call = partial(self.queue.release, job.job.lease, reason="handler interrupted")
-                self.settlement.settle(job, Call.RELEASE, call)
-            except PermanentError as exc:
-                self._fail(job, exc, retryable=False)
-            except Exception as exc:
-                log.warning("handler raised %r", exc, extra=job.fields(), exc_info=True)
-                self._fail(job, exc, retryable=True)
-            else:
-                self._complete(job, result)
+                if outcome.ending is Ending.INTERRUPTED:
+                    release = partial(
+                        self.queue.release, job.job.lease, reason="handler interrupted"
+                    )
+                    self.settlement.settle(job, Call.RELEASE, release)
+                else:
+                    retryable = outcome.ending is not Ending.PERMANENT
+                    self._fail(job, outcome.error, outcome.error_code, retryable)
+            except Exception:
+                log.exception("error settling the attempt", extra=job.fields())
             finally:
-                self.metrics.duration.labels(job.job.queue, job.job.job_type).observe(
-                    time.monotonic() - started
-                )
-        except Exception:
-            log.exception("error settling the attempt", extra=job.fields())
-        finally:
-            self._finished(job)
+                self._finished(job)
+        if successes:
+            self.completions.put(successes)
 
-    def _finished(self, job: InFlight) -> None:
+    def _finished(self, job: InFlight, *, wake: bool = True) -> None:
+        """Free the attempt's slot; ``wake`` the dispatcher to claim for it (the completion
+        loop claims for its groups itself)."""
         self.jobs.remove(job)
         self.metrics.in_flight.labels(job.job.queue).dec()
-        self.wake.set()
+        if wake:
+            self.wake.set()
 
-    def _complete(self, job: InFlight, result: Any) -> None:
+    def _success(self, job: InFlight, result: Any) -> Done | None:
+        """The attempt's result and final progress, to complete; None (the attempt failed
+        here) when the result cannot be stored."""
         try:
             validation.json_value("result", result)
         except InvalidJob as exc:
             # The handler's return value cannot be stored: retrying would not change it.
-            self._fail(job, PermanentError(f"handler returned an unusable result: {exc}"), False)
-            return
+            error = PermanentError(f"handler returned an unusable result: {exc}")
+            try:
+                self._fail(job, f"PermanentError: {error}", "PermanentError", retryable=False)
+            finally:
+                self._finished(job)
+            return None
         progress, version = job.context.pending_progress()
         final = progress if version > job.sent_progress_version else None
         try:
             validation.json_value("progress", final, limit=65536)
         except InvalidJob:
             final = None  # the heartbeat already logged why it was not stored
-        call = partial(
-            self.queue.complete,
-            job.job.lease,
-            result,
-            effect_key=job.job.effect_key,
-            progress=final,
-        )
-        self.settlement.settle(job, Call.COMPLETE, call)
+        return Done(job, result, final)
 
-    def _fail(self, job: InFlight, exc: BaseException, retryable: bool) -> None:
+    def _fail(self, job: InFlight, error: str, error_code: str, retryable: bool) -> None:
         call = partial(
-            self.queue.fail,
-            job.job.lease,
-            f"{type(exc).__name__}: {exc}",
-            retryable=retryable,
-            error_code=type(exc).__name__,
+            self.queue.fail, job.job.lease, error, retryable=retryable, error_code=error_code
         )
         self.settlement.settle(job, Call.FAIL, call)
 
@@ -416,7 +483,11 @@ class Worker:
         already gone, dropped without reporting anything."""
         if not job.take(Settler.stopped(reason)):
             return
-        job.context.request_stop(reason)
+        self.executor.stop(job, reason)
+        # Where handlers can be killed (child processes), they are: the attempt is over,
+        # and what the handler holds (a GPU's memory) is freed. Its outcome is then never
+        # reported, so the attempt leaves the table once settled here.
+        killed = self.executor.kill(job)
         lease = job.job.lease
         if reason in (StopReason.LEASE_LOST, StopReason.CANCELLED):
             log.warning(
@@ -424,6 +495,8 @@ class Worker:
             )
             self.settlement.lost(job)
             job.settled.set()
+            if killed:
+                self._forget(job)
             return
         call: Callable[[], Answer]
         if reason is StopReason.DRAINING:
@@ -431,6 +504,8 @@ class Worker:
             until = time.monotonic() + SETTLE_GRACE_SECONDS
             release = partial(self.queue.release, lease, reason="worker draining")
             self.settlement.settle_taken(job, Call.RELEASE, release, until)
+            if killed:
+                self._forget(job)
             return
         if reason is StopReason.TIMED_OUT:
             error = f"timed out: ran past its max runtime of {job.job.timeout_seconds}s"
@@ -444,13 +519,20 @@ class Worker:
             error_code=reason.name,
             timed_out=reason is StopReason.TIMED_OUT,
         )
+
+        def settle() -> None:
+            self.settlement.settle_taken(job, Call.FAIL, call)
+            if killed:
+                self._forget(job)
+
         # Off the heartbeat thread: retries must not delay other jobs' renewals.
-        threading.Thread(
-            target=self.settlement.settle_taken,
-            args=(job, Call.FAIL, call),
-            name=f"leaseq-giveup-{job.job.id}",
-            daemon=True,
-        ).start()
+        threading.Thread(target=settle, name=f"leaseq-giveup-{job.job.id}", daemon=True).start()
+
+    def _forget(self, job: InFlight) -> None:
+        """A killed attempt: its handler will never report, so its slot is free now."""
+        with self._count_lock:
+            self._unreported -= 1
+        self._finished(job)
 
     # -- draining ---------------------------------------------------------------------
 
@@ -478,3 +560,6 @@ class Worker:
             self.give_up(job, StopReason.DRAINING)
         if not self.jobs.wait_settled(SETTLE_GRACE_SECONDS):
             log.warning("some attempts were still settling at exit", extra=self._fields)
+        # Results that arrived during the drain are queued; the loop delivers them first.
+        self.completions.close()
+        self._completions_thread.join(SETTLE_GRACE_SECONDS)

@@ -334,6 +334,15 @@ def build() -> dashboard.Dashboard:
                 query(f"avg(leaseq_worker_startup_seconds{{{NS}}} > 0)", "mean", "B"),
             )
         )
+        .with_panel(
+            single(
+                "Handler child processes started (1h)",
+                "With --isolation process: one per slot at start-up, then one for each child"
+                " killed (max runtime, cancel, lost lease) or crashed. A steady climb is a"
+                " crash loop (see the attempts' CHILD_CRASHED errors).",
+                f"sum(increase(leaseq_child_processes_started_total{{{NS}}}[1h]))",
+            )
+        )
     )
 
 

@@ -177,19 +177,6 @@ seccompProfile:
 {{- end -}}
 {{- end -}}
 
-{{/* Name of a cluster-scoped object (ClusterRole, admission policy): unique per release AND
-     namespace, since two releases of the same name in two namespaces share the cluster
-     scope. <fullname>-<namespace>-<component>, and when that exceeds 63 characters a prefix
-     of it plus a hash of the whole, so two long names never collide after truncation. */}}
-{{- define "leaseq.clusterScopedName" -}}
-{{- $full := printf "%s-%s-%s" (include "leaseq.fullname" .root) .root.Release.Namespace .component -}}
-{{- if le (len $full) 63 -}}
-{{- $full -}}
-{{- else -}}
-{{- printf "%s-%s" ($full | trunc 52 | trimSuffix "-") ($full | sha256sum | trunc 10) -}}
-{{- end -}}
-{{- end -}}
-
 {{/* Whether to install the operator's ValidatingAdmissionPolicy: asked for, and the cluster
      serves admissionregistration.k8s.io/v1 ValidatingAdmissionPolicy (Kubernetes >= 1.30). */}}
 {{- define "leaseq.admissionPolicy" -}}

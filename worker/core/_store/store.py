@@ -535,6 +535,11 @@ class Store:
     def migration_schema_exists(self, conn: Conn) -> bool:
         return bool(self._dicts(conn, "migration_schema_exists", {}, "migrate")[0]["present"])
 
+    def migration_server_encoding(self, conn: Conn) -> str:
+        value = self._dicts(conn, "migration_server_encoding", {}, "migrate")[0]["encoding"]
+        # On SQL_ASCII, the very answer comes back as bytes.
+        return value.decode("ascii") if isinstance(value, bytes) else str(value)
+
     def migration_applied(self, conn: Conn) -> dict[int, str]:
         rows = self._dicts(conn, "migration_applied", {}, "migrate")
         return {int(r["version"]): str(r["name"]) for r in rows}
@@ -558,6 +563,10 @@ class Store:
         self._execute_text(conn, script, "migrate")
 
     # -- worker runtime (sql/queries/worker.sql) -------------------------------------------
+
+    def worker_session(self, conn: Conn) -> None:
+        """Tune a worker's session: generic plans for its prepared statements."""
+        self._dicts(conn, "worker_session", None, "configure session")
 
     def worker_listen(self, conn: Conn) -> None:
         """Subscribe ``conn`` (autocommit, dedicated) to wake-ups on channel leaseq_jobs."""

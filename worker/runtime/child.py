@@ -1,0 +1,240 @@
+"""The child side of ``--isolation process``: load the app, run ``on_startup`` once, then
+run the handlers the supervisor sends, one unit (a job, or a batch of jobs) at a time.
+
+A child is started by :mod:`leaseq.runtime.processes` with ``spawn`` (a fresh interpreter:
+no inherited threads, locks or database connections). It holds no lease and no connection:
+progress goes up the pipe, a checkpoint is a request the supervisor answers (the supervisor
+makes the fenced call), stop and draining come down the pipe. SIGINT and SIGTERM are ignored
+(the supervisor decides when a child ends, and a terminal's Ctrl-C reaches the whole process
+group); a child dies with its supervisor (``PR_SET_PDEATHSIG`` where Linux offers it, else at
+EOF on the pipe).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import enum
+import itertools
+import logging
+import os
+import pickle
+import queue
+import signal
+import threading
+import time
+from dataclasses import dataclass
+from multiprocessing.connection import Connection
+from typing import Any
+
+from leaseq.core import validation
+from leaseq.core.errors import LeaseqError
+from leaseq.core.models import ClaimedJob, Lease
+from leaseq.runtime import logs
+from leaseq.runtime.context import JobContext, StopReason
+from leaseq.runtime.executor import Ending, HandlerOutcome, run_unit
+from leaseq.runtime.inflight import InFlight
+from leaseq.runtime.registry import Registry, load_app
+
+log = logging.getLogger("leaseq.child")
+
+#: How often a child sends its handlers' latest progress up the pipe (the last value before
+#: a result always goes with it).
+PROGRESS_INTERVAL_SECONDS = 0.1
+
+
+class Msg(enum.StrEnum):
+    """Tags of the messages on a slot's pipe (each message is a tuple led by its tag)."""
+
+    # child -> supervisor
+    READY = "ready"  # ()
+    STARTUP_FAILED = "startup_failed"  # (error)
+    PROGRESS = "progress"  # (job_id, value)
+    CHECKPOINT = "checkpoint"  # (request_id, job_id, state)
+    DONE = "done"  # (outcomes, one per job of the unit, in order)
+    # supervisor -> child
+    RUN = "run"  # (jobs, draining)
+    STOP = "stop"  # (job_id, reason)
+    DRAINING = "draining"  # ()
+    CHECKPOINTED = "checkpointed"  # (request_id, stored, error)
+
+
+@dataclass(frozen=True)
+class ChildSpec:
+    """What a child needs to know to become a slot."""
+
+    app: str
+    worker_id: str
+    log_level: str
+    log_format: str
+
+
+def main(conn: Connection, spec: ChildSpec) -> None:
+    """The child process's entry point (``multiprocessing`` target)."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    _die_with_parent()
+    logs.configure(spec.log_level, spec.log_format)
+    try:
+        registry = load_app(spec.app)
+        registry.run_startup()
+    except BaseException as exc:
+        log.exception("start-up failed in a child process")
+        conn.send((Msg.STARTUP_FAILED, f"{type(exc).__name__}: {exc}"))
+        return
+    Child(conn, spec, registry).serve()
+
+
+def _die_with_parent() -> None:
+    """Ask Linux to SIGKILL this process when its parent dies (a SIGKILLed supervisor must
+    not leave children holding GPUs); elsewhere EOF on the pipe does it, later."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+    if os.getppid() == 1:  # the parent died before prctl took effect
+        os._exit(1)
+
+
+class _Checkpoints:
+    """A ``JobContext``'s checkpoint store in a child: the supervisor makes the fenced call."""
+
+    def __init__(self, child: Child) -> None:
+        self._child = child
+
+    def checkpoint(self, lease: Lease, state: Any) -> bool:
+        validation.json_value("checkpoint", state)
+        return self._child.request_checkpoint(lease.job_id, state)
+
+
+class Child:
+    """A slot's child: a reader thread for the pipe, a progress thread, and the main thread
+    running handlers."""
+
+    def __init__(self, conn: Connection, spec: ChildSpec, registry: Registry) -> None:
+        self.conn = conn
+        self.spec = spec
+        self.registry = registry
+        self.draining = threading.Event()
+        self._send_lock = threading.Lock()
+        self._lock = threading.Lock()
+        self._units: queue.SimpleQueue[list[InFlight]] = queue.SimpleQueue()
+        self._contexts: dict[int, JobContext] = {}
+        self._sent_versions: dict[int, int] = {}
+        self._requests = itertools.count()
+        self._answers: dict[int, tuple[threading.Event, list[Any]]] = {}
+
+    def send(self, *message: Any) -> None:
+        with self._send_lock:
+            self.conn.send(message)
+
+    def serve(self) -> None:
+        threading.Thread(target=self._read, name="leaseq-child-reader", daemon=True).start()
+        threading.Thread(target=self._forward, name="leaseq-child-progress", daemon=True).start()
+        self.send(Msg.READY)
+        while True:
+            self._run(self._units.get())
+
+    # -- from the supervisor ----------------------------------------------------------
+
+    def _read(self) -> None:
+        try:
+            while True:
+                tag, *args = self.conn.recv()
+                if tag == Msg.RUN:
+                    jobs, draining = args
+                    if draining:
+                        self.draining.set()
+                    self._units.put(self._prepare(jobs))
+                elif tag == Msg.STOP:
+                    job_id, reason = args
+                    with self._lock:
+                        ctx = self._contexts.get(job_id)
+                    if ctx is not None:
+                        ctx.request_stop(StopReason(reason))
+                elif tag == Msg.DRAINING:
+                    self.draining.set()
+                elif tag == Msg.CHECKPOINTED:
+                    request_id, stored, error = args
+                    with self._lock:
+                        done, answer = self._answers.pop(request_id)
+                    answer.extend((stored, error))
+                    done.set()
+        except (EOFError, OSError):
+            # The supervisor is gone or closed the slot: nothing here is worth finishing.
+            os._exit(0)
+
+    def request_checkpoint(self, job_id: int, state: Any) -> bool:
+        """Ask the supervisor to store ``state`` for ``job_id`` and wait for its answer."""
+        request_id = next(self._requests)
+        done, answer = threading.Event(), list[Any]()
+        with self._lock:
+            self._answers[request_id] = (done, answer)
+        self.send(Msg.CHECKPOINT, request_id, job_id, state)
+        done.wait()
+        stored, error = answer
+        if error:
+            raise LeaseqError(f"checkpoint not stored: {error}")
+        return bool(stored)
+
+    # -- to the supervisor ------------------------------------------------------------
+
+    def _forward(self) -> None:
+        while True:
+            time.sleep(PROGRESS_INTERVAL_SECONDS)
+            self._send_progress()
+
+    def _send_progress(self) -> None:
+        with self._lock:
+            contexts = list(self._contexts.items())
+        for job_id, ctx in contexts:
+            value, version = ctx.pending_progress()
+            with self._lock:
+                if version <= self._sent_versions.get(job_id, 0):
+                    continue
+                self._sent_versions[job_id] = version
+            try:
+                self.send(Msg.PROGRESS, job_id, value)
+            except (TypeError, ValueError, AttributeError, pickle.PicklingError) as exc:
+                log.error("progress not sent (not picklable): %r", exc, extra=ctx.log.extra)
+
+    # -- running ----------------------------------------------------------------------
+
+    def _prepare(self, jobs: list[ClaimedJob]) -> list[InFlight]:
+        """The unit's attempts, their contexts registered (by the reader, so that a stop
+        sent right after the unit always finds its context)."""
+        checkpoints = _Checkpoints(self)
+        attempts = []
+        for job in jobs:
+            ctx = JobContext(job, checkpoints, self.spec.worker_id, self.draining)
+            # The supervisor keeps the lease: here an attempt is only a handler's inputs.
+            attempts.append(
+                InFlight(
+                    job,
+                    self.registry.get(job.job_type),
+                    ctx,
+                    lease_bound=float("inf"),
+                    deadline=None,
+                    renew_at=float("inf"),
+                )
+            )
+        with self._lock:
+            self._contexts = {a.job.id: a.context for a in attempts}
+            self._sent_versions = {}
+        return attempts
+
+    def _run(self, attempts: list[InFlight]) -> None:
+        outcomes = run_unit(attempts)
+        self._send_progress()
+        with self._lock:
+            self._contexts = {}
+        try:
+            self.send(Msg.DONE, outcomes)
+        except Exception as exc:
+            # Pickling failed before anything was written: the pipe is still clean.
+            log.warning("result cannot be sent to the supervisor: %r", exc)
+            error = f"PermanentError: handler returned a result that cannot be sent: {exc}"
+            unsendable = HandlerOutcome(Ending.PERMANENT, error=error, error_code="PermanentError")
+            self.send(
+                Msg.DONE, [unsendable if o.ending is Ending.RETURNED else o for o in outcomes]
+            )

@@ -1,0 +1,119 @@
+"""Group commit for successful attempts: results that arrive within a short window are
+completed together, by one ``complete_many`` statement and one commit.
+
+Handlers hand their results in with :meth:`Completions.put`; one thread delivers them. It
+takes whatever is waiting, and while other handlers are still running it waits up to
+``window`` seconds for their results to join (a worker whose every handler has reported
+flushes at once, so one slot never waits). Only after the statement has committed does the
+worker act on a success (metrics, the log line, freeing the slot for the next claim): a
+result is durable before anything depends on it.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+import time
+from collections.abc import Callable
+
+from leaseq.runtime.inflight import InFlight
+from leaseq.runtime.settlement import Done, Settlement, Settler
+
+log = logging.getLogger("leaseq.worker")
+
+#: How long the first result of a group waits for others while handlers are still running.
+COMPLETE_WINDOW_SECONDS = 0.002
+
+
+class Completions:
+    """The grouping loop; run :meth:`run` in its own thread, stop it with :meth:`close`."""
+
+    def __init__(
+        self,
+        settlement: Settlement,
+        *,
+        running: Callable[[], int],
+        finished: Callable[[InFlight], None],
+        after: Callable[[], None],
+        window: float = COMPLETE_WINDOW_SECONDS,
+    ) -> None:
+        """``running()``: how many handlers have not reported yet (results that may still
+        join a group); ``finished(attempt)``: called once an attempt is settled (or dropped);
+        ``after()``: called after each group (the worker claims for the freed slots)."""
+        self.settlement = settlement
+        self.running = running
+        self.finished = finished
+        self.after = after
+        self.window = window
+        self._waiting: queue.SimpleQueue[list[Done] | None] = queue.SimpleQueue()
+
+    def put(self, done: list[Done]) -> None:
+        """Queue successful attempts (results validated, final progress): they are completed
+        in the same group (a batch's successes: one statement)."""
+        self._waiting.put(done)
+
+    def run(self) -> None:
+        """Deliver groups until :meth:`close`; what was queued before it is still delivered."""
+        while True:
+            first = self._waiting.get()
+            if first is None:
+                return
+            group = list(first)
+            closing = self._gather(group)
+            try:
+                self._deliver(group)
+            except Exception:
+                # A bug here must not stop completions for good: the leases of this group
+                # run out and the reaper hands the jobs to another attempt.
+                log.exception("error completing %d attempt(s); continuing", len(group))
+            if closing:
+                return
+            self.after()
+
+    def _gather(self, group: list[Done]) -> bool:
+        """Add what is waiting, and what arrives within the window while handlers run;
+        True if :meth:`close` was called meanwhile."""
+        deadline = time.monotonic() + self.window
+        while True:
+            try:
+                item = self._waiting.get_nowait()
+            except queue.Empty:
+                left = deadline - time.monotonic()
+                if left <= 0 or self.running() == 0:
+                    return False
+                try:
+                    item = self._waiting.get(timeout=left)
+                except queue.Empty:
+                    return False
+            if item is None:
+                return True
+            group.extend(item)
+
+    def _deliver(self, group: list[Done]) -> None:
+        taken = []
+        for done in group:
+            if done.attempt.take(Settler.HANDLER):
+                taken.append(done)
+            else:
+                log.info(
+                    "attempt already given up (%s); result not reported",
+                    done.attempt.settled_by,
+                    extra=done.attempt.fields(),
+                )
+                self.finished(done.attempt)
+        try:
+            self.settlement.complete(taken)
+        finally:
+            for done in taken:
+                self.finished(done.attempt)
+
+    def close(self) -> None:
+        """Stop the loop once what is queued now has been delivered."""
+        self._waiting.put(None)
+
+    def start(self) -> threading.Thread:
+        """Run the loop in a daemon thread."""
+        thread = threading.Thread(target=self.run, name="leaseq-completions", daemon=True)
+        thread.start()
+        return thread

@@ -1,0 +1,199 @@
+"""Where handlers run: a long-lived pool of slots behind one interface.
+
+The worker hands each claimed attempt to an :class:`Executor` and hears back once, through
+``on_done``, how the handler ended (:class:`HandlerOutcome`). Everything else about an
+attempt (its lease, its heartbeat, settling it) stays with the worker, so an executor only
+runs code: a thread executor runs handlers on threads of this process; a process executor
+(issue 12) runs them in child processes it can kill.
+"""
+
+from __future__ import annotations
+
+import abc
+import enum
+import logging
+import queue
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from leaseq.runtime.context import Interrupted, PermanentError, StopReason
+from leaseq.runtime.inflight import InFlight
+from leaseq.runtime.registry import batch_results
+
+log = logging.getLogger("leaseq.worker")
+
+
+class Ending(enum.StrEnum):
+    """How a handler ended."""
+
+    #: It returned a value (the job's result).
+    RETURNED = "returned"
+    #: It raised: the attempt fails and is retried while attempts remain.
+    ERROR = "error"
+    #: It raised :class:`PermanentError`: the job goes to dead.
+    PERMANENT = "permanent"
+    #: It raised :class:`Interrupted`: the job is handed back without spending an attempt.
+    INTERRUPTED = "interrupted"
+    #: What ran it died (a child process killed or crashed); only a process executor says so.
+    CRASHED = "crashed"
+
+
+@dataclass(frozen=True)
+class HandlerOutcome:
+    """What a slot reports for one attempt. ``error`` and ``error_code`` describe an ERROR,
+    PERMANENT or CRASHED ending; ``seconds`` is the handler's wall time."""
+
+    ending: Ending
+    value: Any = None
+    error: str = ""
+    error_code: str = ""
+    seconds: float = 0.0
+
+    @classmethod
+    def of_value(cls, value: Any, seconds: float) -> HandlerOutcome:
+        """The outcome of a handler that returned ``value`` (an exception instance in a
+        batch handler's results stands for that job's error)."""
+        if isinstance(value, BaseException):
+            return cls.of_exception(value, seconds)
+        return cls(Ending.RETURNED, value, seconds=seconds)
+
+    @classmethod
+    def of_exception(cls, exc: BaseException, seconds: float) -> HandlerOutcome:
+        """The outcome of a handler that raised ``exc``."""
+        if isinstance(exc, Interrupted):
+            return cls(Ending.INTERRUPTED, seconds=seconds)
+        ending = Ending.PERMANENT if isinstance(exc, PermanentError) else Ending.ERROR
+        return cls(
+            ending,
+            error=f"{type(exc).__name__}: {exc}",
+            error_code=type(exc).__name__,
+            seconds=seconds,
+        )
+
+
+#: Called from an executor thread when a unit's handler ended: once per submitted unit (an
+#: attempt, or a batch), with one outcome per attempt, in order. Attempts the executor was
+#: told to kill are left out (and a unit whose every attempt was killed is not reported).
+OnDone = Callable[[list[InFlight], list[HandlerOutcome]], None]
+
+
+def run_handler(attempt: InFlight) -> HandlerOutcome:
+    """Run ``attempt``'s handler here and now; never raises (an exception is an outcome)."""
+    started = time.monotonic()
+    job_type = attempt.job_type
+    assert job_type is not None, "attempts without a handler are settled by the worker"
+    try:
+        value = job_type.handler(attempt.job.payload, attempt.context)
+    except Exception as exc:
+        if not isinstance(exc, Interrupted | PermanentError):
+            log.warning("handler raised %r", exc, extra=attempt.fields(), exc_info=True)
+        return HandlerOutcome.of_exception(exc, time.monotonic() - started)
+    return HandlerOutcome(Ending.RETURNED, value, seconds=time.monotonic() - started)
+
+
+def run_unit(attempts: list[InFlight]) -> list[HandlerOutcome]:
+    """Run one unit: a single attempt, or a batch of attempts of one batch job type (one
+    call of its batch handler); one outcome per attempt, in order. Never raises."""
+    if len(attempts) == 1:
+        return [run_handler(attempts[0])]
+    started = time.monotonic()
+    job_type = attempts[0].job_type
+    assert job_type is not None and job_type.batch is not None, "only batch types batch"
+    try:
+        values = batch_results(
+            job_type.batch.handler(
+                [a.job.payload for a in attempts], [a.context for a in attempts]
+            ),
+            len(attempts),
+        )
+    except Exception as exc:
+        if not isinstance(exc, Interrupted | PermanentError):
+            log.warning("batch handler raised %r", exc, extra=attempts[0].fields(), exc_info=True)
+        return [HandlerOutcome.of_exception(exc, time.monotonic() - started)] * len(attempts)
+    seconds = time.monotonic() - started
+    return [HandlerOutcome.of_value(value, seconds) for value in values]
+
+
+class Executor(abc.ABC):
+    """A pool of slots that run handlers. The worker submits an attempt only while fewer than
+    ``capacity`` of its attempts are unreported (``on_done`` not yet called, nor killed), so
+    a free slot is always waiting and ``submit`` never blocks."""
+
+    def __init__(self, capacity: int, on_done: OnDone) -> None:
+        self._capacity = capacity
+        self.on_done = on_done
+
+    @property
+    def capacity(self) -> int:
+        """How many attempts may be unreported at once (the worker claims up to this)."""
+        return self._capacity
+
+    @abc.abstractmethod
+    def start(self) -> None:
+        """Start the slots. Start-up hooks run where handlers run, before the first claim."""
+
+    @abc.abstractmethod
+    def submit(self, attempt: InFlight) -> None:
+        """Run ``attempt``'s handler on a slot; returns at once."""
+
+    @abc.abstractmethod
+    def submit_batch(self, attempts: list[InFlight]) -> None:
+        """Run a batch (attempts of one batch job type) on one slot, by one call of the
+        batch handler; returns at once. ``on_done`` reports the batch as one unit, so its
+        successes complete together."""
+
+    def stop(self, attempt: InFlight, reason: StopReason) -> None:
+        """Ask the handler to stop (it sees ``ctx.should_stop``); cooperative."""
+        attempt.context.request_stop(reason)
+
+    def kill(self, attempt: InFlight) -> bool:
+        """Stop the handler by force, freeing what it holds; False when this executor cannot
+        (then the handler runs on and its result is dropped)."""
+        return False
+
+    @abc.abstractmethod
+    def close(self, timeout: float) -> None:
+        """Stop the slots, waiting up to ``timeout`` seconds for idle ones."""
+
+
+class ThreadExecutor(Executor):
+    """``capacity`` long-lived daemon threads taking attempts from one queue. Handlers share
+    the process (and its GIL) with the heartbeat; threads cannot be killed."""
+
+    def __init__(self, capacity: int, on_done: OnDone, *, startup: Callable[[], None]) -> None:
+        super().__init__(capacity, on_done)
+        self._startup = startup
+        self._work: queue.SimpleQueue[list[InFlight] | None] = queue.SimpleQueue()
+        self._threads: list[threading.Thread] = []
+
+    def start(self) -> None:
+        self._startup()
+        for i in range(self.capacity):
+            thread = threading.Thread(target=self._slot, name=f"leaseq-slot-{i}", daemon=True)
+            thread.start()
+            self._threads.append(thread)
+
+    def submit(self, attempt: InFlight) -> None:
+        self._work.put([attempt])
+
+    def submit_batch(self, attempts: list[InFlight]) -> None:
+        self._work.put(list(attempts))
+
+    def _slot(self) -> None:
+        while (unit := self._work.get()) is not None:
+            outcomes = run_unit(unit)
+            try:
+                self.on_done(unit, outcomes)
+            except Exception:
+                # The slot must outlive any bug in reporting: log it and take the next unit.
+                log.exception("error reporting a handler's outcome", extra=unit[0].fields())
+
+    def close(self, timeout: float) -> None:
+        for _ in self._threads:
+            self._work.put(None)
+        end = time.monotonic() + timeout
+        for thread in self._threads:
+            thread.join(max(0.0, end - time.monotonic()))

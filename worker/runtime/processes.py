@@ -1,0 +1,347 @@
+"""``--isolation process``: every slot is a child process that runs handlers, supervised
+from the worker process, which keeps the leases.
+
+The supervisor (this module, in the worker process) owns everything that touches a lease:
+the claim, the heartbeat, checkpoints and settling. A child (:mod:`leaseq.runtime.child`)
+only runs ``on_startup`` (once per child: it loads the model) and handlers. So a handler
+that holds the GIL in a C call, blocks, leaks or crashes cannot delay a renewal: it is
+another process.
+
+Per slot, one supervisor thread sends the child a unit (one job, or one batch) and pumps
+its messages until the unit is done: progress is recorded on the attempt's context (and
+goes out with the next renewal), a checkpoint is stored by the supervisor (fenced) and
+answered, ``stop`` and draining go down. :meth:`ProcessExecutor.kill` SIGKILLs the child
+(freeing whatever it held, GPU memory included); the slot starts a new child before its next
+unit. A child that dies on its own (a segfault, the OOM killer, ``os._exit``) fails only
+the attempts it was running, with the signal or exit code as their error, and is replaced.
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import logging
+import multiprocessing
+import signal
+import threading
+import time
+from collections.abc import Callable
+from multiprocessing.connection import Connection, wait
+from multiprocessing.process import BaseProcess
+from typing import Any
+
+from leaseq.core.backoff import Backoff
+from leaseq.core.errors import LeaseqError
+from leaseq.runtime import child
+from leaseq.runtime.child import ChildSpec, Msg
+from leaseq.runtime.executor import Ending, Executor, HandlerOutcome, OnDone
+from leaseq.runtime.inflight import InFlight
+
+log = logging.getLogger("leaseq.worker")
+
+#: How often a slot's supervisor thread looks up from the pipe (to pass on draining).
+PUMP_SECONDS = 0.1
+#: Error code of an attempt whose child process died under it.
+CHILD_CRASHED = "CHILD_CRASHED"
+
+
+class ChildStartupFailed(LeaseqError):
+    """A child process could not start: its ``on_startup`` hook (or the app import) failed."""
+
+
+def exit_cause(exitcode: int | None) -> str:
+    """Words for how a child process ended, from its exit code (negative: a signal)."""
+    if exitcode is None:
+        return "child process vanished"
+    if exitcode < 0:
+        try:
+            name = signal.Signals(-exitcode).name
+        except ValueError:
+            name = f"signal {-exitcode}"
+        hint = " (the OOM killer sends SIGKILL)" if -exitcode == signal.SIGKILL else ""
+        return f"child process killed by {name} (signal {-exitcode}){hint}"
+    return f"child process exited with code {exitcode}"
+
+
+class _Child:
+    """One running child process and its end of the pipe."""
+
+    def __init__(self, process: BaseProcess, conn: Connection) -> None:
+        self.process = process
+        self.conn = conn
+        self.lock = threading.Lock()  # one sender at a time
+
+    def send(self, *message: Any) -> None:
+        with self.lock:
+            self.conn.send(message)
+
+    def kill(self) -> None:
+        """SIGKILL (a no-op once the child has been reaped)."""
+        self.process.kill()
+
+
+class _Slot:
+    """A supervisor thread and its child; runs one unit at a time."""
+
+    def __init__(self, executor: ProcessExecutor, index: int) -> None:
+        self.executor = executor
+        self.index = index
+        self.child: _Child | None = None
+        self.lock = threading.Lock()
+        #: The unit running now, by job id, and which of its attempts were killed.
+        self.unit: dict[int, InFlight] = {}
+        self.killed: set[int] = set()
+
+    # -- child lifecycle ----------------------------------------------------------------
+
+    def launch(self) -> _Child:
+        """Start a child (returns before its ``on_startup`` finished). Its
+        ``PR_SET_PDEATHSIG`` follows the thread that starts it: the worker's main thread at
+        start-up, this slot's thread for a replacement; both outlive the child's use."""
+        ctx = multiprocessing.get_context("spawn")
+        here, there = ctx.Pipe(duplex=True)
+        process = ctx.Process(
+            target=child.main,
+            args=(there, self.executor.spec),
+            name=f"leaseq-slot-{self.index}",
+        )
+        process.start()
+        there.close()
+        return _Child(process, here)
+
+    def await_ready(self, new: _Child) -> None:
+        """Wait until ``new`` finished ``on_startup``; ChildStartupFailed if it did not."""
+        while True:
+            ready = wait([new.conn, new.process.sentinel])
+            if new.conn in ready:
+                try:
+                    tag, *args = new.conn.recv()
+                except EOFError:
+                    pass
+                else:
+                    if tag == Msg.READY:
+                        self.child = new
+                        self.executor.started()
+                        return
+                    new.kill()
+                    raise ChildStartupFailed(f"slot {self.index}: on_startup failed: {args[0]}")
+            new.process.join(5.0)
+            raise ChildStartupFailed(
+                f"slot {self.index}: {exit_cause(new.process.exitcode)} during start-up"
+            )
+
+    def discard_child(self, grace: float = 0.0) -> None:
+        """End the child: closing the pipe lets an idle one exit; after ``grace`` seconds
+        it is killed."""
+        gone, self.child = self.child, None
+        if gone is None:
+            return
+        gone.conn.close()
+        gone.process.join(grace)
+        gone.kill()
+        gone.process.join(5.0)
+
+    # -- running units ------------------------------------------------------------------
+
+    def serve(self) -> None:
+        restarts = Backoff(0.5, 30.0)
+        while (unit := self.executor.next_unit()) is not None:
+            try:
+                if self.child is None or not self.child.process.is_alive():
+                    self.discard_child()
+                    self.replace()
+                    restarts.reset()
+            except (ChildStartupFailed, OSError) as exc:
+                # Not the jobs' fault: hand them back (no attempt spent), wait, try again.
+                delay = restarts.next()
+                log.error("%s; releasing its jobs, retrying in %.1fs", exc, delay)
+                self.report(unit, [HandlerOutcome(Ending.INTERRUPTED, error=str(exc))] * len(unit))
+                time.sleep(delay)
+                continue
+            try:
+                self.run(unit)
+            except Exception:
+                log.exception("slot %d: supervising error; replacing its child", self.index)
+                self.discard_child()
+                self.report(unit, [HandlerOutcome(Ending.INTERRUPTED)] * len(unit))
+            if self.child is None and not any(a.context.draining for a in unit):
+                # Load the next child's model now, not when the next job is waiting for it.
+                try:
+                    self.replace()
+                except (ChildStartupFailed, OSError) as exc:
+                    log.error("%s; will retry when the next job comes", exc)
+
+    def replace(self) -> None:
+        """Start a child for this slot and wait until it is ready."""
+        log.info("slot %d: starting a new child process", self.index)
+        self.await_ready(self.launch())
+
+    def run(self, attempts: list[InFlight]) -> None:
+        assert self.child is not None
+        current = self.child
+        with self.lock:
+            self.unit = {a.job.id: a for a in attempts}
+            self.killed = set()
+        draining = any(a.context.draining for a in attempts)
+        current.send(Msg.RUN, [a.job for a in attempts], draining)
+        outcomes: list[HandlerOutcome] | None = None
+        started = time.monotonic()
+        stopped: set[int] = set()
+        while outcomes is None:
+            ready = wait([current.conn, current.process.sentinel], PUMP_SECONDS)
+            if not draining and any(a.context.draining for a in attempts):
+                draining = True
+                self._send_quietly(current, Msg.DRAINING)
+            # Whoever stopped an attempt here (give-up, a lease found expired, a refused
+            # checkpoint), the handler's context in the child hears of it.
+            for a in attempts:
+                reason = a.context.stop_reason
+                if reason is not None and a.job.id not in stopped:
+                    stopped.add(a.job.id)
+                    self._send_quietly(current, Msg.STOP, a.job.id, reason.value)
+            if current.conn in ready:
+                try:
+                    message = current.conn.recv()
+                except (EOFError, OSError):
+                    break
+                outcomes = self.handle(current, message)
+            elif current.process.sentinel in ready:
+                break
+        if outcomes is None:
+            current.process.join(5.0)
+            cause = exit_cause(current.process.exitcode)
+            self.discard_child()
+            crashed = HandlerOutcome(
+                Ending.CRASHED,
+                error=cause,
+                error_code=CHILD_CRASHED,
+                seconds=time.monotonic() - started,
+            )
+            self.report(attempts, [crashed] * len(attempts))
+            return
+        self.report(attempts, outcomes)
+
+    def handle(self, current: _Child, message: tuple[Any, ...]) -> list[HandlerOutcome] | None:
+        """Act on one message from the child; the unit's outcomes once it is done."""
+        tag, *args = message
+        if tag == Msg.DONE:
+            return list(args[0])
+        attempt = self.unit.get(args[1] if tag == Msg.CHECKPOINT else args[0])
+        if tag == Msg.PROGRESS and attempt is not None:
+            attempt.context.progress(args[1])
+        elif tag == Msg.CHECKPOINT:
+            request_id, _, state = args
+            stored, error = False, ""
+            if attempt is not None:
+                try:
+                    stored = attempt.context.checkpoint(state)
+                except LeaseqError as exc:
+                    error = f"{type(exc).__name__}: {exc}"
+            self._send_quietly(current, Msg.CHECKPOINTED, request_id, stored, error)
+        return None
+
+    def report(self, attempts: list[InFlight], outcomes: list[HandlerOutcome]) -> None:
+        """Report the unit's outcomes, but for the attempts that were killed; from now on
+        :meth:`kill` no longer finds them (they are reported)."""
+        with self.lock:
+            killed = set(self.killed)
+            self.unit = {}
+        kept = [(a, o) for a, o in zip(attempts, outcomes, strict=True) if a.job.id not in killed]
+        if kept:
+            self.executor.on_done([a for a, _ in kept], [o for _, o in kept])
+
+    @staticmethod
+    def _send_quietly(current: _Child, *message: Any) -> None:
+        # A dead child is noticed by the pump through its sentinel.
+        with contextlib.suppress(OSError):
+            current.send(*message)
+
+    # -- from other threads -------------------------------------------------------------
+
+    def kill(self, attempt: InFlight) -> bool:
+        """Kill the child if ``attempt`` is in its unit and every other attempt of the unit
+        was killed too (a batch keeps running for the jobs still wanted); True if ``attempt``
+        is this slot's (its outcome will not be reported)."""
+        with self.lock:
+            if attempt.job.id not in self.unit:
+                return False
+            self.killed.add(attempt.job.id)
+            everyone = self.killed >= self.unit.keys()
+            current = self.child
+        if everyone and current is not None:
+            log.warning("killing the child process of slot %d", self.index, extra=attempt.fields())
+            current.kill()
+        return True
+
+
+class ProcessExecutor(Executor):
+    """``slots`` child processes. :meth:`start` starts them all and waits until every child
+    has run ``on_startup``; ChildStartupFailed if one could not."""
+
+    def __init__(
+        self, slots: int, on_done: OnDone, *, spec: ChildSpec, started: Callable[[], None]
+    ) -> None:
+        """``started()`` is called each time a child has become ready."""
+        super().__init__(slots, on_done)
+        self.spec = spec
+        self.started = started
+        self._changed = threading.Condition()
+        self._pending: collections.deque[list[InFlight] | None] = collections.deque()
+        self._slots = [_Slot(self, i) for i in range(slots)]
+        self._threads: list[threading.Thread] = []
+
+    def start(self) -> None:
+        launched = [slot.launch() for slot in self._slots]
+        try:
+            for slot, new in zip(self._slots, launched, strict=True):
+                slot.await_ready(new)
+        except ChildStartupFailed:
+            for new in launched:
+                new.kill()
+            raise
+        for slot in self._slots:
+            thread = threading.Thread(target=slot.serve, name=f"leaseq-slot-{slot.index}")
+            thread.daemon = True
+            thread.start()
+            self._threads.append(thread)
+
+    def next_unit(self) -> list[InFlight] | None:
+        """The next unit to run (None: the slot should end); waits for one."""
+        with self._changed:
+            while not self._pending:
+                self._changed.wait()
+            return self._pending.popleft()
+
+    def _put(self, unit: list[InFlight] | None) -> None:
+        with self._changed:
+            self._pending.append(unit)
+            self._changed.notify()
+
+    def submit(self, attempt: InFlight) -> None:
+        self._put([attempt])
+
+    def submit_batch(self, attempts: list[InFlight]) -> None:
+        self._put(list(attempts))
+
+    def kill(self, attempt: InFlight) -> bool:
+        """Kill the child running ``attempt`` (or drop it before it starts); True unless
+        ``attempt`` has already been reported."""
+        with self._changed:
+            for unit in self._pending:
+                if unit is not None and attempt in unit:
+                    unit.remove(attempt)
+                    if not unit:
+                        self._pending.remove(unit)
+                    return True
+        return any(slot.kill(attempt) for slot in self._slots)
+
+    def close(self, timeout: float) -> None:
+        """End the slots (after the drain: their attempts are settled) and their children:
+        an idle child exits when its pipe closes; one that does not is killed."""
+        for _ in self._threads:
+            self._put(None)
+        end = time.monotonic() + timeout
+        for thread in self._threads:
+            thread.join(max(0.0, end - time.monotonic()))
+        for slot in self._slots:
+            slot.discard_child(grace=max(0.0, end - time.monotonic()))

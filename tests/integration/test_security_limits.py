@@ -73,13 +73,13 @@ def test_effect_keys_are_scoped_to_queue_and_job_type(queue: leaseq.Queue) -> No
     assert single is not None and single.job_type == "receipt"
 
 
-def test_cli_tables_escape_control_characters(
+def test_cli_tables_escape_control_characters_and_mask_passwords(
     database_url: str, queue: leaseq.Queue, capsys: pytest.CaptureFixture[str]
 ) -> None:
     evil = "\x1b[2J\x1b[31mowned\r\n\u202efdp.exe"
     job_id = queue.enqueue("q", "t" + evil).job_id
     [job] = queue.claim(["q"], "w" + evil)
-    queue.fail(job.lease, "boom" + evil, retryable=False)
+    queue.fail(job.lease, "boom postgresql://app:Hidden-Pw-99@db/x" + evil, retryable=False)
     leaseq.Workers(queue._db).register(  # type: ignore[arg-type]
         "w" + evil, pod=evil, node=None, queues=["q"], concurrency=1,
         state=leaseq.WorkerState.RUNNING, in_flight=0,
@@ -90,6 +90,7 @@ def test_cli_tables_escape_control_characters(
         out = capsys.readouterr().out
         assert not any(c in out for c in "\x1b\r\u202e"), (argv, out)
         assert "\\x1b[2J" in out, (argv, out)
+        assert "Hidden-Pw-99" not in out, (argv, out)
 
 
 def test_http_endpoints_bind_where_told() -> None:

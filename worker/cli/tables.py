@@ -9,6 +9,8 @@ from collections.abc import Sequence
 from datetime import date, datetime
 from typing import Any
 
+from leaseq.core.redact import redact
+
 
 def age(seconds: float | None) -> str:
     """``None`` -> ``-``; otherwise a short human duration: 4s, 3m12s, 2h05m, 3d04h."""
@@ -35,7 +37,8 @@ _UNPRINTABLE = re.compile("[\x00-\x1f\x7f-\x9f\u200e\u200f\u202a-\u202e\u2066-\u
 
 
 def printable(value: object) -> str:
-    """``str(value)`` with every control character shown as an escape (``\\x1b``, ``\\n``)."""
+    """``str(value)`` with every control character shown as an escape (``\\x1b``, ``\\n``)
+    and anything shaped like a password masked (a handler's error may quote a URL)."""
 
     def escape(match: re.Match[str]) -> str:
         code = ord(match.group())
@@ -43,7 +46,7 @@ def printable(value: object) -> str:
             match.group(), f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
         )
 
-    return _UNPRINTABLE.sub(escape, str(value))
+    return _UNPRINTABLE.sub(escape, redact(str(value)))
 
 
 def key_values(pairs: Sequence[tuple[str, Any]]) -> str:

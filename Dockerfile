@@ -21,6 +21,35 @@ RUN python -m pip wheel --no-deps --wheel-dir /wheels . \
     && /opt/leaseq/bin/pip install /wheels/leaseq-*.whl \
     && /opt/leaseq/bin/pip uninstall --yes pip
 
+# --- ocr-builder: the builder's venv plus the OCR example's extra (leaseq[ocr]) ----------
+# rapidocr requires opencv-python, whose cv2 needs the X11/GL libraries a slim image lacks;
+# opencv-python-headless is the same cv2 without them, swapped in at the same version.
+FROM builder AS ocr-builder
+RUN wheel=$(ls /wheels/leaseq-*.whl) \
+    && python -m pip --python /opt/leaseq/bin/python install "${wheel}[ocr]" \
+    && cv=$(/opt/leaseq/bin/python -c 'from importlib.metadata import version; print(version("opencv-python"))') \
+    && python -m pip --python /opt/leaseq/bin/python uninstall --yes opencv-python \
+    && python -m pip --python /opt/leaseq/bin/python install --no-deps "opencv-python-headless==${cv}" \
+    && /opt/leaseq/bin/python -c 'import cv2, rapidocr_onnxruntime'
+
+# --- ocr: `docker build --target ocr`: the final image below plus the OCR example ----------
+# Runs `leaseq worker --app leaseq.examples.ocr:registry` unless given other arguments. For
+# CUDA, install onnxruntime-gpu in place of onnxruntime on a CUDA base (see README).
+FROM python:${PYTHON_VERSION}-slim-bookworm AS ocr
+LABEL org.opencontainers.image.title="leaseq-ocr" \
+      org.opencontainers.image.description="leaseq worker with the OCR example (PP-OCR on onnxruntime)" \
+      org.opencontainers.image.licenses="Apache-2.0"
+COPY --from=ocr-builder /opt/leaseq /opt/leaseq
+ENV PATH=/opt/leaseq/bin:$PATH \
+    PYTHONDONTWRITEBYTECODE=1 \
+    PYTHONUNBUFFERED=1 \
+    HOME=/tmp
+USER 10001:10001
+WORKDIR /tmp
+HEALTHCHECK NONE
+ENTRYPOINT ["leaseq"]
+CMD ["worker", "--app", "leaseq.examples.ocr:registry"]
+
 # --- final: the interpreter, the venv, a numeric non-root user; no compilers, no pip ------
 FROM python:${PYTHON_VERSION}-slim-bookworm
 LABEL org.opencontainers.image.title="leaseq" \

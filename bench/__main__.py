@@ -11,7 +11,7 @@ import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from bench import ab, claim_scaling, crash, history, peers, report, throughput, txn_scope
+from bench import ab, claim_scaling, crash, history, ocr, peers, report, throughput, txn_scope
 from bench.context import Context
 from bench.env import machine, server, server_info
 
@@ -23,9 +23,11 @@ SCENARIOS: dict[str, Callable[[Context], None]] = {
     crash.NAME: crash.run,
     peers.NAME: peers.run,
     ab.NAME: ab.run,
+    ocr.NAME: ocr.run,
 }
-# Run only when named with --only: a repeated, interleaved comparison for proposals.
-OPT_IN = {ab.NAME}
+# Run only when named with --only: a repeated, interleaved comparison for proposals; OCR
+# inference (minutes of CPU per repeat on a loaded 2-core machine; needs the ocr extra).
+OPT_IN = {ab.NAME, ocr.NAME}
 
 RESULTS = Path(__file__).parent / "results"
 README = Path(__file__).parents[1] / "README.md"

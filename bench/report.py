@@ -596,6 +596,63 @@ def _ab(folder: Path) -> str:
     )
 
 
+def _ocr(folder: Path) -> str:
+    reads = read(folder / "ocr_read.csv")
+    loads = read(folder / "ocr_load.csv")
+    if not reads:
+        return "_not run (opt-in: `python -m bench --only ocr`, needs `pip install '.[ocr]'`)_\n"
+    rates: dict[tuple[str, str], list[float]] = {}
+    for r in reads:
+        rates.setdefault((r["batch_pages"], r["lines_per_call"]), []).append(
+            _f(r["pages_per_second"])
+        )
+    medians = {arm: sorted(v)[len(v) // 2] for arm, v in rates.items()}
+    first = medians[(reads[0]["batch_pages"], reads[0]["lines_per_call"])]
+    summary = [
+        {
+            "batch_pages": pages,
+            "lines_per_call": per_call,
+            "repeats": str(len(rates[(pages, per_call)])),
+            "median_pages_per_second": f"{median:.2f}",
+            "all_repeats": " ".join(f"{v:.2f}" for v in rates[(pages, per_call)]),
+            "vs_first_arm": f"{median / first:.2f}",
+        }
+        for (pages, per_call), median in medians.items()
+    ]
+    out = (
+        "One process, CPU, one thread per inference, pages of 6 rendered text lines. Detection "
+        "runs per page; recognition over the lines of `batch_pages` pages, `lines_per_call` "
+        "lines per model call (see bench/ocr.py):\n\n"
+    )
+    out += _table(
+        summary,
+        [
+            "batch_pages",
+            "lines_per_call",
+            "repeats",
+            "median_pages_per_second",
+            "all_repeats",
+            "vs_first_arm",
+        ],
+    )
+    out += "\nEvery repeat:\n\n" + _table(
+        reads,
+        [
+            "repeat",
+            "batch_pages",
+            "lines_per_call",
+            "pages",
+            "lines",
+            "seconds",
+            "pages_per_second",
+            "cpu_s_per_page",
+        ],
+    )
+    out += "\nModel load (three ONNX sessions), seconds per repeat: "
+    out += ", ".join(r["load_seconds"] for r in loads) + "\n"
+    return out
+
+
 SECTIONS: list[tuple[str, Callable[[Path], str]]] = [
     ("1. Claim correctness and scaling (400 jobs x 200 ms)", _claim_scaling),
     ("2. Transaction scope (8 workers)", _txn_scope),
@@ -604,6 +661,7 @@ SECTIONS: list[tuple[str, Callable[[Path], str]]] = [
     ("5. Crash timeline", _crash),
     ("6. Peers, same server, same run", _peers),
     ("A/B: no-op throughput, interleaved rounds", _ab),
+    ("7. OCR inference: pages/s one page vs micro-batched, model load", _ocr),
 ]
 
 

@@ -173,19 +173,31 @@ class PoolTick:
         )
 
     def protect(self, pool: PoolSpec, current: int, desired: int) -> int:
-        """Set deletion costs on the Deployment's pods; never shrink below the busy pods."""
+        """Keep the pods' safe-to-evict annotations in step with their busyness (every tick:
+        the cluster autoscaler drains nodes at any time). Before a scale-down, also set
+        deletion costs, and never shrink below the busy pods."""
+        shrinking = desired < current
         pods = [p for p in self.app.kube.pods(self.namespace, pool.deployment) if not p.terminating]
         try:
             workers = self.workers.list(pool.queues) if self.workers else []
-        except LeaseqError as exc:  # which pods are busy is unknown: shrink nothing
+        except LeaseqError as exc:  # which pods are busy is unknown: change and shrink nothing
+            held = f"holding {current} replicas, " if shrinking else ""
             log.warning(
-                "%s: holding %d replicas: cannot read the workers: %s", self.key, current, exc
+                "%s: %spod annotations unchanged: cannot read the workers: %s", self.key, held, exc
             )
-            return current
+            return current if shrinking else desired
         loads = protection.pod_loads([p.name for p in pods], workers)
-        changes = protection.cost_changes(loads, {p.name: p.annotations for p in pods})
-        for pod, cost in changes.items():
-            self.app.kube.annotate_pod(self.namespace, pod, {protection.DELETION_COST: cost})
+        annotations = {p.name: p.annotations for p in pods}
+        patches: dict[str, dict[str, str]] = {}
+        for pod, value in protection.eviction_changes(loads, annotations).items():
+            patches.setdefault(pod, {})[protection.SAFE_TO_EVICT] = value
+        if shrinking:
+            for pod, cost in protection.cost_changes(loads, annotations).items():
+                patches.setdefault(pod, {})[protection.DELETION_COST] = cost
+        for pod, patch in patches.items():
+            self.app.kube.annotate_pod(self.namespace, pod, patch)
+        if not shrinking:
+            return desired
         busy = sum(1 for load in loads.values() if not load.idle)
         limited = protection.limit_scale_down(current, desired, busy)
         if limited != desired:
@@ -221,9 +233,7 @@ class PoolTick:
             raise Retry(f"holding {current} replicas: {demand}", pool.poll_seconds)
         if not self.app.leading:
             return  # a standby replica: the leader scales
-        desired = decision.desired
-        if desired < current:
-            desired = self.protect(pool, current, desired)
+        desired = self.protect(pool, current, decision.desired)
         if desired != current:
             self.app.kube.scale(self.namespace, pool.deployment, desired)
             self.status["lastScaleTime"] = conditions.timestamp()

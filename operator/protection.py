@@ -6,16 +6,24 @@ marks idle pods cheap and busy ones expensive: more jobs in flight and older in-
 cost more. The annotation is best-effort (the ReplicaSet controller may act on a stale view,
 and it prefers unready pods whatever their cost), so a scale-down is also limited to the
 replicas that are not busy: a busy worker is never the one that has to go.
+
+The cluster autoscaler drains nodes on its own schedule, whatever the replicas: each pod's
+``cluster-autoscaler.kubernetes.io/safe-to-evict`` is kept in step with its busyness on every
+tick. "false" while it runs jobs (the autoscaler never removes a node under busy workers,
+e.g. a GPU node in the middle of inference); "true" when idle, so a node whose workers are
+idle can go even though their pods use local storage (the /tmp emptyDir), which the
+autoscaler otherwise refuses to evict.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from leaseq.core.models import WorkerRecord
 
 DELETION_COST = "controller.kubernetes.io/pod-deletion-cost"
+SAFE_TO_EVICT = "cluster-autoscaler.kubernetes.io/safe-to-evict"
 
 # The cost orders pods by jobs in flight first, then by the age of the oldest one in whole
 # minutes (so a pod's cost changes at most once a minute and patches stay rare), within the
@@ -60,16 +68,37 @@ def deletion_cost(load: PodLoad) -> int:
     return min(load.running * _JOB_WEIGHT + minutes + 1, _MAX_COST)
 
 
+def safe_to_evict(load: PodLoad) -> str:
+    """ "true" for an idle pod, "false" for a busy one."""
+    return "true" if load.idle else "false"
+
+
+def _changes(
+    loads: Mapping[str, PodLoad],
+    annotations: Mapping[str, Mapping[str, str]],
+    key: str,
+    value_of: Callable[[PodLoad], str],
+) -> dict[str, str]:
+    changes = {}
+    for pod, load in loads.items():
+        value = value_of(load)
+        if annotations.get(pod, {}).get(key) != value:
+            changes[pod] = value
+    return changes
+
+
 def cost_changes(
     loads: Mapping[str, PodLoad], annotations: Mapping[str, Mapping[str, str]]
 ) -> dict[str, str]:
     """The deletion-cost annotation values to write: only pods whose value differs."""
-    changes = {}
-    for pod, load in loads.items():
-        cost = str(deletion_cost(load))
-        if annotations.get(pod, {}).get(DELETION_COST) != cost:
-            changes[pod] = cost
-    return changes
+    return _changes(loads, annotations, DELETION_COST, lambda load: str(deletion_cost(load)))
+
+
+def eviction_changes(
+    loads: Mapping[str, PodLoad], annotations: Mapping[str, Mapping[str, str]]
+) -> dict[str, str]:
+    """The safe-to-evict annotation values to write: only pods whose value differs."""
+    return _changes(loads, annotations, SAFE_TO_EVICT, safe_to_evict)
 
 
 def limit_scale_down(current: int, desired: int, busy: int) -> int:

@@ -36,6 +36,31 @@ class Case:
 
 
 CASES = [
+    # Defaults: heartbeats every 10 s, a 30 s lease, missedHeartbeats 2: late above 20 s.
+    Case(
+        "LeaseqHeartbeatLate",
+        series={
+            # two renewals missed, the lease (30 s) still held: fire now, not after expiry
+            f'leaseq_queue_max_heartbeat_age_seconds{{{NS},queue="late"}}': "4 9 24 27 3 6",
+        },
+        quiet={
+            # a healthy worker: ages up to one interval plus jitter
+            f'leaseq_queue_max_heartbeat_age_seconds{{{NS},queue="fine"}}': "0 9 18 5 12 19",
+            'leaseq_queue_max_heartbeat_age_seconds{namespace="other",queue="x"}': "25x5",
+        },
+        checks=[
+            Fires("1m", []),
+            Fires(
+                "2m",
+                [({"queue": "late"}, "A running job on queue late last heartbeated 24s ago")],
+            ),
+            Fires(
+                "3m",
+                [({"queue": "late"}, "A running job on queue late last heartbeated 27s ago")],
+            ),
+            Fires("4m", []),  # renewals resumed
+        ],
+    ),
     Case(
         "LeaseqHeartbeatStale",
         series={
@@ -279,3 +304,37 @@ def test_grafana_rules_are_the_prometheus_rules(helm: Helm, rules: list[Obj]) ->
         assert g["labels"]["severity"] == prom["labels"]["severity"]
         assert g["annotations"]["runbook"] == prom["annotations"]["runbook"]
         assert "$value " not in g["annotations"]["summary"]
+
+
+@pytest.mark.parametrize(("heartbeat", "missed", "threshold"), [(4, 2, 8), (7, 1.5, 10.5)])
+def test_heartbeat_late_threshold_follows_the_heartbeat_interval(
+    helm: Helm, tmp_path: Path, heartbeat: float, missed: float, threshold: float
+) -> None:
+    values = tmp_path / "values.yaml"  # --set would pass 1.5 as a string
+    values.write_text(
+        yaml.safe_dump(
+            {"worker": {"heartbeatSeconds": heartbeat}, "alerts": {"missedHeartbeats": missed}}
+        )
+    )
+    rule = one(helm.render(values, api_versions=[MONITORING_API]), "PrometheusRule")
+    [late] = [
+        r for g in rule["spec"]["groups"] for r in g["rules"] if r["alert"] == "LeaseqHeartbeatLate"
+    ]
+    assert late["expr"].endswith(f"> {threshold:g}")
+    assert late["for"] == "0m"
+
+
+def test_heartbeat_late_must_fire_before_the_lease_expires(helm: Helm) -> None:
+    proc = helm.template_raw(
+        sets={
+            "worker.heartbeatSeconds": "10",
+            "worker.leaseSeconds": "30",
+            "alerts.missedHeartbeats": "3",
+        },
+        check=False,
+    )
+    assert proc.returncode != 0
+    assert (
+        "alerts.missedHeartbeats x worker.heartbeatSeconds (3 x 10 = 30) must be below "
+        "worker.leaseSeconds (30)"
+    ) in proc.stderr

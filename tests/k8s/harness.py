@@ -9,6 +9,7 @@ from typing import Any, TypeVar
 
 import kubernetes.client
 
+import leaseq
 from leaseq.operator.app import OperatorApp
 
 NAMESPACE = "default"
@@ -92,6 +93,19 @@ class Api:
 
     def annotations(self, pod: str) -> dict[str, str]:
         return dict(self.core.read_namespaced_pod(pod, NAMESPACE).metadata.annotations or {})
+
+
+def register_worker(conn: leaseq.core.db.Conn, worker: str, pod: str, queue: str = "ocr") -> None:
+    """Register ``worker`` as running in ``pod`` (what a worker process does at start-up)."""
+    leaseq.Workers(conn).register(
+        worker,
+        pod=pod,
+        node="node-1",
+        queues=[queue],
+        concurrency=4,
+        state=leaseq.WorkerState.RUNNING,
+        in_flight=0,
+    )
 
 
 @dataclass

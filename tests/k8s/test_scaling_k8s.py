@@ -6,7 +6,7 @@ import json
 
 import psycopg
 import pytest
-from harness import Api, StartOperator
+from harness import Api, StartOperator, register_worker
 from psycopg.conninfo import conninfo_to_dict
 
 import leaseq
@@ -45,18 +45,6 @@ def test_enqueue_scales_up_then_drain_scales_to_zero(
     assert api.events("ScaledDown")
 
 
-def _register(queue: leaseq.Queue, conn: leaseq.core.db.Conn, worker: str, pod: str) -> None:
-    leaseq.Workers(conn).register(
-        worker,
-        pod=pod,
-        node="node-1",
-        queues=["ocr"],
-        concurrency=4,
-        state=leaseq.WorkerState.RUNNING,
-        in_flight=0,
-    )
-
-
 def test_scale_down_spares_busy_pods_and_marks_them_expensive(
     api: Api, start_operator: StartOperator, queue: leaseq.Queue, conn: leaseq.core.db.Conn
 ) -> None:
@@ -65,7 +53,7 @@ def test_scale_down_spares_busy_pods_and_marks_them_expensive(
     for pod in pods:
         api.create_pod(pod, "workers")
     for worker, pod in zip(["w-a", "w-b", "w-c", "w-d"], pods, strict=False):
-        _register(queue, conn, worker, pod)
+        register_worker(conn, worker, pod)
     long_ago = conn.execute("SELECT now() - interval '10 minutes'").fetchone()[0]  # type: ignore[index]
     for n in range(4):
         queue.enqueue("ocr", "extract", {"n": n}, now=long_ago)

@@ -11,11 +11,14 @@ from leaseq.core.models import WorkerRecord
 from leaseq.operator.kube import label_selector
 from leaseq.operator.protection import (
     DELETION_COST,
+    SAFE_TO_EVICT,
     PodLoad,
     cost_changes,
     deletion_cost,
+    eviction_changes,
     limit_scale_down,
     pod_loads,
+    safe_to_evict,
 )
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
@@ -94,3 +97,21 @@ def test_deployment_selectors_become_label_selectors() -> None:
     assert label_selector(selector) == (
         "app=workers,tier=jobs,track in (stable,canary),!legacy,zone,env notin (dev)"
     )
+
+
+def test_safe_to_evict_follows_busyness_and_only_changes_are_patched() -> None:
+    loads = {
+        "idle": PodLoad("idle"),
+        "busy": PodLoad("busy", 2, 30.0),
+        "was-busy": PodLoad("was-busy"),
+        "new": PodLoad("new", 1, 1.0),
+    }
+    assert safe_to_evict(loads["idle"]) == "true"
+    assert safe_to_evict(loads["busy"]) == "false"
+    annotations = {
+        "idle": {SAFE_TO_EVICT: "true"},
+        "busy": {SAFE_TO_EVICT: "false", DELETION_COST: "7"},
+        "was-busy": {SAFE_TO_EVICT: "false"},
+        "new": {},  # a pod the operator has not seen yet
+    }
+    assert eviction_changes(loads, annotations) == {"was-busy": "true", "new": "false"}

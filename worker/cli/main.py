@@ -57,6 +57,15 @@ def _cmd_worker(args: argparse.Namespace) -> int:
 
 
 def _cmd_demo(args: argparse.Namespace) -> int:
+    if args.ocr:
+        try:
+            from leaseq.demo import ocr
+        except ModuleNotFoundError as exc:
+            raise ConfigError(
+                f"--ocr needs the ocr extra: pip install 'leaseq[ocr]' ({exc})"
+            ) from exc
+        url = settings.resolve(args, [settings.DATABASE_URL])["database_url"]
+        return ocr.run(url, args.documents, args.pages)
     from leaseq.demo import run as demo
 
     return demo.main(args)
@@ -94,6 +103,14 @@ def build_parser() -> argparse.ArgumentParser:
     )
     settings.add_options(p, [settings.DATABASE_URL])
     p.add_argument("--jobs", type=int, default=36, help="simulated inference jobs (default 36)")
+    p.add_argument(
+        "--ocr",
+        action="store_true",
+        help="run the OCR example instead: a real model reads rendered documents, one worker "
+        "is SIGKILLed mid-document (needs the ocr extra)",
+    )
+    p.add_argument("--documents", type=int, default=4, help="with --ocr: documents (default 4)")
+    p.add_argument("--pages", type=int, default=4, help="with --ocr: pages each (default 4)")
     p.set_defaults(func=_cmd_demo)
 
     p = sub.add_parser("operator", add_help=False, help="run the Kubernetes operator")

@@ -21,6 +21,7 @@ import tempfile
 import threading
 import time
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -251,15 +252,7 @@ class Demo:
             print(line, flush=True)
 
     def stop_all(self) -> None:
-        for p in self.procs.values():
-            if p.popen.poll() is None:
-                p.popen.send_signal(signal.SIGTERM)
-        for p in self.procs.values():
-            try:
-                p.popen.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                p.popen.kill()
-                p.popen.wait()
+        stop_processes([p.popen for p in self.procs.values()], timeout=15)
 
     # -- the account ------------------------------------------------------------------
 
@@ -373,6 +366,19 @@ class Demo:
     def resumed(job: JobRecord) -> int:
         result = job.result if isinstance(job.result, dict) else {}
         return int(result.get("resumed_from_step", 0))
+
+
+def stop_processes(procs: Sequence[subprocess.Popen[bytes]], timeout: float) -> None:
+    """SIGTERM the processes still running, give each ``timeout`` seconds, then SIGKILL."""
+    for proc in procs:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+    for proc in procs:
+        try:
+            proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
 
 
 def main(args: argparse.Namespace) -> int:

@@ -164,6 +164,10 @@ seccompProfile:
 {{- if ge (float64 $w.heartbeatSeconds) (float64 $w.leaseSeconds) -}}
 {{- fail (printf "worker.heartbeatSeconds (%v) must be below worker.leaseSeconds (%v), or every lease expires between two heartbeats" $w.heartbeatSeconds $w.leaseSeconds) -}}
 {{- end -}}
+{{- $late := mulf (float64 $.Values.alerts.missedHeartbeats) (float64 $w.heartbeatSeconds) -}}
+{{- if ge $late (float64 $w.leaseSeconds) -}}
+{{- fail (printf "alerts.missedHeartbeats x worker.heartbeatSeconds (%v x %v = %v) must be below worker.leaseSeconds (%v): LeaseqHeartbeatLate would fire only after the lease is lost" $.Values.alerts.missedHeartbeats $w.heartbeatSeconds $late $w.leaseSeconds) -}}
+{{- end -}}
 {{- if lt (int $w.pool.maxReplicas) (int $w.pool.minReplicas) -}}
 {{- fail (printf "worker.pool.maxReplicas (%d) must be >= worker.pool.minReplicas (%d)" (int $w.pool.maxReplicas) (int $w.pool.minReplicas)) -}}
 {{- end -}}

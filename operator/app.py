@@ -98,7 +98,7 @@ class OperatorApp:
         self.queue = self.databases.queue()
         workers = self.databases.workers()
         self.metrics = OperatorMetrics()
-        self.metrics.watch_queues(self.queue, workers)
+        self.metrics.watch_queues(self.queue, workers, max_queues=config.metrics_max_queues)
         self.reaper = Reaper(
             LeaderLease(
                 Leadership(self.databases.pool()), config.operator_id, config.leader_ttl_seconds
@@ -128,7 +128,7 @@ class OperatorApp:
     def start(self) -> None:
         if not self._started:
             self._started = True
-            self.metrics.serve(self.config.metrics_port)
+            self.metrics.serve(self.config.metrics_port, self.config.metrics_address)
             self.reaper.start()
             log.info("operator started", extra={"operator_id": self.config.operator_id})
 

@@ -10,6 +10,7 @@ import kopf
 
 from leaseq import config as settings
 from leaseq.core.errors import LeaseqError
+from leaseq.core.redact import redact, redact_logs
 from leaseq.operator.config import OPTIONS, OperatorConfig
 from leaseq.operator.kube import Cluster
 from leaseq.operator.runner import run
@@ -25,6 +26,7 @@ def configure_logging(config: OperatorConfig) -> None:
     log_format = kopf.LogFormat.JSON if config.log_format == "json" else kopf.LogFormat.FULL
     kopf.configure(log_format=log_format)
     logging.getLogger().setLevel(config.log_level)
+    redact_logs()
 
 
 def main(argv: list[str]) -> int:
@@ -35,6 +37,6 @@ def main(argv: list[str]) -> int:
         configure_logging(config)
         run(config, Cluster.from_environment())
     except LeaseqError as exc:
-        print(f"leaseq operator: error: {exc}", file=sys.stderr)
+        print(f"leaseq operator: error: {redact(str(exc))}", file=sys.stderr)
         return 2
     return 0

@@ -54,6 +54,14 @@ HEALTH_PORT = Option(
     "port of kopf's liveness endpoint /healthz (0: off)",
 )
 METRICS_PORT = settings.METRICS_PORT
+METRICS_MAX_QUEUES = Option(
+    "metrics_max_queues",
+    "LEASEQ_METRICS_MAX_QUEUES",
+    settings.positive_int,
+    100,
+    "queues exported one by one on /metrics (WorkerPools' queues first, then the busiest);"
+    ' the rest are summed under queue="_other" and counted in leaseq_queue_series_folded',
+)
 
 OPTIONS = (
     settings.DATABASE_URL,
@@ -64,6 +72,8 @@ OPTIONS = (
     VACUUM_DEAD_TUPLES,
     HEALTH_PORT,
     METRICS_PORT,
+    settings.METRICS_ADDRESS,
+    METRICS_MAX_QUEUES,
     settings.LOG_LEVEL,
     settings.LOG_FORMAT,
 )
@@ -113,6 +123,8 @@ class OperatorConfig:
     vacuum_dead_tuples: int = 2000
     health_port: int = 8080
     metrics_port: int = 9100
+    metrics_address: str = "0.0.0.0"  # noqa: S104 - see leaseq.config.METRICS_ADDRESS
+    metrics_max_queues: int = 100
     log_level: str = "INFO"
     log_format: str = "text"
     tick_seconds: float = 1.0

@@ -20,7 +20,7 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from leaseq.core.errors import LeaseqError
-from leaseq.core.models import Reaped
+from leaseq.core.models import QueueStats, Reaped
 from leaseq.core.queue import Queue
 from leaseq.core.workers import Workers
 
@@ -32,12 +32,63 @@ JOB_STATES = ("ready", "scheduled", "running", "dead")
 REAP_OUTCOMES = {"pending": "retried", "dead": "dead"}
 
 
-class QueueCollector(Collector):
-    """Computes the queue series from one stats query and one workers query per scrape."""
+#: The label that stands for every queue beyond the cap; no queue can be named so (a queue
+#: name starts with a letter or digit).
+OTHER_QUEUE = "_other"
+DEFAULT_MAX_QUEUES = 100
 
-    def __init__(self, queue: Queue, workers: Workers) -> None:
+
+def _fold(stats: list[QueueStats], pinned: set[str], limit: int) -> tuple[list[QueueStats], int]:
+    """At most ``limit`` queues one by one (pinned ones first, then the busiest, then by
+    name), and the rest summed into one ``_other`` row; also how many were folded."""
+
+    def rank(s: QueueStats) -> tuple[bool, int, str]:
+        return (s.queue not in pinned, -(s.ready + s.scheduled + s.running + s.dead), s.queue)
+
+    ranked = sorted(stats, key=rank)
+    kept, rest = ranked[:limit], ranked[limit:]
+    if not rest:
+        return kept, 0
+
+    def oldest(values: list[float | None]) -> float | None:
+        present = [v for v in values if v is not None]
+        return max(present) if present else None
+
+    other = QueueStats(
+        queue=OTHER_QUEUE,
+        ready=sum(s.ready for s in rest),
+        scheduled=sum(s.scheduled for s in rest),
+        scheduled_soon=sum(s.scheduled_soon for s in rest),
+        running=sum(s.running for s in rest),
+        dead=sum(s.dead for s in rest),
+        oldest_ready_age=oldest([s.oldest_ready_age for s in rest]),
+        max_heartbeat_age=oldest([s.max_heartbeat_age for s in rest]),
+    )
+    return [*kept, other], len(rest)
+
+
+class QueueCollector(Collector):
+    """Computes the queue series from one stats query and one workers query per scrape.
+
+    Queue names come from producers, so their number is not the operator's to choose: at
+    most ``max_queues`` get series of their own (``pinned`` ones, the WorkerPools' queues,
+    first), the rest are summed under ``queue="_other"``, and
+    ``leaseq_queue_series_folded`` says how many were (a warning is logged when it changes).
+    """
+
+    def __init__(
+        self,
+        queue: Queue,
+        workers: Workers,
+        *,
+        max_queues: int = DEFAULT_MAX_QUEUES,
+        pinned: set[str] | None = None,
+    ) -> None:
         self._queue = queue
         self._workers = workers
+        self._max_queues = max_queues
+        self._pinned = pinned if pinned is not None else set()
+        self._folded_before = 0
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
         up = GaugeMetricFamily(
@@ -53,6 +104,21 @@ class QueueCollector(Collector):
             return
         up.add_metric([], 1)
         yield up
+        live_workers = [w for w in workers if w.heartbeat_age <= LIVE_WORKER_SECONDS]
+        served = {name for w in live_workers for name in w.queues}
+        known = {s.queue for s in stats}
+        stats += [QueueStats(name, 0, 0, 0, 0, 0, None, None) for name in sorted(served - known)]
+        stats, folded = _fold(stats, self._pinned, self._max_queues)
+        if folded != self._folded_before:
+            log.warning(
+                "%d queues exceed the metrics cap of %d; their series are summed under "
+                'queue="%s" (raise --metrics-max-queues to see them one by one)',
+                folded,
+                self._max_queues,
+                OTHER_QUEUE,
+            )
+            self._folded_before = folded
+        shown = {s.queue for s in stats}
         jobs = GaugeMetricFamily(
             "leaseq_queue_jobs", "Jobs by queue and state", labels=["queue", "state"]
         )
@@ -69,11 +135,16 @@ class QueueCollector(Collector):
         live = GaugeMetricFamily(
             "leaseq_queue_workers", "Live registered workers serving the queue", labels=["queue"]
         )
+        cap = GaugeMetricFamily(
+            "leaseq_queue_series_folded",
+            f'Queues beyond the metrics cap, summed under queue="{OTHER_QUEUE}"',
+        )
+        cap.add_metric([], folded)
         counts: dict[str, int] = {}
-        for worker in workers:
-            if worker.heartbeat_age <= LIVE_WORKER_SECONDS:
-                for name in worker.queues:
-                    counts[name] = counts.get(name, 0) + 1
+        for worker in live_workers:
+            for name in worker.queues:
+                label = name if name in shown else OTHER_QUEUE
+                counts[label] = counts.get(label, 0) + 1
         for s in stats:
             for state, value in zip(
                 JOB_STATES, (s.ready, s.scheduled, s.running, s.dead), strict=True
@@ -84,7 +155,7 @@ class QueueCollector(Collector):
             counts.setdefault(s.queue, 0)
         for name, count in sorted(counts.items()):
             live.add_metric([name], count)
-        yield from (jobs, oldest, heartbeat, live)
+        yield from (jobs, oldest, heartbeat, live, cap)
 
 
 @dataclass
@@ -92,6 +163,9 @@ class OperatorMetrics:
     """The operator's metric series, in a registry of their own (one per operator instance)."""
 
     registry: CollectorRegistry = field(default_factory=CollectorRegistry)
+    #: WorkerPools' queues: always exported one by one.
+    pinned: set[str] = field(default_factory=set)
+    max_queues: int = DEFAULT_MAX_QUEUES
 
     def __post_init__(self) -> None:
         self.reaped = Counter(
@@ -117,17 +191,35 @@ class OperatorMetrics:
             ["workerpool"],
             registry=self.registry,
         )
+        self._reaped_queues: set[str] = set()
         self._server: WSGIServer | None = None
         self._thread: threading.Thread | None = None
 
-    def watch_queues(self, queue: Queue, workers: Workers) -> None:
-        self.registry.register(QueueCollector(queue, workers))
+    def watch_queues(
+        self, queue: Queue, workers: Workers, *, max_queues: int = DEFAULT_MAX_QUEUES
+    ) -> None:
+        """Export the queue series from the database at every scrape (see
+        :class:`QueueCollector`; the queues given to :meth:`known_queues` come first)."""
+        self.max_queues = max_queues
+        self.registry.register(
+            QueueCollector(queue, workers, max_queues=max_queues, pinned=self.pinned)
+        )
 
     def count_reaped(self, job: Reaped) -> None:
-        self.reaped.labels(job.queue, REAP_OUTCOMES.get(job.status, job.status)).inc()
+        """Count a reaped job under its queue, or under ``_other`` once the counter already
+        has ``max_queues`` queues that no WorkerPool serves (the same cap as the gauges)."""
+        queue = job.queue
+        if queue not in self.pinned and queue not in self._reaped_queues:
+            if len(self._reaped_queues) >= self.max_queues:
+                queue = OTHER_QUEUE
+            else:
+                self._reaped_queues.add(queue)
+        self.reaped.labels(queue, REAP_OUTCOMES.get(job.status, job.status)).inc()
 
     def known_queues(self, queues: tuple[str, ...]) -> None:
-        """Start the reaped counters of these queues at 0, so rates exist before a reap."""
+        """Start the reaped counters of these queues at 0, so rates exist before a reap, and
+        keep their queue series out of the ``_other`` fold."""
+        self.pinned.update(queues)
         for queue in queues:
             for outcome in REAP_OUTCOMES.values():
                 self.reaped.labels(queue, outcome)

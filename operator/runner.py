@@ -54,7 +54,9 @@ def run(
     """Run the operator until ``stop_flag`` is set (or SIGTERM/SIGINT in the main thread)."""
     app = app or OperatorApp(config, cluster)
     logging.getLogger("kopf.objects").addFilter(_not_a_success)  # idempotent per function
-    liveness = f"http://0.0.0.0:{config.health_port}/healthz" if config.health_port else None
+    address = config.metrics_address
+    host = f"[{address}]" if ":" in address else address
+    liveness = f"http://{host}:{config.health_port}/healthz" if config.health_port else None
     try:
         asyncio.run(
             kopf.operator(

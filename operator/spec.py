@@ -187,9 +187,9 @@ def _queues(spec: Mapping[str, Any]) -> tuple[str, ...]:
         raise InvalidSpec(f"spec.queues must list at least one queue, got {queues!r}")
     for queue in queues:
         try:
-            validation.name("queue", queue)
+            validation.queue_name(queue)
         except InvalidJob as exc:
-            raise InvalidSpec(f"spec.queues has {queue!r}, which {exc.problem}") from exc
+            raise InvalidSpec(f"spec.queues has {queue!r}: {exc.problem}") from exc
     if len(set(queues)) != len(queues):
         raise InvalidSpec(f"spec.queues names a queue twice: {queues!r}")
     return tuple(queues)

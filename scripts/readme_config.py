@@ -10,7 +10,13 @@ from leaseq import config as settings
 from leaseq.operator import config
 from leaseq.runtime import settings as worker_settings
 
-COMMON = [settings.DATABASE_URL, settings.METRICS_PORT, settings.LOG_LEVEL, settings.LOG_FORMAT]
+COMMON = [
+    settings.DATABASE_URL,
+    settings.METRICS_PORT,
+    settings.METRICS_ADDRESS,
+    settings.LOG_LEVEL,
+    settings.LOG_FORMAT,
+]
 
 
 def tables() -> str:
@@ -25,6 +31,8 @@ def tables() -> str:
             settings.docs_table(worker),
             "`leaseq operator`:",
             settings.docs_table(operator),
+            "`leaseq migrate` (after migrating, grants each component's role; see SECURITY):",
+            settings.docs_table(settings.GRANT_OPTIONS),
         ]
     )
 

@@ -12,6 +12,7 @@ from leaseq.core.errors import (
     JobNotFound,
     JobStateError,
     LeaseqError,
+    PermissionDenied,
     SchemaNotReady,
     SchemaTooNew,
 )
@@ -43,7 +44,13 @@ from leaseq.core.models import (
 from leaseq.core.notifications import Notifications
 from leaseq.core.pool import Pool
 from leaseq.core.queue import JobSpec, Queue
-from leaseq.core.schema import MigrationReport, Schema, check_schema, migrate
+from leaseq.core.schema import (
+    ComponentRoles,
+    MigrationReport,
+    Schema,
+    check_schema,
+    migrate,
+)
 from leaseq.core.workers import Workers
 from leaseq.runtime.context import Interrupted, JobContext, PermanentError, StopReason
 from leaseq.runtime.registry import Registry
@@ -56,6 +63,7 @@ __all__ = [
     "Cancelled",
     "ClaimedJob",
     "Completed",
+    "ComponentRoles",
     "ConfigError",
     "DatabaseError",
     "DatabaseMissing",
@@ -82,6 +90,7 @@ __all__ = [
     "MigrationReport",
     "Notifications",
     "PermanentError",
+    "PermissionDenied",
     "Pool",
     "Queue",
     "QueueStats",

@@ -10,12 +10,13 @@ explicitly. ``docs_table`` renders the README's configuration table from the sam
 from __future__ import annotations
 
 import argparse
+import ipaddress
 import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from leaseq.core.errors import ConfigError
+from leaseq.core.errors import ConfigError, check_conninfo
 
 
 @dataclass(frozen=True)
@@ -28,6 +29,8 @@ class Option:
     default: Any
     help: str
     repeat: bool = False
+    #: Never echo the value in an error (it may hold a password).
+    secret: bool = False
 
     @property
     def flag(self) -> str:
@@ -76,6 +79,24 @@ def csv_list(text: str) -> list[str]:
     return items
 
 
+def database_url(text: str) -> str:
+    """A connection string libpq can parse; its password is masked from then on."""
+    try:
+        return check_conninfo(text, action="configure")
+    except ConfigError as exc:
+        raise ValueError(str(exc)) from None
+
+
+def bind_address(text: str) -> str:
+    """An IP address to listen on (0.0.0.0 or :: for every interface), or localhost."""
+    if text == "localhost":
+        return text
+    try:
+        return str(ipaddress.ip_address(text))
+    except ValueError:
+        raise ValueError("must be an IP address such as 0.0.0.0, 127.0.0.1 or ::") from None
+
+
 def choice(*allowed: str) -> Callable[[str], str]:
     def parse(text: str) -> str:
         if text not in allowed:
@@ -88,9 +109,10 @@ def choice(*allowed: str) -> Callable[[str], str]:
 DATABASE_URL = Option(
     "database_url",
     "LEASEQ_DATABASE_URL",
-    str,
+    database_url,
     None,
     "PostgreSQL URL, e.g. postgresql://user:pass@host:5432/db",
+    secret=True,
 )
 METRICS_PORT = Option(
     "metrics_port",
@@ -99,6 +121,35 @@ METRICS_PORT = Option(
     9100,
     "HTTP port for /metrics (a worker also serves /healthz and /readyz there); 0 disables",
 )
+METRICS_ADDRESS = Option(
+    "metrics_address",
+    "LEASEQ_METRICS_ADDRESS",
+    bind_address,
+    "0.0.0.0",  # noqa: S104 - a pod's port: reachable from Prometheus unless told otherwise
+    "address the HTTP endpoints (metrics, probes) listen on; 127.0.0.1 keeps them local",
+)
+
+
+def role_name(text: str) -> str:
+    """A PostgreSQL role name (1-63 characters; quoted by the database, never by leaseq)."""
+    if not 1 <= len(text) <= 63 or any(c.isspace() or not c.isprintable() for c in text):
+        raise ValueError("must be a role name of 1-63 characters without spaces")
+    return text
+
+
+WORKER_ROLE, OPERATOR_ROLE, PRODUCER_ROLE = (
+    Option(
+        f"{component}_role",
+        f"LEASEQ_{component.upper()}_ROLE",
+        role_name,
+        None,
+        f"database role the {component}s run as: `leaseq migrate` grants it exactly the "
+        f"{component}'s privileges (README, SECURITY); unset: no grants for {component}s",
+    )
+    for component in ("worker", "operator", "producer")
+)
+GRANT_OPTIONS = (WORKER_ROLE, OPERATOR_ROLE, PRODUCER_ROLE)
+
 LOG_LEVEL = Option(
     "log_level",
     "LEASEQ_LOG_LEVEL",
@@ -148,7 +199,8 @@ def resolve(
         try:
             values[option.name] = option.parse(raw)
         except ValueError as exc:
-            raise ConfigError(f"{source}={raw!r}: {exc}") from exc
+            shown = source if option.secret else f"{source}={raw!r}"
+            raise ConfigError(f"{shown}: {exc}") from None
     return values
 
 

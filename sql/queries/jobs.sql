@@ -94,7 +94,7 @@ UPDATE leaseq.jobs
 RETURNING id;
 
 -- name: job_complete
--- Marks held jobs succeeded (one or a batch, each fenced by its own owner and token), writes each effect through its key (a repeat is a no-op) and records each attempt (with its note, e.g. what was cut from the result), in one statement.
+-- Marks held jobs succeeded (one or a batch, each fenced by its own owner and token), writes each effect through its key within the job's queue and type (a repeat is a no-op) and records each attempt (with its note, e.g. what was cut from the result), in one statement.
 WITH t AS (SELECT coalesce(%(now)s::timestamptz, now()) AS now),
 req AS (
     SELECT r.id, r.owner, r.token, r.result, r.effect_key, r.progress, r.note
@@ -110,16 +110,18 @@ done AS (
       FROM t, req
      WHERE j.id = req.id AND j.status = 'running' AND j.lease_owner = req.owner
        AND j.lease_token = req.token AND j.lease_expires_at > t.now
-    RETURNING j.id, j.attempt_count, j.lease_token, j.lease_owner, j.started_at, j.finished_at,
+    RETURNING j.id, j.queue, j.job_type, j.attempt_count, j.lease_token, j.lease_owner,
+              j.started_at, j.finished_at,
               coalesce(req.effect_key, j.idempotency_key, 'job:' || j.id) AS effect_key,
               req.result, req.note
 ),
 effect AS (
-    INSERT INTO leaseq.job_results (idempotency_key, job_id, produced_by, produced_at, result)
-    SELECT done.effect_key, done.id, done.lease_owner, done.finished_at,
-           coalesce(done.result, 'null'::jsonb)
+    INSERT INTO leaseq.job_results (queue, job_type, idempotency_key, job_id, produced_by,
+                                    produced_at, result)
+    SELECT done.queue, done.job_type, done.effect_key, done.id, done.lease_owner,
+           done.finished_at, coalesce(done.result, 'null'::jsonb)
       FROM done
-    ON CONFLICT (idempotency_key) DO NOTHING
+    ON CONFLICT (queue, job_type, idempotency_key) DO NOTHING
     RETURNING job_id
 ),
 attempt AS (
@@ -203,20 +205,31 @@ SELECT released.id, released.status::text AS status, released.available_at,
 WITH job AS (
     SELECT j.id, j.status, j.lease_token FROM leaseq.jobs j WHERE j.id = %(id)s
 ),
-recorded AS (
-    INSERT INTO leaseq.job_attempts AS a (job_id, attempt, lease_token, worker, started_at, ended_at, outcome, error)
-    SELECT job.id, %(attempt)s, %(token)s, %(owner)s, %(started_at)s,
-           coalesce(%(now)s::timestamptz, now()), 'fenced',
+refusal AS (
+    SELECT job.id, coalesce(%(now)s::timestamptz, now()) AS at,
            %(call)s::text || ' refused: lease token ' || %(token)s::bigint || ' is not current (job is '
-           || job.status || ', token ' || job.lease_token || ')'
+           || job.status || ', token ' || job.lease_token || ')' AS error
       FROM job
-    ON CONFLICT (job_id, lease_token) DO UPDATE
-       SET outcome = 'fenced', ended_at = EXCLUDED.ended_at,
-           error = EXCLUDED.error || ' after ' || a.outcome::text
-     WHERE a.outcome IN ('lease_expired', 'cancelled')
+),
+-- A plain UPDATE, not ON CONFLICT DO UPDATE: under the worker role's row policy an attempt
+-- that is not lease_expired or cancelled is skipped here instead of raising.
+refenced AS (
+    UPDATE leaseq.job_attempts a
+       SET outcome = 'fenced', ended_at = refusal.at, error = refusal.error || ' after ' || a.outcome::text
+      FROM refusal
+     WHERE a.job_id = refusal.id AND a.lease_token = %(token)s
+       AND a.outcome IN ('lease_expired', 'cancelled')
     RETURNING a.job_id
+),
+inserted AS (
+    INSERT INTO leaseq.job_attempts (job_id, attempt, lease_token, worker, started_at, ended_at, outcome, error)
+    SELECT refusal.id, %(attempt)s, %(token)s, %(owner)s, %(started_at)s, refusal.at, 'fenced', refusal.error
+      FROM refusal
+    ON CONFLICT (job_id, lease_token) DO NOTHING
+    RETURNING job_id
 )
-SELECT (SELECT job.status FROM job) AS status, (SELECT count(*) FROM recorded) AS recorded;
+SELECT (SELECT job.status FROM job) AS status,
+       (SELECT count(*) FROM refenced) + (SELECT count(*) FROM inserted) AS recorded;
 
 -- name: job_reap
 -- Returns up to %(limit)s running jobs whose lease has expired to pending in their old place (the expired lease was the backoff), or dead when attempts are exhausted; records each attempt and which reaper (%(reaper)s) took it.
@@ -377,10 +390,14 @@ SELECT a.job_id, a.attempt, a.lease_token, a.worker, a.started_at, a.ended_at,
  ORDER BY a.lease_token;
 
 -- name: job_result
--- The effect written under one idempotency key, if any.
-SELECT r.idempotency_key, r.job_id, r.produced_by, r.produced_at, r.result
+-- The effects written under one idempotency key, in the given queue and job type (either NULL for any), newest first, at most two.
+SELECT r.idempotency_key, r.job_id, r.produced_by, r.produced_at, r.result, r.queue, r.job_type
   FROM leaseq.job_results r
- WHERE r.idempotency_key = %(key)s;
+ WHERE r.idempotency_key = %(key)s
+   AND (%(queue)s::text IS NULL OR r.queue = %(queue)s::text)
+   AND (%(job_type)s::text IS NULL OR r.job_type = %(job_type)s::text)
+ ORDER BY r.produced_at DESC
+ LIMIT 2;
 
 -- name: jobs_dead_tuples
 -- Dead row versions in leaseq.jobs by the statistics system (what VACUUM would clean up).

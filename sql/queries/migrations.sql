@@ -32,3 +32,7 @@ SELECT to_regclass('leaseq.schema_migrations') IS NOT NULL AS present;
 -- name: migration_server_encoding
 -- The database's character encoding (leaseq needs UTF8: with SQL_ASCII every text value reads back as bytes).
 SELECT current_setting('server_encoding') AS encoding;
+
+-- name: grants_apply
+-- Grants each component's database role exactly its privileges on leaseq's objects (revoking everything first; NULL: no role); returns every statement run.
+SELECT statement FROM leaseq.apply_grants(%(worker)s, %(operator)s, %(producer)s) AS statement;

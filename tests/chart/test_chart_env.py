@@ -24,7 +24,7 @@ OPERATOR_ENV = {o.env for o in operator_config.OPTIONS}
 READS = {
     "worker": WORKER_ENV,
     "operator": OPERATOR_ENV,
-    "migrate": {settings.DATABASE_URL.env},
+    "migrate": {settings.DATABASE_URL.env, *(o.env for o in settings.GRANT_OPTIONS)},
 }
 # Read by the worker but deliberately not set: its default (hostname-pid) is unique per pod
 # and process, and one value for every replica would make them all the same worker.

@@ -42,6 +42,10 @@ SELECT 'options ' || c.relname || ' ' || array_to_string(c.reloptions, ',')
   FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace AND n.nspname = 'leaseq'
  WHERE c.reloptions IS NOT NULL
 UNION ALL
+SELECT 'row level security ' || c.relname
+  FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace AND n.nspname = 'leaseq'
+ WHERE c.relrowsecurity
+UNION ALL
 SELECT 'type ' || t.typname || ' ' || string_agg(e.enumlabel, ',' ORDER BY e.enumsortorder)
   FROM pg_type t JOIN pg_enum e ON e.enumtypid = t.oid
   JOIN pg_namespace n ON n.oid = t.typnamespace AND n.nspname = 'leaseq'

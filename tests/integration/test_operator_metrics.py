@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 from prometheus_client import generate_latest
 
 import leaseq
@@ -77,3 +78,32 @@ def test_counters_gauges_and_http(queue: leaseq.Queue) -> None:
         metrics.close()
     assert status == 200
     assert "leaseq_reaper_leader 1.0" in body
+
+
+def test_queue_series_are_capped_with_the_rest_summed_and_counted(
+    queue: leaseq.Queue, conn: leaseq.core.db.Conn, caplog: pytest.LogCaptureFixture
+) -> None:
+    """20,000 queue names once made /metrics 7.5 MB (issue 11): at most max_queues queues
+    get series of their own, WorkerPools' first, then the busiest."""
+    metrics = OperatorMetrics()
+    metrics.known_queues(("quiet",))
+    metrics.watch_queues(queue, leaseq.Workers(conn), max_queues=3)
+    queue.enqueue_many(
+        [leaseq.JobSpec(f"q{n:02d}", "t", {}) for n in range(20) for _ in range(n % 5 + 1)]
+    )
+    queue.enqueue("quiet", "t", delay=3600)
+    text = generate_latest(metrics.registry).decode()
+    shown = {line.split('queue="')[1].split('"')[0] for line in text.splitlines()
+             if line.startswith("leaseq_queue_jobs{")}  # fmt: skip
+    # quiet (a WorkerPool's), then the three busiest by name, cut to 3, plus _other.
+    assert shown == {"quiet", "q04", "q09", "_other"}
+    assert _value(metrics, "leaseq_queue_series_folded") == 18
+    folded = sum(n % 5 + 1 for n in range(20)) - 10
+    assert _value(metrics, "leaseq_queue_jobs", queue="_other", state="ready") == folded
+    assert "18 queues exceed the metrics cap of 3" in caplog.text
+    # The reaped counter is capped the same way.
+    for n in range(6):
+        metrics.count_reaped(Reaped(n, f"r{n}", "t", leaseq.JobStatus.DEAD, "w", 1, 1, False))
+    reaped = {s.labels["queue"] for f in metrics.registry.collect() if f.name == "leaseq_reaped"
+              for s in f.samples}  # fmt: skip
+    assert reaped == {"quiet", "r0", "r1", "r2", "_other"}

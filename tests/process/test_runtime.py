@@ -247,5 +247,6 @@ def test_the_worker_waits_for_the_schema_and_is_not_ready_meanwhile(
     with leaseq.connect(empty_database_url, action="test") as conn:
         leaseq.migrate(conn)
         wait_for(lambda: leaseq.Workers(conn).list(), "the worker to register")
-    assert w.worker.health.ready() == (True, "ok")
+    # It registers as loading first; ready once on_startup has run.
+    wait_for(lambda: w.worker.health.ready() == (True, "ok"), "the worker to be ready")
     assert w.stop() == 0

@@ -36,11 +36,11 @@ def test_refusals_name_the_setting() -> None:
     with pytest.raises(ConfigError, match="--database-url is required"):
         config([], {})
     with pytest.raises(ConfigError, match="LEASEQ_LEADER_TTL_SECONDS='x'"):
-        config([], {"LEASEQ_DATABASE_URL": "u", "LEASEQ_LEADER_TTL_SECONDS": "x"})
+        config([], {**URL, "LEASEQ_LEADER_TTL_SECONDS": "x"})
     with pytest.raises(ConfigError, match="must be longer than --reap-interval-seconds"):
         config(
             ["--leader-ttl-seconds", "5", "--reap-interval-seconds", "5"],
-            {"LEASEQ_DATABASE_URL": "u"},
+            URL,
         )
 
 

@@ -15,7 +15,7 @@ import pytest
 
 from leaseq import config as settings
 from leaseq.core.backoff import Backoff
-from leaseq.core.errors import ConfigError, DatabaseError
+from leaseq.core.errors import ConfigError, DatabaseError, DatabaseUnavailable
 from leaseq.core.models import ClaimedJob, Lease
 from leaseq.runtime.context import Interrupted, JobContext, StopReason
 from leaseq.runtime.health import Health
@@ -224,8 +224,11 @@ def test_health_reports_silent_loops_database_errors_and_draining() -> None:
     assert health.ready() == (False, "database: not connected yet")
     health.db_ok()
     assert health.ready() == (True, "ok")
-    health.db_failed(DatabaseError("boom"))
-    assert health.ready() == (False, "database: boom")
+    # What is wrong and where, never the server's own text (issue 11).
+    health.db_failed(DatabaseError("server said: secret detail"))
+    assert health.ready() == (False, "database: DatabaseError (see the log)")
+    health.db_failed(DatabaseUnavailable("db", "5432", "FATAL: secret detail", "nothing done"))
+    assert health.ready() == (False, "database: unreachable at db:5432")
     health.db_ok()
     health.draining = True
     assert health.ready() == (False, "draining")

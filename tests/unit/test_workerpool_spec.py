@@ -75,6 +75,7 @@ def api_server_errors(spec: dict[str, Any]) -> list[str]:
     [
         ({**GOOD, "minReplicas": 5, "maxReplicas": 2}, "maxReplicas must be greater than or"),
         ({**GOOD, "maxReplicas": 0}, "maxReplicas: 0 is less than the minimum of 1"),
+        ({**GOOD, "queues": ["\x1b[2Jq"]}, "does not match '^[A-Za-z0-9][A-Za-z0-9._:-]*$'"),
         ({**GOOD, "minReplicas": -1}, "minReplicas: -1 is less than the minimum of 0"),
         ({**GOOD, "jobsPerReplica": 0}, "jobsPerReplica: 0 is less than the minimum of 1"),
         ({**GOOD, "pollSeconds": 0}, "pollSeconds: 0 is less than or equal to the minimum"),
@@ -149,6 +150,7 @@ def test_operator_defaults_are_the_crds() -> None:
     [
         ({**GOOD, "queues": ["ocr", "ocr"]}, "spec.queues names a queue twice: ['ocr', 'ocr']"),
         ({**GOOD, "queues": ["x" * 129]}, "is 129 characters long; the limit is 128"),
+        ({**GOOD, "queues": ["a\nb"]}, "is not a queue name: 1-128 characters of letters"),
         ({**GOOD, "maxReplicas": True}, "spec.maxReplicas must be an integer, got True"),
         ({**GOOD, "pollSeconds": "10s"}, "spec.pollSeconds must be a number of seconds, got '10s'"),
         ({**GOOD, "deployment": ""}, "spec.deployment must be a non-empty string, got ''"),

@@ -14,7 +14,7 @@ import time
 from typing import Any
 
 from leaseq import config as settings
-from leaseq.cli.tables import age, table, to_json, when
+from leaseq.cli.tables import age, key_values, table, to_json, when
 from leaseq.core.db import Conn, connect
 from leaseq.core.models import (
     FINISHED_STATUSES,
@@ -213,8 +213,7 @@ def jobs_show(args: argparse.Namespace) -> int:
         ("progress", json.dumps(record.progress)),
         ("result", json.dumps(record.result)),
     ]
-    width = max(len(name) for name, _ in fields)
-    print("\n".join(f"{name.ljust(width)}  {value}" for name, value in fields))
+    print(key_values(fields))
     print()
     if not attempts:
         print("no attempts recorded")

@@ -12,18 +12,27 @@ from collections.abc import Sequence
 
 from leaseq import config as settings
 from leaseq.cli import commands
+from leaseq.core import redact
 from leaseq.core.db import connect
 from leaseq.core.errors import ConfigError, LeaseqError
-from leaseq.core.schema import migrate
+from leaseq.core.schema import ComponentRoles, migrate
 from leaseq.runtime import settings as worker_settings
 
 
 def _cmd_migrate(args: argparse.Namespace) -> int:
-    url = settings.require(settings.resolve(args, [settings.DATABASE_URL]), settings.DATABASE_URL)
+    values = settings.resolve(args, [settings.DATABASE_URL, *settings.GRANT_OPTIONS])
+    url = settings.require(values, settings.DATABASE_URL)
+    roles = ComponentRoles(
+        worker=values["worker_role"],
+        operator=values["operator_role"],
+        producer=values["producer_role"],
+    )
     with connect(url, action="migrate") as conn:
-        report = migrate(conn)
+        report = migrate(conn, roles)
     done = ", ".join(f"{v:04d}" for v in report.applied) or "nothing to apply"
     print(f"leaseq schema at version {report.version} ({done})")
+    for statement in report.grants:
+        print(f"  {statement}")
     return 0
 
 
@@ -109,7 +118,7 @@ def build_parser() -> argparse.ArgumentParser:
         "Safe to run again and from several places at once; refuses, changing nothing, a "
         "database migrated by a newer leaseq.",
     )
-    settings.add_options(p, [settings.DATABASE_URL])
+    settings.add_options(p, [settings.DATABASE_URL, *settings.GRANT_OPTIONS])
     p.set_defaults(func=_cmd_migrate)
 
     p = sub.add_parser(
@@ -171,6 +180,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    redact.install_hooks()
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["operator"]:
         # Everything after `operator` is the operator's own command line, flags included.
@@ -180,7 +190,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return int(args.func(args))
     except LeaseqError as exc:
-        print(f"leaseq: error: {exc}", file=sys.stderr)
+        print(f"leaseq: error: {redact.redact(str(exc))}", file=sys.stderr)
         return 2
     except BrokenPipeError:
         return _reader_went_away()

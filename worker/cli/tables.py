@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 from collections.abc import Sequence
 from datetime import date, datetime
 from typing import Any
+
+from leaseq.core.redact import redact
 
 
 def age(seconds: float | None) -> str:
@@ -27,9 +30,38 @@ def when(moment: datetime | None) -> str:
     return "-" if moment is None else moment.astimezone().strftime("%Y-%m-%d %H:%M:%S")
 
 
+# C0 and C1 control characters, DEL, and the Unicode marks that reorder text (bidi
+# overrides and isolates): a queue name, worker id or error from the database must not move
+# the cursor, recolour the terminal or disguise what is printed next to it.
+_UNPRINTABLE = re.compile("[\x00-\x1f\x7f-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+
+
+def printable(value: object) -> str:
+    """``str(value)`` with every control character shown as an escape (``\\x1b``, ``\\n``)
+    and anything shaped like a password masked (a handler's error may quote a URL)."""
+
+    def escape(match: re.Match[str]) -> str:
+        code = ord(match.group())
+        return {"\n": "\\n", "\t": "\\t", "\r": "\\r"}.get(
+            match.group(), f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+        )
+
+    return _UNPRINTABLE.sub(escape, redact(str(value)))
+
+
+def key_values(pairs: Sequence[tuple[str, Any]]) -> str:
+    """``name  value`` lines, names padded to one width, values escaped like table cells."""
+    width = max(len(name) for name, _ in pairs)
+    return "\n".join(f"{name.ljust(width)}  {printable(value)}" for name, value in pairs)
+
+
 def table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
-    """Left-aligned columns separated by two spaces; numbers right-aligned."""
-    cells = [[str(c) for c in headers], *[["-" if c is None else str(c) for c in r] for r in rows]]
+    """Left-aligned columns separated by two spaces; numbers right-aligned; control
+    characters in any cell escaped (:func:`printable`)."""
+    cells = [
+        [printable(c) for c in headers],
+        *[["-" if c is None else printable(c) for c in r] for r in rows],
+    ]
     widths = [max(len(row[i]) for row in cells) for i in range(len(headers))]
     numeric = [
         any(isinstance(r[i], int | float) for r in rows)

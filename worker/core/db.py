@@ -9,7 +9,7 @@ from typing import Any
 import psycopg
 from psycopg_pool import ConnectionPool
 
-from leaseq.core.errors import translate
+from leaseq.core.errors import check_conninfo, translate
 from leaseq.core.pool import Conn, Pool
 
 __all__ = [
@@ -35,8 +35,10 @@ UNPREPARED: dict[str, Any] = {"prepare_threshold": None}
 def connect(conninfo: str, *, action: str, autocommit: bool = True, **kwargs: Any) -> Conn:
     """Open one connection (autocommit by default: every leaseq statement is its own transaction).
 
-    Raises :class:`leaseq.core.errors.DatabaseUnavailable` naming host and port when unreachable.
+    Raises :class:`leaseq.core.errors.DatabaseUnavailable` naming host and port when
+    unreachable, :class:`leaseq.core.errors.ConfigError` (quoting none of it) when malformed.
     """
+    check_conninfo(conninfo, action=action)
     try:
         return psycopg.connect(conninfo, autocommit=autocommit, **kwargs)
     except psycopg.Error as exc:
@@ -57,7 +59,9 @@ def open_pool(
     cannot get a free one within ``timeout`` seconds, or cannot connect, fails with
     DatabaseUnavailable; the first call after the database is back reconnects at once.
     ``prepare=False`` turns server-side prepared statements off (for PgBouncer < 1.21);
-    ``configure`` runs on each new connection before it is first handed out."""
+    ``configure`` runs on each new connection before it is first handed out. A malformed
+    ``conninfo`` is refused here (ConfigError), before the pool could log it."""
+    check_conninfo(conninfo, action="connect")
     return Pool(
         conninfo,
         min_size=min_size,

@@ -12,6 +12,8 @@ import psycopg
 from psycopg import errors as pg_errors
 from psycopg.conninfo import conninfo_to_dict
 
+from leaseq.core.redact import malformed, redact, remember
+
 
 class LeaseqError(Exception):
     """Base class of every error leaseq raises."""
@@ -91,6 +93,11 @@ class DatabaseMissing(DatabaseUnavailable):
     )
 
 
+class PermissionDenied(DatabaseError):
+    """The database role lacks a privilege the call needs (see the README's SECURITY section
+    for what each component's role may do)."""
+
+
 class SchemaNotReady(DatabaseError):
     """leaseq's tables are missing or older than this code."""
 
@@ -118,6 +125,28 @@ _NOT_DONE = {
 }
 
 
+def _parses(conninfo: str) -> bool:
+    try:
+        conninfo_to_dict(conninfo)
+    except psycopg.ProgrammingError:
+        return False
+    return True
+
+
+def check_conninfo(conninfo: str, *, action: str) -> str:
+    """``conninfo`` if libpq can parse it (its secrets now masked wherever they appear);
+    otherwise a ConfigError saying what is wrong without quoting it."""
+    remember(conninfo)
+    if not _parses(conninfo):
+        raise _unusable(conninfo, action)
+    return conninfo
+
+
+def _unusable(conninfo: str, action: str) -> ConfigError:
+    not_done = f"; {_NOT_DONE[action]}" if action in _NOT_DONE else ""
+    return ConfigError(f"the database URL cannot be used: {malformed(conninfo)}{not_done}")
+
+
 def endpoint(conninfo: str) -> tuple[str, str]:
     """Host and port named by a connection string, with libpq's defaults filled in."""
     try:
@@ -135,7 +164,17 @@ def translate(exc: psycopg.Error, *, action: str, conninfo: str = "") -> LeaseqE
     Callers raise the result ``from exc`` so the original stays attached.
     """
     diag = getattr(exc, "diag", None)
-    message = (getattr(diag, "message_primary", None) or str(exc)).strip()
+    message = redact((getattr(diag, "message_primary", None) or str(exc)).strip())
+    if isinstance(exc, psycopg.ProgrammingError) and conninfo and not _parses(conninfo):
+        # libpq's parse error quotes the string back; say what is wrong in our own words.
+        return _unusable(conninfo, action)
+    if isinstance(exc, pg_errors.InsufficientPrivilege):
+        return PermissionDenied(
+            f"{action} refused: the database role lacks a privilege ({message}); see the "
+            "README's SECURITY section for what each component's role may do"
+        )
+    if isinstance(exc, pg_errors.UndefinedObject) and "role" in message:
+        return ConfigError(f"{action} failed: {message}; create the role first")
     if isinstance(exc, pg_errors.CheckViolation):
         field = _CONSTRAINT_FIELDS.get(getattr(diag, "constraint_name", "") or "", "job")
         return InvalidJob(field, message)

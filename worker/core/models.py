@@ -308,13 +308,16 @@ class AttemptRecord:
 
 @dataclass(frozen=True)
 class EffectRecord:
-    """The effect stored under an idempotency key."""
+    """The effect stored under an idempotency key, in its queue and job type (the key's
+    scope: the same key in another queue or type is another effect)."""
 
     idempotency_key: str
     job_id: int
     produced_by: str
     produced_at: datetime
     result: Any
+    queue: str
+    job_type: str
 
 
 @dataclass(frozen=True)

@@ -85,7 +85,7 @@ class JobSpec:
 
     def validated(self) -> JobSpec:
         """This spec, checked: raises InvalidJob naming the first bad field."""
-        validation.name("queue", self.queue)
+        validation.queue_name(self.queue)
         validation.name("job_type", self.job_type)
         validation.json_value("payload", self.payload)
         validation.priority(self.priority)
@@ -193,11 +193,13 @@ class Queue:
         results = []
         for spec, row in zip(specs, rows, strict=True):
             if row is None:
-                # A concurrent enqueue with the same dedup key committed after this
-                # statement's snapshot: the job exists, but this call cannot name it.
+                # The unfinished job holding this dedup key is not visible to this call: a
+                # concurrent enqueue committed after this statement's snapshot, or another
+                # producer role enqueued it (a producer reads only its own jobs).
                 raise JobStateError(
-                    f"a job with dedup_key {spec.dedup_key!r} in queue {spec.queue!r} was "
-                    "enqueued concurrently; retry to get its id"
+                    f"a job with dedup_key {spec.dedup_key!r} in queue {spec.queue!r} exists "
+                    "but this call cannot see it: enqueued concurrently (retry to get its id) "
+                    "or by another database user"
                 )
             results.append(Enqueued(job_id=row["id"], created=row["created"]))
         return results
@@ -229,7 +231,7 @@ class Queue:
         if not queues:
             raise InvalidJob("queues", "must name at least one queue")
         for queue in queues:
-            validation.name("queue", queue)
+            validation.queue_name(queue)
         validation.name("owner", owner)
         if not 1 <= limit <= MAX_CLAIM_BATCH:
             raise InvalidJob("limit", f"must be in [1, {MAX_CLAIM_BATCH}], got {limit}")
@@ -631,9 +633,21 @@ class Queue:
         with borrow(self._db, "list attempts") as c:
             return self._store.job_attempts(c, job_id)
 
-    def effect(self, key: str) -> EffectRecord | None:
+    def effect(
+        self, key: str, *, queue: str | None = None, job_type: str | None = None
+    ) -> EffectRecord | None:
+        """The effect written under ``key``. Keys are unique per queue and job type: give
+        ``queue`` and ``job_type`` to name one; without them the key must be unambiguous
+        (InvalidJob when several queues or types wrote an effect under it)."""
         with borrow(self._db, "read effect") as c:
-            return self._store.job_result(c, key)
+            found = self._store.job_result(c, key, queue=queue, job_type=job_type)
+        if len(found) > 1:
+            raise InvalidJob(
+                "key",
+                f"{key!r} has effects in more than one queue or job type; pass queue= and "
+                "job_type= to say which",
+            )
+        return found[0] if found else None
 
     def jobs(
         self, *, status: str | None = None, queue: str | None = None, limit: int = 100

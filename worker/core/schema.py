@@ -5,7 +5,7 @@ from __future__ import annotations
 import functools
 import logging
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from importlib import resources
 
 from leaseq.core._store.store import Store
@@ -26,10 +26,27 @@ class Migration:
 
 @dataclass(frozen=True)
 class MigrationReport:
-    """What a migrate run did: versions applied now, and the version the database is at."""
+    """What a migrate run did: versions applied now, the version the database is at, and
+    the GRANT/REVOKE/POLICY statements run for the component roles (if roles were given)."""
 
     applied: list[int]
     version: int
+    grants: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class ComponentRoles:
+    """The database role each component runs as (README, SECURITY); None: no role for it.
+
+    Each must exist already, be an ordinary role (no superuser, no BYPASSRLS), not own
+    leaseq's tables, and serve one component only."""
+
+    worker: str | None = None
+    operator: str | None = None
+    producer: str | None = None
+
+    def __bool__(self) -> bool:
+        return any((self.worker, self.operator, self.producer))
 
 
 @functools.cache
@@ -81,17 +98,20 @@ class Schema:
         self._db = db
         self._store = Store()
 
-    def migrate(self) -> MigrationReport:
-        """Apply every missing migration, each in its own transaction, and report what was done.
+    def migrate(self, roles: ComponentRoles | None = None) -> MigrationReport:
+        """Apply every missing migration, each in its own transaction, and report what was done;
+        then, when ``roles`` names any, grant each component's role exactly its privileges
+        (one transaction; everything on leaseq's objects is revoked from the previous and the
+        given roles first, so a rerun converges to the same grants).
 
         Idempotent; safe to run from many pods at once (a session advisory lock serialises
         them). Refuses, changing nothing, a database migrated by a newer leaseq. A given
         connection must be in autocommit mode and not used by anyone else meanwhile.
         """
         with borrow(self._db, "migrate") as conn:
-            return self._migrate(conn)
+            return self._migrate(conn, roles or ComponentRoles())
 
-    def _migrate(self, conn: Conn) -> MigrationReport:
+    def _migrate(self, conn: Conn, roles: ComponentRoles) -> MigrationReport:
         store = self._store
         _require_utf8(conn, store)
         store.migration_lock(conn)
@@ -109,7 +129,15 @@ class Schema:
                     store.migration_record(conn, version=migration.version, name=migration.name)
                 log.info("applied migration %04d_%s", migration.version, migration.name)
                 done.append(migration.version)
-            return MigrationReport(applied=done, version=code_version())
+            grants: list[str] = []
+            if roles:
+                with conn.transaction():
+                    grants = store.grants_apply(
+                        conn, worker=roles.worker, operator=roles.operator, producer=roles.producer
+                    )
+                for statement in grants:
+                    log.info("granted: %s", statement)
+            return MigrationReport(applied=done, version=code_version(), grants=grants)
         finally:
             store.migration_unlock(conn)
 
@@ -135,9 +163,9 @@ class Schema:
         return current
 
 
-def migrate(conn: Conn) -> MigrationReport:
+def migrate(conn: Conn, roles: ComponentRoles | None = None) -> MigrationReport:
     """:meth:`Schema.migrate` on ``conn`` (autocommit, not shared meanwhile)."""
-    return Schema(conn).migrate()
+    return Schema(conn).migrate(roles)
 
 
 def check_schema(conn: Conn) -> int:

@@ -4,11 +4,19 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from typing import Any
 
 from leaseq.core.errors import InvalidJob
 
 MAX_NAME_LENGTH = 128
+# Queue names end up in metric labels, log lines, terminal tables and Kubernetes specs; the
+# schema's jobs_queue_name constraint says the same.
+QUEUE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:-]*")
+QUEUE_NAME_RULE = (
+    f"1-{MAX_NAME_LENGTH} characters of letters, digits and . _ : -, "
+    "starting with a letter or digit"
+)
 MAX_PAYLOAD_BYTES = 1_048_576
 PRIORITY_RANGE = (-32768, 32767)
 
@@ -22,6 +30,14 @@ def name(field: str, value: object) -> str:
     if len(value) > MAX_NAME_LENGTH:
         raise InvalidJob(field, f"is {len(value)} characters long; the limit is {MAX_NAME_LENGTH}")
     return value
+
+
+def queue_name(value: object, field: str = "queue") -> str:
+    """A queue name: :data:`QUEUE_NAME_RULE`. The error quotes the name with escapes."""
+    checked = name(field, value)
+    if not QUEUE_NAME.fullmatch(checked):
+        raise InvalidJob(field, f"{checked!r} is not a queue name: {QUEUE_NAME_RULE}")
+    return checked
 
 
 def json_value(field: str, value: Any, *, limit: int = MAX_PAYLOAD_BYTES) -> Any:

@@ -5,7 +5,18 @@ from __future__ import annotations
 import threading
 import time
 
-from leaseq.core.errors import LeaseqError
+from leaseq.core.errors import (
+    ConfigError,
+    DatabaseUnavailable,
+    LeaseqError,
+    PermissionDenied,
+    SchemaNotReady,
+    SchemaTooNew,
+)
+
+#: Failed database calls after which this worker cannot take work, so it is not ready: the
+#: database is gone, or it refuses this worker (its role lost a privilege, the schema moved).
+NOT_READY_ERRORS = (DatabaseUnavailable, PermissionDenied, SchemaNotReady, SchemaTooNew)
 
 
 class Health:
@@ -45,7 +56,7 @@ class Health:
 
     def db_failed(self, exc: LeaseqError) -> None:
         with self._lock:
-            self._db_error = str(exc)
+            self._db_error = _what_failed(exc)
 
     def healthy(self) -> tuple[bool, str]:
         now = time.monotonic()
@@ -67,3 +78,17 @@ class Health:
         if self.loading:
             return False, "loading: on_startup has not finished"
         return True, "ok"
+
+
+def _what_failed(exc: LeaseqError) -> str:
+    """What /readyz says about a failed database call: the kind of failure and where, never
+    the server's own text (that is in the log, redacted)."""
+    if isinstance(exc, DatabaseUnavailable):
+        return f"unreachable at {exc.host}:{exc.port}"
+    if isinstance(exc, SchemaNotReady | SchemaTooNew):
+        return "schema is not at this leaseq's version (run leaseq migrate)"
+    if isinstance(exc, PermissionDenied):
+        return "the worker's database role lacks a privilege (see the log)"
+    if isinstance(exc, ConfigError):
+        return "the database URL cannot be used (see the log)"
+    return f"{type(exc).__name__} (see the log)"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import socket
 import threading
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -21,7 +22,13 @@ class ProbeServer:
     one-line reason, from a daemon thread."""
 
     def __init__(
-        self, port: int, registry: CollectorRegistry, healthy: Probe, ready: Probe
+        self,
+        port: int,
+        registry: CollectorRegistry,
+        healthy: Probe,
+        ready: Probe,
+        *,
+        address: str = "0.0.0.0",  # noqa: S104 - a pod's port unless told otherwise
     ) -> None:
         routes: dict[str, Callable[[], tuple[int, str, bytes]]] = {
             "/metrics": lambda: (200, CONTENT_TYPE_LATEST, generate_latest(registry)),
@@ -42,11 +49,13 @@ class ProbeServer:
             def log_message(self, format: str, *args: object) -> None:
                 log.debug("http: " + format, *args)
 
+        server_class = _IPv6Server if ":" in address else ThreadingHTTPServer
         try:
-            self._server = ThreadingHTTPServer(("0.0.0.0", port), Handler)  # noqa: S104 - pod port
+            self._server = server_class((address, port), Handler)
         except OSError as exc:
             raise ConfigError(
-                f"cannot serve HTTP on port {port} ({exc}); set --metrics-port"
+                f"cannot serve HTTP on {address} port {port} ({exc}); "
+                "set --metrics-port or --metrics-address"
             ) from exc
         self._server.daemon_threads = True
         self.port = self._server.server_address[1]
@@ -56,11 +65,19 @@ class ProbeServer:
 
     def start(self) -> None:
         self._thread.start()
-        log.info("serving /metrics, /healthz and /readyz on port %d", self.port)
+        log.info(
+            "serving /metrics, /healthz and /readyz on %s port %d",
+            self._server.server_address[0],
+            self.port,
+        )
 
     def stop(self) -> None:
         self._server.shutdown()
         self._server.server_close()
+
+
+class _IPv6Server(ThreadingHTTPServer):
+    address_family = socket.AF_INET6
 
 
 def _probe(check: Probe) -> tuple[int, str, bytes]:

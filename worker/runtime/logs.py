@@ -15,9 +15,10 @@ import json
 import logging
 import sys
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, TextIO
 
 from leaseq.core import bounded
+from leaseq.core.redact import redact_logs
 
 #: Longest message, and longest traceback, one log line carries (characters).
 MAX_LOG_CHARS = 16384
@@ -40,8 +41,10 @@ class JsonFormatter(logging.Formatter):
             "msg": bounded.text(record.getMessage(), MAX_LOG_CHARS).value,
             **_fields(record),
         }
-        if record.exc_info:
-            line["exc"] = bounded.text(self.formatException(record.exc_info), MAX_LOG_CHARS).value
+        if record.exc_info and not record.exc_text:
+            record.exc_text = self.formatException(record.exc_info)
+        if record.exc_text:
+            line["exc"] = bounded.text(record.exc_text, MAX_LOG_CHARS).value
         return json.dumps(line, default=str)
 
 
@@ -68,12 +71,14 @@ class TextFormatter(logging.Formatter):
         return f"{head} {extra}{sep}{tail}"
 
 
-def configure(level: str, fmt: str) -> None:
-    """Send every leaseq (and library) log line to stderr in ``fmt`` (json or text)."""
-    handler = logging.StreamHandler(sys.stderr)
+def configure(level: str, fmt: str, stream: TextIO | None = None) -> None:
+    """Send every leaseq (and library) log line to ``stream`` (stderr) in ``fmt`` (json or
+    text), with secrets masked (:mod:`leaseq.core.redact`)."""
+    handler = logging.StreamHandler(stream or sys.stderr)
     handler.setFormatter(JsonFormatter() if fmt == "json" else TextFormatter())
     root = logging.getLogger()
     for old in list(root.handlers):
         root.removeHandler(old)
     root.addHandler(handler)
     root.setLevel(level)
+    redact_logs()

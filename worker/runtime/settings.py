@@ -11,7 +11,8 @@ from dataclasses import dataclass
 
 from leaseq import config as settings
 from leaseq.config import Option
-from leaseq.core.errors import ConfigError
+from leaseq.core import validation
+from leaseq.core.errors import ConfigError, InvalidJob
 from leaseq.core.models import DEFAULT_LEASE_SECONDS
 
 
@@ -129,6 +130,7 @@ OPTIONS = [
     POD_NAME,
     NODE_NAME,
     METRICS_PORT,
+    settings.METRICS_ADDRESS,
     settings.LOG_LEVEL,
     settings.LOG_FORMAT,
 ]
@@ -153,12 +155,18 @@ class WorkerSettings:
     pod_name: str | None = None
     node_name: str | None = None
     metrics_port: int = 9100
+    metrics_address: str = "0.0.0.0"  # noqa: S104 - see config.METRICS_ADDRESS
     log_level: str = "INFO"
     log_format: str = "text"
 
     def __post_init__(self) -> None:
         if not self.queues:
             raise ConfigError("--queue is required (or set LEASEQ_QUEUES)")
+        for queue in self.queues:
+            try:
+                validation.queue_name(queue)
+            except InvalidJob as exc:
+                raise ConfigError(f"--queue {queue!r}: {exc.problem}") from None
         if self.heartbeat_seconds >= self.lease_seconds:
             raise ConfigError(
                 f"--heartbeat-seconds ({self.heartbeat_seconds}) must be below --lease-seconds "
@@ -189,6 +197,7 @@ class WorkerSettings:
             pod_name=values["pod_name"],
             node_name=values["node_name"],
             metrics_port=values["metrics_port"],
+            metrics_address=values["metrics_address"],
             log_level=values["log_level"],
             log_format=values["log_format"],
         )

@@ -49,7 +49,7 @@ from leaseq.runtime.child import ChildSpec
 from leaseq.runtime.completions import Completions
 from leaseq.runtime.context import JobContext, PermanentError, StopReason
 from leaseq.runtime.executor import Ending, Executor, HandlerOutcome, OnDone, ThreadExecutor
-from leaseq.runtime.health import Health
+from leaseq.runtime.health import NOT_READY_ERRORS, Health
 from leaseq.runtime.heartbeat import HeartbeatLoop
 from leaseq.runtime.http_server import ProbeServer
 from leaseq.runtime.inflight import InFlight, InFlightTable
@@ -96,7 +96,11 @@ class Worker:
         self.http: ProbeServer | None = None
         if settings.metrics_port:
             self.http = ProbeServer(
-                settings.metrics_port, self.metrics.registry, self.health.healthy, self.health.ready
+                settings.metrics_port,
+                self.metrics.registry,
+                self.health.healthy,
+                self.health.ready,
+                address=settings.metrics_address,
             )
         self.conninfo = application_name(settings.database_url, settings.worker_id)
         self.pool = open_pool(
@@ -279,7 +283,7 @@ class Worker:
                     startup_seconds=self.startup_seconds,
                 )
         except LeaseqError as exc:
-            if isinstance(exc, DatabaseUnavailable):
+            if isinstance(exc, NOT_READY_ERRORS):
                 self.health.db_failed(exc)
             log.warning("could not update the workers table: %s", exc, extra=self._fields)
             return
@@ -323,7 +327,7 @@ class Worker:
             try:
                 free, claimed = self._claim_free()
             except LeaseqError as exc:
-                if isinstance(exc, DatabaseUnavailable):
+                if isinstance(exc, NOT_READY_ERRORS):
                     self.health.db_failed(exc)
                 delay = failures.next()
                 log.warning("claim failed (%s); retrying in %.1fs", exc, delay, extra=self._fields)

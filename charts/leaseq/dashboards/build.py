@@ -303,6 +303,14 @@ def build() -> dashboard.Dashboard:
         )
         .with_panel(
             single(
+                "Queues folded into _other",
+                "Queues beyond the operator's --metrics-max-queues cap, summed under"
+                ' queue="_other" (above 0: raise the cap, or find who creates so many queues).',
+                f"max(leaseq_queue_series_folded{{{NS}}})",
+            )
+        )
+        .with_panel(
+            single(
                 "Draining workers",
                 "Workers that got SIGTERM and are finishing or releasing their jobs.",
                 f"sum(leaseq_worker_draining{{{NS}}})",

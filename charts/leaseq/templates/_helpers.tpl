@@ -78,14 +78,32 @@ app.kubernetes.io/component: {{ .component }}
 {{- include "leaseq.componentName" (dict "root" . "component" "postgresql") -}}
 {{- end -}}
 
-{{/* LEASEQ_DATABASE_URL from the database Secret: the one variable every leaseq process
-     (and the helm test Pod) reads. */}}
+{{/* LEASEQ_DATABASE_URL: the one variable every leaseq process (and the helm test Pod)
+     reads. Each component reads its own Secret when database.<component>.existingSecret
+     names one (production: one database role per component), else the shared database
+     Secret (demos). The component is the including template's file: migration-job.yaml is
+     the migration, operator.yaml the operator, anything else (worker.yaml, the test Pod)
+     the worker. */}}
 {{- define "leaseq.databaseEnv" -}}
+{{- $file := base .Template.Name -}}
+{{- $component := ternary "migration" (ternary "operator" "worker" (eq $file "operator.yaml")) (eq $file "migration-job.yaml") -}}
+{{- $own := (index .Values.database $component).existingSecret -}}
 - name: LEASEQ_DATABASE_URL
   valueFrom:
     secretKeyRef:
-      name: {{ include "leaseq.databaseSecret" . }}
+      name: {{ $own | default (include "leaseq.databaseSecret" .) }}
       key: {{ .Values.database.secretKey }}
+{{- end -}}
+
+{{/* The database roles `leaseq migrate` grants each component's privileges to (empty: no
+     grants; everything then runs as the migration's user). */}}
+{{- define "leaseq.grantEnv" -}}
+{{- range $component, $role := .Values.database.roles }}
+{{- if $role }}
+- name: LEASEQ_{{ upper $component }}_ROLE
+  value: {{ $role | quote }}
+{{- end }}
+{{- end }}
 {{- end -}}
 
 {{/* Environment of the long-running roles (worker, operator): database URL, logging, metrics
@@ -98,6 +116,8 @@ app.kubernetes.io/component: {{ .component }}
   value: {{ .Values.logFormat | quote }}
 - name: LEASEQ_METRICS_PORT
   value: {{ .Values.metricsPort | quote }}
+- name: LEASEQ_METRICS_ADDRESS
+  value: {{ .Values.metricsAddress | quote }}
 {{- end -}}
 
 {{/* Pod-level security context of every leaseq pod. */}}
@@ -158,5 +178,14 @@ seccompProfile:
 {{- $op := .Values.operator -}}
 {{- if and $op.enabled (le (float64 $op.leaderTtlSeconds) (float64 $op.reapIntervalSeconds)) -}}
 {{- fail (printf "operator.leaderTtlSeconds (%v) must be longer than operator.reapIntervalSeconds (%v): the leader renews its lease once per pass, so it would lapse between passes and the reaper would change hands all the time" $op.leaderTtlSeconds $op.reapIntervalSeconds) -}}
+{{- end -}}
+{{- end -}}
+
+{{/* Whether to install the operator's ValidatingAdmissionPolicy: asked for, and the cluster
+     serves admissionregistration.k8s.io/v1 ValidatingAdmissionPolicy (Kubernetes >= 1.30). */}}
+{{- define "leaseq.admissionPolicy" -}}
+{{- $ap := .Values.operator.admissionPolicy -}}
+{{- if and .Values.operator.enabled $ap.enabled -}}
+{{- if or (.Capabilities.APIVersions.Has "admissionregistration.k8s.io/v1/ValidatingAdmissionPolicy") (semverCompare ">=1.30-0" .Capabilities.KubeVersion.Version) -}}true{{- end -}}
 {{- end -}}
 {{- end -}}

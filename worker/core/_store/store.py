@@ -446,9 +446,17 @@ class Store:
     def job_attempts(self, conn: Conn, job_id: int) -> list[AttemptRecord]:
         return self._typed(conn, "job_attempts", {"id": job_id}, AttemptRecord, "list attempts")
 
-    def job_result(self, conn: Conn, key: str) -> EffectRecord | None:
-        rows = self._typed(conn, "job_result", {"key": key}, EffectRecord, "read effect")
-        return rows[0] if rows else None
+    def job_result(
+        self, conn: Conn, key: str, *, queue: str | None, job_type: str | None
+    ) -> list[EffectRecord]:
+        """At most two effects under ``key`` in the scope given (None: any), newest first."""
+        return self._typed(
+            conn,
+            "job_result",
+            {"key": key, "queue": queue, "job_type": job_type},
+            EffectRecord,
+            "read effect",
+        )
 
     def jobs_dead_tuples(self, conn: Conn) -> int:
         return int(self._dicts(conn, "jobs_dead_tuples", {}, "vacuum")[0]["dead_tuples"])
@@ -585,6 +593,17 @@ class Store:
 
     def migration_record(self, conn: Conn, *, version: int, name: str) -> None:
         self._dicts(conn, "migration_record", {"version": version, "name": name}, "migrate")
+
+    def grants_apply(
+        self, conn: Conn, *, worker: str | None, operator: str | None, producer: str | None
+    ) -> list[str]:
+        rows = self._dicts(
+            conn,
+            "grants_apply",
+            {"worker": worker, "operator": operator, "producer": producer},
+            "grant",
+        )
+        return [str(r["statement"]) for r in rows]
 
     def migration_apply(self, conn: Conn, script: bytes) -> None:
         """Run one migration file's statements (the caller holds the transaction)."""

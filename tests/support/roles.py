@@ -1,0 +1,40 @@
+"""Test helpers for per-component database roles: create login roles, grant, connect as them."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+import psycopg
+from psycopg import sql
+from psycopg.conninfo import make_conninfo
+
+COMPONENTS = ("worker", "operator", "producer")
+
+
+@dataclass(frozen=True)
+class Roles:
+    """Login roles made for one test, by component, and URLs that connect as each."""
+
+    names: dict[str, str]
+    urls: dict[str, str]
+
+
+@contextmanager
+def login_roles(database_url: str, *extra: str) -> Iterator[Roles]:
+    """Make a LOGIN role per component (and per ``extra`` name) with no privileges; afterwards
+    drop what they own and hold in this database, then the roles (roles are cluster-wide)."""
+    tag = uuid.uuid4().hex[:8]
+    names = {c: f"lq_{tag}_{c}" for c in (*COMPONENTS, *extra)}
+    with psycopg.connect(database_url, autocommit=True) as admin:
+        for name in names.values():
+            admin.execute(sql.SQL("CREATE ROLE {} LOGIN").format(sql.Identifier(name)))
+    try:
+        yield Roles(names, {c: make_conninfo(database_url, user=n) for c, n in names.items()})
+    finally:
+        with psycopg.connect(database_url, autocommit=True) as admin:
+            idents = [sql.Identifier(n) for n in names.values()]
+            admin.execute(sql.SQL("DROP OWNED BY {}").format(sql.SQL(", ").join(idents)))
+            admin.execute(sql.SQL("DROP ROLE {}").format(sql.SQL(", ").join(idents)))

@@ -39,7 +39,7 @@ EXPECTED = {
         "UPDATE (ended_at, outcome, error) on job_attempts",
         "UPDATE (status, attempt_count, available_at, started_at, finished_at, lease_owner, "
         "lease_token, lease_expires_at, heartbeat_at, progress, last_error, last_error_code, "
-        "result, checkpoint) on jobs",
+        "result, checkpoint, claim_id) on jobs",
     ],
     "operator": [
         "USAGE on schema leaseq",
@@ -300,7 +300,7 @@ def test_operator_does_its_job(database_url: str, roles: Roles) -> None:
         assert (stats["q"].ready, stats["q"].running, stats["q"].dead) == (1, 1, 1)
         acquired = leadership.acquire("reaper", "op-1", term=0, ttl=15)
         assert acquired is not None
-        with leadership.reap_pass() as locked:
+        with leadership.reap_pass("reaper", "op-1", acquired.term, ttl=15) as locked:
             assert locked is not None
         assert [w.worker_id for w in registry.list()] == ["w1"]
         assert registry.forget_silent(silent_for=1, now=first.lease_expires_at) == ["w1"]

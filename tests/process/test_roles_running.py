@@ -84,7 +84,8 @@ def test_the_operator_reaps_scrapes_and_estimates_as_the_operator_role(
         assert done.leading and done.locked
         text = generate_latest(metrics.registry).decode()
         assert 'leaseq_reaped_total{outcome="retried",queue="q"} 2.0' in text
-        assert 'leaseq_queue_jobs{queue="q",state="scheduled"} 2.0' in text
+        # Reaped jobs keep their place (no backoff on top of the expired lease): all 3 ready.
+        assert 'leaseq_queue_jobs{queue="q",state="ready"} 3.0' in text
         assert "leaseq_operator_database_up 1.0" in text
         [work] = queue.work(["q"], window=3600)
         assert work.job_type == "work"

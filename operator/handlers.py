@@ -282,6 +282,10 @@ def _tick(app: OperatorApp, key: str, state: PoolState) -> None:
         tick_pool(app, key, state, time.monotonic())
     except Exception:  # one pool's bug must not stop the others
         log.exception("%s: tick failed", key)
+    # Deleted while this tick ran: the tick may have exported the pool's gauges again after
+    # the watch forgot them.
+    if key not in app.pools:
+        app.metrics.forget_pool(key)
 
 
 def run_pools(app: OperatorApp, stop: threading.Event) -> None:

@@ -30,7 +30,11 @@ from urllib.parse import unquote
 MASK = "***"
 
 # scheme://user:password@ (greedy to the last '@' on the line: a password may contain '@').
-_URL_USERINFO = re.compile(r"(?P<head>[A-Za-z][A-Za-z0-9+.-]*:/+[^:/@\s]*:)(?P<secret>[^\n]*)@")
+# The head starts only where a run of scheme characters starts: a start inside the run would
+# rescan it, and a 5 MB word in an error message then takes minutes (quadratic).
+_URL_USERINFO = re.compile(
+    r"(?P<head>(?<![A-Za-z0-9+.-])[A-Za-z0-9+.-]+:/+[^:/@\s]*:)(?P<secret>[^\n]*)@"
+)
 # user:password@host with no scheme (what a URL missing its scheme looks like).
 _BARE_USERINFO = re.compile(r"(?P<head>(?<![\w/:])[\w.%-]+:)(?P<secret>[^\s@/]+)@(?=[\w\[.-])")
 # password=value in conninfo, quoted ('...' with \' escapes) or up to the next space.

@@ -63,6 +63,10 @@ class TextFormatter(logging.Formatter):
         return text
 
     def format(self, record: logging.LogRecord) -> str:
+        if record.exc_text:
+            # Set already (the redacting filter formats tracebacks first): the base class
+            # would append it as it is, without formatException's bound.
+            record.exc_text = bounded.text(record.exc_text, MAX_LOG_CHARS).value
         text = super().format(record)
         extra = " ".join(f"{k}={v}" for k, v in _fields(record).items())
         if not extra:

@@ -55,7 +55,14 @@ def test_lost_heartbeats_bound_the_duplicate_execution_window(
     job = queue.enqueue("q", "stamp", {"dir": str(stamps), "seconds": 60}).job_id
     wait_for(lambda: stamp(stamps, 1, "start"), "the first execution to start")
     spawn_on(database_url, "w-ok", lease=LEASE, heartbeat=HEARTBEAT, poll=POLL)
-    time.sleep(1.0)  # a few renewals go through before the cut
+
+    def renewed() -> bool:
+        record = queue.get(job)
+        return bool(
+            record.heartbeat_at and record.started_at and record.heartbeat_at > record.started_at
+        )
+
+    wait_for(renewed, "a renewal to go through before the cut")
     cut = time.time()
     proxy.cut()
     second = wait_for(lambda: stamp(stamps, 2, "start"), "the second execution", 30)

@@ -16,9 +16,11 @@ COPY worker ./worker
 COPY operator ./operator
 COPY sql ./sql
 # The runtime venv keeps no pip: it is not needed to run, and is one less thing to patch.
+# The image serves both roles, so it carries the operator extra (kopf, the Kubernetes client).
 RUN python -m pip wheel --no-deps --wheel-dir /wheels . \
     && python -m venv /opt/leaseq \
-    && /opt/leaseq/bin/pip install /wheels/leaseq-*.whl \
+    && wheel=$(ls /wheels/leaseq-*.whl) \
+    && /opt/leaseq/bin/pip install "${wheel}[operator]" \
     && /opt/leaseq/bin/pip uninstall --yes pip
 
 # --- ocr-builder: the builder's venv plus the OCR example's extra (leaseq[ocr]) ----------

@@ -7,8 +7,8 @@ holds exactly this text between the CONFIGURATION markers.
 from __future__ import annotations
 
 from leaseq import config as settings
-from leaseq.operator import config
 from leaseq.runtime import settings as worker_settings
+from leaseq_operator import config
 
 COMMON = [
     settings.DATABASE_URL,

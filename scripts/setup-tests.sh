@@ -13,6 +13,6 @@ if ! command -v python >/dev/null 2>&1; then
     echo "  python3 -m venv .venv && . .venv/bin/activate" >&2
     exit 1
 fi
-echo "setup-tests: pip install '$repo[test]' into $(command -v python)"
-python -m pip install --quiet "$repo[test]"
+echo "setup-tests: pip install -e '$repo[test]' into $(command -v python)"
+python -m pip install --quiet --editable "$repo[test]"
 PYTHON=python "$repo/scripts/fetch-tools.sh"

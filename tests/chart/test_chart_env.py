@@ -12,15 +12,15 @@ from chartkit import Helm, Obj, env_names, of_kind, one, pod_specs, values_files
 
 from leaseq import config as settings
 from leaseq.cli import main as cli
-from leaseq.operator import cli as operator_cli
-from leaseq.operator import config as operator_config
-from leaseq.operator.config import OperatorConfig
 from leaseq.runtime import settings as worker_settings
 from leaseq.runtime.settings import WorkerSettings
+from leaseq_operator import cli as operator_cli
+from leaseq_operator import config as operator_config
+from leaseq_operator.config import OperatorConfig
 
 WORKER_ENV = {o.env for o in worker_settings.OPTIONS}
 OPERATOR_ENV = {o.env for o in operator_config.OPTIONS}
-# What each `leaseq <command>` the chart runs reads (worker/cli/main.py, operator/config.py).
+# What each `leaseq <command>` the chart runs reads (worker/leaseq/cli/main.py, operator/leaseq_operator/config.py).
 READS = {
     "worker": WORKER_ENV,
     "operator": OPERATOR_ENV,

@@ -20,7 +20,7 @@ from metric_names import (
 )
 
 import leaseq
-from leaseq.operator.metrics import OperatorMetrics
+from leaseq_operator.metrics import OperatorMetrics
 from support import net
 from support.workers import Workers
 
@@ -52,7 +52,7 @@ def worker_samples(database_url: str, tmp_path: Path) -> Iterator[dict[str, Expo
 @pytest.fixture
 def operator_samples(database_url: str) -> Iterator[dict[str, Exported]]:
     """The operator's metrics server on a database holding a job, with the series that a
-    WorkerPool tick (leaseq.operator.handlers) and winning the reaper lease set."""
+    WorkerPool tick (leaseq_operator.handlers) and winning the reaper lease set."""
     metrics = OperatorMetrics()
     port = net.free_port()
     with leaseq.open_pool(database_url) as pool:

@@ -85,9 +85,9 @@ def test_operator_subcommand_passes_every_argument_through(
     capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     seen: list[list[str]] = []
-    fake = types.ModuleType("leaseq.operator.cli")
+    fake = types.ModuleType("leaseq_operator.cli")
     fake.main = lambda argv: seen.append(argv) or 0  # type: ignore[attr-defined]
-    monkeypatch.setitem(sys.modules, "leaseq.operator.cli", fake)
+    monkeypatch.setitem(sys.modules, "leaseq_operator.cli", fake)
     assert main(["operator", "--namespace", "ns", "--help"]) == 0
     assert seen == [["--namespace", "ns", "--help"]]
 

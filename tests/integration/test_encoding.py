@@ -40,7 +40,7 @@ def _leaseq(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]
         text=True,
         timeout=timeout,
         check=False,
-        cwd="/",  # not the checkout, whose operator/ would shadow the standard library's
+        cwd="/",  # not the checkout: the installed package, wherever it lives
     )
 
 

@@ -7,7 +7,7 @@ from prometheus_client import generate_latest
 
 import leaseq
 from leaseq.core.models import Reaped
-from leaseq.operator.metrics import OperatorMetrics
+from leaseq_operator.metrics import OperatorMetrics
 from support import net
 
 

@@ -12,7 +12,7 @@ from datetime import datetime, timedelta
 import pytest
 
 import leaseq
-from leaseq.operator.reaper import LeaderLease, Reaper
+from leaseq_operator.reaper import LeaderLease, Reaper
 from support.polling import wait_for
 
 

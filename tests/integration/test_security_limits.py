@@ -10,11 +10,11 @@ from prometheus_client import CollectorRegistry
 
 import leaseq
 from leaseq.cli.main import main
-from leaseq.operator.cli import build_parser as operator_parser
-from leaseq.operator.config import OperatorConfig
-from leaseq.operator.metrics import OperatorMetrics
 from leaseq.runtime.http_server import ProbeServer
 from leaseq.runtime.settings import WorkerSettings
+from leaseq_operator.cli import build_parser as operator_parser
+from leaseq_operator.config import OperatorConfig
+from leaseq_operator.metrics import OperatorMetrics
 from support import net
 
 BAD_QUEUES = ["a b", "q\n", "\x1b[2Jq", "-q", "_other", "q/1", "é", "x" * 129, ""]

@@ -13,10 +13,10 @@ import yaml
 from emulator import CRD_PATH, EmulatorServer, leaseq_server
 from harness import NAMESPACE, Api, RunningOperator, StartOperator
 
-from leaseq.operator.app import OperatorApp
-from leaseq.operator.config import OperatorConfig
-from leaseq.operator.kube import Cluster
-from leaseq.operator.runner import run
+from leaseq_operator.app import OperatorApp
+from leaseq_operator.config import OperatorConfig
+from leaseq_operator.kube import Cluster
+from leaseq_operator.runner import run
 from support.polling import wait_for
 
 

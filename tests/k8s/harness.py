@@ -10,7 +10,7 @@ from typing import Any, TypeVar
 import kubernetes.client
 
 import leaseq
-from leaseq.operator.app import OperatorApp
+from leaseq_operator.app import OperatorApp
 
 NAMESPACE = "default"
 WORKERPOOLS = ("leaseq.dev", "v1", "workerpools")

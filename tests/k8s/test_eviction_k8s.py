@@ -8,7 +8,7 @@ import pytest
 from harness import Api, StartOperator, register_worker
 
 import leaseq
-from leaseq.operator.protection import DELETION_COST, SAFE_TO_EVICT
+from leaseq_operator.protection import DELETION_COST, SAFE_TO_EVICT
 from support.polling import wait_for
 
 pytestmark = pytest.mark.k8s

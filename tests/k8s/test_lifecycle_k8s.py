@@ -21,7 +21,7 @@ from harness import NAMESPACE, WORKERPOOLS, Api, StartOperator
 from kubernetes.client.exceptions import ApiException
 
 import leaseq
-from leaseq.operator.app import PoolState
+from leaseq_operator.app import PoolState
 from support.polling import wait_for
 
 pytestmark = pytest.mark.k8s

@@ -10,7 +10,7 @@ from harness import Api, StartOperator, register_worker
 from psycopg.conninfo import conninfo_to_dict
 
 import leaseq
-from leaseq.operator.protection import DELETION_COST
+from leaseq_operator.protection import DELETION_COST
 from support import net
 from support.polling import wait_for
 

@@ -13,8 +13,8 @@ import pytest
 from prometheus_client import generate_latest
 
 import leaseq
-from leaseq.operator.metrics import OperatorMetrics
-from leaseq.operator.reaper import LeaderLease, Reaper
+from leaseq_operator.metrics import OperatorMetrics
+from leaseq_operator.reaper import LeaderLease, Reaper
 from support.polling import wait_for
 from support.roles import Roles, login_roles
 from support.workers import WorkerProcess

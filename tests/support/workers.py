@@ -75,8 +75,7 @@ class Workers:
             "--metrics-port", str(port),
             *args,
         ]  # fmt: skip
-        # Never an empty PYTHONPATH entry: that would put the checkout (with its operator/)
-        # first.
+        # Never an empty PYTHONPATH entry: that would put the current directory first.
         pythonpath = [*self.pythonpath, os.environ.get("PYTHONPATH", "")]
         full_env = {
             **os.environ,

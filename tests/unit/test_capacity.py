@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 
 from leaseq.core.models import WorkerRecord, WorkerState
-from leaseq.operator.capacity import LIVE_WORKER_SECONDS, PodStates, pod_states
+from leaseq_operator.capacity import LIVE_WORKER_SECONDS, PodStates, pod_states
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 

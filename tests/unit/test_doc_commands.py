@@ -73,7 +73,7 @@ def parse(command: str) -> None:
     """Parse like `leaseq` does (the operator's flags by the operator's own parser)."""
     argv = _argv(command)
     if argv[:1] == ["operator"]:
-        from leaseq.operator.cli import build_parser as operator_parser
+        from leaseq_operator.cli import build_parser as operator_parser
 
         operator_parser().parse_args(argv[1:])
     else:

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from leaseq.core.errors import ConfigError
-from leaseq.operator.cli import build_parser, main
-from leaseq.operator.config import OperatorConfig
+from leaseq_operator.cli import build_parser, main
+from leaseq_operator.config import OperatorConfig
 
 URL = {"LEASEQ_DATABASE_URL": "postgresql://db"}
 

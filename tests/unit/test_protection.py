@@ -8,8 +8,8 @@ import pytest
 from kubernetes.client import V1LabelSelector, V1LabelSelectorRequirement
 
 from leaseq.core.models import WorkerRecord
-from leaseq.operator.kube import label_selector
-from leaseq.operator.protection import (
+from leaseq_operator.kube import label_selector
+from leaseq_operator.protection import (
     DELETION_COST,
     SAFE_TO_EVICT,
     PodLoad,

@@ -10,7 +10,7 @@ from dataclasses import replace
 import pytest
 
 from leaseq.core.models import JobTypeWork
-from leaseq.operator.scaling import (
+from leaseq_operator.scaling import (
     Decision,
     Demand,
     Recommendation,
@@ -19,7 +19,7 @@ from leaseq.operator.scaling import (
     replicas_for,
     work_seconds,
 )
-from leaseq.operator.spec import PoolSpec, ScaleOn, WorkSpec, WorkTarget
+from leaseq_operator.spec import PoolSpec, ScaleOn, WorkSpec, WorkTarget
 
 BASE = PoolSpec(
     deployment="workers",

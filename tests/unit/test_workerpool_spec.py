@@ -16,7 +16,7 @@ import jsonschema
 import pytest
 import yaml
 
-from leaseq.operator.spec import (
+from leaseq_operator.spec import (
     DEFAULTS,
     WORK_DEFAULTS,
     InvalidSpec,

@@ -1,4 +1,4 @@
-"""Schema migrations: numbered files in ``leaseq.sql/migrations``, applied under a lock."""
+"""Schema migrations: numbered files in ``leaseq_sql/migrations``, applied under a lock."""
 
 from __future__ import annotations
 
@@ -52,7 +52,7 @@ class ComponentRoles:
 @functools.cache
 def known_migrations() -> tuple[Migration, ...]:
     """The migrations shipped with this leaseq, in version order."""
-    folder = resources.files("leaseq.sql").joinpath("migrations")
+    folder = resources.files("leaseq_sql").joinpath("migrations")
     found = []
     for entry in folder.iterdir():
         match = _FILE.match(entry.name)

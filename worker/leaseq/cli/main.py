@@ -76,9 +76,12 @@ def _cmd_demo(args: argparse.Namespace) -> int:
 def _cmd_operator(args: argparse.Namespace) -> int:
     # Imported here so every other command works where the operator's dependencies are absent.
     try:
-        operator_cli = importlib.import_module("leaseq.operator.cli")
+        operator_cli = importlib.import_module("leaseq_operator.cli")
     except ModuleNotFoundError as exc:
-        raise ConfigError(f"the operator is not part of this installation ({exc})") from exc
+        raise ConfigError(
+            f"`leaseq operator` needs the operator extra: pip install 'leaseq[operator]' "
+            f"(missing module {exc.name!r})"
+        ) from exc
     return int(operator_cli.main(list(args.rest)))
 
 
@@ -89,9 +92,9 @@ DESCRIPTION = (
 
 
 def _cmd_reaper(args: argparse.Namespace) -> int:
-    from leaseq.operator import standalone
     from leaseq.runtime import logs
     from leaseq.runtime.shutdown import SignalWatch
+    from leaseq_operator import standalone
 
     config = standalone.ReaperConfig.from_args(args)
     logs.configure(config.log_level, config.log_format)
@@ -162,7 +165,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.set_defaults(func=_cmd_demo)
 
-    from leaseq.operator import standalone
+    from leaseq_operator import standalone
 
     p = sub.add_parser(
         "reaper",

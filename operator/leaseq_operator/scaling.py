@@ -34,7 +34,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from leaseq.core.models import JobTypeWork
-from leaseq.operator.spec import PoolSpec, ScaleOn, WorkTarget
+from leaseq_operator.spec import PoolSpec, ScaleOn, WorkTarget
 
 
 @dataclass(frozen=True)

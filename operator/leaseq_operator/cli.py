@@ -11,9 +11,9 @@ import kopf
 from leaseq import config as settings
 from leaseq.core.errors import LeaseqError
 from leaseq.core.redact import redact, redact_logs
-from leaseq.operator.config import OPTIONS, OperatorConfig
-from leaseq.operator.kube import Cluster
-from leaseq.operator.runner import run
+from leaseq_operator.config import OPTIONS, OperatorConfig
+from leaseq_operator.kube import Cluster
+from leaseq_operator.runner import run
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -1,4 +1,4 @@
-"""Named SQL statements, parsed once from the ``queries/*.sql`` files shipped in ``leaseq.sql``.
+"""Named SQL statements, parsed once from the ``queries/*.sql`` files shipped in ``leaseq_sql``.
 
 A block starts with ``-- name: NAME``; the next comment line describes it; the rest, up to
 the next block, is the statement. No SQL is written anywhere else in the runtime.
@@ -45,7 +45,7 @@ def parse(text: str) -> dict[str, Statement]:
 def load() -> dict[str, Statement]:
     """Every named statement shipped with leaseq, loaded once per process."""
     found: dict[str, Statement] = {}
-    folder = resources.files("leaseq.sql").joinpath("queries")
+    folder = resources.files("leaseq_sql").joinpath("queries")
     for entry in sorted(folder.iterdir(), key=lambda e: e.name):
         if entry.name.endswith(".sql"):
             for name, statement in parse(entry.read_text(encoding="utf-8")).items():

@@ -1,7 +1,7 @@
 """``leaseq reaper``: the operator's reaper without Kubernetes.
 
 Workers on VMs, under systemd or in compose need a reaper too: without one, a job whose
-worker died stays ``running`` forever. This is the same :class:`~leaseq.operator.reaper.Reaper`
+worker died stays ``running`` forever. This is the same :class:`~leaseq_operator.reaper.Reaper`
 the operator runs (the same leader lease in ``leaseq.leader_leases``, the same pass lock and
 pass), with no cluster: run it next to the workers, on any host that reaches PostgreSQL, as
 two or more copies for availability; exactly one reaps at a time. It mixes safely with
@@ -19,7 +19,7 @@ from leaseq.core.db import open_pool
 from leaseq.core.leadership import Leadership
 from leaseq.core.queue import Queue
 from leaseq.core.workers import Workers
-from leaseq.operator.config import (
+from leaseq_operator.config import (
     LEADER_TTL,
     OPERATOR_ID,
     REAP_INTERVAL,
@@ -27,7 +27,7 @@ from leaseq.operator.config import (
     check_reaper_timing,
     resolve_values,
 )
-from leaseq.operator.reaper import LeaderLease, Reaper
+from leaseq_operator.reaper import LeaderLease, Reaper
 
 OPTIONS = (
     settings.DATABASE_URL,

@@ -11,7 +11,7 @@ Two mechanisms, on purpose:
   not a session advisory lock, because it survives reconnects and poolers, is visible (who
   leads, since when, in which term), and expires by itself when its holder hangs. kopf
   peering is not used: it coordinates event handling, it is not a lock. The replica holding
-  the lease is also the one that scales WorkerPools (see :mod:`leaseq.operator.handlers`).
+  the lease is also the one that scales WorkerPools (see :mod:`leaseq_operator.handlers`).
 * **That no two reap at once** is guaranteed by the transaction-scoped advisory lock every
   reap pass takes (``leader_reap_lock``) in the same transaction as the reap statement. A
   lease alone cannot promise that: a leader paused past its TTL (GC, a frozen node) still
@@ -21,7 +21,7 @@ Two mechanisms, on purpose:
   cannot act; and the pass's transaction is bounded by the TTL, so a reaper frozen mid-pass
   loses its session (and the lock) instead of blocking every other replica forever.
 
-The same reaper runs without Kubernetes as ``leaseq reaper`` (:mod:`leaseq.operator.standalone`).
+The same reaper runs without Kubernetes as ``leaseq reaper`` (:mod:`leaseq_operator.standalone`).
 
 Every reaped job is logged with its previous owner and token, counted in
 ``leaseq_reaped_total{queue,outcome}``, and recorded in ``job_attempts`` by the statement.
@@ -47,7 +47,7 @@ from leaseq.core.models import Reaped
 from leaseq.core.queue import Queue
 from leaseq.core.workers import Workers
 
-log = logging.getLogger("leaseq.operator.reaper")
+log = logging.getLogger("leaseq_operator.reaper")
 
 LEASE_NAME = "reaper"
 REAP_BATCH = 1000

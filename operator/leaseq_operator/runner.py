@@ -11,10 +11,10 @@ import threading
 
 import kopf
 
-from leaseq.operator.app import OperatorApp
-from leaseq.operator.config import OperatorConfig
-from leaseq.operator.handlers import build_registry
-from leaseq.operator.kube import Cluster
+from leaseq_operator.app import OperatorApp
+from leaseq_operator.config import OperatorConfig
+from leaseq_operator.handlers import build_registry
+from leaseq_operator.kube import Cluster
 
 
 def _not_a_success(record: logging.LogRecord) -> bool:

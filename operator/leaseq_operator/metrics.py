@@ -24,7 +24,7 @@ from leaseq.core.models import QueueStats, Reaped
 from leaseq.core.queue import Queue
 from leaseq.core.workers import Workers
 
-log = logging.getLogger("leaseq.operator.metrics")
+log = logging.getLogger("leaseq_operator.metrics")
 
 # A registered worker counts as live while its registry heartbeat is younger than this.
 LIVE_WORKER_SECONDS = 60.0

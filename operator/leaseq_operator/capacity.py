@@ -13,7 +13,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from leaseq.core.models import WorkerRecord, WorkerState
-from leaseq.operator.metrics import LIVE_WORKER_SECONDS  # the same liveness as the metrics
+from leaseq_operator.metrics import LIVE_WORKER_SECONDS  # the same liveness as the metrics
 
 
 @dataclass(frozen=True)

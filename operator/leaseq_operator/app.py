@@ -12,13 +12,13 @@ from leaseq.core.leadership import Leadership
 from leaseq.core.pool import Pool
 from leaseq.core.queue import Queue
 from leaseq.core.workers import Workers
-from leaseq.operator.config import OperatorConfig
-from leaseq.operator.kube import Cluster, Kube
-from leaseq.operator.metrics import OperatorMetrics
-from leaseq.operator.reaper import LeaderLease, Reaper
-from leaseq.operator.scaling import Recommendation
+from leaseq_operator.config import OperatorConfig
+from leaseq_operator.kube import Cluster, Kube
+from leaseq_operator.metrics import OperatorMetrics
+from leaseq_operator.reaper import LeaderLease, Reaper
+from leaseq_operator.scaling import Recommendation
 
-log = logging.getLogger("leaseq.operator")
+log = logging.getLogger("leaseq_operator")
 
 POOL_MAX_SIZE = 8
 

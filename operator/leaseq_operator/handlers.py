@@ -22,7 +22,7 @@ One tick of a pool, every ``pollSeconds`` (checked every ``tick_seconds``):
    its work per job type, the workers table and its Deployment's pods, so pods whose worker
    still loads count as capacity already coming (a ``Jobs`` pool counts every replica it
    asked for, loading or not, so a slow load never makes it ask again);
-3. decide with :func:`leaseq.operator.scaling.decide`; only the replica holding the reaper
+3. decide with :func:`leaseq_operator.scaling.decide`; only the replica holding the reaper
    lease acts on the decision and writes status and Events (the others keep their history
    warm for a failover, and write nothing, whatever the outcome; when the database is down
    nobody holds the lease, and the replica that held it last reports the outage);
@@ -47,11 +47,11 @@ from leaseq.core.errors import LeaseqError
 from leaseq.core.models import QueueStats
 from leaseq.core.queue import Queue
 from leaseq.core.workers import Workers
-from leaseq.operator import capacity, conditions, protection, scaling
-from leaseq.operator.app import OperatorApp, PoolState
-from leaseq.operator.conditions import Condition
-from leaseq.operator.kube import KubeError, ObjectRef, TargetNotFound
-from leaseq.operator.spec import (
+from leaseq_operator import capacity, conditions, protection, scaling
+from leaseq_operator.app import OperatorApp, PoolState
+from leaseq_operator.conditions import Condition
+from leaseq_operator.kube import KubeError, ObjectRef, TargetNotFound
+from leaseq_operator.spec import (
     GROUP,
     KIND,
     PLURAL,
@@ -62,7 +62,7 @@ from leaseq.operator.spec import (
     parse,
 )
 
-log = logging.getLogger("leaseq.operator.pools")
+log = logging.getLogger("leaseq_operator.pools")
 POOL_THREADS = 8  # WorkerPools polled at once (each tick mostly waits for PostgreSQL)
 
 

@@ -1,1 +1,0 @@
-"""SQL shipped with leaseq: migrations/NNNN_name.sql and named statements in queries/."""

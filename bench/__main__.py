@@ -30,7 +30,8 @@ SCENARIOS: dict[str, Callable[[Context], None]] = {
 OPT_IN = {ab.NAME, ocr.NAME}
 
 RESULTS = Path(__file__).parent / "results"
-README = Path(__file__).parents[1] / "README.md"
+# The documentation page that shows the headline of the committed results.
+HEADLINE_PAGE = Path(__file__).parents[1] / "docs" / "benchmarks" / "index.md"
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -93,10 +94,10 @@ def run(args: argparse.Namespace, folder: Path) -> int:
 
 
 def _report(folder: Path) -> None:
-    """REPORT.md from the CSV; for the committed results, the README's headline too."""
+    """REPORT.md from the CSV; for the committed results, the benchmarks page's headline too."""
     report.generate(folder)
     if folder.resolve() == RESULTS.resolve():
-        report.update_readme(README, folder)
+        report.update_readme(HEADLINE_PAGE, folder)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -677,12 +677,13 @@ README_END = "<!-- /BENCH HEADLINE -->"
 
 
 def readme_section(folder: Path) -> str:
-    """The README's benchmark section: the headline table and where it came from."""
+    """The benchmarks page's headline section (docs/benchmarks/index.md): the headline table
+    and where it came from; the full report is the site's benchmarks/report.md."""
     env = {r["key"]: r["value"] for r in read(folder / "claim_scaling_env.csv")}
     where = (
         f"Measured on {env['cores']} cores ({env['cpu_model']}), PostgreSQL "
         f"{env['pg_version']}; full tables, plots and parameters in "
-        "[bench/results/REPORT.md](bench/results/REPORT.md)."
+        "[the full report](report.md) (bench/results/REPORT.md)."
         if env
         else ""
     )
@@ -690,7 +691,8 @@ def readme_section(folder: Path) -> str:
 
 
 def update_readme(readme: Path, folder: Path) -> None:
-    """Replace the README's benchmark section with the one generated from ``folder``."""
+    """Replace the headline section of ``readme`` (the benchmarks page) with the one
+    generated from ``folder``."""
     text = readme.read_text()
     start = text.index(README_START) + len(README_START)
     end = text.index(README_END)

@@ -1,6 +1,7 @@
 """Every `leaseq ...` command the documentation shows parses with the real argument parser:
-README.md, the chart's README and NOTES.txt, and the alert runbooks (whose text ends up in the
-PrometheusRule and Grafana annotations a paged operator reads)."""
+README.md, every page of the site in docs/, the chart's README and NOTES.txt, and the alert
+runbooks (whose text ends up in the PrometheusRule and Grafana annotations a paged operator
+reads)."""
 
 from __future__ import annotations
 
@@ -13,8 +14,17 @@ import pytest
 from leaseq.cli.main import build_parser
 
 ROOT = Path(__file__).resolve().parents[2]
+# docs/reference/cli.md is generated from the parsers themselves (its headings and usage lines
+# are not commands to run); tests/unit/test_reference.py keeps it current instead.
+GENERATED_FROM_PARSERS = {"docs/reference/cli.md"}
+SITE = sorted(
+    str(p.relative_to(ROOT))
+    for p in (ROOT / "docs").rglob("*.md")
+    if str(p.relative_to(ROOT)) not in GENERATED_FROM_PARSERS
+)
 DOCS = [
     "README.md",
+    *SITE,
     "charts/leaseq/README.md",
     "charts/leaseq/templates/NOTES.txt",
     "charts/leaseq/alerts/leaseq.rules.yaml",
@@ -87,6 +97,10 @@ def test_the_docs_show_commands_at_all() -> None:
     """Guard against an extractor that silently finds nothing."""
     by_doc = {doc: [c for d, c in ALL if d == doc] for doc in DOCS}
     assert len(by_doc["README.md"]) >= 10, by_doc["README.md"]
+    assert len(SITE) >= 20, SITE
+    assert sum(len(by_doc[page]) for page in SITE) >= 30
+    for page in ("docs/guides/without-kubernetes.md", "docs/operations/commands.md"):
+        assert len(by_doc[page]) >= 3, (page, by_doc[page])
     assert len(by_doc["charts/leaseq/alerts/leaseq.rules.yaml"]) >= 2
 
 

@@ -161,8 +161,9 @@ class Queue:
     ) -> Enqueued:
         """Enqueue one job; when it commits it will run at least once.
 
-        ``priority``: lower runs first (0 most urgent, default 100). ``run_at`` or ``delay``
-        (seconds) postpone it. ``timeout``: maximum runtime of one attempt in seconds.
+        ``priority``: lower runs first; any smallint (-32768 to 32767), default 100.
+        ``run_at`` or ``delay`` (seconds) postpone it. ``timeout``: maximum runtime of one
+        attempt in seconds.
         ``idempotency_key``: the effect key, derived from the work (e.g. ``invoice-412``).
         ``dedup_key``: while a job with this key is unfinished in the queue, enqueueing
         another returns the existing one (``created=False``). Listeners are woken on commit.

@@ -1,6 +1,8 @@
 """README's "Running the tests", followed literally on a fresh machine (tests/support/fresh.py):
 a copy of the checkout, a virtualenv with nothing in it, and the README's two commands,
-parsed out of README.md so they cannot drift.
+parsed out of README.md so they cannot drift. Between them, every check CI runs
+(tests/support/ci.py, kept equal to .ci/run by tests/unit/test_ci.py), so the README's
+editable install (`pip install -e`) is one a contributor can run every CI check from.
 
 Slow (a full `pip install` of the test extra: minutes), so marked `slow`. The nested run of
 the test command skips this test, so it never recurses into itself.
@@ -16,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+from support.ci import CI_CHECKS
 from support.fresh import activated, clean_environment, copy_checkout
 from support.readme import readme_test_commands
 
@@ -46,6 +49,13 @@ def test_readme_names_two_commands_install_then_test() -> None:
     assert commands[1] == "python -m pytest"
 
 
+def test_the_setup_installs_editable() -> None:
+    """The CI checks above run against the checkout's sources (lint-imports, mypy): the
+    setup must install it editable, as a contributor does."""
+    setup = Path(__file__).resolve().parents[2] / "scripts" / "setup-tests.sh"
+    assert "pip install --quiet --editable" in setup.read_text()
+
+
 @pytest.mark.skipif(os.environ.get(NESTED) == "1", reason="inside the fresh-venv run already")
 @pytest.mark.skipif(shutil.which("git") is None, reason="needs git to list the checkout's files")
 def test_readme_test_setup_works_in_a_fresh_virtualenv(tmp_path: Path) -> None:
@@ -57,6 +67,9 @@ def test_readme_test_setup_works_in_a_fresh_virtualenv(tmp_path: Path) -> None:
     env[NESTED] = "1"
 
     _shell(install, repo, env)
+    # Each check as .ci/run runs it, in the checkout, with only what the setup installed.
+    for check in CI_CHECKS:
+        _shell(check, repo, env)
     # The whole suite must collect: a test module importing what the setup did not install
     # (tests/bench and matplotlib, once) stops `python -m pytest` before it runs anything.
     collected = _shell(test, repo, env, PYTEST_ADDOPTS="--collect-only -q")

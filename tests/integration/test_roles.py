@@ -21,7 +21,7 @@ from support.roles import Roles, login_roles
 DENIED = pg_errors.InsufficientPrivilege
 
 # Each role's privileges on leaseq's objects as the catalogs report them after apply_grants,
-# table-level then column-level. The README's SECURITY section states the same.
+# table-level then column-level. docs/guides/security.md states the same.
 EXPECTED = {
     "worker": [
         "USAGE on schema leaseq",

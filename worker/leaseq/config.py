@@ -4,7 +4,7 @@ Each process role declares its :class:`Option` list; :func:`add_options` puts th
 argparse parser and :func:`resolve` turns parsed flags (or, when a flag is absent, the
 environment) into plain values, raising :class:`leaseq.core.errors.ConfigError` naming the flag
 and variable on a bad value. Roles wrap the result in a frozen dataclass and pass it on
-explicitly. ``docs_table`` renders the README's configuration table from the same lists.
+explicitly. ``docs_table`` renders the documentation's configuration tables from the same lists.
 """
 
 from __future__ import annotations
@@ -144,7 +144,7 @@ WORKER_ROLE, OPERATOR_ROLE, PRODUCER_ROLE = (
         role_name,
         None,
         f"database role the {component}s run as: `leaseq migrate` grants it exactly the "
-        f"{component}'s privileges (README, SECURITY); unset: no grants for {component}s",
+        f"{component}'s privileges (docs/guides/security.md); unset: no grants for {component}s",
     )
     for component in ("worker", "operator", "producer")
 )
@@ -213,7 +213,7 @@ def require(values: Mapping[str, Any], option: Option) -> Any:
 
 
 def docs_table(options: Sequence[Option]) -> str:
-    """A markdown table of the options, for the README."""
+    """A markdown table of the options, for docs/reference/configuration.md."""
     lines = ["| flag | environment | default | meaning |", "|---|---|---|---|"]
     for option in options:
         lines.append(f"| `{option.flag}` | `{option.env}` | `{option.default!r}` | {option.help} |")

@@ -94,7 +94,7 @@ class DatabaseMissing(DatabaseUnavailable):
 
 
 class PermissionDenied(DatabaseError):
-    """The database role lacks a privilege the call needs (see the README's SECURITY section
+    """The database role lacks a privilege the call needs (see docs/guides/security.md
     for what each component's role may do)."""
 
 
@@ -171,7 +171,7 @@ def translate(exc: psycopg.Error, *, action: str, conninfo: str = "") -> LeaseqE
     if isinstance(exc, pg_errors.InsufficientPrivilege):
         return PermissionDenied(
             f"{action} refused: the database role lacks a privilege ({message}); see the "
-            "README's SECURITY section for what each component's role may do"
+            "documentation's security guide (docs/guides/security.md) for what each role may do"
         )
     if isinstance(exc, pg_errors.UndefinedObject) and "role" in message:
         return ConfigError(f"{action} failed: {message}; create the role first")

@@ -36,7 +36,7 @@ class MigrationReport:
 
 @dataclass(frozen=True)
 class ComponentRoles:
-    """The database role each component runs as (README, SECURITY); None: no role for it.
+    """The database role each component runs as (docs/guides/security.md); None: no role for it.
 
     Each must exist already, be an ordinary role (no superuser, no BYPASSRLS), not own
     leaseq's tables, and serve one component only."""

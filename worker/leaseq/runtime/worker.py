@@ -1,7 +1,8 @@
 """The worker process: claim, run, renew, settle; drain on SIGTERM.
 
 Threads: the main thread waits for signals and runs the drain; a dispatcher claims, in one
-statement, as many jobs as there are free slots (woken by LISTEN notifications, by settled
+statement, as many jobs as there are free slots, and claims again at once for the room
+the jobs of a batch type opened (woken by LISTEN notifications, by settled
 jobs, else by a jittered idle backoff capped at the poll interval) and hands each to the
 executor's long-lived slots (:mod:`leaseq.runtime.executor`); successful attempts are
 completed in groups, one ``complete_many`` per group (:mod:`leaseq.runtime.completions`);
@@ -325,7 +326,7 @@ class Worker:
             # Cleared before claiming: a notification during the claim keeps it set.
             self.wake.clear()
             try:
-                free, claimed = self._claim_free()
+                short, claimed = self._claim_free()
             except LeaseqError as exc:
                 if isinstance(exc, NOT_READY_ERRORS):
                     self.health.db_failed(exc)
@@ -338,19 +339,39 @@ class Worker:
                 self.wake.wait(failures.next())
                 continue
             failures.reset()
-            if free == 0 or len(claimed) == free:
+            if not short:
                 idle.reset()
                 continue
             if claimed:
                 idle.reset()
             self.wake.wait(idle.next())
 
-    def _claim_free(self) -> tuple[int, list[InFlight]]:
-        """Claim as many jobs as there are free slots (none when no slot is free); returns
-        how many slots were free and the attempts started."""
+    def _claim_free(self) -> tuple[bool, list[InFlight]]:
+        """Claim as many jobs as there is free capacity; when those jobs raised it (they
+        opened batches, which take up to ``max_batch`` jobs per slot), claim again for the
+        new room at once, so a batch fills from a backlog instead of waiting ``max_wait``
+        alone. Stops as soon as a claim returns fewer jobs than asked for (the queue has no
+        more: never a loop on an empty queue), no capacity is free or draining started, and
+        after ``concurrency + 1`` claims (enough for one batch opening per slot; if room is
+        left, the dispatcher is woken to claim for it). Returns whether the last claim came
+        up short (the dispatcher then backs off) and the attempts started."""
+        started: list[InFlight] = []
+        rounds = self.settings.concurrency + 1
         with self._claiming:
-            free = self.executor.capacity - len(self.jobs)
-            return (free, self._claim(free)) if free > 0 else (0, [])
+            while (free := self.executor.capacity - len(self.jobs)) > 0:
+                if self.draining.is_set():
+                    break
+                if rounds == 0:
+                    # Room is left (jobs finished meanwhile): the dispatcher claims for it.
+                    self.wake.set()
+                    break
+                rounds -= 1
+                asked = min(free, MAX_CLAIM_BATCH)
+                claimed = self._claim(asked)
+                started += claimed
+                if len(claimed) < asked:
+                    return True, started
+        return False, started
 
     def _refill(self) -> None:
         """After a completion group: claim for the slots it freed, on this thread. If the

@@ -40,8 +40,14 @@ from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from leaseq.core import validation
 from leaseq.core.backoff import Backoff
 from leaseq.core.db import open_pool
-from leaseq.core.errors import DatabaseUnavailable, InvalidJob, LeaseqError, SchemaNotReady
-from leaseq.core.models import Call, ClaimedJob, RetryPolicy, WorkerState
+from leaseq.core.errors import (
+    ConfigError,
+    DatabaseUnavailable,
+    InvalidJob,
+    LeaseqError,
+    SchemaNotReady,
+)
+from leaseq.core.models import Call, RetryPolicy, WorkerState
 from leaseq.core.queue import MAX_CLAIM_BATCH, Queue
 from leaseq.core.schema import Schema
 from leaseq.core.workers import Workers
@@ -66,8 +72,6 @@ log = logging.getLogger("leaseq.worker")
 
 #: How long, after the drain, the worker waits for settling calls already under way.
 SETTLE_GRACE_SECONDS = 5.0
-#: Label used for job types this worker has no handler for (keeps label sets bounded).
-UNKNOWN_JOB_TYPE = "_unknown"
 
 
 def application_name(conninfo: str, worker_id: str) -> str:
@@ -85,6 +89,9 @@ class Worker:
         self, settings: WorkerSettings, registry: Registry, *, retry: RetryPolicy | None = None
     ) -> None:
         """``retry``: backoff between failed attempts (default :class:`RetryPolicy`)."""
+        if not registry.job_types:
+            # It would claim nothing, ever: it claims only the types its registry serves.
+            raise ConfigError(f"--app {settings.app}: the registry has no job types")
         self.settings = settings
         self.registry = registry
         self.metrics = WorkerMetrics(settings.queues, registry.job_types)
@@ -121,7 +128,6 @@ class Worker:
             metrics=self.metrics,
             health=self.health,
             stopping=self.stopping,
-            type_label=lambda job: self._type_label(job.job),
         )
         # Handlers that have not reported yet (their results may still join a group).
         self._unreported = 0
@@ -282,6 +288,7 @@ class Worker:
                     state=self._state(),
                     in_flight=len(self.jobs),
                     startup_seconds=self.startup_seconds,
+                    job_types=self.registry.job_types,
                 )
         except LeaseqError as exc:
             if isinstance(exc, NOT_READY_ERRORS):
@@ -387,8 +394,14 @@ class Worker:
     def _claim(self, free: int) -> list[InFlight]:
         s = self.settings
         sent = time.monotonic()
+        # Only the types this worker serves: one it does not know stays pending, no attempt
+        # spent, for a worker that does (a rolling deploy that ships a new type).
         claimed = self.queue.claim(
-            s.queues, s.worker_id, limit=min(free, MAX_CLAIM_BATCH), lease_seconds=s.lease_seconds
+            s.queues,
+            s.worker_id,
+            limit=min(free, MAX_CLAIM_BATCH),
+            lease_seconds=s.lease_seconds,
+            job_types=self.registry.job_types,
         )
         received = time.monotonic()
         self.health.db_ok()
@@ -406,7 +419,7 @@ class Worker:
             )
             self.jobs.add(attempt)
             self.metrics.in_flight.labels(job.queue).inc()
-            self.metrics.claimed.labels(job.queue, self._type_label(job)).inc()
+            self.metrics.claimed.labels(job.queue, job.job_type).inc()
             started.append(attempt)
         for attempt in started:
             if self.draining.is_set():
@@ -415,21 +428,10 @@ class Worker:
                 self._finished(attempt)
                 continue
             log.debug("claimed", extra=attempt.fields())
-            if attempt.job_type is None:
-                error = f"no handler for job type {attempt.job.job_type!r} in {s.app}"
-                call = partial(
-                    self.queue.fail, attempt.job.lease, error, error_code="UNKNOWN_JOB_TYPE"
-                )
-                self.settlement.settle(attempt, Call.FAIL, call)
-                self._finished(attempt)
-                continue
             with self._count_lock:
                 self._unreported += 1
             self.executor.submit(attempt)
         return started
-
-    def _type_label(self, job: ClaimedJob) -> str:
-        return job.job_type if self.registry.get(job.job_type) else UNKNOWN_JOB_TYPE
 
     # -- a handler's outcome ------------------------------------------------------------
 

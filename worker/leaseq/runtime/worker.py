@@ -40,13 +40,7 @@ from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from leaseq.core import validation
 from leaseq.core.backoff import Backoff
 from leaseq.core.db import open_pool
-from leaseq.core.errors import (
-    ConfigError,
-    DatabaseUnavailable,
-    InvalidJob,
-    LeaseqError,
-    SchemaNotReady,
-)
+from leaseq.core.errors import DatabaseUnavailable, InvalidJob, LeaseqError, SchemaNotReady
 from leaseq.core.models import Call, RetryPolicy, WorkerState
 from leaseq.core.queue import MAX_CLAIM_BATCH, Queue
 from leaseq.core.schema import Schema
@@ -57,7 +51,7 @@ from leaseq.runtime.completions import Completions
 from leaseq.runtime.context import JobContext, PermanentError, StopReason
 from leaseq.runtime.executor import Ending, Executor, HandlerOutcome, OnDone, ThreadExecutor
 from leaseq.runtime.health import NOT_READY_ERRORS, Health
-from leaseq.runtime.heartbeat import HeartbeatLoop
+from leaseq.runtime.heartbeat import PROCESS_HINT, THREAD_HINT, HeartbeatLoop
 from leaseq.runtime.http_server import ProbeServer
 from leaseq.runtime.inflight import InFlight, InFlightTable
 from leaseq.runtime.listener import Listener
@@ -89,9 +83,6 @@ class Worker:
         self, settings: WorkerSettings, registry: Registry, *, retry: RetryPolicy | None = None
     ) -> None:
         """``retry``: backoff between failed attempts (default :class:`RetryPolicy`)."""
-        if not registry.job_types:
-            # It would claim nothing, ever: it claims only the types its registry serves.
-            raise ConfigError(f"--app {settings.app}: the registry has no job types")
         self.settings = settings
         self.registry = registry
         self.metrics = WorkerMetrics(settings.queues, registry.job_types)
@@ -152,6 +143,7 @@ class Worker:
             give_up=self.give_up,
             register=self.register,
             stopping=self.stopping,
+            hint=PROCESS_HINT if settings.isolation is Isolation.PROCESS else THREAD_HINT,
         )
         self.listener = Listener(
             self.conninfo,
@@ -201,6 +193,8 @@ class Worker:
             s.heartbeat_seconds,
             extra=self._fields,
         )
+        if not self.registry.job_types:
+            log.warning("%s registers no job types: this worker claims nothing", s.app)
         try:
             if self.http:
                 self.http.start()
@@ -393,6 +387,8 @@ class Worker:
 
     def _claim(self, free: int) -> list[InFlight]:
         s = self.settings
+        if not self.registry.job_types:
+            return []  # it serves nothing, so it claims nothing (said at start-up)
         sent = time.monotonic()
         # Only the types this worker serves: one it does not know stays pending, no attempt
         # spent, for a worker that does (a rolling deploy that ships a new type).

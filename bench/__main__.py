@@ -11,7 +11,18 @@ import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from bench import ab, claim_scaling, crash, history, ocr, peers, report, throughput, txn_scope
+from bench import (
+    ab,
+    batching,
+    claim_scaling,
+    crash,
+    history,
+    ocr,
+    peers,
+    report,
+    throughput,
+    txn_scope,
+)
 from bench.context import Context
 from bench.env import machine, server, server_info
 
@@ -24,6 +35,7 @@ SCENARIOS: dict[str, Callable[[Context], None]] = {
     peers.NAME: peers.run,
     ab.NAME: ab.run,
     ocr.NAME: ocr.run,
+    batching.NAME: batching.run,
 }
 # Run only when named with --only: a repeated, interleaved comparison for proposals; OCR
 # inference (minutes of CPU per repeat on a loaded 2-core machine; needs the ocr extra).

@@ -34,3 +34,16 @@ def infer(payload: Any, ctx: JobContext) -> int:
 @registry.batch("infer_batch", max_batch=32, max_wait=0.02)
 def infer_batch(payloads: list[Any], ctxs: list[JobContext]) -> list[int]:
     return model(payloads)
+
+
+def _calls(payloads: list[Any], ctxs: list[JobContext]) -> list[dict[str, int]]:
+    """One model call; every job's result names the call (its first job), so the database
+    says how many calls ran."""
+    model(payloads)
+    return [{"call": ctxs[0].job_id}] * len(payloads)
+
+
+# The issue's inference setting (batches of up to 8, half a second to fill), and the same
+# handler one job per call.
+registry.batch("embed8", max_batch=8, max_wait=0.5)(_calls)
+registry.batch("embed1", max_batch=1, max_wait=0.5)(_calls)

@@ -660,6 +660,31 @@ def _ocr(folder: Path) -> str:
     return out
 
 
+def _batching(folder: Path) -> str:
+    rows = read(folder / "batching.csv")
+    if not rows:
+        return "_not run_\n"
+    out = (
+        "A backlog enqueued before one worker (`--concurrency 1`) starts; `embed8` batches up "
+        "to 8 jobs per model call (`max_wait` 0.5 s), `embed1` calls the model per job (20 ms "
+        "per call + 0.5 ms per input; see bench/batching.py):\n\n"
+    )
+    return out + _table(
+        rows,
+        [
+            "repeat",
+            "isolation",
+            "job_type",
+            "max_batch",
+            "jobs",
+            "model_calls",
+            "jobs_per_call",
+            "run_s",
+            "jobs_per_s",
+        ],
+    )
+
+
 SECTIONS: list[tuple[str, Callable[[Path], str]]] = [
     ("1. Claim correctness and scaling (400 jobs x 200 ms)", _claim_scaling),
     ("2. Transaction scope (8 workers)", _txn_scope),
@@ -669,6 +694,7 @@ SECTIONS: list[tuple[str, Callable[[Path], str]]] = [
     ("6. Peers, same server, same run", _peers),
     ("A/B: no-op throughput, interleaved rounds", _ab),
     ("7. OCR inference: pages/s one page vs micro-batched, model load", _ocr),
+    ("8. Micro-batching from a backlog: jobs per model call", _batching),
 ]
 
 

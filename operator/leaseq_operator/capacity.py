@@ -12,8 +12,11 @@ import statistics
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from leaseq.core.models import WorkerRecord, WorkerState
-from leaseq_operator.metrics import LIVE_WORKER_SECONDS  # the same liveness as the metrics
+from leaseq.core.models import (
+    LIVE_WORKER_SECONDS,  # the same liveness as the metrics
+    WorkerRecord,
+    WorkerState,
+)
 
 
 @dataclass(frozen=True)

@@ -44,7 +44,7 @@ from typing import Any
 import kopf
 
 from leaseq.core.errors import LeaseqError
-from leaseq.core.models import QueueStats
+from leaseq.core.models import LIVE_WORKER_SECONDS, QueueStats, UnservedWork
 from leaseq.core.queue import Queue
 from leaseq.core.workers import Workers
 from leaseq_operator import capacity, conditions, protection, scaling
@@ -143,21 +143,27 @@ class PoolTick:
             self.queue = self.app.databases.queue(url)
             self.workers = self.app.databases.workers(url)
             stats = self.queue.stats(pool.queues, horizon=pool.poll_seconds)
+            # Work no live worker of the pool can do is not a reason for more replicas.
+            unserved = self.queue.unserved(pool.queues, live_seconds=LIVE_WORKER_SECONDS)
             self.status.update(_depth(stats))
             work = None
             if pool.scale_on is ScaleOn.WORK:
-                work = self.read_work(pool, self.queue, self.workers)
+                work = self.read_work(pool, self.queue, self.workers, unserved)
         except LeaseqError as exc:
             self.condition(conditions.DATABASE_REACHABLE, False, "DatabaseUnreadable", str(exc))
             return exc
         self.condition(conditions.DATABASE_REACHABLE, True, "DepthRead", "queue depth read")
         depth = self.status
-        return scaling.Demand(depth["ready"], depth["scheduledSoon"], depth["running"], work)
+        ready = max(0, depth["ready"] - sum(u.ready for u in unserved))
+        return scaling.Demand(ready, depth["scheduledSoon"], depth["running"], work)
 
-    def read_work(self, pool: PoolSpec, queue: Queue, workers: Workers) -> scaling.Work:
-        """The work-seconds of the pool's jobs and which of its pods take work or still
-        load, for a pool that scales on work (after the depth was read)."""
-        types = queue.work(pool.queues, window=pool.work.window_seconds, horizon=pool.poll_seconds)
+    def read_work(
+        self, pool: PoolSpec, queue: Queue, workers: Workers, unserved: list[UnservedWork]
+    ) -> scaling.Work:
+        """The work-seconds of the pool's jobs (but ``unserved`` ones) and which of its pods
+        take work or still load, for a pool that scales on work (after the depth was read)."""
+        loads = queue.work(pool.queues, window=pool.work.window_seconds, horizon=pool.poll_seconds)
+        types = scaling.servable(loads, unserved)
         registered = workers.list(pool.queues)
         pods = self.app.kube.pods(self.namespace, pool.deployment)
         states = capacity.pod_states([p.name for p in pods if not p.terminating], registered)

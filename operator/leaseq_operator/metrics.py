@@ -20,14 +20,12 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from leaseq.core.errors import LeaseqError
-from leaseq.core.models import QueueStats, Reaped
+from leaseq.core.models import LIVE_WORKER_SECONDS, QueueStats, Reaped, UnservedWork
 from leaseq.core.queue import Queue
 from leaseq.core.workers import Workers
 
 log = logging.getLogger("leaseq_operator.metrics")
 
-# A registered worker counts as live while its registry heartbeat is younger than this.
-LIVE_WORKER_SECONDS = 60.0
 JOB_STATES = ("ready", "scheduled", "running", "dead")
 REAP_OUTCOMES = {"pending": "retried", "dead": "dead"}
 
@@ -97,6 +95,7 @@ class QueueCollector(Collector):
         try:
             stats = self._queue.stats()
             workers = self._workers.list()
+            unserved = self._queue.unserved(live_seconds=LIVE_WORKER_SECONDS)
         except LeaseqError as exc:
             log.warning("metrics scrape could not read the database: %s", exc)
             up.add_metric([], 0)
@@ -155,7 +154,25 @@ class QueueCollector(Collector):
             counts.setdefault(s.queue, 0)
         for name, count in sorted(counts.items()):
             live.add_metric([name], count)
-        yield from (jobs, oldest, heartbeat, live, cap)
+        yield from (jobs, oldest, heartbeat, live, cap, _unserved(unserved, shown))
+
+
+def _unserved(rows: list[UnservedWork], shown: set[str]) -> GaugeMetricFamily:
+    """``leaseq_queue_unserved_jobs``: ready jobs of a type that no live worker of their
+    queue serves (queues beyond the cap summed under ``_other``). Series exist only while
+    such work does: job types are the producers' to name."""
+    family = GaugeMetricFamily(
+        "leaseq_queue_unserved_jobs",
+        "Ready jobs of a type no live worker of the queue serves (it has live workers)",
+        labels=["queue", "job_type"],
+    )
+    sums: dict[tuple[str, str], int] = {}
+    for row in rows:
+        key = (row.queue if row.queue in shown else OTHER_QUEUE, row.job_type)
+        sums[key] = sums.get(key, 0) + row.ready
+    for (queue, job_type), ready in sorted(sums.items()):
+        family.add_metric([queue, job_type], ready)
+    return family
 
 
 @dataclass

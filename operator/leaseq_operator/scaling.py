@@ -31,9 +31,9 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
-from leaseq.core.models import JobTypeWork
+from leaseq.core.models import JobTypeWork, UnservedWork
 from leaseq_operator.spec import PoolSpec, ScaleOn, WorkTarget
 
 
@@ -90,6 +90,17 @@ class Decision:
 def replicas_for(jobs: int, jobs_per_replica: int) -> int:
     """Replicas that run ``jobs`` jobs at once: ``ceil(jobs / jobs_per_replica)``."""
     return math.ceil(max(jobs, 0) / jobs_per_replica)
+
+
+def servable(loads: Sequence[JobTypeWork], unserved: Sequence[UnservedWork]) -> list[JobTypeWork]:
+    """``loads`` without the ready jobs that no live worker of their queue serves: a pool
+    whose live workers all lack a job type cannot do that work, however many replicas it
+    has. A queue without live workers has no unserved rows (what its image serves is not
+    known then), so its work is all counted: a pool scaled to zero still scales up."""
+    cannot: dict[str, int] = {}
+    for row in unserved:
+        cannot[row.job_type] = cannot.get(row.job_type, 0) + row.ready
+    return [replace(t, ready=max(0, t.ready - cannot.get(t.job_type, 0))) for t in loads]
 
 
 def work_seconds(loads: Sequence[JobTypeWork], default_job_seconds: float) -> float:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from bench import claim_scaling, report
+from bench import batching, claim_scaling, report
 from bench.__main__ import main
 from bench.context import Context
 from bench.env import machine, scratch_database, server_info
@@ -38,3 +38,16 @@ def test_tiny_claim_run_writes_csv_and_report(server_url: str, tmp_path: Path) -
     assert "Claim correctness and scaling" in text
     assert (tmp_path / "claim_efficiency.png").stat().st_size > 0
     assert report.generate(tmp_path) == tmp_path / "REPORT.md"
+
+
+def test_batching_from_a_backlog_reports_full_batches(server_url: str, tmp_path: Path) -> None:
+    ctx = Context(server_url, True, tmp_path, {**machine(), **server_info(server_url)})
+    with scratch_database(server_url, "smoke_batching") as url:
+        rows = [batching.measure(url, "embed8", 8, 16, "thread")]
+    ctx.recorder(batching.NAME).table(batching.NAME, rows)
+
+    (written,) = read(tmp_path / "batching.csv")
+    # 16 jobs from a backlog are two model calls of 8 (not 8 + 8 x 1).
+    assert (written["model_calls"], written["jobs_per_call"]) == ("2", "8.0")
+    assert main(["report", "--results", str(tmp_path)]) == 0
+    assert "Micro-batching from a backlog" in (tmp_path / "REPORT.md").read_text()

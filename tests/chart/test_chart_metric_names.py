@@ -51,13 +51,25 @@ def worker_samples(database_url: str, tmp_path: Path) -> Iterator[dict[str, Expo
 
 @pytest.fixture
 def operator_samples(database_url: str) -> Iterator[dict[str, Exported]]:
-    """The operator's metrics server on a database holding a job, with the series that a
-    WorkerPool tick (leaseq_operator.handlers) and winning the reaper lease set."""
+    """The operator's metrics server on a database holding a job that no live worker
+    serves, with the series that a WorkerPool tick (leaseq_operator.handlers) and winning
+    the reaper lease set."""
     metrics = OperatorMetrics()
     port = net.free_port()
     with leaseq.open_pool(database_url) as pool:
         queue = leaseq.Queue(pool)
         queue.enqueue("backlog", "infer", {"seconds": 1})
+        # A live worker of the queue without the job's type: the job is unserved.
+        leaseq.Workers(pool).register(
+            "w-other",
+            pod=None,
+            node=None,
+            queues=["backlog"],
+            concurrency=1,
+            state=leaseq.WorkerState.RUNNING,
+            in_flight=0,
+            job_types=["ocr"],
+        )
         metrics.watch_queues(queue, leaseq.Workers(pool))
         metrics.known_queues(("backlog",))
         metrics.pool("jobs/leaseq-worker", desired=1, current=0)

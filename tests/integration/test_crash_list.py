@@ -243,17 +243,20 @@ def test_claim_plan_uses_the_partial_index_under_history(conn: leaseq.core.db.Co
     )
     conn.execute("ANALYZE leaseq.jobs")
     claim = statements.load()["job_claim"].query
-    params = {
-        "queues": ["q"],
-        "owner": "w",
-        "limit": 1,
-        "lease_seconds": 30,
-        "claim_id": None,
-        "now": None,
-    }
-    row = conn.execute(b"EXPLAIN (FORMAT JSON) " + claim, params).fetchone()
-    assert row is not None
-    plan = str(row[0])
-    assert "'Index Name': 'jobs_claim_idx'" in plan
-    assert "'Node Type': 'Seq Scan'" not in plan.replace("'Relation Name': 'unnest'", "")
-    assert "Sort" not in plan.split("jobs_claim_idx")[0].split("LockRows")[-1]
+    # Every type, and only the types a worker's registry serves: the same index walk.
+    for job_types in (None, ["t", "u"]):
+        params = {
+            "queues": ["q"],
+            "owner": "w",
+            "limit": 1,
+            "lease_seconds": 30,
+            "claim_id": None,
+            "job_types": job_types,
+            "now": None,
+        }
+        row = conn.execute(b"EXPLAIN (FORMAT JSON) " + claim, params).fetchone()
+        assert row is not None
+        plan = str(row[0])
+        assert "'Index Name': 'jobs_claim_idx'" in plan
+        assert "'Node Type': 'Seq Scan'" not in plan.replace("'Relation Name': 'unnest'", "")
+        assert "Sort" not in plan.split("jobs_claim_idx")[0].split("LockRows")[-1]

@@ -15,6 +15,7 @@ def claim_buffers(conn: leaseq.core.db.Conn) -> int:
         "limit": 1,
         "lease_seconds": 30,
         "claim_id": None,
+        "job_types": None,
         "now": None,
     }
     with conn.transaction(force_rollback=True):

@@ -148,6 +148,17 @@ def embed_fill(payloads: list[dict[str, Any]], ctxs: list[JobContext]) -> list[A
     return [{"batch": [ctx.job_id for ctx in ctxs]} for _ in payloads]
 
 
+@registry.batch("embed_backlog", max_batch=4, max_wait=2)
+def embed_backlog(payloads: list[dict[str, Any]], ctxs: list[JobContext]) -> list[Any]:
+    """Batches of four from a backlog: waits for ``gate`` first when a payload names one,
+    then reports the batch it ran in (the job ids)."""
+    for payload in payloads:
+        gate = payload.get("gate")
+        while gate and not Path(gate).exists():
+            time.sleep(0.02)
+    return [{"batch": [ctx.job_id for ctx in ctxs]} for _ in payloads]
+
+
 @registry.job("late_checkpoint")
 def late_checkpoint(payload: dict[str, Any], ctx: JobContext) -> dict[str, Any]:
     """Wait for ``gate``, then checkpoint; write what the context said to ``report``."""

@@ -33,10 +33,11 @@ def spawn_worker(database_url: str, tmp_path: Path) -> Iterator[Callable[..., Wo
         listen: bool = True,
         isolation: str = "thread",
         env: dict[str, str] | None = None,
+        app: str = "apps:registry",
     ) -> WorkerProcess:
         return workers.start(
             worker_id,
-            "--app", "apps:registry",
+            "--app", app,
             "--queue", queue,
             "--concurrency", str(concurrency),
             "--lease-seconds", str(lease),

@@ -102,3 +102,52 @@ def test_a_batch_fills_from_several_claims(
     starts = [queue.attempts(j)[0].started_at for j in ids]
     assert len(set(starts)) == 3  # three claims
     assert len({j.finished_at for j in jobs}) == 1  # one completing statement
+
+
+def _batch_sizes(queue: leaseq.Queue, ids: list[int]) -> list[int]:
+    """The size of each batch the jobs ran in, in the order the batches ran (every job must
+    succeed)."""
+    jobs = [finished(queue, j) for j in ids]
+    assert [j.status for j in jobs] == ["succeeded"] * len(ids)
+    batches = {tuple(j.result["batch"]): j.finished_at for j in jobs}
+    return [len(b) for b in sorted(batches, key=lambda b: batches[b])]
+
+
+# The poll interval outlasts every test: nothing but the claims made as a batch opens can
+# fill it, and the backlog is already there (no notification wakes the worker for it).
+NEVER_POLL = 600
+
+
+def test_a_backlog_enqueued_before_the_worker_starts_runs_in_full_batches(
+    queue: leaseq.Queue, spawn_worker: Spawn, isolation: str
+) -> None:
+    # embed_backlog: max_batch 4; 12 jobs are three model calls, not 4 + 8 x 1.
+    specs = [leaseq.JobSpec("q", "embed_backlog", {"n": n}) for n in range(12)]
+    ids = [e.job_id for e in queue.enqueue_many(specs)]
+    spawn_worker("w-a", isolation=isolation, poll=NEVER_POLL)
+
+    assert _batch_sizes(queue, ids) == [4, 4, 4]
+
+
+def test_a_backlog_that_grows_while_the_worker_runs_fills_every_batch(
+    queue: leaseq.Queue, spawn_worker: Spawn, tmp_path: Path, isolation: str
+) -> None:
+    spawn_worker("w-a", isolation=isolation, poll=NEVER_POLL)
+    gate = tmp_path / "gate"
+    first = [
+        e.job_id
+        for e in queue.enqueue_many(
+            [leaseq.JobSpec("q", "embed_backlog", {"gate": str(gate)}) for _ in range(4)]
+        )
+    ]
+    wait_for(
+        lambda: all(queue.get(j).status == "running" for j in first), "the first batch to fill"
+    )
+    # While the first batch holds the worker, the backlog grows by two batches.
+    more = [
+        e.job_id
+        for e in queue.enqueue_many([leaseq.JobSpec("q", "embed_backlog", {}) for _ in range(8)])
+    ]
+    gate.touch()
+
+    assert _batch_sizes(queue, first + more) == [4, 4, 4]

@@ -228,3 +228,24 @@ def test_sigterm_in_process_mode_releases_unfinished_jobs_and_exits_0(
         assert outcomes(queue, job_id) == [("w-a", "released")]
     assert gone(child)
     assert workers.list() == []
+
+
+def test_a_heartbeat_starved_by_a_handler_holding_the_gil_says_so(
+    queue: leaseq.Queue, spawn_worker: Spawn
+) -> None:
+    # Thread mode: the C call keeps the GIL for 2 s, the heartbeat is due every 0.3 s. A
+    # long lease, so the job still succeeds: the warning comes before anything is lost.
+    w = spawn_worker("w-a", lease=30, heartbeat=0.3)
+    job_id = queue.enqueue("q", "hold_gil", {"seconds": 2}, max_attempts=1).job_id
+    assert finished(queue, job_id).status == "succeeded"
+
+    assert w.metric("leaseq_worker_heartbeat_late_total") >= 1
+    warnings = [
+        line for line in w.log.read_text().splitlines() if "WARNING leaseq.heartbeat" in line
+    ]
+    assert any(
+        "heartbeat ran" in line
+        and "holding the GIL or blocking in C" in line
+        and "--isolation process" in line
+        for line in warnings
+    ), warnings

@@ -9,7 +9,7 @@ from dataclasses import replace
 
 import pytest
 
-from leaseq.core.models import JobTypeWork
+from leaseq.core.models import JobTypeWork, UnservedWork
 from leaseq_operator.scaling import (
     Decision,
     Demand,
@@ -17,6 +17,7 @@ from leaseq_operator.scaling import (
     Work,
     decide,
     replicas_for,
+    servable,
     work_seconds,
 )
 from leaseq_operator.spec import PoolSpec, ScaleOn, WorkSpec, WorkTarget
@@ -341,3 +342,18 @@ def test_jobs_mode_ignores_the_work_reading() -> None:
 )
 def test_work_seconds(loads: list[JobTypeWork], seconds: float) -> None:
     assert work_seconds(loads, default_job_seconds=60.0) == pytest.approx(seconds)
+
+
+def test_work_no_live_worker_serves_is_not_the_pools_work() -> None:
+    loads = [
+        JobTypeWork("ocr", ready=5, scheduled_soon=1, running=2, mean_seconds=3.0, samples=9),
+        JobTypeWork("resize", ready=4, scheduled_soon=1, running=0, mean_seconds=None, samples=0),
+    ]
+    # Live workers on "a" lack "resize"; "b" has none live, so its jobs are not listed.
+    unserved = [UnservedWork("a", "resize", 3, 12.0)]
+    kept = servable(loads, unserved)
+    assert [(t.job_type, t.ready, t.scheduled_soon) for t in kept] == [
+        ("ocr", 5, 1),
+        ("resize", 1, 1),
+    ]
+    assert servable(loads, []) == loads

@@ -343,6 +343,24 @@ def build() -> dashboard.Dashboard:
                 f"sum(increase(leaseq_child_processes_started_total{{{NS}}}[1h]))",
             )
         )
+        .with_panel(
+            single(
+                "Late heartbeats (1h)",
+                "Heartbeat wake-ups more than an interval late: in thread mode, a handler"
+                " holding the GIL or blocking in C (leases expire under running jobs). Run"
+                " such pools with --isolation process.",
+                f"sum(increase(leaseq_worker_heartbeat_late_total{{{NS}}}[1h]))",
+            )
+        )
+        .with_panel(
+            single(
+                "Ready jobs no live worker serves",
+                "Ready jobs of a type none of their queue's live workers has a handler for (a"
+                " deploy that has not shipped it yet, or a producer's typo); they wait, no"
+                " attempt spent. See leaseq status.",
+                f"sum(leaseq_queue_unserved_jobs{{{NS}}})",
+            )
+        )
     )
 
 

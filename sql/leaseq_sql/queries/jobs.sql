@@ -24,7 +24,7 @@ SELECT j.id, false, 0 FROM leaseq.jobs j
    AND j.queue = %(queue)s AND j.dedup_key = %(dedup_key)s AND j.status IN ('pending', 'running');
 
 -- name: job_claim
--- Leases up to %(limit)s ready jobs from the given queues in priority order, skipping rows other claimers hold; bumps attempt and token.
+-- Leases up to %(limit)s ready jobs from the given queues (of %(job_types)s only, unless NULL) in priority order, skipping rows other claimers hold; bumps attempt and token.
 WITH t AS (SELECT coalesce(%(now)s::timestamptz, now()) AS now),
 candidate AS (
     SELECT c.id
@@ -34,6 +34,9 @@ candidate AS (
           SELECT j.id, j.priority, j.available_at
             FROM leaseq.jobs j
            WHERE j.status = 'pending' AND j.queue = q.queue AND j.available_at <= t.now
+             -- A filter on the claim index's scan, not a key of it: the index stays the one
+             -- every claimer walks; jobs of types this worker does not serve are stepped over.
+             AND (%(job_types)s::text[] IS NULL OR j.job_type = ANY(%(job_types)s::text[]))
            ORDER BY j.priority, j.available_at, j.id
            LIMIT %(limit)s
              FOR UPDATE SKIP LOCKED
@@ -368,6 +371,30 @@ SELECT queue,
   FULL JOIN dead d USING (queue)
  WHERE %(queues)s::text[] IS NULL OR queue = ANY(%(queues)s::text[])
  ORDER BY queue;
+
+-- name: unserved_ready
+-- Ready jobs per queue and job type that no live worker serves although the queue has live workers (registry heartbeat within %(live_seconds)s): every one lists its job types without this one.
+WITH t AS (SELECT coalesce(%(now)s::timestamptz, now()) AS now),
+live AS (
+    SELECT w.queues, w.job_types
+      FROM leaseq.workers w, t
+     WHERE w.heartbeat_at > t.now - make_interval(secs => %(live_seconds)s)
+),
+ready AS (
+    SELECT j.queue, j.job_type, count(*) AS ready,
+           extract(epoch FROM t.now - min(j.available_at))::float8 AS oldest_ready_age
+      FROM leaseq.jobs j, t
+     WHERE j.status = 'pending' AND j.available_at <= t.now
+       AND (%(queues)s::text[] IS NULL OR j.queue = ANY(%(queues)s::text[]))
+     GROUP BY j.queue, j.job_type, t.now
+)
+SELECT r.queue, r.job_type, r.ready, r.oldest_ready_age
+  FROM ready r
+ WHERE EXISTS (SELECT 1 FROM live l WHERE r.queue = ANY(l.queues))
+   AND NOT EXISTS (SELECT 1 FROM live l
+                    WHERE r.queue = ANY(l.queues)
+                      AND (l.job_types IS NULL OR r.job_type = ANY(l.job_types)))
+ ORDER BY r.queue, r.job_type;
 
 -- name: job_get
 -- One job row by id, whatever its status.

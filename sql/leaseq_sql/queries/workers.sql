@@ -1,14 +1,15 @@
 -- Named statements on leaseq.workers: the registry the operator and dashboards read.
 
 -- name: worker_upsert
--- Registers a worker process or refreshes its heartbeat, state, in-flight count and start-up time (NULL while loading).
+-- Registers a worker process (with the job types it serves) or refreshes its heartbeat, state, in-flight count and start-up time (NULL while loading).
 INSERT INTO leaseq.workers AS w (worker_id, pod, node, queues, concurrency, state, in_flight, heartbeat_at,
-                                 started_at, startup_seconds)
+                                 started_at, startup_seconds, job_types)
 VALUES (%(worker_id)s, %(pod)s, %(node)s, %(queues)s, %(concurrency)s, %(state)s, %(in_flight)s,
-        coalesce(%(now)s::timestamptz, now()), coalesce(%(now)s::timestamptz, now()), %(startup_seconds)s)
+        coalesce(%(now)s::timestamptz, now()), coalesce(%(now)s::timestamptz, now()), %(startup_seconds)s,
+        %(job_types)s)
 ON CONFLICT (worker_id) DO UPDATE
    SET state = EXCLUDED.state, in_flight = EXCLUDED.in_flight, heartbeat_at = EXCLUDED.heartbeat_at,
-       startup_seconds = EXCLUDED.startup_seconds
+       startup_seconds = EXCLUDED.startup_seconds, job_types = EXCLUDED.job_types
 RETURNING w.worker_id;
 
 -- name: worker_delete
@@ -16,13 +17,13 @@ RETURNING w.worker_id;
 DELETE FROM leaseq.workers WHERE worker_id = %(worker_id)s RETURNING worker_id;
 
 -- name: worker_list
--- Workers with their running jobs counted from leaseq.jobs (in flight, age of the oldest one), their age and start-up time.
+-- Workers with their running jobs counted from leaseq.jobs (in flight, age of the oldest one), their age, start-up time and job types.
 SELECT w.worker_id, w.pod, w.node, w.queues, w.concurrency, w.state, w.started_at, w.heartbeat_at,
        extract(epoch FROM coalesce(%(now)s::timestamptz, now()) - w.heartbeat_at)::float8 AS heartbeat_age,
        count(j.id) AS running,
        extract(epoch FROM coalesce(%(now)s::timestamptz, now()) - min(j.started_at))::float8 AS oldest_running_age,
        extract(epoch FROM coalesce(%(now)s::timestamptz, now()) - w.started_at)::float8 AS age,
-       w.startup_seconds
+       w.startup_seconds, w.job_types
   FROM leaseq.workers w
   LEFT JOIN leaseq.jobs j ON j.status = 'running' AND j.lease_owner = w.worker_id
  WHERE %(queues)s::text[] IS NULL OR w.queues && %(queues)s::text[]

@@ -69,12 +69,14 @@ def status(args: argparse.Namespace) -> int:
             while True:
                 stats = queue.stats(args.queue or None)
                 workers = registry.list(args.queue or None)
+                unserved = queue.unserved(args.queue or None)
                 if args.json:
-                    print(to_json({"queues": stats, "workers": workers}), flush=True)
+                    document = {"queues": stats, "workers": workers, "unserved": unserved}
+                    print(to_json(document), flush=True)
                 else:
                     if args.watch and sys.stdout.isatty():
                         print("\033[2J\033[H", end="")
-                    print(_status_text(stats, workers), flush=True)
+                    print(_status_text(stats, workers, unserved), flush=True)
                 if not args.watch:
                     return 0
                 time.sleep(args.watch)
@@ -82,7 +84,19 @@ def status(args: argparse.Namespace) -> int:
             return 0
 
 
-def _status_text(stats: list[Any], workers: list[Any]) -> str:
+def _unserved_text(unserved: list[Any]) -> str:
+    """The warning that ready work waits for a worker that serves its type ("" if none)."""
+    if not unserved:
+        return ""
+    rows = [[u.queue, u.job_type, u.ready, age(u.oldest_ready_age)] for u in unserved]
+    return (
+        "\n\nready jobs no live worker serves (their queue's workers lack the job type; "
+        "deploy a worker that registers it):\n"
+        + table(["QUEUE", "JOB TYPE", "READY", "OLDEST READY"], rows)
+    )
+
+
+def _status_text(stats: list[Any], workers: list[Any], unserved: list[Any]) -> str:
     if not stats:
         queues = "no jobs in any queue"
     else:
@@ -101,18 +115,20 @@ def _status_text(stats: list[Any], workers: list[Any]) -> str:
                 for s in stats
             ],
         )
+    queues += _unserved_text(unserved)
     if not workers:
         return queues + "\n\nno workers registered"
     return (
         queues
         + "\n\n"
         + table(
-            ["WORKER", "STATE", "QUEUES", "RUNNING", "SLOTS", "HEARTBEAT", "POD"],
+            ["WORKER", "STATE", "QUEUES", "JOB TYPES", "RUNNING", "SLOTS", "HEARTBEAT", "POD"],
             [
                 [
                     w.worker_id,
                     w.state,
                     ",".join(w.queues),
+                    "*" if w.job_types is None else ",".join(w.job_types),
                     w.running,
                     w.concurrency,
                     age(w.heartbeat_age) + " ago",

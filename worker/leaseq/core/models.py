@@ -9,6 +9,8 @@ from typing import Any
 
 #: How long a lease lasts unless renewed, when the caller names no other length (seconds).
 DEFAULT_LEASE_SECONDS = 30.0
+#: A registered worker counts as live while its registry heartbeat is younger than this.
+LIVE_WORKER_SECONDS = 60.0
 
 
 class JobStatus(enum.StrEnum):
@@ -257,6 +259,18 @@ class JobTypeWork:
 
 
 @dataclass(frozen=True)
+class UnservedWork:
+    """Ready jobs of one job type in one queue that no live worker serves, though the queue
+    has live workers: each of them reports its job types, and this one is not among them
+    (a deploy that has not reached this type yet, or a typo in a producer)."""
+
+    queue: str
+    job_type: str
+    ready: int
+    oldest_ready_age: float
+
+
+@dataclass(frozen=True)
 class JobRecord:
     """A job row as stored, for inspection."""
 
@@ -337,6 +351,8 @@ class WorkerRecord:
     oldest_running_age: float | None
     age: float = 0.0  # seconds since the worker registered (how long a loading one has loaded)
     startup_seconds: float | None = None  # how long on_startup took; None while loading
+    #: The job types it serves (claims); None for a worker that predates reporting them.
+    job_types: list[str] | None = None
 
     def __post_init__(self) -> None:
         _as(WorkerState, self, "state")

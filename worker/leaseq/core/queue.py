@@ -35,6 +35,7 @@ from leaseq.core.errors import DatabaseUnavailable, InvalidJob, JobNotFound, Job
 from leaseq.core.models import (
     DEFAULT_LEASE_SECONDS,
     FINISHED_STATUSES,
+    LIVE_WORKER_SECONDS,
     AttemptOutcome,
     AttemptRecord,
     Call,
@@ -55,6 +56,7 @@ from leaseq.core.models import (
     Reaped,
     Released,
     RetryPolicy,
+    UnservedWork,
 )
 
 log = logging.getLogger("leaseq.queue")
@@ -214,9 +216,12 @@ class Queue:
         *,
         limit: int = 1,
         lease_seconds: float = DEFAULT_LEASE_SECONDS,
+        job_types: Sequence[str] | None = None,
         now: datetime | None = None,
     ) -> list[ClaimedJob]:
-        """Lease up to ``limit`` ready jobs from ``queues``, best priority first.
+        """Lease up to ``limit`` ready jobs from ``queues``, best priority first; only of
+        ``job_types`` when given (a worker claims what its registry serves, so a job type it
+        does not know stays pending, attempts untouched, for a worker that does).
 
         Each claim increments the job's attempt count and lease token. Rows held by other
         claimers are skipped, never waited for, and never handed out twice.
@@ -237,6 +242,11 @@ class Queue:
         if not 1 <= limit <= MAX_CLAIM_BATCH:
             raise InvalidJob("limit", f"must be in [1, {MAX_CLAIM_BATCH}], got {limit}")
         validation.positive("lease_seconds", lease_seconds)
+        if job_types is not None:
+            if isinstance(job_types, str) or not job_types:
+                raise InvalidJob("job_types", "must be a non-empty list of job types, or None")
+            for job_type in job_types:
+                validation.name("job_type", job_type)
         with self._lock:
             lost = self._lost_claims.pop(owner, [])
         claim_id = uuid4()
@@ -258,6 +268,7 @@ class Queue:
                 limit=limit,
                 lease_seconds=lease_seconds,
                 claim_id=claim_id,
+                job_types=job_types,
                 now=now,
             )
 
@@ -603,6 +614,22 @@ class Queue:
         within ``horizon`` seconds."""
         with borrow(self._db, "stats") as c:
             return self._store.queue_stats(c, queues=queues, horizon=horizon, now=now)
+
+    def unserved(
+        self,
+        queues: Sequence[str] | None = None,
+        *,
+        live_seconds: float = LIVE_WORKER_SECONDS,
+        now: datetime | None = None,
+    ) -> list[UnservedWork]:
+        """Ready jobs, per queue and job type, that no live worker serves although the queue
+        has live workers (registry heartbeat within ``live_seconds``), every one of which
+        reports job types without this one. A queue without live workers is not listed (no
+        one to ask; ``leaseq_queue_workers`` says so), nor is one where a worker that
+        predates reporting its types is live (it claims every type)."""
+        validation.positive("live_seconds", live_seconds)
+        with borrow(self._db, "read unserved work") as c:
+            return self._store.unserved_ready(c, queues=queues, live_seconds=live_seconds, now=now)
 
     def work(
         self,

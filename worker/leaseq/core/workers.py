@@ -33,10 +33,12 @@ class Workers:
         state: WorkerState,
         in_flight: int,
         startup_seconds: float | None = None,
+        job_types: Sequence[str] | None = None,
         now: datetime | None = None,
     ) -> None:
-        """Insert this worker's row, or refresh its heartbeat, state, in-flight count and
-        ``startup_seconds`` (how long on_startup took; None while loading)."""
+        """Insert this worker's row, or refresh its heartbeat, state, in-flight count,
+        ``startup_seconds`` (how long on_startup took; None while loading) and ``job_types``
+        (those it claims; None: every type of its queues)."""
         with borrow(self._db, "register worker") as c:
             self._store.worker_upsert(
                 c,
@@ -48,6 +50,7 @@ class Workers:
                 state=state,
                 in_flight=in_flight,
                 startup_seconds=startup_seconds,
+                job_types=job_types,
                 now=now,
             )
 

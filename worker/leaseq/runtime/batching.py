@@ -11,10 +11,11 @@ heartbeat; the batch is reported as one unit, so its successes complete in one
 ``complete_many`` (each lease fenced on its own).
 
 Capacity (what the dispatcher may hold): one per slot, where a batch, open or running,
-takes one slot whatever its size. So an open batch lets the dispatcher claim up to
-``max_batch - 1`` more jobs to fill it, and without batch work a worker claims exactly as
-without batching. Jobs of other types claimed while a batch fills wait for a slot under
-their renewed lease: serve batch types from a queue of their own.
+takes one slot whatever its size. So an open batch lets the worker claim up to
+``max_batch - 1`` more jobs to fill it, which it does at once (a batch fills from a
+backlog in a second claim, not one job per ``max_wait``), and without batch work a worker
+claims exactly as without batching. Jobs of other types claimed while a batch fills wait
+for a slot under their renewed lease: serve batch types from a queue of their own.
 """
 
 from __future__ import annotations

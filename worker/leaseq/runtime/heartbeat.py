@@ -17,6 +17,12 @@ worker could claim its job. It stops renewing an attempt when:
 
 The decision to give an attempt up is the runtime's ``give_up`` callback; this module only
 decides when.
+
+The loop knows when it meant to wake. When it wakes later than that by more than
+``LATE_INTERVALS`` heartbeat intervals, nothing in this process could run for that long: in
+thread mode, a handler holding the GIL or blocking in C (leases then expire under running
+jobs). It logs a WARNING naming the cause and remedy (``hint``) and counts it in
+``leaseq_worker_heartbeat_late``.
 """
 
 from __future__ import annotations
@@ -42,6 +48,20 @@ RETRY_SECONDS = 0.25
 
 GiveUp = Callable[[InFlight, StopReason], None]
 
+#: How late (in heartbeat intervals) a wake-up must be to count as starved: a whole missed
+#: renewal, not scheduling noise.
+LATE_INTERVALS = 1.0
+#: What a late wake-up most likely means in thread mode, and what to do about it.
+THREAD_HINT = (
+    "a handler is probably holding the GIL or blocking in C code; run such handlers with "
+    "--isolation process (the heartbeat then runs in a process they cannot stall)"
+)
+#: The same with handlers in child processes: they cannot stall this one.
+PROCESS_HINT = (
+    "handlers run in child processes here, so the worker process itself was stalled "
+    "(CPU starved by its limits or neighbours, swapping, or stopped)"
+)
+
 
 class HeartbeatLoop:
     """Renews leases for ``jobs`` until ``stopping`` is set; run it in its own thread."""
@@ -58,8 +78,11 @@ class HeartbeatLoop:
         give_up: GiveUp,
         register: Callable[[], None],
         stopping: threading.Event,
+        hint: str = THREAD_HINT,
     ) -> None:
+        """``hint``: the likely cause of a late wake-up, and its remedy, for the warning."""
         self.queue = queue
+        self.hint = hint
         self.jobs = jobs
         self.lease_seconds = lease_seconds
         self.interval = interval
@@ -87,9 +110,26 @@ class HeartbeatLoop:
             except Exception:
                 # A bug here must not stop renewals for good: log it loudly and go on.
                 log.exception("heartbeat loop error; continuing")
-            wake_at = min([next_register, *self._due_times()])
-            self.nudge.wait(max(0.0, wake_at - time.monotonic()))
+            wake_at = max(min([next_register, *self._due_times()]), time.monotonic())
+            if not self.nudge.wait(wake_at - time.monotonic()):
+                self.check_late(wake_at, time.monotonic())
             self.nudge.clear()
+
+    def check_late(self, planned: float, woke: float) -> bool:
+        """Log and count a wake-up at ``woke`` that was planned for ``planned`` (monotonic
+        seconds) if it is late by more than ``LATE_INTERVALS`` intervals; True if it was."""
+        late = woke - planned
+        if late <= LATE_INTERVALS * self.interval:
+            return False
+        self.metrics.heartbeat_late.inc()
+        log.warning(
+            "heartbeat ran %.1fs late (interval %.1fs, %d job(s) in flight): %s",
+            late,
+            self.interval,
+            len(self.jobs.running()),
+            self.hint,
+        )
+        return True
 
     def _due_times(self) -> list[float]:
         """When each running attempt next needs a renewal, and its max-runtime deadline."""

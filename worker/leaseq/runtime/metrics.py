@@ -102,6 +102,12 @@ class WorkerMetrics:
             "Seconds on_startup (a model load) took in this worker; 0 until it finished.",
             registry=r,
         )
+        self.heartbeat_late = Counter(
+            "leaseq_worker_heartbeat_late",
+            "Times the heartbeat loop woke later than planned by more than its interval "
+            "(something held the GIL or stalled the process: renewals were at risk).",
+            registry=r,
+        )
         self.children_started = Counter(
             "leaseq_child_processes_started",
             "Child processes started for handler slots (--isolation process): one per slot at "

@@ -112,13 +112,11 @@ class Settlement:
         metrics: WorkerMetrics,
         health: Health,
         stopping: threading.Event,
-        type_label: Callable[[InFlight], str],
     ) -> None:
         self.queue = queue
         self.metrics = metrics
         self.health = health
         self.stopping = stopping
-        self.type_label = type_label
 
     def settle(self, job: InFlight, call: Call, fn: Callable[[], Answer]) -> None:
         """Settle as the handler if nobody else has; otherwise drop the result, logged."""
@@ -289,7 +287,7 @@ class Settlement:
 
     def _record(self, job: InFlight, call: Call, outcome: Outcome) -> None:
         queue = job.job.queue
-        self.metrics.finish(queue, self.type_label(job), outcome)
+        self.metrics.finish(queue, job.job.job_type, outcome)
         if outcome is Outcome.FENCED:
             self.metrics.fenced.labels(queue).inc()
             log.warning("%s fenced: the lease was lost", call, extra=job.fields())
@@ -299,4 +297,4 @@ class Settlement:
     def lost(self, job: InFlight) -> None:
         """Count an attempt whose lease is gone: nothing is reported for it."""
         self.metrics.losses.labels(job.job.queue).inc()
-        self.metrics.finish(job.job.queue, self.type_label(job), Outcome.LEASE_LOST)
+        self.metrics.finish(job.job.queue, job.job.job_type, Outcome.LEASE_LOST)

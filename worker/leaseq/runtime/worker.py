@@ -1,7 +1,8 @@
 """The worker process: claim, run, renew, settle; drain on SIGTERM.
 
 Threads: the main thread waits for signals and runs the drain; a dispatcher claims, in one
-statement, as many jobs as there are free slots (woken by LISTEN notifications, by settled
+statement, as many jobs as there are free slots, and claims again at once for the room
+the jobs of a batch type opened (woken by LISTEN notifications, by settled
 jobs, else by a jittered idle backoff capped at the poll interval) and hands each to the
 executor's long-lived slots (:mod:`leaseq.runtime.executor`); successful attempts are
 completed in groups, one ``complete_many`` per group (:mod:`leaseq.runtime.completions`);
@@ -40,7 +41,7 @@ from leaseq.core import validation
 from leaseq.core.backoff import Backoff
 from leaseq.core.db import open_pool
 from leaseq.core.errors import DatabaseUnavailable, InvalidJob, LeaseqError, SchemaNotReady
-from leaseq.core.models import Call, ClaimedJob, RetryPolicy, WorkerState
+from leaseq.core.models import Call, RetryPolicy, WorkerState
 from leaseq.core.queue import MAX_CLAIM_BATCH, Queue
 from leaseq.core.schema import Schema
 from leaseq.core.workers import Workers
@@ -50,7 +51,7 @@ from leaseq.runtime.completions import Completions
 from leaseq.runtime.context import JobContext, PermanentError, StopReason
 from leaseq.runtime.executor import Ending, Executor, HandlerOutcome, OnDone, ThreadExecutor
 from leaseq.runtime.health import NOT_READY_ERRORS, Health
-from leaseq.runtime.heartbeat import HeartbeatLoop
+from leaseq.runtime.heartbeat import PROCESS_HINT, THREAD_HINT, HeartbeatLoop
 from leaseq.runtime.http_server import ProbeServer
 from leaseq.runtime.inflight import InFlight, InFlightTable
 from leaseq.runtime.listener import Listener
@@ -65,8 +66,6 @@ log = logging.getLogger("leaseq.worker")
 
 #: How long, after the drain, the worker waits for settling calls already under way.
 SETTLE_GRACE_SECONDS = 5.0
-#: Label used for job types this worker has no handler for (keeps label sets bounded).
-UNKNOWN_JOB_TYPE = "_unknown"
 
 
 def application_name(conninfo: str, worker_id: str) -> str:
@@ -120,7 +119,6 @@ class Worker:
             metrics=self.metrics,
             health=self.health,
             stopping=self.stopping,
-            type_label=lambda job: self._type_label(job.job),
         )
         # Handlers that have not reported yet (their results may still join a group).
         self._unreported = 0
@@ -145,6 +143,7 @@ class Worker:
             give_up=self.give_up,
             register=self.register,
             stopping=self.stopping,
+            hint=PROCESS_HINT if settings.isolation is Isolation.PROCESS else THREAD_HINT,
         )
         self.listener = Listener(
             self.conninfo,
@@ -194,6 +193,8 @@ class Worker:
             s.heartbeat_seconds,
             extra=self._fields,
         )
+        if not self.registry.job_types:
+            log.warning("%s registers no job types: this worker claims nothing", s.app)
         try:
             if self.http:
                 self.http.start()
@@ -281,6 +282,7 @@ class Worker:
                     state=self._state(),
                     in_flight=len(self.jobs),
                     startup_seconds=self.startup_seconds,
+                    job_types=self.registry.job_types,
                 )
         except LeaseqError as exc:
             if isinstance(exc, NOT_READY_ERRORS):
@@ -325,7 +327,7 @@ class Worker:
             # Cleared before claiming: a notification during the claim keeps it set.
             self.wake.clear()
             try:
-                free, claimed = self._claim_free()
+                short, claimed = self._claim_free()
             except LeaseqError as exc:
                 if isinstance(exc, NOT_READY_ERRORS):
                     self.health.db_failed(exc)
@@ -338,19 +340,39 @@ class Worker:
                 self.wake.wait(failures.next())
                 continue
             failures.reset()
-            if free == 0 or len(claimed) == free:
+            if not short:
                 idle.reset()
                 continue
             if claimed:
                 idle.reset()
             self.wake.wait(idle.next())
 
-    def _claim_free(self) -> tuple[int, list[InFlight]]:
-        """Claim as many jobs as there are free slots (none when no slot is free); returns
-        how many slots were free and the attempts started."""
+    def _claim_free(self) -> tuple[bool, list[InFlight]]:
+        """Claim as many jobs as there is free capacity; when those jobs raised it (they
+        opened batches, which take up to ``max_batch`` jobs per slot), claim again for the
+        new room at once, so a batch fills from a backlog instead of waiting ``max_wait``
+        alone. Stops as soon as a claim returns fewer jobs than asked for (the queue has no
+        more: never a loop on an empty queue), no capacity is free or draining started, and
+        after ``concurrency + 1`` claims (enough for one batch opening per slot; if room is
+        left, the dispatcher is woken to claim for it). Returns whether the last claim came
+        up short (the dispatcher then backs off) and the attempts started."""
+        started: list[InFlight] = []
+        rounds = self.settings.concurrency + 1
         with self._claiming:
-            free = self.executor.capacity - len(self.jobs)
-            return (free, self._claim(free)) if free > 0 else (0, [])
+            while (free := self.executor.capacity - len(self.jobs)) > 0:
+                if self.draining.is_set():
+                    break
+                if rounds == 0:
+                    # Room is left (jobs finished meanwhile): the dispatcher claims for it.
+                    self.wake.set()
+                    break
+                rounds -= 1
+                asked = min(free, MAX_CLAIM_BATCH)
+                claimed = self._claim(asked)
+                started += claimed
+                if len(claimed) < asked:
+                    return True, started
+        return False, started
 
     def _refill(self) -> None:
         """After a completion group: claim for the slots it freed, on this thread. If the
@@ -365,9 +387,17 @@ class Worker:
 
     def _claim(self, free: int) -> list[InFlight]:
         s = self.settings
+        if not self.registry.job_types:
+            return []  # it serves nothing, so it claims nothing (said at start-up)
         sent = time.monotonic()
+        # Only the types this worker serves: one it does not know stays pending, no attempt
+        # spent, for a worker that does (a rolling deploy that ships a new type).
         claimed = self.queue.claim(
-            s.queues, s.worker_id, limit=min(free, MAX_CLAIM_BATCH), lease_seconds=s.lease_seconds
+            s.queues,
+            s.worker_id,
+            limit=min(free, MAX_CLAIM_BATCH),
+            lease_seconds=s.lease_seconds,
+            job_types=self.registry.job_types,
         )
         received = time.monotonic()
         self.health.db_ok()
@@ -385,7 +415,7 @@ class Worker:
             )
             self.jobs.add(attempt)
             self.metrics.in_flight.labels(job.queue).inc()
-            self.metrics.claimed.labels(job.queue, self._type_label(job)).inc()
+            self.metrics.claimed.labels(job.queue, job.job_type).inc()
             started.append(attempt)
         for attempt in started:
             if self.draining.is_set():
@@ -394,21 +424,10 @@ class Worker:
                 self._finished(attempt)
                 continue
             log.debug("claimed", extra=attempt.fields())
-            if attempt.job_type is None:
-                error = f"no handler for job type {attempt.job.job_type!r} in {s.app}"
-                call = partial(
-                    self.queue.fail, attempt.job.lease, error, error_code="UNKNOWN_JOB_TYPE"
-                )
-                self.settlement.settle(attempt, Call.FAIL, call)
-                self._finished(attempt)
-                continue
             with self._count_lock:
                 self._unreported += 1
             self.executor.submit(attempt)
         return started
-
-    def _type_label(self, job: ClaimedJob) -> str:
-        return job.job_type if self.registry.get(job.job_type) else UNKNOWN_JOB_TYPE
 
     # -- a handler's outcome ------------------------------------------------------------
 

@@ -32,6 +32,7 @@ from leaseq.core.models import (
     QueueStats,
     Reaped,
     RetryPolicy,
+    UnservedWork,
     WorkerRecord,
     WorkerState,
 )
@@ -136,6 +137,7 @@ class Store:
         limit: int,
         lease_seconds: float,
         claim_id: UUID,
+        job_types: Sequence[str] | None = None,
         now: datetime | None = None,
     ) -> list[ClaimedJob]:
         rows = self._dicts(
@@ -143,6 +145,7 @@ class Store:
             "job_claim",
             {
                 "queues": list(queues),
+                "job_types": None if job_types is None else list(job_types),
                 "owner": owner,
                 "limit": limit,
                 "lease_seconds": lease_seconds,
@@ -409,6 +412,22 @@ class Store:
             "stats",
         )
 
+    def unserved_ready(
+        self,
+        conn: Conn,
+        *,
+        queues: Sequence[str] | None,
+        live_seconds: float,
+        now: datetime | None = None,
+    ) -> list[UnservedWork]:
+        return self._typed(
+            conn,
+            "unserved_ready",
+            {"queues": list(queues) if queues else None, "live_seconds": live_seconds, "now": now},
+            UnservedWork,
+            "read unserved work",
+        )
+
     def pool_work(
         self,
         conn: Conn,
@@ -479,6 +498,7 @@ class Store:
         state: WorkerState,
         in_flight: int,
         startup_seconds: float | None = None,
+        job_types: Sequence[str] | None = None,
         now: datetime | None = None,
     ) -> None:
         self._dicts(
@@ -493,6 +513,7 @@ class Store:
                 "state": state,
                 "in_flight": in_flight,
                 "startup_seconds": startup_seconds,
+                "job_types": None if job_types is None else list(job_types),
                 "now": now,
             },
             "register worker",

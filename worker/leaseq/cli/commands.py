@@ -14,7 +14,7 @@ import time
 from typing import Any
 
 from leaseq import config as settings
-from leaseq.cli.tables import age, key_values, table, to_json, when
+from leaseq.cli.tables import age, key_values, printable, table, to_json, when
 from leaseq.core.db import Conn, connect
 from leaseq.core.models import (
     FINISHED_STATUSES,
@@ -207,7 +207,8 @@ def jobs_show(args: argparse.Namespace) -> int:
         ("lease", f"{record.lease_owner or '-'} token {record.lease_token}"),
         ("lease expires", when(record.lease_expires_at)),
         ("max runtime", age(record.timeout_seconds)),
-        ("idempotency key", record.idempotency_key or "-"),
+        # Without a key given at enqueue, the effect is written under job:<id> (job_complete).
+        ("idempotency key", record.idempotency_key or f"job:{record.id} (default)"),
         _error_field(record, attempts),
         ("payload", json.dumps(record.payload)),
         ("progress", json.dumps(record.progress)),
@@ -235,6 +236,10 @@ def jobs_show(args: argparse.Namespace) -> int:
             ],
         )
     )
+    for a in attempts:
+        if a.traceback:
+            print(f"\ntraceback of attempt {a.attempt} (token {a.lease_token}, {a.outcome}):")
+            print("\n".join("  " + printable(line) for line in a.traceback.splitlines()))
     return 0
 
 

@@ -301,6 +301,8 @@ class AttemptRecord:
     ended_at: datetime
     outcome: AttemptOutcome
     error: str | None
+    #: The traceback of the exception that ended the attempt (a failed handler), if any.
+    traceback: str | None = None
 
     def __post_init__(self) -> None:
         _as(AttemptOutcome, self, "outcome")

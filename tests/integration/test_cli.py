@@ -70,6 +70,22 @@ def test_errors_are_one_line_and_exit_2(
     assert "unreachable" in capsys.readouterr().err
 
 
+def test_retry_of_a_job_that_is_not_dead_says_why_in_plain_words(
+    database_url: str, queue: leaseq.Queue, capsys: pytest.CaptureFixture[str]
+) -> None:
+    db = ["--database-url", database_url]
+    done = queue.enqueue("q", "t").job_id
+    [job] = queue.claim(["q"], "w1")
+    queue.complete(job.lease)
+    waiting = queue.enqueue("q", "t").job_id
+    assert main(["retry", str(done), *db]) == 2
+    err = capsys.readouterr().err
+    assert f"job {done} already succeeded: there is nothing to retry" in err
+    assert "is succeeded" not in err
+    assert main(["retry", str(waiting), *db]) == 2
+    assert f"job {waiting} is still pending: it will run without a retry" in capsys.readouterr().err
+
+
 def test_worker_refuses_a_bad_configuration_before_starting(
     capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:

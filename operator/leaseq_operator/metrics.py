@@ -19,7 +19,8 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, start_http_serv
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from leaseq.core.errors import LeaseqError
+from leaseq import config as settings
+from leaseq.core.errors import ConfigError, LeaseqError
 from leaseq.core.models import QueueStats, Reaped
 from leaseq.core.queue import Queue
 from leaseq.core.workers import Workers
@@ -233,10 +234,23 @@ class OperatorMetrics:
             with contextlib.suppress(KeyError):  # never set: nothing to forget
                 gauge.remove(name)
 
-    def serve(self, port: int, addr: str = "0.0.0.0") -> None:  # noqa: S104 - a pod's metrics port
-        """Serve /metrics over HTTP on ``port`` (0: not at all)."""
-        if port:
-            self._server, self._thread = start_http_server(port, addr, registry=self.registry)
+    def serve(self, port: int | None, addr: str = "0.0.0.0") -> int | None:  # noqa: S104 - a pod's metrics port
+        """Serve /metrics over HTTP on ``port`` (0: not at all; None: a free port) and log
+        the address served; returns the port served, None when not serving."""
+        if port == 0:
+            return None
+        try:
+            self._server, self._thread = start_http_server(
+                settings.bind_port(port), addr, registry=self.registry
+            )
+        except OSError as exc:
+            raise ConfigError(
+                f"cannot serve /metrics on {addr} port {port} ({exc}); "
+                "set --metrics-port or --metrics-address"
+            ) from exc
+        host, served = self._server.server_address[:2]
+        log.info("serving /metrics on %s port %d", host, served)
+        return int(served)
 
     def close(self) -> None:
         if self._server is not None:

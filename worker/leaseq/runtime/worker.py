@@ -36,6 +36,7 @@ from typing import Any
 
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
+from leaseq import config
 from leaseq.core import validation
 from leaseq.core.backoff import Backoff
 from leaseq.core.db import open_pool
@@ -94,9 +95,9 @@ class Worker:
         self.wake = threading.Event()
         # Bound first: a busy port must fail before anything else is started.
         self.http: ProbeServer | None = None
-        if settings.metrics_port:
+        if settings.metrics_port != 0:
             self.http = ProbeServer(
-                settings.metrics_port,
+                config.bind_port(settings.metrics_port),
                 self.metrics.registry,
                 self.health.healthy,
                 self.health.ready,

@@ -27,8 +27,6 @@ from leaseq.core.workers import Workers
 
 log = logging.getLogger("leaseq_operator.metrics")
 
-# A registered worker counts as live while its registry heartbeat is younger than this.
-LIVE_WORKER_SECONDS = 60.0
 JOB_STATES = ("ready", "scheduled", "running", "dead")
 REAP_OUTCOMES = {"pending": "retried", "dead": "dead"}
 
@@ -105,7 +103,7 @@ class QueueCollector(Collector):
             return
         up.add_metric([], 1)
         yield up
-        live_workers = [w for w in workers if w.heartbeat_age <= LIVE_WORKER_SECONDS]
+        live_workers = [w for w in workers if not w.silent]
         served = {name for w in live_workers for name in w.queues}
         known = {s.queue for s in stats}
         stats += [QueueStats(name, 0, 0, 0, 0, 0, None, None) for name in sorted(served - known)]

@@ -371,6 +371,18 @@ SELECT queue,
  WHERE %(queues)s::text[] IS NULL OR queue = ANY(%(queues)s::text[])
  ORDER BY queue;
 
+-- name: queue_finished
+-- Per queue, jobs that succeeded or were cancelled within the last %(window)s seconds: a range of jobs_finished_idx, bounded by the window, never a count over all history.
+SELECT j.queue,
+       count(*) FILTER (WHERE j.status = 'succeeded') AS succeeded,
+       count(*) FILTER (WHERE j.status = 'cancelled') AS cancelled
+  FROM leaseq.jobs j
+ WHERE j.status IN ('succeeded', 'cancelled')
+   AND j.finished_at > coalesce(%(now)s::timestamptz, now()) - make_interval(secs => %(window)s)
+   AND (%(queues)s::text[] IS NULL OR j.queue = ANY(%(queues)s::text[]))
+ GROUP BY j.queue
+ ORDER BY j.queue;
+
 -- name: job_get
 -- One job row by id, whatever its status.
 SELECT * FROM leaseq.job_view WHERE id = %(id)s;

@@ -22,12 +22,17 @@ from leaseq.core.models import (
     AttemptRecord,
     JobRecord,
     JobStatus,
+    QueueFinished,
+    QueueStats,
+    WorkerRecord,
 )
 from leaseq.core.queue import Queue
 from leaseq.core.workers import Workers
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdw]?)\s*$")
 _UNIT = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
+#: `status` counts succeeded and cancelled jobs over this window (seconds), not all history.
+FINISHED_WINDOW = 3600.0
 
 
 def duration(text: str) -> float:
@@ -68,13 +73,15 @@ def status(args: argparse.Namespace) -> int:
         try:
             while True:
                 stats = queue.stats(args.queue or None)
+                finished = queue.finished(args.queue or None, window=FINISHED_WINDOW)
                 workers = registry.list(args.queue or None)
                 if args.json:
-                    print(to_json({"queues": stats, "workers": workers}), flush=True)
+                    shown = {"queues": stats, "finished_last_hour": finished, "workers": workers}
+                    print(to_json(shown), flush=True)
                 else:
                     if args.watch and sys.stdout.isatty():
                         print("\033[2J\033[H", end="")
-                    print(_status_text(stats, workers), flush=True)
+                    print(_status_text(stats, finished, workers), flush=True)
                 if not args.watch:
                     return 0
                 time.sleep(args.watch)
@@ -82,23 +89,44 @@ def status(args: argparse.Namespace) -> int:
             return 0
 
 
-def _status_text(stats: list[Any], workers: list[Any]) -> str:
-    if not stats:
-        queues = "no jobs in any queue"
+def _status_text(
+    stats: list[QueueStats], finished: list[QueueFinished], workers: list[WorkerRecord]
+) -> str:
+    done = {f.queue: f for f in finished}
+    depth = {s.queue: s for s in stats}
+    names = sorted(depth.keys() | done.keys())
+    if not names:
+        queues = (
+            "no unfinished or dead jobs in any queue, and none finished in the last hour"
+            " (`leaseq jobs list` shows older ones)"
+        )
     else:
+        empty = QueueStats("", 0, 0, 0, 0, 0, None, None)
         queues = table(
-            ["QUEUE", "READY", "SCHEDULED", "RUNNING", "DEAD", "OLDEST READY", "MAX HEARTBEAT"],
+            [
+                "QUEUE",
+                "READY",
+                "SCHEDULED",
+                "RUNNING",
+                "DEAD",
+                "SUCCEEDED 1H",
+                "CANCELLED 1H",
+                "OLDEST READY",
+                "MAX HEARTBEAT",
+            ],
             [
                 [
-                    s.queue,
-                    s.ready,
+                    name,
+                    (s := depth.get(name, empty)).ready,
                     s.scheduled,
                     s.running,
                     s.dead,
+                    (f := done.get(name, QueueFinished(name, 0, 0))).succeeded,
+                    f.cancelled,
                     age(s.oldest_ready_age),
                     age(s.max_heartbeat_age),
                 ]
-                for s in stats
+                for name in names
             ],
         )
     if not workers:
@@ -111,7 +139,8 @@ def _status_text(stats: list[Any], workers: list[Any]) -> str:
             [
                 [
                     w.worker_id,
-                    w.state,
+                    # What a dead worker's row last said is not what it is doing now.
+                    f"silent (last {w.state})" if w.silent else w.state,
                     ",".join(w.queues),
                     w.running,
                     w.concurrency,

@@ -51,6 +51,7 @@ from leaseq.core.models import (
     JobStatus,
     JobTypeWork,
     Lease,
+    QueueFinished,
     QueueStats,
     Reaped,
     Released,
@@ -624,6 +625,19 @@ class Queue:
         within ``horizon`` seconds."""
         with borrow(self._db, "stats") as c:
             return self._store.queue_stats(c, queues=queues, horizon=horizon, now=now)
+
+    def finished(
+        self,
+        queues: Sequence[str] | None = None,
+        *,
+        window: float = 3600.0,
+        now: datetime | None = None,
+    ) -> list[QueueFinished]:
+        """Per queue, jobs that succeeded or were cancelled within the last ``window``
+        seconds (dead ones are in :meth:`stats`). Bounded by the window, not by history."""
+        validation.positive("window", window)
+        with borrow(self._db, "recently finished jobs") as c:
+            return self._store.queue_finished(c, queues=queues, window=window, now=now)
 
     def work(
         self,

@@ -29,6 +29,7 @@ from leaseq.core.models import (
     JobTypeWork,
     LeaderTerm,
     Lease,
+    QueueFinished,
     QueueStats,
     Reaped,
     RetryPolicy,
@@ -394,6 +395,22 @@ class Store:
             "prune",
         )
         return int(rows[0]["deleted"])
+
+    def queue_finished(
+        self,
+        conn: Conn,
+        *,
+        queues: Sequence[str] | None,
+        window: float,
+        now: datetime | None = None,
+    ) -> list[QueueFinished]:
+        return self._typed(
+            conn,
+            "queue_finished",
+            {"queues": list(queues) if queues else None, "window": window, "now": now},
+            QueueFinished,
+            "recently finished jobs",
+        )
 
     def queue_stats(
         self,

@@ -36,7 +36,9 @@ def start(database_url: str, tmp_path: Path) -> Iterator[object]:
         cmd = [sys.executable, "-m", "leaseq.cli", "worker", "--app", "apps:registry",
                "--queue", "q", "--worker-id", name]  # fmt: skip
         with log.open("wb") as out:
-            procs.append(subprocess.Popen(cmd, env=env, stdout=out, stderr=subprocess.STDOUT))
+            procs.append(
+                subprocess.Popen(cmd, env=env, stdout=out, stderr=subprocess.STDOUT, cwd=tmp_path)
+            )
         proc = procs[-1]
         found = wait_for(
             lambda: proc.poll() is not None or SERVING.search(log.read_text()),

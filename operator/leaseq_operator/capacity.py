@@ -12,11 +12,7 @@ import statistics
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from leaseq.core.models import (
-    LIVE_WORKER_SECONDS,  # the same liveness as the metrics
-    WorkerRecord,
-    WorkerState,
-)
+from leaseq.core.models import WorkerRecord, WorkerState
 
 
 @dataclass(frozen=True)
@@ -34,7 +30,7 @@ def pod_states(pods: Iterable[str], workers: Sequence[WorkerRecord]) -> PodState
     A pod with a running worker is active even if another of its workers still loads;
     the reported start-up is the mean over live workers that finished loading, whatever pod.
     """
-    live = [w for w in workers if w.heartbeat_age <= LIVE_WORKER_SECONDS]
+    live = [w for w in workers if not w.silent]
     by_pod: dict[str, list[WorkerRecord]] = {}
     for worker in live:
         by_pod.setdefault(worker.pod or "", []).append(worker)

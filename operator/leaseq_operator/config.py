@@ -122,7 +122,8 @@ class OperatorConfig:
     leader_ttl_seconds: float = 15.0
     vacuum_dead_tuples: int = 2000
     health_port: int = 8080
-    metrics_port: int = 9100
+    #: None: a free port (the default outside a pod); 0: no /metrics.
+    metrics_port: int | None = 9100
     metrics_address: str = "0.0.0.0"  # noqa: S104 - see leaseq.config.METRICS_ADDRESS
     metrics_max_queues: int = 100
     log_level: str = "INFO"

@@ -44,7 +44,7 @@ from typing import Any
 import kopf
 
 from leaseq.core.errors import LeaseqError
-from leaseq.core.models import LIVE_WORKER_SECONDS, QueueStats, UnservedWork
+from leaseq.core.models import SILENT_AFTER_SECONDS, QueueStats, UnservedWork
 from leaseq.core.queue import Queue
 from leaseq.core.workers import Workers
 from leaseq_operator import capacity, conditions, protection, scaling
@@ -144,7 +144,7 @@ class PoolTick:
             self.workers = self.app.databases.workers(url)
             stats = self.queue.stats(pool.queues, horizon=pool.poll_seconds)
             # Work no live worker of the pool can do is not a reason for more replicas.
-            unserved = self.queue.unserved(pool.queues, live_seconds=LIVE_WORKER_SECONDS)
+            unserved = self.queue.unserved(pool.queues, live_seconds=SILENT_AFTER_SECONDS)
             self.status.update(_depth(stats))
             work = None
             if pool.scale_on is ScaleOn.WORK:

@@ -19,8 +19,9 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, start_http_serv
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from leaseq.core.errors import LeaseqError
-from leaseq.core.models import LIVE_WORKER_SECONDS, QueueStats, Reaped, UnservedWork
+from leaseq import config as settings
+from leaseq.core.errors import ConfigError, LeaseqError
+from leaseq.core.models import SILENT_AFTER_SECONDS, QueueStats, Reaped, UnservedWork
 from leaseq.core.queue import Queue
 from leaseq.core.workers import Workers
 
@@ -95,7 +96,7 @@ class QueueCollector(Collector):
         try:
             stats = self._queue.stats()
             workers = self._workers.list()
-            unserved = self._queue.unserved(live_seconds=LIVE_WORKER_SECONDS)
+            unserved = self._queue.unserved(live_seconds=SILENT_AFTER_SECONDS)
         except LeaseqError as exc:
             log.warning("metrics scrape could not read the database: %s", exc)
             up.add_metric([], 0)
@@ -103,7 +104,7 @@ class QueueCollector(Collector):
             return
         up.add_metric([], 1)
         yield up
-        live_workers = [w for w in workers if w.heartbeat_age <= LIVE_WORKER_SECONDS]
+        live_workers = [w for w in workers if not w.silent]
         served = {name for w in live_workers for name in w.queues}
         known = {s.queue for s in stats}
         stats += [QueueStats(name, 0, 0, 0, 0, 0, None, None) for name in sorted(served - known)]
@@ -250,10 +251,23 @@ class OperatorMetrics:
             with contextlib.suppress(KeyError):  # never set: nothing to forget
                 gauge.remove(name)
 
-    def serve(self, port: int, addr: str = "0.0.0.0") -> None:  # noqa: S104 - a pod's metrics port
-        """Serve /metrics over HTTP on ``port`` (0: not at all)."""
-        if port:
-            self._server, self._thread = start_http_server(port, addr, registry=self.registry)
+    def serve(self, port: int | None, addr: str = "0.0.0.0") -> int | None:  # noqa: S104 - a pod's metrics port
+        """Serve /metrics over HTTP on ``port`` (0: not at all; None: a free port) and log
+        the address served; returns the port served, None when not serving."""
+        if port == 0:
+            return None
+        try:
+            self._server, self._thread = start_http_server(
+                settings.bind_port(port), addr, registry=self.registry
+            )
+        except OSError as exc:
+            raise ConfigError(
+                f"cannot serve /metrics on {addr} port {port} ({exc}); "
+                "set --metrics-port or --metrics-address"
+            ) from exc
+        host, served = self._server.server_address[:2]
+        log.info("serving /metrics on %s port %d", host, served)
+        return int(served)
 
     def close(self) -> None:
         if self._server is not None:

@@ -6,6 +6,12 @@ the operator runs (the same leader lease in ``leaseq.leader_leases``, the same p
 pass), with no cluster: run it next to the workers, on any host that reaches PostgreSQL, as
 two or more copies for availability; exactly one reaps at a time. It mixes safely with
 ``leaseq operator`` replicas on the same database (they share the lease).
+
+Every copy serves the operator's queue metrics (:class:`~leaseq_operator.metrics.OperatorMetrics`:
+depth by state, oldest ready age, heartbeat age of running jobs, dead and reaped counts, and
+``leaseq_reaper_leader``), computed from PostgreSQL at scrape time, so the chart's alert
+rules and dashboard work without Kubernetes. Reaped counts are per copy, like the
+operator's: sum them over copies.
 """
 
 from __future__ import annotations
@@ -21,12 +27,14 @@ from leaseq.core.queue import Queue
 from leaseq.core.workers import Workers
 from leaseq_operator.config import (
     LEADER_TTL,
+    METRICS_MAX_QUEUES,
     OPERATOR_ID,
     REAP_INTERVAL,
     VACUUM_DEAD_TUPLES,
     check_reaper_timing,
     resolve_values,
 )
+from leaseq_operator.metrics import DEFAULT_MAX_QUEUES, OperatorMetrics
 from leaseq_operator.reaper import LeaderLease, Reaper
 
 OPTIONS = (
@@ -35,6 +43,9 @@ OPTIONS = (
     REAP_INTERVAL,
     LEADER_TTL,
     VACUUM_DEAD_TUPLES,
+    settings.METRICS_PORT,
+    settings.METRICS_ADDRESS,
+    METRICS_MAX_QUEUES,
     settings.LOG_LEVEL,
     settings.LOG_FORMAT,
 )
@@ -51,6 +62,10 @@ class ReaperConfig:
     reap_interval_seconds: float = 5.0
     leader_ttl_seconds: float = 15.0
     vacuum_dead_tuples: int = 2000
+    #: None: a free port (the default outside a pod); 0: no /metrics.
+    metrics_port: int | None = 9100
+    metrics_address: str = "0.0.0.0"  # noqa: S104 - see leaseq.config.METRICS_ADDRESS
+    metrics_max_queues: int = DEFAULT_MAX_QUEUES
     log_level: str = "INFO"
     log_format: str = "text"
 
@@ -70,15 +85,23 @@ def serve(config: ReaperConfig, until: Callable[[], object]) -> None:
     with open_pool(
         config.database_url, min_size=1, max_size=3, name="leaseq-reaper", timeout=DATABASE_TIMEOUT
     ) as pool:
+        queue, workers = Queue(pool), Workers(pool)
+        metrics = OperatorMetrics()
+        metrics.watch_queues(queue, workers, max_queues=config.metrics_max_queues)
         reaper = Reaper(
             LeaderLease(Leadership(pool), config.operator_id, config.leader_ttl_seconds),
-            Queue(pool),
-            Workers(pool),
+            queue,
+            workers,
             config.reap_interval_seconds,
             vacuum_dead_tuples=config.vacuum_dead_tuples,
+            on_reaped=metrics.count_reaped,
+            on_leading=lambda leading: metrics.leader.set(1 if leading else 0),
         )
+        # Bound before reaping starts: a busy port fails the start, not a later scrape.
+        metrics.serve(config.metrics_port, config.metrics_address)
         reaper.start()
         try:
             until()
         finally:
             reaper.stop()
+            metrics.close()

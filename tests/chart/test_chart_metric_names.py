@@ -1,10 +1,16 @@
 """Every metric (and label value) the dashboard and the alert rules use is one a running
 worker or operator exports: a real `leaseq worker` process and the operator's metrics server,
 both on a test database, scraped over HTTP (not a list of names that could drift from the
-code)."""
+code). A real `leaseq reaper` process (no Kubernetes) exports the same queue series as the
+operator, so the rules and the dashboard work without a cluster."""
 
 from __future__ import annotations
 
+import json
+import os
+import re
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -22,6 +28,7 @@ from metric_names import (
 import leaseq
 from leaseq_operator.metrics import OperatorMetrics
 from support import net
+from support.polling import wait_for
 from support.workers import Workers
 
 DASHBOARD = CHART / "dashboards" / "leaseq.json"
@@ -79,6 +86,96 @@ def operator_samples(database_url: str) -> Iterator[dict[str, Exported]]:
             yield scrape(port)
         finally:
             metrics.close()
+
+
+# What only a Kubernetes operator can know: the WorkerPools it scales.
+OPERATOR_ONLY = {"leaseq_workerpool_desired_replicas", "leaseq_workerpool_current_replicas"}
+
+
+def json_lines(path: Path) -> list[dict[str, object]]:
+    return [json.loads(line) for line in path.read_text().splitlines() if line.startswith("{")]
+
+
+@pytest.fixture
+def reaper_run(database_url: str, tmp_path: Path) -> Iterator[tuple[dict[str, Exported], Path]]:
+    """A `leaseq reaper` process started as on a VM: no metrics flags, no pod (so loopback
+    and a free port, found in its log), after it reaped one job whose worker died. Yields
+    its scrape and its JSON log."""
+    with leaseq.connect(database_url, action="test") as conn:
+        queue = leaseq.Queue(conn)
+        queue.enqueue("backlog", "infer", {"seconds": 1})
+        queue.enqueue("orphans", "infer")
+        [job] = queue.claim(["orphans"], "dead-worker", lease_seconds=0.01)
+    log = tmp_path / "reaper.log"
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("LEASEQ_", "KUBERNETES_"))}
+    env["LEASEQ_DATABASE_URL"] = database_url
+    cmd = [sys.executable, "-m", "leaseq.cli", "reaper", "--operator-id", "vm-reaper",
+           "--reap-interval", "0.2", "--leader-ttl", "2", "--log-format", "json"]  # fmt: skip
+    with log.open("wb") as out:
+        proc = subprocess.Popen(cmd, env=env, stdout=out, stderr=subprocess.STDOUT)
+    try:
+        served = wait_for(
+            lambda: (
+                proc.poll() is None
+                and next(
+                    (
+                        m
+                        for line in json_lines(log)
+                        if (
+                            m := re.fullmatch(
+                                r"serving /metrics on (\S+) port (\d+)", str(line["msg"])
+                            )
+                        )
+                    ),
+                    None,
+                )
+            ),
+            "the reaper to say where it serves /metrics",
+        )
+        assert served.group(1) == "127.0.0.1"
+        port = int(served.group(2))
+        assert port != 9100
+        wait_for(lambda: scrape(port).get("leaseq_reaped_total"), "the reaper to count its reap")
+        assert scrape(port)["leaseq_reaped_total"].labels["queue"] == {job.queue}
+        yield scrape(port), log
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+        print(log.read_text()[-20000:])
+
+
+@pytest.fixture
+def reaper_samples(reaper_run: tuple[dict[str, Exported], Path]) -> dict[str, Exported]:
+    return reaper_run[0]
+
+
+@pytest.mark.process
+def test_the_reaper_exports_the_operators_queue_metrics(
+    operator_samples: dict[str, Exported],
+    reaper_samples: dict[str, Exported],
+    used: dict[str, list[str]],
+) -> None:
+    assert set(operator_samples) - set(reaper_samples) == OPERATOR_ONLY
+    assert reaper_samples["leaseq_reaper_leader"] == operator_samples["leaseq_reaper_leader"]
+    assert reaper_samples["leaseq_queue_jobs"].labels["state"] == {
+        "ready", "scheduled", "running", "dead"
+    }  # fmt: skip
+    # Every series an alert rule selects, but the pool ones, comes from the reaper alone.
+    rules = used["PrometheusRule"] + used["Grafana alert rules"]
+    names = {name for expr in rules for name in promql_names(expr)}
+    from_operator = {n for n in names if n in operator_samples} - OPERATOR_ONLY
+    assert from_operator and from_operator <= set(reaper_samples)
+
+
+@pytest.mark.process
+def test_the_reapers_json_log_names_the_holder_and_the_term(
+    reaper_run: tuple[dict[str, Exported], Path],
+) -> None:
+    lines = json_lines(reaper_run[1])
+    [acquired] = [line for line in lines if line["msg"] == "reaper lease acquired"]
+    assert (acquired["holder"], acquired["term"]) == ("vm-reaper", 1)
+    reaped = [line for line in lines if str(line["msg"]).startswith("reaped 1 jobs")]
+    assert reaped and (reaped[0]["holder"], reaped[0]["term"]) == ("vm-reaper", 1)
 
 
 @pytest.fixture

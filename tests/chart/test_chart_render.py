@@ -91,6 +91,21 @@ def test_probes(helm: Helm, values: Path | None) -> None:
         assert str(ports["metrics"]) == env["LEASEQ_METRICS_PORT"]
 
 
+@pytest.mark.parametrize("values", VALUES, ids=values_id)
+def test_pods_name_their_metrics_port_and_address(helm: Helm, values: Path | None) -> None:
+    """Off a pod the endpoints default to loopback and a free port (leaseq.config); the
+    chart must not depend on telling a pod apart: it sets both, matching the probes' port."""
+    for deployment in of_kind(helm.render(values), "Deployment"):
+        for c in deployment["spec"]["template"]["spec"]["containers"]:
+            env = {e["name"]: e.get("value") for e in c.get("env", [])}
+            if c.get("args", [None])[0] not in ("worker", "operator"):
+                continue
+            ports = {p["name"]: p["containerPort"] for p in c["ports"]}
+            where = deployment["metadata"]["name"]
+            assert env.get("LEASEQ_METRICS_PORT") == str(ports["metrics"]), where
+            assert env.get("LEASEQ_METRICS_ADDRESS") == "0.0.0.0", where
+
+
 @pytest.mark.parametrize(
     ("grace", "drain", "margin", "renders"),
     [(34, 25, 10, False), (35, 25, 10, True), (120, 120, 0, True), (129, 120, 10, False)],

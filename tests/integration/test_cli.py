@@ -34,7 +34,8 @@ def test_enqueue_status_list_show_retry_cancel_prune(
     assert (stats["queue"], stats["ready"], stats["dead"]) == ("ocr", 1, 1)
     code, out = run(capsys, "status", *db)
     assert out.splitlines()[0].split() == [
-        "QUEUE", "READY", "SCHEDULED", "RUNNING", "DEAD", "OLDEST", "READY", "MAX", "HEARTBEAT"
+        "QUEUE", "READY", "SCHEDULED", "RUNNING", "DEAD", "SUCCEEDED", "1H", "CANCELLED", "1H",
+        "OLDEST", "READY", "MAX", "HEARTBEAT",
     ]  # fmt: skip
     assert "no workers registered" in out
 
@@ -68,6 +69,22 @@ def test_errors_are_one_line_and_exit_2(
     assert "job 999 does not exist" in capsys.readouterr().err
     assert main(["retry", "1", "--database-url", "postgresql://127.0.0.1:1/none"]) == 2
     assert "unreachable" in capsys.readouterr().err
+
+
+def test_retry_of_a_job_that_is_not_dead_says_why_in_plain_words(
+    database_url: str, queue: leaseq.Queue, capsys: pytest.CaptureFixture[str]
+) -> None:
+    db = ["--database-url", database_url]
+    done = queue.enqueue("q", "t").job_id
+    [job] = queue.claim(["q"], "w1")
+    queue.complete(job.lease)
+    waiting = queue.enqueue("q", "t").job_id
+    assert main(["retry", str(done), *db]) == 2
+    err = capsys.readouterr().err
+    assert f"job {done} already succeeded: there is nothing to retry" in err
+    assert "is succeeded" not in err
+    assert main(["retry", str(waiting), *db]) == 2
+    assert f"job {waiting} is still pending: it will run without a retry" in capsys.readouterr().err
 
 
 def test_worker_refuses_a_bad_configuration_before_starting(

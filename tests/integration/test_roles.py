@@ -266,11 +266,13 @@ def test_worker_does_its_job(database_url: str, roles: Roles) -> None:
         assert queue.checkpoint(a.lease, {"page": 2})
         done = queue.complete(a.lease, {"ok": True})
         assert isinstance(done, leaseq.Completed) and done.effect_written
-        assert queue.fail(b.lease, "boom").status == "pending"
+        assert queue.fail(b.lease, "boom", traceback="Traceback: boom").status == "pending"
         assert isinstance(queue.release(c.lease), leaseq.Released)
         assert queue.get(a.id).status == "succeeded"
         assert queue.effect(done.effect_key) is not None
-        assert [x.outcome for x in queue.attempts(b.id)] == ["failed"]
+        assert [(x.outcome, x.traceback) for x in queue.attempts(b.id)] == [
+            ("failed", "Traceback: boom")
+        ]
         assert registry.remove("w1")
     with as_role(roles, "operator") as o:
         reaped = leaseq.Queue(o).reap(now=d.lease_expires_at + timedelta(seconds=1))

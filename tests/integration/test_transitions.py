@@ -242,8 +242,9 @@ def test_cancel_pending_and_running(queue: leaseq.Queue) -> None:
     assert queue.heartbeat(job.lease).status is HeartbeatStatus.LOST
     assert queue.complete(job.lease) == leaseq.Fenced(running_id, "complete", "cancelled")
     assert queue.get(running_id).status == "cancelled"
+    # The refusals are the cancel reaching the worker: the attempt stays cancelled.
     [attempt] = queue.attempts(running_id)
-    assert attempt.outcome == "fenced" and "after cancelled" in (attempt.error or "")
+    assert (attempt.outcome, attempt.error) == ("cancelled", "user asked")
     with pytest.raises(leaseq.JobNotFound, match="job 999999"):
         queue.cancel(999999)
 
@@ -281,3 +282,15 @@ def test_stats_per_queue(queue: leaseq.Queue, conn: leaseq.core.db.Conn) -> None
     assert b.max_heartbeat_age == pytest.approx(7)
     assert [s.queue for s in queue.stats(["b"], now=now)] == ["b"]
     assert running.queue == "b"
+
+
+def test_a_failed_attempt_keeps_its_traceback_bounded_and_redacted(queue: leaseq.Queue) -> None:
+    queue.enqueue("q", "t")
+    [job] = queue.claim(["q"], "w1")
+    trace = "Traceback\x00 postgresql://u:hunter2-secret@h/db " + "x" * 20000
+    queue.fail(job.lease, "boom", traceback=trace)
+    [attempt] = queue.attempts(job.id)
+    stored = attempt.traceback or ""
+    assert "\x00" not in stored and "hunter2" not in stored and "u:***@h" in stored
+    assert stored.endswith("the first 8192 kept; 1 NUL replaced by U+FFFD]"), stored[-200:]
+    assert len(stored) < 8192 + 200

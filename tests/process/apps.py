@@ -174,3 +174,17 @@ def late_checkpoint(payload: dict[str, Any], ctx: JobContext) -> dict[str, Any]:
     }
     Path(payload["report"]).write_text(json.dumps(seen))
     return seen
+
+
+def _parse_page(page: Any) -> int:
+    return int(page)  # raises ValueError for a page that is not a number
+
+
+@registry.job("traceback")
+def traceback_job(payload: dict[str, Any], ctx: JobContext) -> int:
+    """Raise from a nested call, with ``payload['secret']`` in the message: the attempt's
+    stored traceback must name both frames and must not show the secret."""
+    try:
+        return _parse_page(payload["page"])
+    except ValueError as exc:
+        raise ValueError(f"page {payload['page']!r} unreadable, see {payload['secret']}") from exc

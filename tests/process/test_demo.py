@@ -11,6 +11,7 @@ import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
+import psycopg
 import pytest
 
 pytestmark = [pytest.mark.process, pytest.mark.demo]
@@ -28,6 +29,8 @@ def test_demo_runs_and_every_invariant_holds(database_url: str, tmp_path: Path) 
     assert done.returncode == 0
     assert "all invariants hold" in done.stdout
     assert "FAIL" not in done.stdout
+    # A database of the user's own is written to only when named, and said first.
+    assert done.stdout.startswith("WRITING TO YOUR DATABASE ")
 
 
 @pytest.fixture
@@ -91,8 +94,15 @@ def test_demo_keep_leaves_a_database_to_look_at_and_says_how_to_stop_it(tmp: Pat
     assert _leaseq(look, env).returncode == 2  # the server is gone too
 
 
-def test_demo_without_keep_leaves_no_server_directory(tmp: Path) -> None:
-    done = _leaseq("leaseq demo", _env(tmp))
+def test_demo_without_keep_leaves_no_server_directory_nor_touches_the_exported_database(
+    tmp: Path, empty_database_url: str
+) -> None:
+    # As after the quickstart: LEASEQ_DATABASE_URL exported for the other commands.
+    done = _leaseq("leaseq demo", {**_env(tmp), "LEASEQ_DATABASE_URL": empty_database_url})
     assert done.returncode == 0, done.stdout + done.stderr
     assert "leaseq demo --keep" in done.stdout
     assert list(tmp.glob("leaseq-pg-*")) == []
+    assert done.stdout.startswith("LEASEQ_DATABASE_URL is set but not used")
+    with psycopg.connect(empty_database_url) as conn:
+        row = conn.execute("SELECT to_regnamespace('leaseq')").fetchone()
+    assert row == (None,), "the demo migrated the exported database"

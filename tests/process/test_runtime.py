@@ -77,7 +77,7 @@ def start_worker(database_url: str) -> Iterator[Callable[..., Running]]:
             running.thread.join(timeout=30)
 
 
-def test_a_completion_after_cancel_is_fenced_and_counted(
+def test_a_completion_after_cancel_is_refused_and_counted_as_cancelled(
     queue: leaseq.Queue, start_worker: Callable[..., Running]
 ) -> None:
     go = threading.Event()
@@ -94,11 +94,17 @@ def test_a_completion_after_cancel_is_fenced_and_counted(
     assert queue.cancel(job_id).cancelled
     go.set()
 
-    wait_for(lambda: w.sample("leaseq_fenced_calls_total", queue="q") == 1, "the fenced complete")
-    assert w.sample("leaseq_jobs_finished_total", queue="q", job_type="hold", outcome="fenced") == 1
+    labels = {"queue": "q", "job_type": "hold"}
+    wait_for(
+        lambda: w.sample("leaseq_jobs_finished_total", **labels, outcome="cancelled") == 1,
+        "the refused complete",
+    )
+    # A cancellation reaching its worker is no fault: not fenced, not a lost lease.
+    assert w.sample("leaseq_jobs_finished_total", **labels, outcome="fenced") == 0
+    assert w.sample("leaseq_fenced_calls_total", queue="q") == 0
     assert queue.get(job_id).status == "cancelled"
     assert queue.effect("k-cancel") is None
-    assert [a.outcome for a in queue.attempts(job_id)] == ["fenced"]
+    assert [a.outcome for a in queue.attempts(job_id)] == ["cancelled"]
     assert w.stop() == 0
 
 
@@ -120,11 +126,15 @@ def test_a_cancelled_job_stops_its_handler_with_the_reason(
     queue.cancel(job_id)
 
     wait_for(lambda: reasons == [StopReason.CANCELLED], "the handler to see the cancel")
-    labels = {"queue": "q", "job_type": "wait", "outcome": "lease_lost"}
-    assert w.sample("leaseq_jobs_finished_total", **labels) == 1
-    assert w.sample("leaseq_lease_losses_total", queue="q") == 1
-    assert w.sample("leaseq_jobs_finished_total", queue="q", job_type="wait", outcome="fenced") == 0
+    labels = {"queue": "q", "job_type": "wait"}
+    assert w.sample("leaseq_jobs_finished_total", **labels, outcome="cancelled") == 1
+    assert w.sample("leaseq_jobs_finished_total", **labels, outcome="lease_lost") == 0
+    assert w.sample("leaseq_lease_losses_total", queue="q") == 0
+    assert w.sample("leaseq_fenced_calls_total", queue="q") == 0
+    assert w.sample("leaseq_jobs_finished_total", **labels, outcome="fenced") == 0
     assert queue.get(job_id).status == "cancelled"
+    [attempt] = queue.attempts(job_id)
+    assert attempt.outcome == "cancelled"
 
 
 def test_progress_is_stored_and_a_checkpoint_reaches_the_next_attempt(

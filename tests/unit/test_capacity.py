@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from leaseq.core.models import WorkerRecord, WorkerState
-from leaseq_operator.capacity import LIVE_WORKER_SECONDS, PodStates, pod_states
+from leaseq.core.models import SILENT_AFTER_SECONDS, WorkerRecord, WorkerState
+from leaseq_operator.capacity import PodStates, pod_states
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 
@@ -47,7 +47,9 @@ def test_pods_by_state() -> None:
 
 
 def test_a_silent_worker_is_not_counted() -> None:
-    stale = worker("a", WorkerState.RUNNING, 300, startup=99, heartbeat_age=LIVE_WORKER_SECONDS + 1)
+    stale = worker(
+        "a", WorkerState.RUNNING, 300, startup=99, heartbeat_age=SILENT_AFTER_SECONDS + 1
+    )
     assert pod_states(["a"], [stale]) == PodStates(0, (), None)
 
 

@@ -58,7 +58,9 @@ def test_worker_settings_from_flags_and_environment() -> None:
     assert s.concurrency == 8  # the flag wins over the variable
     assert s.listen is False
     assert (s.lease_seconds, s.heartbeat_seconds, s.poll_seconds) == (30.0, 10.0, 5.0)
-    assert (s.drain_seconds, s.metrics_port, s.worker_id) == (25.0, 9100, "w-1")
+    # Not in a pod (no KUBERNETES_SERVICE_HOST): a free port (None) on loopback.
+    assert (s.drain_seconds, s.metrics_port, s.worker_id) == (25.0, None, "w-1")
+    assert s.metrics_address == "127.0.0.1"
     flags = parse(["--queue", "a", "--queue", "b"], env)
     assert flags.queues == ("a", "b")
     assert parse([], env).worker_id.endswith(f"-{os.getpid()}")

@@ -18,10 +18,22 @@ from typing import Any
 
 from leaseq.core.errors import ConfigError, check_conninfo
 
+#: Set in every container of a Kubernetes pod: how leaseq tells a pod from a laptop or a VM.
+POD_MARKER = "KUBERNETES_SERVICE_HOST"
+
+#: ``Option.local_default`` when an option has one default everywhere.
+SAME: Any = object()
+
+
+def in_pod(environ: Mapping[str, str]) -> bool:
+    """True inside a Kubernetes pod (the kubelet sets ``KUBERNETES_SERVICE_HOST``)."""
+    return POD_MARKER in environ
+
 
 @dataclass(frozen=True)
 class Option:
-    """One setting: ``--flag``, its ``LEASEQ_*`` variable, parser, default and help text."""
+    """One setting: ``--flag``, its ``LEASEQ_*`` variable, parser, default and help text.
+    ``local_default``, when given, is the default outside a Kubernetes pod (:func:`in_pod`)."""
 
     name: str
     env: str
@@ -31,6 +43,13 @@ class Option:
     repeat: bool = False
     #: Never echo the value in an error (it may hold a password).
     secret: bool = False
+    local_default: Any = SAME
+
+    def default_in(self, environ: Mapping[str, str]) -> Any:
+        """The default where this process runs: in a pod, or not."""
+        if self.local_default is SAME or in_pod(environ):
+            return self.default
+        return self.local_default
 
     @property
     def flag(self) -> str:
@@ -114,20 +133,33 @@ DATABASE_URL = Option(
     "PostgreSQL URL, e.g. postgresql://user:pass@host:5432/db",
     secret=True,
 )
+# In a pod the endpoints are for Prometheus and the kubelet: every interface, a known port.
+# Elsewhere (a laptop, a VM) they stay on loopback, on a port the system picks, so a second
+# process on one machine starts without flags; the address served is logged.
 METRICS_PORT = Option(
     "metrics_port",
     "LEASEQ_METRICS_PORT",
     port,
     9100,
-    "HTTP port for /metrics (a worker also serves /healthz and /readyz there); 0 disables",
+    "HTTP port for /metrics (a worker also serves /healthz and /readyz there); 0 disables; "
+    "outside a Kubernetes pod the default (None) is a free port, logged at start-up",
+    local_default=None,
 )
 METRICS_ADDRESS = Option(
     "metrics_address",
     "LEASEQ_METRICS_ADDRESS",
     bind_address,
     "0.0.0.0",  # noqa: S104 - a pod's port: reachable from Prometheus unless told otherwise
-    "address the HTTP endpoints (metrics, probes) listen on; 127.0.0.1 keeps them local",
+    "address the HTTP endpoints (metrics, probes) listen on; 127.0.0.1 keeps them local; "
+    "outside a Kubernetes pod the default is 127.0.0.1",
+    local_default="127.0.0.1",
 )
+
+
+def bind_port(port: int | None) -> int:
+    """The port to bind for a resolved ``--metrics-port``: None (no port chosen, outside a
+    pod) asks the system for a free one."""
+    return 0 if port is None else port
 
 
 def role_name(text: str) -> str:
@@ -192,7 +224,7 @@ def resolve(
         if raw is None and option.env in env:
             raw, source = env[option.env], option.env
         if raw is None:
-            values[option.name] = option.default
+            values[option.name] = option.default_in(env)
             continue
         if option.repeat and isinstance(raw, list):
             raw = ",".join(raw)
@@ -216,5 +248,8 @@ def docs_table(options: Sequence[Option]) -> str:
     """A markdown table of the options, for docs/reference/configuration.md."""
     lines = ["| flag | environment | default | meaning |", "|---|---|---|---|"]
     for option in options:
-        lines.append(f"| `{option.flag}` | `{option.env}` | `{option.default!r}` | {option.help} |")
+        default = f"`{option.default!r}`"
+        if option.local_default is not SAME:
+            default += f" in a pod, else `{option.local_default!r}`"
+        lines.append(f"| `{option.flag}` | `{option.env}` | {default} | {option.help} |")
     return "\n".join(lines)

@@ -138,7 +138,7 @@ SELECT done.id, done.effect_key,
   FROM done;
 
 -- name: job_fail
--- Ends a held attempt with an error: back to pending after backoff if retryable with attempts left, else dead; records the attempt.
+-- Ends a held attempt with an error: back to pending after backoff if retryable with attempts left, else dead; records the attempt with its traceback, if any.
 WITH t AS (SELECT coalesce(%(now)s::timestamptz, now()) AS now),
 failed AS (
     UPDATE leaseq.jobs j
@@ -160,9 +160,10 @@ failed AS (
     RETURNING j.id, j.status, j.available_at, j.attempt_count, j.lease_token, j.started_at
 ),
 attempt AS (
-    INSERT INTO leaseq.job_attempts (job_id, attempt, lease_token, worker, started_at, ended_at, outcome, error)
+    INSERT INTO leaseq.job_attempts (job_id, attempt, lease_token, worker, started_at, ended_at, outcome, error,
+                                     traceback)
     SELECT failed.id, failed.attempt_count, failed.lease_token, %(owner)s, failed.started_at, t.now,
-           %(outcome)s::leaseq.attempt_outcome, %(error)s
+           %(outcome)s::leaseq.attempt_outcome, %(error)s, %(traceback)s
       FROM failed, t
 )
 SELECT failed.id, failed.status::text AS status, failed.available_at FROM failed;
@@ -204,7 +205,7 @@ SELECT released.id, released.status::text AS status, released.available_at,
   FROM released;
 
 -- name: job_record_fenced
--- Records that a worker call was refused because the caller no longer holds the lease (a reaped or cancelled attempt becomes fenced; a finished one keeps its outcome); returns the job's status (NULL when the job does not exist).
+-- Records that a worker call was refused because the caller no longer holds the lease (a reaped attempt becomes fenced; a cancelled or finished one keeps its outcome); returns the job's status (NULL when the job does not exist).
 WITH job AS (
     SELECT j.id, j.status, j.lease_token FROM leaseq.jobs j WHERE j.id = %(id)s
 ),
@@ -215,13 +216,14 @@ refusal AS (
       FROM job
 ),
 -- A plain UPDATE, not ON CONFLICT DO UPDATE: under the worker role's row policy an attempt
--- that is not lease_expired or cancelled is skipped here instead of raising.
+-- that is not lease_expired is skipped here instead of raising. A cancelled attempt stays
+-- cancelled: its worker hearing so is the cancellation working, not a fault.
 refenced AS (
     UPDATE leaseq.job_attempts a
        SET outcome = 'fenced', ended_at = refusal.at, error = refusal.error || ' after ' || a.outcome::text
       FROM refusal
      WHERE a.job_id = refusal.id AND a.lease_token = %(token)s
-       AND a.outcome IN ('lease_expired', 'cancelled')
+       AND a.outcome = 'lease_expired'
     RETURNING a.job_id
 ),
 inserted AS (
@@ -396,6 +398,18 @@ SELECT r.queue, r.job_type, r.ready, r.oldest_ready_age
                       AND (l.job_types IS NULL OR r.job_type = ANY(l.job_types)))
  ORDER BY r.queue, r.job_type;
 
+-- name: queue_finished
+-- Per queue, jobs that succeeded or were cancelled within the last %(window)s seconds: a range of jobs_finished_idx, bounded by the window, never a count over all history.
+SELECT j.queue,
+       count(*) FILTER (WHERE j.status = 'succeeded') AS succeeded,
+       count(*) FILTER (WHERE j.status = 'cancelled') AS cancelled
+  FROM leaseq.jobs j
+ WHERE j.status IN ('succeeded', 'cancelled')
+   AND j.finished_at > coalesce(%(now)s::timestamptz, now()) - make_interval(secs => %(window)s)
+   AND (%(queues)s::text[] IS NULL OR j.queue = ANY(%(queues)s::text[]))
+ GROUP BY j.queue
+ ORDER BY j.queue;
+
 -- name: job_get
 -- One job row by id, whatever its status.
 SELECT * FROM leaseq.job_view WHERE id = %(id)s;
@@ -411,7 +425,7 @@ SELECT * FROM leaseq.job_view
 -- name: job_attempts
 -- Every recorded attempt of one job, oldest first: the job's audit trail.
 SELECT a.job_id, a.attempt, a.lease_token, a.worker, a.started_at, a.ended_at,
-       a.outcome::text AS outcome, a.error
+       a.outcome::text AS outcome, a.error, a.traceback
   FROM leaseq.job_attempts a
  WHERE a.job_id = %(id)s
  ORDER BY a.lease_token;

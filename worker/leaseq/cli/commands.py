@@ -14,7 +14,7 @@ import time
 from typing import Any
 
 from leaseq import config as settings
-from leaseq.cli.tables import age, key_values, table, to_json, when
+from leaseq.cli.tables import age, key_values, printable, table, to_json, when
 from leaseq.core.db import Conn, connect
 from leaseq.core.models import (
     FINISHED_STATUSES,
@@ -22,12 +22,18 @@ from leaseq.core.models import (
     AttemptRecord,
     JobRecord,
     JobStatus,
+    QueueFinished,
+    QueueStats,
+    UnservedWork,
+    WorkerRecord,
 )
 from leaseq.core.queue import Queue
 from leaseq.core.workers import Workers
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdw]?)\s*$")
 _UNIT = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
+#: `status` counts succeeded and cancelled jobs over this window (seconds), not all history.
+FINISHED_WINDOW = 3600.0
 
 
 def duration(text: str) -> float:
@@ -68,15 +74,21 @@ def status(args: argparse.Namespace) -> int:
         try:
             while True:
                 stats = queue.stats(args.queue or None)
+                finished = queue.finished(args.queue or None, window=FINISHED_WINDOW)
                 workers = registry.list(args.queue or None)
                 unserved = queue.unserved(args.queue or None)
                 if args.json:
-                    document = {"queues": stats, "workers": workers, "unserved": unserved}
-                    print(to_json(document), flush=True)
+                    shown = {
+                        "queues": stats,
+                        "finished_last_hour": finished,
+                        "workers": workers,
+                        "unserved": unserved,
+                    }
+                    print(to_json(shown), flush=True)
                 else:
                     if args.watch and sys.stdout.isatty():
                         print("\033[2J\033[H", end="")
-                    print(_status_text(stats, workers, unserved), flush=True)
+                    print(_status_text(stats, finished, workers, unserved), flush=True)
                 if not args.watch:
                     return 0
                 time.sleep(args.watch)
@@ -84,7 +96,7 @@ def status(args: argparse.Namespace) -> int:
             return 0
 
 
-def _unserved_text(unserved: list[Any]) -> str:
+def _unserved_text(unserved: list[UnservedWork]) -> str:
     """The warning that ready work waits for a worker that serves its type ("" if none)."""
     if not unserved:
         return ""
@@ -96,23 +108,47 @@ def _unserved_text(unserved: list[Any]) -> str:
     )
 
 
-def _status_text(stats: list[Any], workers: list[Any], unserved: list[Any]) -> str:
-    if not stats:
-        queues = "no jobs in any queue"
+def _status_text(
+    stats: list[QueueStats],
+    finished: list[QueueFinished],
+    workers: list[WorkerRecord],
+    unserved: list[UnservedWork],
+) -> str:
+    done = {f.queue: f for f in finished}
+    depth = {s.queue: s for s in stats}
+    names = sorted(depth.keys() | done.keys())
+    if not names:
+        queues = (
+            "no unfinished or dead jobs in any queue, and none finished in the last hour"
+            " (`leaseq jobs list` shows older ones)"
+        )
     else:
+        empty = QueueStats("", 0, 0, 0, 0, 0, None, None)
         queues = table(
-            ["QUEUE", "READY", "SCHEDULED", "RUNNING", "DEAD", "OLDEST READY", "MAX HEARTBEAT"],
+            [
+                "QUEUE",
+                "READY",
+                "SCHEDULED",
+                "RUNNING",
+                "DEAD",
+                "SUCCEEDED 1H",
+                "CANCELLED 1H",
+                "OLDEST READY",
+                "MAX HEARTBEAT",
+            ],
             [
                 [
-                    s.queue,
-                    s.ready,
+                    name,
+                    (s := depth.get(name, empty)).ready,
                     s.scheduled,
                     s.running,
                     s.dead,
+                    (f := done.get(name, QueueFinished(name, 0, 0))).succeeded,
+                    f.cancelled,
                     age(s.oldest_ready_age),
                     age(s.max_heartbeat_age),
                 ]
-                for s in stats
+                for name in names
             ],
         )
     queues += _unserved_text(unserved)
@@ -126,7 +162,8 @@ def _status_text(stats: list[Any], workers: list[Any], unserved: list[Any]) -> s
             [
                 [
                     w.worker_id,
-                    w.state,
+                    # What a dead worker's row last said is not what it is doing now.
+                    f"silent (last {w.state})" if w.silent else w.state,
                     ",".join(w.queues),
                     "*" if w.job_types is None else ",".join(w.job_types),
                     w.running,
@@ -223,7 +260,8 @@ def jobs_show(args: argparse.Namespace) -> int:
         ("lease", f"{record.lease_owner or '-'} token {record.lease_token}"),
         ("lease expires", when(record.lease_expires_at)),
         ("max runtime", age(record.timeout_seconds)),
-        ("idempotency key", record.idempotency_key or "-"),
+        # Without a key given at enqueue, the effect is written under job:<id> (job_complete).
+        ("idempotency key", record.idempotency_key or f"job:{record.id} (default)"),
         _error_field(record, attempts),
         ("payload", json.dumps(record.payload)),
         ("progress", json.dumps(record.progress)),
@@ -251,6 +289,10 @@ def jobs_show(args: argparse.Namespace) -> int:
             ],
         )
     )
+    for a in attempts:
+        if a.traceback:
+            print(f"\ntraceback of attempt {a.attempt} (token {a.lease_token}, {a.outcome}):")
+            print("\n".join("  " + printable(line) for line in a.traceback.splitlines()))
     return 0
 
 

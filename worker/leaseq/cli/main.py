@@ -139,8 +139,8 @@ def build_parser() -> argparse.ArgumentParser:
         help="see leaseq survive crashes: 3 workers, a SIGKILL and a SIGTERM, in under a minute",
         description="Enqueue simulated inference jobs, run 3 worker processes, SIGKILL one and "
         "SIGTERM another mid-job, then account for every job; exit status 1 if an invariant "
-        "broke. Uses an embedded PostgreSQL unless --database-url (or LEASEQ_DATABASE_URL) "
-        "is given.",
+        "broke. Uses an embedded PostgreSQL unless --database-url is given (LEASEQ_DATABASE_URL "
+        "is ignored: the demo migrates its database and leaves its jobs there).",
     )
     settings.add_options(p, [settings.DATABASE_URL])
     p.add_argument("--jobs", type=int, default=36, help="simulated inference jobs (default 36)")

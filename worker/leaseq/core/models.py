@@ -3,14 +3,12 @@
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
 #: How long a lease lasts unless renewed, when the caller names no other length (seconds).
 DEFAULT_LEASE_SECONDS = 30.0
-#: A registered worker counts as live while its registry heartbeat is younger than this.
-LIVE_WORKER_SECONDS = 60.0
 
 
 class JobStatus(enum.StrEnum):
@@ -39,6 +37,12 @@ class AttemptOutcome(enum.StrEnum):
     CANCELLED = "cancelled"
     #: Handed back by the handler (``Interrupted``) outside a shutdown: counts as an attempt.
     INTERRUPTED = "interrupted"
+
+
+#: A registered worker whose registry heartbeat (``heartbeat_at``, database time) is older
+#: than this is silent: killed, frozen or cut off, whatever its row's state says. Six default
+#: heartbeat intervals (10 s), three default leases: a live worker is never silent.
+SILENT_AFTER_SECONDS = 60.0
 
 
 class WorkerState(enum.StrEnum):
@@ -247,6 +251,15 @@ class QueueStats:
 
 
 @dataclass(frozen=True)
+class QueueFinished:
+    """Jobs of one queue that finished without dying within a recent window."""
+
+    queue: str
+    succeeded: int
+    cancelled: int
+
+
+@dataclass(frozen=True)
 class JobTypeWork:
     """Jobs of one job type in some queues, with the mean run time of its recent attempts."""
 
@@ -315,6 +328,8 @@ class AttemptRecord:
     ended_at: datetime
     outcome: AttemptOutcome
     error: str | None
+    #: The traceback of the exception that ended the attempt (a failed handler), if any.
+    traceback: str | None = None
 
     def __post_init__(self) -> None:
         _as(AttemptOutcome, self, "outcome")
@@ -353,6 +368,10 @@ class WorkerRecord:
     startup_seconds: float | None = None  # how long on_startup took; None while loading
     #: The job types it serves (claims); None for a worker that predates reporting them.
     job_types: list[str] | None = None
+    #: No registry heartbeat for :data:`SILENT_AFTER_SECONDS` (by database time): the worker
+    #: is gone or stuck, and ``state`` is only what it last said.
+    silent: bool = field(init=False)
 
     def __post_init__(self) -> None:
         _as(WorkerState, self, "state")
+        object.__setattr__(self, "silent", self.heartbeat_age > SILENT_AFTER_SECONDS)

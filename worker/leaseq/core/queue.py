@@ -35,7 +35,7 @@ from leaseq.core.errors import DatabaseUnavailable, InvalidJob, JobNotFound, Job
 from leaseq.core.models import (
     DEFAULT_LEASE_SECONDS,
     FINISHED_STATUSES,
-    LIVE_WORKER_SECONDS,
+    SILENT_AFTER_SECONDS,
     AttemptOutcome,
     AttemptRecord,
     Call,
@@ -52,12 +52,25 @@ from leaseq.core.models import (
     JobStatus,
     JobTypeWork,
     Lease,
+    QueueFinished,
     QueueStats,
     Reaped,
     Released,
     RetryPolicy,
     UnservedWork,
 )
+from leaseq.core.redact import redact
+
+# Why a job that is not dead cannot be retried, and what to do instead, by its status.
+_NOT_RETRYABLE = {
+    JobStatus.SUCCEEDED: "already succeeded: there is nothing to retry (only dead jobs can be "
+    "retried; to run the work again, enqueue a new job)",
+    JobStatus.CANCELLED: "was cancelled; only dead jobs can be retried (to run the work, "
+    "enqueue a new job)",
+    JobStatus.PENDING: "is still pending: it will run without a retry (only dead jobs can be "
+    "retried)",
+    JobStatus.RUNNING: "is running now; only dead jobs can be retried",
+}
 
 log = logging.getLogger("leaseq.queue")
 
@@ -316,7 +329,11 @@ class Queue:
         status = self._store.job_record_fenced(c, lease, call=call, now=now)
         if status is None:
             raise JobNotFound(lease.job_id)
-        log.warning("%s fenced: lease no longer held", call, extra=_lease_fields(lease))
+        if status is JobStatus.CANCELLED:
+            # Someone cancelled the job: the refusal is the cancellation reaching its worker.
+            log.info("%s refused: the job was cancelled", call, extra=_lease_fields(lease))
+        else:
+            log.warning("%s fenced: lease no longer held", call, extra=_lease_fields(lease))
         return Fenced(job_id=lease.job_id, call=call, status=status)
 
     def heartbeat(
@@ -437,14 +454,19 @@ class Queue:
         *,
         retryable: bool = True,
         error_code: str | None = None,
+        traceback: str | None = None,
         timed_out: bool = False,
         now: datetime | None = None,
     ) -> Failed | Fenced:
         """End the attempt with ``error``: retried after backoff while attempts remain and the
         error is retryable, else the job stops in ``dead`` with the error kept. The error is
-        stored bounded (:func:`leaseq.core.bounded.text`: NULs replaced, cut, and it says so)."""
+        stored bounded (:func:`leaseq.core.bounded.text`: NULs replaced, cut, and it says so).
+        ``traceback`` (the handler's, if it raised) is kept in the attempt's row, bounded the
+        same way and with secrets masked (:func:`leaseq.core.redact.redact`): it outlives the
+        worker's stderr."""
         outcome = AttemptOutcome.TIMED_OUT if timed_out else AttemptOutcome.FAILED
         text = bounded.text(error).value
+        trace = None if traceback is None else bounded.text(redact(traceback)).value
 
         def run(c: Conn, repeat: bool) -> Failed | Fenced:
             row = self._store.job_fail(
@@ -452,6 +474,7 @@ class Queue:
                 lease,
                 error=text,
                 error_code=error_code,
+                traceback=trace,
                 retryable=retryable,
                 outcome=outcome,
                 retry=self.retry,
@@ -567,9 +590,9 @@ class Queue:
             record = self._store.job_get(c, job_id)
         if record is None:
             raise JobNotFound(job_id)
-        raise JobStateError(
-            f"job {job_id} is {record.status}, not dead; only dead jobs can be retried"
-        )
+        # A job that died since the statement ran: it can be retried now.
+        why = _NOT_RETRYABLE.get(record.status, f"is {record.status} now; try again")
+        raise JobStateError(f"job {job_id} {why}")
 
     def prune(
         self,
@@ -619,7 +642,7 @@ class Queue:
         self,
         queues: Sequence[str] | None = None,
         *,
-        live_seconds: float = LIVE_WORKER_SECONDS,
+        live_seconds: float = SILENT_AFTER_SECONDS,
         now: datetime | None = None,
     ) -> list[UnservedWork]:
         """Ready jobs, per queue and job type, that no live worker serves although the queue
@@ -630,6 +653,19 @@ class Queue:
         validation.positive("live_seconds", live_seconds)
         with borrow(self._db, "read unserved work") as c:
             return self._store.unserved_ready(c, queues=queues, live_seconds=live_seconds, now=now)
+
+    def finished(
+        self,
+        queues: Sequence[str] | None = None,
+        *,
+        window: float = 3600.0,
+        now: datetime | None = None,
+    ) -> list[QueueFinished]:
+        """Per queue, jobs that succeeded or were cancelled within the last ``window``
+        seconds (dead ones are in :meth:`stats`). Bounded by the window, not by history."""
+        validation.positive("window", window)
+        with borrow(self._db, "recently finished jobs") as c:
+            return self._store.queue_finished(c, queues=queues, window=window, now=now)
 
     def work(
         self,

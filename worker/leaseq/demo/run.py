@@ -31,6 +31,7 @@ from leaseq.core.db import connect
 from leaseq.core.errors import ConfigError
 from leaseq.core.models import FINISHED_STATUSES, JobRecord, RetryPolicy
 from leaseq.core.queue import JobSpec, Queue
+from leaseq.core.redact import redact
 from leaseq.core.schema import migrate
 from leaseq.core.workers import Workers
 from leaseq.demo.embedded import EmbeddedPostgres, stop_kept
@@ -383,8 +384,14 @@ def stop_processes(procs: Sequence[subprocess.Popen[bytes]], timeout: float) -> 
 
 
 def main(args: argparse.Namespace) -> int:
-    """Run the demo against ``--database-url``/LEASEQ_DATABASE_URL or an embedded server
-    (kept running afterwards with ``--keep``); ``--stop DIR`` stops a kept one."""
+    """Run the demo against an embedded server (kept running afterwards with ``--keep``),
+    or against ``--database-url`` only when that flag is given; ``--stop DIR`` stops a kept
+    one.
+
+    LEASEQ_DATABASE_URL is ignored on purpose: the quickstart exports it for the other
+    commands, and the demo migrates the database it uses and leaves its jobs there, which no
+    one should get from a variable set for something else (the README promises the demo needs
+    no database). Writing to a real database is said loudly, before anything is written."""
     if args.stop is not None:
         stop_kept(Path(args.stop))
         print(f"stopped the demo's PostgreSQL and deleted {args.stop}")
@@ -392,9 +399,21 @@ def main(args: argparse.Namespace) -> int:
     if args.jobs < 3:
         raise ConfigError("--jobs must be at least 3 (one flaky, one failing, one normal)")
     logging.basicConfig(level=logging.ERROR)
-    url = settings.resolve(args, [settings.DATABASE_URL])["database_url"]
+    url = settings.resolve(args, [settings.DATABASE_URL], environ={})["database_url"]
     server = None
-    if url is None:
+    if url is not None:
+        print(
+            f"WRITING TO YOUR DATABASE {redact(url)}: the demo migrates it (leaseq schema), "
+            f"enqueues {args.jobs} jobs and leaves them there. Without --database-url it uses "
+            "an embedded PostgreSQL instead.",
+            flush=True,
+        )
+    else:
+        if settings.DATABASE_URL.env in os.environ:
+            print(
+                f"{settings.DATABASE_URL.env} is set but not used: the demo writes only to its "
+                "own embedded PostgreSQL unless given --database-url."
+            )
         print("starting an embedded PostgreSQL (pass --database-url to use your own) ...")
         server = EmbeddedPostgres(keep=args.keep)
         url = server.url

@@ -15,6 +15,7 @@ import logging
 import queue
 import threading
 import time
+import traceback
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -24,6 +25,9 @@ from leaseq.runtime.inflight import InFlight
 from leaseq.runtime.registry import batch_results
 
 log = logging.getLogger("leaseq.worker")
+
+#: Frames kept of a handler's traceback, innermost last (where it raised is what matters).
+TRACEBACK_FRAMES = 50
 
 
 class Ending(enum.StrEnum):
@@ -44,13 +48,15 @@ class Ending(enum.StrEnum):
 @dataclass(frozen=True)
 class HandlerOutcome:
     """What a slot reports for one attempt. ``error`` and ``error_code`` describe an ERROR,
-    PERMANENT or CRASHED ending; ``seconds`` is the handler's wall time."""
+    PERMANENT or CRASHED ending, ``traceback`` the exception's (formatted where the handler
+    ran, so a child sends it up its pipe as text); ``seconds`` is the handler's wall time."""
 
     ending: Ending
     value: Any = None
     error: str = ""
     error_code: str = ""
     seconds: float = 0.0
+    traceback: str | None = None
 
     @classmethod
     def of_value(cls, value: Any, seconds: float) -> HandlerOutcome:
@@ -71,6 +77,7 @@ class HandlerOutcome:
             error=f"{type(exc).__name__}: {exc}",
             error_code=type(exc).__name__,
             seconds=seconds,
+            traceback="".join(traceback.format_exception(exc, limit=-TRACEBACK_FRAMES)),
         )
 
 

@@ -210,8 +210,9 @@ class HeartbeatLoop:
                 job.sent_progress_version = version
                 self.metrics.renewals.labels(job.job.queue).inc()
                 self.metrics.last_heartbeat.set_to_current_time()
+            elif beat.job_status is JobStatus.CANCELLED:
+                self.give_up(job, StopReason.CANCELLED)
             else:
                 self.metrics.fenced.labels(job.job.queue).inc()
-                cancelled = beat.job_status is JobStatus.CANCELLED
-                self.give_up(job, StopReason.CANCELLED if cancelled else StopReason.LEASE_LOST)
+                self.give_up(job, StopReason.LEASE_LOST)
             return True

@@ -23,7 +23,8 @@ from leaseq.core.redact import redact_logs
 #: Longest message, and longest traceback, one log line carries (characters).
 MAX_LOG_CHARS = 16384
 
-FIELDS = ("job_id", "queue", "job_type", "worker", "attempt", "token", "outcome")
+# holder and term: the leader lease's (the reaper's "lease acquired", "reaped N jobs").
+FIELDS = ("job_id", "queue", "job_type", "worker", "attempt", "token", "outcome", "holder", "term")
 
 
 def _fields(record: logging.LogRecord) -> dict[str, Any]:

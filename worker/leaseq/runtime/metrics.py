@@ -74,7 +74,7 @@ class WorkerMetrics:
         )
         self.losses = Counter(
             "leaseq_lease_losses",
-            "Leases found lost (expired and taken over, or cancelled) while the job ran.",
+            "Leases found lost (expired, or taken over) while the job ran; not cancellations.",
             ["queue"],
             registry=r,
         )

@@ -34,6 +34,7 @@ from leaseq.core.backoff import Backoff
 from leaseq.core.errors import LeaseqError
 from leaseq.runtime import child
 from leaseq.runtime.child import ChildSpec, Msg
+from leaseq.runtime.context import StopReason
 from leaseq.runtime.executor import Ending, Executor, HandlerOutcome, OnDone
 from leaseq.runtime.inflight import InFlight
 
@@ -269,7 +270,16 @@ class _Slot:
             everyone = self.killed >= self.unit.keys()
             current = self.child
         if everyone and current is not None:
-            log.warning("killing the child process of slot %d", self.index, extra=attempt.fields())
+            reason = attempt.context.stop_reason
+            # A cancel is asked for: killing its child is the cancel working, not a fault.
+            level = logging.INFO if reason is StopReason.CANCELLED else logging.WARNING
+            log.log(
+                level,
+                "killing the child process of slot %d (%s)",
+                self.index,
+                reason or "stopped",
+                extra=attempt.fields(),
+            )
             current.kill()
         return True
 

@@ -154,7 +154,8 @@ class WorkerSettings:
     worker_id: str = ""
     pod_name: str | None = None
     node_name: str | None = None
-    metrics_port: int = 9100
+    #: None: a free port (the default outside a pod); 0: no HTTP endpoints.
+    metrics_port: int | None = 9100
     metrics_address: str = "0.0.0.0"  # noqa: S104 - see config.METRICS_ADDRESS
     log_level: str = "INFO"
     log_format: str = "text"

@@ -78,6 +78,7 @@ class Outcome(enum.StrEnum):
     RELEASED = "released"
     LEASE_LOST = "lease_lost"
     FENCED = "fenced"
+    CANCELLED = "cancelled"
 
 
 # Attempt-row outcomes that show an ambiguous call (retried after a lost connection) had
@@ -92,7 +93,8 @@ _APPLIED = {
 def outcome_of(answer: Answer, settled_by: Settler | None) -> Outcome:
     """The outcome a settling call's answer stands for."""
     if isinstance(answer, Fenced):
-        return Outcome.FENCED
+        # Refused because someone cancelled the job: what was asked for, not a lost lease.
+        return Outcome.CANCELLED if answer.status is JobStatus.CANCELLED else Outcome.FENCED
     if isinstance(answer, Completed):
         return Outcome.SUCCEEDED
     if isinstance(answer, Released):
@@ -293,6 +295,10 @@ class Settlement:
             log.warning("%s fenced: the lease was lost", call, extra=job.fields())
             return
         log.info("attempt settled: %s", outcome, extra={**job.fields(), "outcome": outcome})
+
+    def cancelled(self, job: InFlight) -> None:
+        """Count an attempt whose job was cancelled while it ran: nothing is reported for it."""
+        self.metrics.finish(job.job.queue, job.job.job_type, Outcome.CANCELLED)
 
     def lost(self, job: InFlight) -> None:
         """Count an attempt whose lease is gone: nothing is reported for it."""

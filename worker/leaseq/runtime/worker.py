@@ -37,6 +37,7 @@ from typing import Any
 
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
+from leaseq import config
 from leaseq.core import validation
 from leaseq.core.backoff import Backoff
 from leaseq.core.db import open_pool
@@ -93,9 +94,9 @@ class Worker:
         self.wake = threading.Event()
         # Bound first: a busy port must fail before anything else is started.
         self.http: ProbeServer | None = None
-        if settings.metrics_port:
+        if settings.metrics_port != 0:
             self.http = ProbeServer(
-                settings.metrics_port,
+                config.bind_port(settings.metrics_port),
                 self.metrics.registry,
                 self.health.healthy,
                 self.health.ready,
@@ -457,7 +458,7 @@ class Worker:
                     self.settlement.settle(job, Call.RELEASE, release)
                 else:
                     retryable = outcome.ending is not Ending.PERMANENT
-                    self._fail(job, outcome.error, outcome.error_code, retryable)
+                    self._fail(job, outcome.error, outcome.error_code, retryable, outcome.traceback)
             except Exception:
                 log.exception("error settling the attempt", extra=job.fields())
             finally:
@@ -494,9 +495,21 @@ class Worker:
             final = None  # the heartbeat already logged why it was not stored
         return Done(job, result, final)
 
-    def _fail(self, job: InFlight, error: str, error_code: str, retryable: bool) -> None:
+    def _fail(
+        self,
+        job: InFlight,
+        error: str,
+        error_code: str,
+        retryable: bool,
+        traceback: str | None = None,
+    ) -> None:
         call = partial(
-            self.queue.fail, job.job.lease, error, retryable=retryable, error_code=error_code
+            self.queue.fail,
+            job.job.lease,
+            error,
+            retryable=retryable,
+            error_code=error_code,
+            traceback=traceback,
         )
         self.settlement.settle(job, Call.FAIL, call)
 
@@ -515,10 +528,13 @@ class Worker:
         killed = self.executor.kill(job)
         lease = job.job.lease
         if reason in (StopReason.LEASE_LOST, StopReason.CANCELLED):
-            log.warning(
-                "lease lost (%s): result will not be reported", reason.value, extra=job.fields()
-            )
-            self.settlement.lost(job)
+            if reason is StopReason.CANCELLED:
+                # Asked for, not a fault: the attempt row already says cancelled (job_cancel).
+                log.info("job cancelled: handler told to stop", extra=job.fields())
+                self.settlement.cancelled(job)
+            else:
+                log.warning("lease lost: result will not be reported", extra=job.fields())
+                self.settlement.lost(job)
             job.settled.set()
             if killed:
                 self._forget(job)
@@ -537,6 +553,14 @@ class Worker:
         else:
             limit = job.job_type.progress_timeout if job.job_type else None
             error = f"no progress reported for {limit}s"
+        # Said when it happens: a thread cannot be killed, so its handler may run on for long
+        # and the only later trace would be its result being refused.
+        log.warning(
+            "%s; %s",
+            error,
+            "handler killed" if killed else "handler told to stop, its result will be dropped",
+            extra=job.fields(),
+        )
         call = partial(
             self.queue.fail,
             lease,

@@ -29,6 +29,7 @@ from leaseq.core.models import (
     JobTypeWork,
     LeaderTerm,
     Lease,
+    QueueFinished,
     QueueStats,
     Reaped,
     RetryPolicy,
@@ -245,6 +246,7 @@ class Store:
         *,
         error: str,
         error_code: str | None,
+        traceback: str | None,
         retryable: bool,
         outcome: AttemptOutcome,
         retry: RetryPolicy,
@@ -260,6 +262,7 @@ class Store:
                 "token": lease.token,
                 "error": error,
                 "error_code": error_code,
+                "traceback": traceback,
                 "retryable": retryable,
                 "outcome": outcome,
                 "backoff_base": retry.base_seconds,
@@ -395,6 +398,22 @@ class Store:
             "prune",
         )
         return int(rows[0]["deleted"])
+
+    def queue_finished(
+        self,
+        conn: Conn,
+        *,
+        queues: Sequence[str] | None,
+        window: float,
+        now: datetime | None = None,
+    ) -> list[QueueFinished]:
+        return self._typed(
+            conn,
+            "queue_finished",
+            {"queues": list(queues) if queues else None, "window": window, "now": now},
+            QueueFinished,
+            "recently finished jobs",
+        )
 
     def queue_stats(
         self,

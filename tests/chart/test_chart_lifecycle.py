@@ -215,7 +215,12 @@ def _annotations(obj: Obj) -> dict[str, str]:
 
 
 @pytest.mark.parametrize(
-    "path", [CHART / "values.yaml", CHART / "README.md", CHART.parents[1] / "README.md"]
+    "path",
+    [
+        CHART / "values.yaml",
+        CHART / "README.md",
+        CHART.parents[1] / "docs" / "guides" / "kubernetes.md",
+    ],
 )
 def test_takeover_bound_is_ttl_plus_one_reap_interval(path: Path) -> None:
     """A standby notices an expired lease at its next pass: up to leaderTtlSeconds +

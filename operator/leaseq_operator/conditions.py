@@ -10,6 +10,9 @@ from typing import Any
 SPEC_VALID = "SpecValid"
 DATABASE_REACHABLE = "DatabaseReachable"
 TARGET_FOUND = "TargetFound"
+#: The pods' safe-to-evict and deletion-cost annotations are written; False (with the API
+#: server's message) while a patch fails. Scaling goes on either way.
+PODS_ANNOTATED = "PodsAnnotated"
 
 
 @dataclass(frozen=True)

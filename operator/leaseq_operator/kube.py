@@ -10,6 +10,7 @@ from __future__ import annotations
 import base64
 import binascii
 import datetime
+import json
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -37,6 +38,29 @@ class TargetNotFound(KubeError):
     """The object a WorkerPool names does not exist."""
 
 
+MAX_SERVER_MESSAGE = 512  # characters of the API server's message kept in an error
+
+
+def server_message(body: object) -> str | None:
+    """The ``message`` of a Status object in an error response's body (what ``kubectl``
+    prints: e.g. the admission policy that denied a patch), or None when the body is not one."""
+    if isinstance(body, bytes):
+        body = body.decode("utf-8", "replace")
+    if not isinstance(body, str):
+        return None
+    try:
+        status = json.loads(body)
+    except ValueError:
+        return None
+    message = status.get("message") if isinstance(status, dict) else None
+    if not isinstance(message, str) or not message.strip():
+        return None
+    message = " ".join(message.split())
+    if len(message) > MAX_SERVER_MESSAGE:
+        return f"{message[:MAX_SERVER_MESSAGE]}... ({len(message)} characters)"
+    return message
+
+
 @contextmanager
 def _calling(what: str) -> Iterator[None]:
     try:
@@ -44,7 +68,9 @@ def _calling(what: str) -> Iterator[None]:
     except ApiException as exc:
         status = int(exc.status or 0)
         kind = TargetNotFound if status == 404 else KubeError
-        raise kind(f"{what}: HTTP {status} {exc.reason or ''}".strip(), status) from exc
+        text = f"{what}: HTTP {status} {exc.reason or ''}".strip()
+        message = server_message(exc.body)
+        raise kind(f"{text}: {message}" if message else text, status) from exc
     except (OSError, ValueError) as exc:  # connection failures; unparseable responses
         raise KubeError(f"{what}: {exc}") from exc
 

@@ -191,6 +191,13 @@ class OperatorMetrics:
             ["workerpool"],
             registry=self.registry,
         )
+        self.annotation_failures = Counter(
+            "leaseq_workerpool_annotation_failures",
+            "Pod annotation patches (deletion cost, safe-to-evict) that failed, e.g. refused"
+            " by admission",
+            ["workerpool"],
+            registry=self.registry,
+        )
         self._reaped_queues: set[str] = set()
         self._server: WSGIServer | None = None
         self._thread: threading.Thread | None = None
@@ -227,11 +234,15 @@ class OperatorMetrics:
     def pool(self, name: str, *, desired: int, current: int) -> None:
         self.desired.labels(name).set(desired)
         self.current.labels(name).set(current)
+        self.annotation_failures.labels(name)  # starts at 0
+
+    def annotation_failed(self, name: str, count: int = 1) -> None:
+        self.annotation_failures.labels(name).inc(count)
 
     def forget_pool(self, name: str) -> None:
-        for gauge in (self.desired, self.current):
+        for series in (self.desired, self.current, self.annotation_failures):
             with contextlib.suppress(KeyError):  # never set: nothing to forget
-                gauge.remove(name)
+                series.remove(name)
 
     def serve(self, port: int, addr: str = "0.0.0.0") -> None:  # noqa: S104 - a pod's metrics port
         """Serve /metrics over HTTP on ``port`` (0: not at all)."""

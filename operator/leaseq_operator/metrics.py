@@ -70,6 +70,9 @@ def _fold(stats: list[QueueStats], pinned: set[str], limit: int) -> tuple[list[Q
 class QueueCollector(Collector):
     """Computes the queue series from one stats query and one workers query per scrape.
 
+    Every queue a WorkerPool names (``pinned``) or a live worker serves has its series, at 0
+    when it holds no unfinished job.
+
     Queue names come from producers, so their number is not the operator's to choose: at
     most ``max_queues`` get series of their own (``pinned`` ones, the WorkerPools' queues,
     first), the rest are summed under ``queue="_other"``, and
@@ -107,7 +110,10 @@ class QueueCollector(Collector):
         live_workers = [w for w in workers if w.heartbeat_age <= LIVE_WORKER_SECONDS]
         served = {name for w in live_workers for name in w.queues}
         known = {s.queue for s in stats}
-        stats += [QueueStats(name, 0, 0, 0, 0, 0, None, None) for name in sorted(served - known)]
+        # Zero rows for idle queues that a live worker serves or a WorkerPool names: a pool
+        # scaled to zero shows 0, not a gap (and `helm test` finds its samples).
+        idle = (served | self._pinned) - known
+        stats += [QueueStats(name, 0, 0, 0, 0, 0, None, None) for name in sorted(idle)]
         stats, folded = _fold(stats, self._pinned, self._max_queues)
         if folded != self._folded_before:
             log.warning(

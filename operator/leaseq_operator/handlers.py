@@ -52,7 +52,7 @@ from leaseq.core.workers import Workers
 from leaseq_operator import capacity, conditions, protection, scaling
 from leaseq_operator.app import OperatorApp, PoolState
 from leaseq_operator.conditions import Condition
-from leaseq_operator.kube import KubeError, ObjectRef, TargetNotFound
+from leaseq_operator.kube import KubeError, ObjectRef, Pod, TargetNotFound
 from leaseq_operator.spec import (
     GROUP,
     KIND,
@@ -195,6 +195,7 @@ class PoolTick:
         except KubeError as exc:
             self.annotation_failure("PodsUnreadable", f"{held}cannot list the pods: {exc}")
             return hold
+        self.scheduling(pods)
         try:
             workers = self.workers.list(pool.queues) if self.workers else []
         except LeaseqError as exc:  # which pods are busy is unknown: change and shrink nothing
@@ -235,6 +236,21 @@ class PoolTick:
                 busy,
             )
         return limited
+
+    def scheduling(self, pods: list[Pod]) -> None:
+        """``PodsScheduled``: False, with the scheduler's message, while pods wait for a node."""
+        waiting = [p for p in pods if p.unschedulable is not None]
+        if not waiting:
+            self.condition(conditions.PODS_SCHEDULED, True, "Scheduled", "every pod has a node")
+            return
+        first = waiting[0]
+        self.condition(
+            conditions.PODS_SCHEDULED,
+            False,
+            "Unschedulable",
+            f"{len(waiting)} of {len(pods)} pods cannot be scheduled; {first.name}: "
+            f"{first.unschedulable}",
+        )
 
     def annotation_failure(self, reason: str, message: str) -> None:
         self.condition(conditions.PODS_ANNOTATED, False, reason, message)

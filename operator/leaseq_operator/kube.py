@@ -94,6 +94,19 @@ def label_selector(selector: kubernetes.client.V1LabelSelector) -> str:
 EVENT_SOURCE = "leaseq-operator"
 
 
+def _unschedulable(pod: kubernetes.client.V1Pod) -> str | None:
+    """The scheduler's message if it found no node for the pod (PodScheduled=False, reason
+    Unschedulable; reason and message are omitempty in the API, hence the defaults)."""
+    for condition in (pod.status.conditions if pod.status else None) or []:
+        if (condition.type, condition.status, condition.reason) == (
+            "PodScheduled",
+            "False",
+            "Unschedulable",
+        ):
+            return condition.message or "no node fits the pod"
+    return None
+
+
 @dataclass(frozen=True)
 class ObjectRef:
     """A custom object the operator writes status and Events for."""
@@ -114,6 +127,9 @@ class Pod:
     name: str
     annotations: Mapping[str, str]
     terminating: bool
+    #: The scheduler's message while the pod's PodScheduled condition is False for reason
+    #: Unschedulable (no node fits: e.g. no GPU node); None otherwise.
+    unschedulable: str | None = None
 
 
 @dataclass(frozen=True)
@@ -190,6 +206,7 @@ class Kube:
                 name=pod.metadata.name or "",
                 annotations=dict(pod.metadata.annotations or {}),
                 terminating=pod.metadata.deletion_timestamp is not None,
+                unschedulable=_unschedulable(pod),
             )
             for pod in listed.items
             if pod.metadata is not None

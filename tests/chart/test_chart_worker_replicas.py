@@ -17,4 +17,3 @@ def test_a_new_worker_deployment_starts_at_min_replicas(helm: Helm, min_replicas
     deployment = one(objects, "Deployment", "worker")
     assert deployment["spec"]["replicas"] == min_replicas
     assert one(objects, "WorkerPool")["spec"]["minReplicas"] == min_replicas
-

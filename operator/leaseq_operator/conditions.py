@@ -10,6 +10,12 @@ from typing import Any
 SPEC_VALID = "SpecValid"
 DATABASE_REACHABLE = "DatabaseReachable"
 TARGET_FOUND = "TargetFound"
+#: The pods' safe-to-evict and deletion-cost annotations are written; False (with the API
+#: server's message) while a patch fails. Scaling goes on either way.
+PODS_ANNOTATED = "PodsAnnotated"
+#: Every pod of the pool's Deployment found a node; False with the scheduler's message while
+#: some cannot be scheduled (e.g. no GPU node), however long they wait.
+PODS_SCHEDULED = "PodsScheduled"
 
 
 @dataclass(frozen=True)

@@ -26,8 +26,10 @@ One tick of a pool, every ``pollSeconds`` (checked every ``tick_seconds``):
    lease acts on the decision and writes status and Events (the others keep their history
    warm for a failover, and write nothing, whatever the outcome; when the database is down
    nobody holds the lease, and the replica that held it last reports the outage);
-4. before shrinking, mark pods by deletion cost (idle cheapest) and never shrink below the
-   number of busy pods;
+4. keep the pods' safe-to-evict annotations in step and, before shrinking, mark pods by
+   deletion cost (idle cheapest); never shrink below the number of busy pods. A refused
+   annotation patch is reported (``PodsAnnotated=False``, a Warning Event, a counter) and
+   never stops step 5;
 5. patch the Deployment's scale, the status, and post an Event for every change.
 """
 
@@ -50,7 +52,7 @@ from leaseq.core.workers import Workers
 from leaseq_operator import capacity, conditions, protection, scaling
 from leaseq_operator.app import OperatorApp, PoolState
 from leaseq_operator.conditions import Condition
-from leaseq_operator.kube import KubeError, ObjectRef, TargetNotFound
+from leaseq_operator.kube import KubeError, ObjectRef, Pod, TargetNotFound
 from leaseq_operator.spec import (
     GROUP,
     KIND,
@@ -103,6 +105,7 @@ class PoolTick:
         self.events: list[tuple[str, str, str]] = []  # (type, reason, message)
         self.queue: Queue | None = None  # the pool's database, once its depth was read
         self.workers: Workers | None = None
+        self.annotation_problem: str | None = None  # why the pods could not be annotated
 
     # -- reporting -------------------------------------------------------------------------
 
@@ -181,17 +184,29 @@ class PoolTick:
     def protect(self, pool: PoolSpec, current: int, desired: int) -> int:
         """Keep the pods' safe-to-evict annotations in step with their busyness (every tick:
         the cluster autoscaler drains nodes at any time). Before a scale-down, also set
-        deletion costs, and never shrink below the busy pods."""
+        deletion costs, and never shrink below the busy pods.
+
+        Annotating is a duty of its own: a patch the API server refuses (an admission policy,
+        a conflict) never stops the scaling. It sets ``PodsAnnotated=False`` with the server's
+        message (a Warning Event when it starts) and is counted; the replicas are still
+        limited to the busy pods. Only when the pods or the workers cannot be read (so which
+        pods are busy is unknown) is a scale-down held."""
         shrinking = desired < current
-        pods = [p for p in self.app.kube.pods(self.namespace, pool.deployment) if not p.terminating]
+        hold = current if shrinking else desired
+        held = f"holding {current} replicas; " if shrinking else ""
+        try:
+            pods = [
+                p for p in self.app.kube.pods(self.namespace, pool.deployment) if not p.terminating
+            ]
+        except KubeError as exc:
+            self.annotation_failure("PodsUnreadable", f"{held}cannot list the pods: {exc}")
+            return hold
+        self.scheduling(pods)
         try:
             workers = self.workers.list(pool.queues) if self.workers else []
         except LeaseqError as exc:  # which pods are busy is unknown: change and shrink nothing
-            held = f"holding {current} replicas, " if shrinking else ""
-            log.warning(
-                "%s: %spod annotations unchanged: cannot read the workers: %s", self.key, held, exc
-            )
-            return current if shrinking else desired
+            self.annotation_failure("WorkersUnreadable", f"{held}cannot read the workers: {exc}")
+            return hold
         loads = protection.pod_loads([p.name for p in pods], workers)
         annotations = {p.name: p.annotations for p in pods}
         patches: dict[str, dict[str, str]] = {}
@@ -200,8 +215,20 @@ class PoolTick:
         if shrinking:
             for pod, cost in protection.cost_changes(loads, annotations).items():
                 patches.setdefault(pod, {})[protection.DELETION_COST] = cost
+        failed: list[KubeError] = []
         for pod, patch in patches.items():
-            self.app.kube.annotate_pod(self.namespace, pod, patch)
+            try:
+                self.app.kube.annotate_pod(self.namespace, pod, patch)
+            except KubeError as exc:
+                failed.append(exc)
+        if failed:
+            self.app.metrics.annotation_failed(self.key, len(failed))
+            self.annotation_failure(
+                "AnnotationFailed",
+                f"{len(failed)} of {len(patches)} pod annotation patches failed: {failed[0]}",
+            )
+        else:
+            self.condition(conditions.PODS_ANNOTATED, True, "Annotated", "pod annotations written")
         if not shrinking:
             return desired
         busy = sum(1 for load in loads.values() if not load.idle)
@@ -215,6 +242,25 @@ class PoolTick:
                 busy,
             )
         return limited
+
+    def scheduling(self, pods: list[Pod]) -> None:
+        """``PodsScheduled``: False, with the scheduler's message, while pods wait for a node."""
+        waiting = [p for p in pods if p.unschedulable is not None]
+        if not waiting:
+            self.condition(conditions.PODS_SCHEDULED, True, "Scheduled", "every pod has a node")
+            return
+        first = waiting[0]
+        self.condition(
+            conditions.PODS_SCHEDULED,
+            False,
+            "Unschedulable",
+            f"{len(waiting)} of {len(pods)} pods cannot be scheduled; {first.name}: "
+            f"{first.unschedulable}",
+        )
+
+    def annotation_failure(self, reason: str, message: str) -> None:
+        self.condition(conditions.PODS_ANNOTATED, False, reason, message)
+        self.annotation_problem = message
 
     def run(self, state: PoolState, now: float) -> None:
         """Decide, and act when this replica leads (raises :class:`Retry` to poll again later)."""
@@ -276,6 +322,13 @@ def tick_pool(app: OperatorApp, key: str, state: PoolState, now: float) -> None:
         elif state.problem is not None:
             log.info("%s: recovered", key)
         state.problem = problem
+    annotation_problem = pool_tick.annotation_problem
+    if app.leading and annotation_problem != state.annotation_problem:
+        if annotation_problem is not None:
+            log.warning("%s: pod annotations: %s", key, annotation_problem)
+        elif state.annotation_problem is not None:
+            log.info("%s: pod annotations written again", key)
+        state.annotation_problem = annotation_problem
     if app.reports:
         try:
             pool_tick.flush()

@@ -10,6 +10,7 @@ from __future__ import annotations
 import base64
 import binascii
 import datetime
+import json
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -37,6 +38,29 @@ class TargetNotFound(KubeError):
     """The object a WorkerPool names does not exist."""
 
 
+MAX_SERVER_MESSAGE = 512  # characters of the API server's message kept in an error
+
+
+def server_message(body: object) -> str | None:
+    """The ``message`` of a Status object in an error response's body (what ``kubectl``
+    prints: e.g. the admission policy that denied a patch), or None when the body is not one."""
+    if isinstance(body, bytes):
+        body = body.decode("utf-8", "replace")
+    if not isinstance(body, str):
+        return None
+    try:
+        status = json.loads(body)
+    except ValueError:
+        return None
+    message = status.get("message") if isinstance(status, dict) else None
+    if not isinstance(message, str) or not message.strip():
+        return None
+    message = " ".join(message.split())
+    if len(message) > MAX_SERVER_MESSAGE:
+        return f"{message[:MAX_SERVER_MESSAGE]}... ({len(message)} characters)"
+    return message
+
+
 @contextmanager
 def _calling(what: str) -> Iterator[None]:
     try:
@@ -44,7 +68,9 @@ def _calling(what: str) -> Iterator[None]:
     except ApiException as exc:
         status = int(exc.status or 0)
         kind = TargetNotFound if status == 404 else KubeError
-        raise kind(f"{what}: HTTP {status} {exc.reason or ''}".strip(), status) from exc
+        text = f"{what}: HTTP {status} {exc.reason or ''}".strip()
+        message = server_message(exc.body)
+        raise kind(f"{text}: {message}" if message else text, status) from exc
     except (OSError, ValueError) as exc:  # connection failures; unparseable responses
         raise KubeError(f"{what}: {exc}") from exc
 
@@ -68,6 +94,19 @@ def label_selector(selector: kubernetes.client.V1LabelSelector) -> str:
 EVENT_SOURCE = "leaseq-operator"
 
 
+def _unschedulable(pod: kubernetes.client.V1Pod) -> str | None:
+    """The scheduler's message if it found no node for the pod (PodScheduled=False, reason
+    Unschedulable; reason and message are omitempty in the API, hence the defaults)."""
+    for condition in (pod.status.conditions if pod.status else None) or []:
+        if (condition.type, condition.status, condition.reason) == (
+            "PodScheduled",
+            "False",
+            "Unschedulable",
+        ):
+            return condition.message or "no node fits the pod"
+    return None
+
+
 @dataclass(frozen=True)
 class ObjectRef:
     """A custom object the operator writes status and Events for."""
@@ -88,6 +127,9 @@ class Pod:
     name: str
     annotations: Mapping[str, str]
     terminating: bool
+    #: The scheduler's message while the pod's PodScheduled condition is False for reason
+    #: Unschedulable (no node fits: e.g. no GPU node); None otherwise.
+    unschedulable: str | None = None
 
 
 @dataclass(frozen=True)
@@ -164,6 +206,7 @@ class Kube:
                 name=pod.metadata.name or "",
                 annotations=dict(pod.metadata.annotations or {}),
                 terminating=pod.metadata.deletion_timestamp is not None,
+                unschedulable=_unschedulable(pod),
             )
             for pod in listed.items
             if pod.metadata is not None

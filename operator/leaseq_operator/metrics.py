@@ -69,6 +69,9 @@ def _fold(stats: list[QueueStats], pinned: set[str], limit: int) -> tuple[list[Q
 class QueueCollector(Collector):
     """Computes the queue series from one stats query and one workers query per scrape.
 
+    Every queue a WorkerPool names (``pinned``) or a live worker serves has its series, at 0
+    when it holds no unfinished job.
+
     Queue names come from producers, so their number is not the operator's to choose: at
     most ``max_queues`` get series of their own (``pinned`` ones, the WorkerPools' queues,
     first), the rest are summed under ``queue="_other"``, and
@@ -107,7 +110,10 @@ class QueueCollector(Collector):
         live_workers = [w for w in workers if not w.silent]
         served = {name for w in live_workers for name in w.queues}
         known = {s.queue for s in stats}
-        stats += [QueueStats(name, 0, 0, 0, 0, 0, None, None) for name in sorted(served - known)]
+        # Zero rows for idle queues that a live worker serves or a WorkerPool names: a pool
+        # scaled to zero shows 0, not a gap (and `helm test` finds its samples).
+        idle = (served | self._pinned) - known
+        stats += [QueueStats(name, 0, 0, 0, 0, 0, None, None) for name in sorted(idle)]
         stats, folded = _fold(stats, self._pinned, self._max_queues)
         if folded != self._folded_before:
             log.warning(
@@ -209,6 +215,13 @@ class OperatorMetrics:
             ["workerpool"],
             registry=self.registry,
         )
+        self.annotation_failures = Counter(
+            "leaseq_workerpool_annotation_failures",
+            "Pod annotation patches (deletion cost, safe-to-evict) that failed, e.g. refused"
+            " by admission",
+            ["workerpool"],
+            registry=self.registry,
+        )
         self._reaped_queues: set[str] = set()
         self._server: WSGIServer | None = None
         self._thread: threading.Thread | None = None
@@ -245,11 +258,15 @@ class OperatorMetrics:
     def pool(self, name: str, *, desired: int, current: int) -> None:
         self.desired.labels(name).set(desired)
         self.current.labels(name).set(current)
+        self.annotation_failures.labels(name)  # starts at 0
+
+    def annotation_failed(self, name: str, count: int = 1) -> None:
+        self.annotation_failures.labels(name).inc(count)
 
     def forget_pool(self, name: str) -> None:
-        for gauge in (self.desired, self.current):
+        for series in (self.desired, self.current, self.annotation_failures):
             with contextlib.suppress(KeyError):  # never set: nothing to forget
-                gauge.remove(name)
+                series.remove(name)
 
     def serve(self, port: int | None, addr: str = "0.0.0.0") -> int | None:  # noqa: S104 - a pod's metrics port
         """Serve /metrics over HTTP on ``port`` (0: not at all; None: a free port) and log

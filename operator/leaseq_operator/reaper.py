@@ -100,11 +100,11 @@ class LeaderLease:
                 self.name, self.holder, term=self.term, ttl=self.ttl, now=now
             )
         except LeaseqError as exc:
-            if self.term:
-                log.warning(
-                    "reaper lease renewal failed (%s); keeping term %d", exc, self.term,
-                    extra={"holder": self.holder},
-                )  # fmt: skip
+            # The reaper's loop says once per outage that passes fail (this runs every pass).
+            log.debug(
+                "reaper lease renewal failed (%s); keeping term %d", exc, self.term,
+                extra={"holder": self.holder},
+            )  # fmt: skip
             raise
         if held is None:
             self._step_down("another replica holds the lease")
@@ -147,6 +147,7 @@ class Reaper:
     on_leading: Callable[[bool], None] = lambda leading: None
     _stop: threading.Event = field(default_factory=threading.Event, init=False)
     _thread: threading.Thread | None = field(default=None, init=False)
+    _failing: bool = field(default=False, init=False)  # in a database outage
 
     @property
     def leading(self) -> bool:
@@ -207,8 +208,18 @@ class Reaper:
             try:
                 backlog = len(self.run_once().reaped) == REAP_BATCH
             except LeaseqError as exc:
-                log.warning("reaper pass failed: %s", exc)
+                # Once per outage, not at every pass while it lasts; once more when it ends.
+                if not self._failing:
+                    log.warning(
+                        "reaper passes fail, retrying every %gs (keeping term %d): %s",
+                        self.interval, self.lease.term, exc,
+                    )  # fmt: skip
+                self._failing = True
             except Exception:
                 log.exception("reaper pass failed unexpectedly")
+            else:
+                if self._failing:
+                    log.info("reaper passes succeed again", extra={"term": self.lease.term})
+                self._failing = False
             if not backlog:  # a full batch: more may be waiting, go again at once
                 self._stop.wait(self.interval)

@@ -23,6 +23,20 @@ def _not_a_success(record: logging.LogRecord) -> bool:
     return not (record.levelno == logging.INFO and record.getMessage().endswith(" succeeded."))
 
 
+def _above_info(record: logging.LogRecord) -> bool:
+    return record.levelno > logging.INFO
+
+
+def quiet_when_idle() -> None:
+    """An idle operator logs nothing at INFO: drop kopf's success lines for WorkerPool
+    events and for every liveness probe ("Activity 'reaper' succeeded.", each kubelet probe)
+    and aiohttp's access line per probe request. Warnings and errors still pass; idempotent
+    (a filter is added once)."""
+    logging.getLogger("kopf.objects").addFilter(_not_a_success)
+    logging.getLogger("kopf.activities.probe").addFilter(_not_a_success)
+    logging.getLogger("aiohttp.access").addFilter(_above_info)
+
+
 def kopf_settings(config: OperatorConfig) -> kopf.OperatorSettings:
     settings = kopf.OperatorSettings()
     # On shutdown, let a tick in progress finish (it can wait for the database this long)
@@ -53,7 +67,7 @@ def run(
 ) -> None:
     """Run the operator until ``stop_flag`` is set (or SIGTERM/SIGINT in the main thread)."""
     app = app or OperatorApp(config, cluster)
-    logging.getLogger("kopf.objects").addFilter(_not_a_success)  # idempotent per function
+    quiet_when_idle()
     address = config.metrics_address
     host = f"[{address}]" if ":" in address else address
     liveness = f"http://{host}:{config.health_port}/healthz" if config.health_port else None

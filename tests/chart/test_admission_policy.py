@@ -1,6 +1,26 @@
-"""The operator's ValidatingAdmissionPolicy (issue 11): its CEL, evaluated with cel-python the
-way the API server does (matchConditions, then variables, then every validation), against
-patches the operator makes and patches a stolen operator token would try."""
+"""The operator's ValidatingAdmissionPolicy (issues 11, 17): its CEL, evaluated with cel-python
+the way the API server does (matchConditions, then variables, then every validation; an
+expression that errors is a denial, as ``failurePolicy: Fail`` makes it), against patches the
+operator makes and patches a stolen operator token would try.
+
+The inputs have the API server's wire shape, because an expression that reads a key the
+server leaves out errors (``no such key``) and so denies everything (issue 17):
+
+- ``request`` is built as ``CreateAdmissionRequest`` builds it
+  (k8s.io/apiserver/pkg/admission/plugin/cel/condition.go) and converted to unstructured by
+  its json tags (k8s.io/api/admission/v1/types.go, ``AdmissionRequest``): ``subResource``
+  and ``requestSubResource`` are ``json:"subResource,omitempty"`` /
+  ``json:"requestSubResource,omitempty"`` strings, so a patch of the pod itself has no such
+  key; ``name`` and ``namespace`` are omitempty too; ``object`` and ``oldObject`` are left
+  unset in ``request`` (they are the separate ``object`` / ``oldObject`` variables);
+  ``dryRun`` is a ``*bool`` the server always sets; ``userInfo`` is
+  k8s.io/api/authentication/v1 ``UserInfo`` (``extra`` omitempty, and empty here).
+- the pods are as the server stores them (k8s.io/apimachinery/pkg/apis/meta/v1/types.go,
+  ``ObjectMeta``): ``labels``, ``annotations``, ``ownerReferences`` and ``finalizers`` are
+  all ``omitempty``, so a pod without annotations has no ``annotations`` key at all, and a
+  bare pod has no ``ownerReferences``; in ``OwnerReference``, ``controller`` and
+  ``blockOwnerDeletion`` are ``*bool`` omitempty.
+"""
 
 from __future__ import annotations
 
@@ -15,13 +35,38 @@ from chartkit import Helm, Obj, of_kind, one, tool
 SA = "system:serviceaccount:jobs:rel-leaseq-operator"
 COST = "controller.kubernetes.io/pod-deletion-cost"
 EVICT = "cluster-autoscaler.kubernetes.io/safe-to-evict"
+POD_KIND = {"group": "", "version": "v1", "kind": "Pod"}
+PODS = {"group": "", "version": "v1", "resource": "pods"}
 
-POD: Obj = {
-    "apiVersion": "v1",
-    "kind": "Pod",
-    "metadata": {
+
+def _stored_pod(metadata: Obj) -> Obj:
+    """A pod as the API server returns it: server-set metadata, a status, and only the
+    metadata keys given (the omitempty ones stay absent)."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "namespace": "jobs",
+            "uid": "0b9e4f6c-1d2a-4c3b-9e8f-7a6b5c4d3e2f",
+            "resourceVersion": "81234",
+            "creationTimestamp": "2026-12-01T10:00:00Z",
+            **metadata,
+        },
+        "spec": {
+            "containers": [{"name": "worker", "image": "ghcr.io/leaseq/leaseq:1.0"}],
+            "restartPolicy": "Always",
+            "terminationGracePeriodSeconds": 60,
+        },
+        "status": {"phase": "Running"},
+    }
+
+
+# A worker pod of the chart's Deployment: its ReplicaSet's labels and owner, the chart's
+# config checksum annotation.
+POD: Obj = _stored_pod(
+    {
         "name": "rel-leaseq-worker-5d9c-abcde",
-        "namespace": "jobs",
+        "generateName": "rel-leaseq-worker-5d9c-",
         "labels": {"app.kubernetes.io/component": "worker", "pod-template-hash": "5d9c"},
         "annotations": {"checksum/config": "abc"},
         "ownerReferences": [
@@ -31,11 +76,45 @@ POD: Obj = {
                 "name": "rel-leaseq-worker-5d9c",
                 "uid": "u1",
                 "controller": True,
+                "blockOwnerDeletion": True,
             }
         ],
-    },
-    "spec": {"containers": [{"name": "worker", "image": "ghcr.io/leaseq/leaseq:1.0"}]},
-}
+    }
+)
+# The same pod from a template without annotations: no ``annotations`` key.
+POD_WITHOUT_ANNOTATIONS: Obj = copy.deepcopy(POD)
+del POD_WITHOUT_ANNOTATIONS["metadata"]["annotations"]
+# A pod created on its own (no controller): no labels, annotations or ownerReferences keys.
+BARE_POD: Obj = _stored_pod({"name": "debug"})
+
+
+def admission_request(old: Obj, *, user: str, subresource: str = "") -> Obj:
+    """``request`` for an UPDATE (a PATCH) of ``old``, as CreateAdmissionRequest fills it,
+    with the omitempty fields absent when empty (see the module docstring)."""
+    request: Obj = {
+        "kind": POD_KIND,
+        "resource": PODS,
+        "requestKind": POD_KIND,
+        "requestResource": PODS,
+        "name": old["metadata"]["name"],
+        "namespace": old["metadata"]["namespace"],
+        "operation": "UPDATE",
+        "userInfo": {
+            "username": user,
+            "uid": "5e6f7a8b-0000-4000-8000-000000000001",
+            "groups": [
+                "system:serviceaccounts",
+                "system:serviceaccounts:jobs",
+                "system:authenticated",
+            ],
+        },
+        "dryRun": False,
+        # A patch is admitted as an UPDATE with the patch's options as UpdateOptions.
+        "options": {"kind": "UpdateOptions", "apiVersion": "meta.k8s.io/v1"},
+    }
+    if subresource:  # json:"subResource,omitempty", json:"requestSubResource,omitempty"
+        request["subResource"] = request["requestSubResource"] = subresource
+    return request
 
 
 def merge_patch(target: Any, patch: Any) -> Any:
@@ -57,38 +136,54 @@ class Policy:
     def __init__(self, policy: Obj) -> None:
         self.env = celpy.Environment()
         spec = policy["spec"]
-        self.conditions = [self._compile(c["expression"]) for c in spec["matchConditions"]]
+        self.conditions = [
+            (c["expression"], self._compile(c["expression"])) for c in spec["matchConditions"]
+        ]
         self.variables = [(v["name"], self._compile(v["expression"])) for v in spec["variables"]]
         self.validations = [
-            (self._compile(v["expression"]), v["message"]) for v in spec["validations"]
+            (v["expression"], self._compile(v["expression"]), v["message"])
+            for v in spec["validations"]
         ]
 
     def _compile(self, expression: str) -> Any:
         return self.env.program(self.env.compile(expression))
 
     def denials(self, old: Obj, new: Obj, *, user: str = SA, subresource: str = "") -> list[str]:
-        """Messages of the failed validations; empty when the update is admitted."""
-        request = {
-            "userInfo": {"username": user},
-            "subResource": subresource,
-            "operation": "UPDATE",
-        }
+        """Messages of the failed validations; empty when the update is admitted. An
+        expression that errors denies with the server's own wording."""
+        request = admission_request(old, user=user, subresource=subresource)
         activation: dict[str, Any] = {
             "request": celpy.json_to_cel(request),
             "object": celpy.json_to_cel(new),
             "oldObject": celpy.json_to_cel(old),
         }
-        if not all(bool(c.evaluate(activation)) for c in self.conditions):
-            return []
+        for expression, program in self.conditions:
+            try:
+                if not bool(program.evaluate(activation)):
+                    return []
+            except celpy.CELEvalError as exc:  # failurePolicy: Fail
+                return [f"expression '{expression}' resulted in error: {exc.args[0]}"]
         variables: dict[str, Any] = {}
+        failed: dict[str, str] = {}
         for name, program in self.variables:
-            variables[name] = program.evaluate({**activation, "variables": _cel_map(variables)})
+            try:
+                variables[name] = program.evaluate({**activation, "variables": _cel_map(variables)})
+            except celpy.CELEvalError as exc:
+                failed[name] = str(exc.args[0])
         activation["variables"] = _cel_map(variables)
-        return [
-            message
-            for program, message in self.validations
-            if not bool(program.evaluate(activation))
-        ]
+        denials = []
+        for expression, program, message in self.validations:
+            broken = [
+                f"variables.{n}: {e}" for n, e in failed.items() if f"variables.{n}" in expression
+            ]
+            try:
+                if broken:
+                    raise celpy.CELEvalError("; ".join(broken))
+                if not bool(program.evaluate(activation)):
+                    denials.append(message)
+            except celpy.CELEvalError as exc:
+                denials.append(f"expression '{expression}' resulted in error: {exc.args[0]}")
+        return denials
 
 
 def _cel_map(values: dict[str, Any]) -> Any:
@@ -153,15 +248,44 @@ FORBIDDEN = {
 }
 
 
+def _own_messages(denials: list[str]) -> bool:
+    """True when every denial is one of the policy's messages, none an evaluation error."""
+    return not any("resulted in error" in d for d in denials)
+
+
+@pytest.mark.parametrize("pod", [POD, POD_WITHOUT_ANNOTATIONS], ids=["annotated", "no-annotations"])
 @pytest.mark.parametrize("patch", ALLOWED.values(), ids=ALLOWED.keys())
-def test_the_operator_may_change_its_two_annotations(policy: Policy, patch: Obj) -> None:
-    assert policy.denials(POD, merge_patch(POD, patch)) == []
+def test_the_operator_may_change_its_two_annotations(policy: Policy, pod: Obj, patch: Obj) -> None:
+    assert policy.denials(pod, merge_patch(pod, patch)) == []
+
+
+def test_the_request_has_no_subresource_key_for_the_pod_itself() -> None:
+    """The trap of issue 17: the policy must not read request.subResource unguarded."""
+    request = admission_request(POD, user=SA)
+    assert "subResource" not in request and "requestSubResource" not in request
+    assert admission_request(POD, user=SA, subresource="status")["subResource"] == "status"
 
 
 @pytest.mark.parametrize(("patch", "reason"), FORBIDDEN.values(), ids=FORBIDDEN.keys())
 def test_the_operator_may_change_nothing_else(policy: Policy, patch: Obj, reason: str) -> None:
     denials = policy.denials(POD, merge_patch(POD, patch))
     assert denials and any(reason in d for d in denials), denials
+    assert _own_messages(denials), denials
+
+
+def test_a_pod_without_annotations_gets_the_policys_own_denials(policy: Policy) -> None:
+    patched = merge_patch(POD_WITHOUT_ANNOTATIONS, {"metadata": {"annotations": {"x": "y"}}})
+    denials = policy.denials(POD_WITHOUT_ANNOTATIONS, patched)
+    assert denials and _own_messages(denials), denials
+    assert any("only the" in d for d in denials), denials
+
+
+def test_a_bare_pod_is_refused_by_the_owner_rule_not_an_error(policy: Policy) -> None:
+    patched = merge_patch(BARE_POD, {"metadata": {"annotations": {COST: "1"}}})
+    denials = policy.denials(BARE_POD, patched)
+    assert any("ReplicaSet" in d for d in denials), denials
+    assert _own_messages(denials), denials
+    assert "labels" not in patched["metadata"] and "ownerReferences" not in patched["metadata"]
 
 
 def test_only_pods_a_replicaset_owns(policy: Policy) -> None:
@@ -188,7 +312,10 @@ def test_only_pods_a_replicaset_owns(policy: Policy) -> None:
 
 def test_no_pod_subresource(policy: Policy) -> None:
     patched = merge_patch(POD, {"metadata": {"annotations": {COST: "1"}}})
-    assert any("subresources" in d for d in policy.denials(POD, patched, subresource="status"))
+    for subresource in ("status", "ephemeralcontainers", "binding"):
+        denials = policy.denials(POD, patched, subresource=subresource)
+        assert any("subresources" in d for d in denials), denials
+        assert _own_messages(denials), denials
 
 
 def test_other_users_are_not_matched(policy: Policy) -> None:

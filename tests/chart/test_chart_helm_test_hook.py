@@ -14,6 +14,10 @@ from collections.abc import Iterator
 import pytest
 from chartkit import Helm, one
 
+import leaseq
+from leaseq_operator.metrics import OperatorMetrics
+from support import net
+
 
 class _Metrics(http.server.BaseHTTPRequestHandler):
     body = b""
@@ -90,3 +94,23 @@ def test_fails_without_the_metric(helm: Helm, database_url: str, metrics_url: st
     proc = run_script(hook_script(helm), database_url, f"{metrics_url} leaseq_jobs_claimed_total")
     assert proc.returncode != 0
     assert "answered without leaseq_jobs_claimed_total" in proc.stderr
+
+
+def test_passes_on_an_idle_release_scaled_to_zero(helm: Helm, database_url: str) -> None:
+    """The real operator metrics of an idle release (no job, no worker, the pool at 0): the
+    WorkerPool's queues are exported at 0, so the hook finds its samples (issue 17)."""
+    objects = helm.render(sets={"worker.pool.minReplicas": "0"})
+    [pool] = [o for o in objects if o["kind"] == "WorkerPool"]
+    metrics = OperatorMetrics()
+    port = net.free_port()
+    with leaseq.open_pool(database_url, timeout=5) as db:
+        metrics.watch_queues(leaseq.Queue(db), leaseq.Workers(db))
+        metrics.known_queues(tuple(pool["spec"]["queues"]))  # what the pool's first tick does
+        metrics.serve(port, "127.0.0.1")
+        try:
+            url = f"http://127.0.0.1:{port}/metrics"
+            proc = run_script(hook_script(helm), database_url, f"{url} leaseq_queue_jobs")
+        finally:
+            metrics.close()
+    assert proc.returncode == 0, proc.stderr
+    assert "leaseq_queue_jobs samples" in proc.stdout

@@ -24,10 +24,10 @@ import shutil
 import socket
 import subprocess
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import psycopg
 import pytest
@@ -207,6 +207,17 @@ def replicas(cluster: Cluster) -> tuple[int, int]:
     return int(spec), int(ready)
 
 
+def gone(old_pods: set[str], listed: str) -> bool:
+    """True when none of ``old_pods`` is in ``listed`` (kubectl's space-separated names)."""
+    return not old_pods & set(listed.split())
+
+
+def released_by(attempts: Sequence[leaseq.AttemptRecord], pods: set[str]) -> list[Any]:
+    """The attempts a worker of one of ``pods`` ended by releasing (a graceful drain); empty
+    (falsy, so wait_for polls on) until the database has one."""
+    return [a for a in attempts if a.outcome == "released" and any(pod in a.worker for pod in pods)]
+
+
 def test_scale_crash_upgrade_scale_down(installed: Cluster, database_url: str) -> None:
     cluster = installed
     with psycopg.connect(database_url, autocommit=True) as conn:
@@ -269,13 +280,18 @@ def test_scale_crash_upgrade_scale_down(installed: Cluster, database_url: str) -
             "--timeout",
             "10m",
         )
-        released = [
-            a
-            for job_id in job_ids
-            for a in queue.attempts(job_id)
-            if a.outcome == "released" and any(pod in a.worker for pod in old_pods)
-        ]
-        assert released, "no draining pod released a job: the release path was not exercised"
+        # `--wait` returns once the new pods are ready, while the last old ones may still be
+        # draining: wait for them to be gone, then for their releases to be in the database.
+        wait_for(
+            "the old pods to be gone",
+            lambda: gone(old_pods, cluster.jsonpath("pods", "{.items[*].metadata.name}")),
+            timeout=300,
+        )
+        wait_for(
+            "a draining pod to have released a job (the release path)",
+            lambda: released_by([a for j in job_ids for a in queue.attempts(j)], old_pods),
+            timeout=60,
+        )
 
         # Everything runs to the end, then the pool scales back to minReplicas (0).
         def drained() -> bool:

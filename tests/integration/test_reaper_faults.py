@@ -151,3 +151,38 @@ def test_reaped_attempts_name_their_reaper(
         attempt.error
         == f"lease expired without completion (reaped by op-a term {reaper.lease.term})"
     )
+
+
+def test_an_outage_is_logged_once_and_its_end_once(
+    pool: leaseq.Pool, server_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Every pass fails while the database is gone: one WARNING for the outage (not one or
+    two per pass), one line when passes succeed again (issue 17)."""
+    caplog.set_level(logging.INFO, logger="leaseq_operator.reaper")
+    reaper = _reaper(pool, "op-a", ttl=30, interval=0.05)
+    passes: list[bool] = []
+    reaper.on_leading = passes.append  # called once per pass, failed or not
+    reaper.start()
+
+    def records(level: int, text: str) -> list[logging.LogRecord]:
+        return [
+            r
+            for r in caplog.records
+            if r.name == "leaseq_operator.reaper" and r.levelno == level and text in r.message
+        ]
+
+    try:
+        wait_for(lambda: reaper.leading, "the reaper to lead")
+        good = reaper.lease.leadership
+        with leaseq.open_pool(server_url + "-does-not-exist", timeout=0.5) as broken:
+            reaper.lease.leadership = leaseq.Leadership(broken)
+            failing_from = len(passes)
+            wait_for(lambda: len(passes) >= failing_from + 4, "four failed passes")
+            reaper.lease.leadership = good
+        wait_for(lambda: records(logging.INFO, "succeed again"), "the end of the outage")
+        warnings = records(logging.WARNING, "")  # before stop() steps down
+    finally:
+        reaper.stop()
+    assert len(warnings) == 1, [r.message for r in warnings]
+    assert "reaper passes fail" in warnings[0].message
+    assert len(records(logging.INFO, "succeed again")) == 1

@@ -71,6 +71,18 @@ class LeaseqEmulator(kmock.KubernetesEmulator):
         super().__attrs_post_init__()
         # Real servers keep one resourceVersion counter for everything (etcd's revision).
         self.revision = 0
+        # plural -> the admission denial every write to such an object gets (deny_updates).
+        self.denied_updates: dict[str, str] = {}
+
+    def deny_updates(self, plural: str, policy: str, message: str) -> None:
+        """Make every PATCH of a ``plural`` object (not its subresources) fail as a
+        ValidatingAdmissionPolicy denial does: HTTP 422 with a Status body (see
+        :meth:`_denied`)."""
+        binding = policy  # the chart names the binding after its policy
+        self.denied_updates[plural] = (
+            f"ValidatingAdmissionPolicy '{policy}' with binding '{binding}' denied request:"
+            f" {message}"
+        )
 
     # -- helpers -----------------------------------------------------------------------------
 
@@ -164,9 +176,29 @@ class LeaseqEmulator(kmock.KubernetesEmulator):
         await self._store(key, body, "ADDED")
         return body
 
+    def _denied(self, key: ObjectKey) -> kmock.KubernetesError | None:
+        """A policy denial as the API server sends it: a ``Status`` (k8s.io/apimachinery
+        pkg/apis/meta/v1/types.go: ``message``, ``reason``, ``details`` and ``code`` are
+        omitempty fields, all set here; kmock renders ``kind``, ``apiVersion``, ``metadata: {}``
+        and ``status: Failure``), reason Invalid and code 422 (the policy plugin's default
+        reason), ``details`` naming the object, the message prefixed by
+        ``<plural> "<name>" is forbidden:`` as the server's Forbidden errors are."""
+        denial = self.denied_updates.get(str(key[0].plural))
+        if denial is None:
+            return None
+        return kmock.KubernetesError(
+            422,
+            "Invalid",
+            f'{key[0].plural} "{key[2]}" is forbidden: {denial}',
+            {"name": key[2], "kind": key[0].plural},
+        )
+
     async def _update(self, request: kmock.Request) -> dict[str, Any]:
         key = self._key(request)
         before = self._current(key)
+        denied = self._denied(key)
+        if denied is not None:
+            raise denied
         patch = request.data
         # Restores: with a status subresource, writes to the object ignore .status.
         if "status" in self._subresources(key[0]) and isinstance(patch, Mapping):

@@ -101,7 +101,11 @@ def test_database_down_holds_replicas_and_sets_a_condition(
     api.create_deployment("workers", replicas=0)
     for n in range(3):
         queue.enqueue("ocr", "extract", {"n": n})
-    start_operator()
+    # The replica that led reports the outage for one lease TTL after its last renewal: the
+    # failed read must be written within it. The suite's 2 s TTL is short for a loaded
+    # machine (the read waits up to database_timeout first); this test is about the outage,
+    # not failover, so its TTL leaves ample room.
+    start_operator(leader_ttl_seconds=60.0)
     api.create_pool(
         "ocr",
         {
@@ -127,7 +131,9 @@ def test_database_down_holds_replicas_and_sets_a_condition(
         )
         assert "unreachable" in condition["message"] or "connect" in condition["message"]
         assert api.replicas("workers") == 3  # held: nothing was scaled on missing data
-        assert api.events("DatabaseUnreadable")
+        # The operator posts the Event after it writes the status (PoolTick.flush): seeing
+        # the condition does not mean the Event exists yet, so wait for it.
+        wait_for(lambda: api.events("DatabaseUnreadable"), what="the DatabaseUnreadable event")
         admin.execute(f'ALTER DATABASE "{name}" ALLOW_CONNECTIONS true')
     # The database is back: the jobs are still there, and so are the replicas.
     wait_for(lambda: (api.condition("ocr", "DatabaseReachable") or {}).get("status") == "True")

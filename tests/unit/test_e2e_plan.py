@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from pathlib import Path
 
 import yaml
 from e2e import test_e2e_kind as e2e
+
+import leaseq
 
 KIND_VALUES = Path(__file__).parents[2] / "charts" / "leaseq" / "ci" / "kind-values.yaml"
 
@@ -24,3 +27,23 @@ def test_the_workload_outlasts_the_phases_before_the_upgrade() -> None:
     slots = e2e.MAX_REPLICAS * values["worker"]["concurrency"]
     before_upgrade = values["worker"]["leaseSeconds"] + values["operator"]["reapIntervalSeconds"]
     assert e2e.JOBS * e2e.JOB_SECONDS / slots > 4 * before_upgrade
+
+
+def _attempt(worker: str, outcome: str) -> leaseq.AttemptRecord:
+    now = datetime.now(UTC)
+    return leaseq.AttemptRecord(1, 1, 1, worker, now, now, leaseq.AttemptOutcome(outcome), None)
+
+
+def test_the_upgrade_check_polls_until_a_draining_pod_released() -> None:
+    """The upgrade's assertion is a wait: `released_by` is falsy until the database holds a
+    release by a worker of an old pod (`helm upgrade --wait` returns while old pods still
+    drain), and `gone` waits for the old pods themselves (issue 17)."""
+    old = {"leaseq-worker-abc-1", "leaseq-worker-abc-2"}
+    finished = [_attempt("leaseq-worker-abc-1-0", "succeeded")]
+    assert not e2e.released_by(finished, old)
+    by_new_pod = [*finished, _attempt("leaseq-worker-def-1-0", "released")]
+    assert not e2e.released_by(by_new_pod, old)
+    drained = [*by_new_pod, _attempt("leaseq-worker-abc-2-1", "released")]
+    assert [a.worker for a in e2e.released_by(drained, old)] == ["leaseq-worker-abc-2-1"]
+    assert not e2e.gone(old, "leaseq-worker-abc-2 leaseq-worker-def-1")
+    assert e2e.gone(old, "leaseq-worker-def-1 leaseq-worker-def-2")

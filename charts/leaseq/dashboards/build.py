@@ -287,6 +287,20 @@ def build() -> dashboard.Dashboard:
             )
         )
         .with_panel(
+            graph(
+                "Failed pod annotations",
+                "Pod annotation patches (deletion cost, safe-to-evict) that failed per"
+                " WorkerPool, e.g. refused by an admission policy. Scaling goes on; the"
+                " WorkerPool's PodsAnnotated condition has the API server's message.",
+                "short",
+                query(
+                    "sum by (workerpool) (increase("
+                    f"leaseq_workerpool_annotation_failures_total{{{NS}}}[$__rate_interval]))",
+                    "{{workerpool}}",
+                ),
+            )
+        )
+        .with_panel(
             single(
                 "Reaper leaders",
                 "Operators holding the reaper leadership: exactly 1 is healthy.",

@@ -260,6 +260,6 @@ def test_a_child_stops_at_its_lease_end_while_its_supervisor_is_stopped(
     job = finished(queue, job_id)
     assert job.status == "succeeded"
     assert effect.read_text() == "2\n"  # only the next attempt's effect
-    first, second = outcomes(queue, job_id)  # the first: reaped, then fenced on resume
+    _first, second = outcomes(queue, job_id)  # the first: reaped, then fenced on resume
     assert second == ("w-a", "succeeded")
     wait_for(lambda: gone(child), "the killed child reaped once its worker runs again")

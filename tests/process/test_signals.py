@@ -157,3 +157,18 @@ def test_a_stopped_worker_is_fenced_when_it_resumes(
         b.metric("leaseq_jobs_finished_total", queue="q", job_type="work", outcome="succeeded") == 1
     )
     assert a.proc.poll() is None
+
+
+@pytest.mark.parametrize("isolation", ["thread", "process"])
+def test_a_sigterm_after_the_worker_stopped_still_exits_0(
+    spawn_worker: Spawn, isolation: str
+) -> None:
+    # A supervisor that repeats its SIGTERM (systemd, a Job-style runner) while the worker
+    # is already exiting must still see the clean stop's status.
+    w = spawn_worker("w-a", isolation=isolation)
+    w.signal(signal.SIGTERM)
+    # Read as fast as the log grows: the window between the line and the exit is short.
+    while "worker stopped" not in w.log.read_text() and w.proc.poll() is None:
+        pass
+    w.signal(signal.SIGTERM)
+    assert w.wait_exit() == 0

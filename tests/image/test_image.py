@@ -90,6 +90,8 @@ def test_worker_as_pid_1_runs_a_job_releases_on_stop_and_exits_zero(
             "LEASEQ_DRAIN_SECONDS": str(DRAIN_SECONDS),
             "LEASEQ_METRICS_PORT": str(port),
         },
+        # The chart's memory-backed /dev/shm for process isolation (worker.shmSizeLimit).
+        flags=("--shm-size=256m",) if isolation == "process" else (),
     )
     wait_for(
         lambda: queue.get(quick).status == "succeeded" or not worker.running,

@@ -101,6 +101,18 @@ def die(payload: dict[str, Any], ctx: JobContext) -> dict[str, Any]:
         time.sleep(0.05)
 
 
+@registry.job("late_effect")
+def late_effect(payload: dict[str, Any], ctx: JobContext) -> dict[str, Any]:
+    """The first attempt notes its pid and sleeps ``payload['seconds']`` (deaf to stop
+    requests) before its effect; each attempt appends its number to ``payload['effect']``."""
+    if ctx.attempt == 1:
+        _note_pid(payload)
+        time.sleep(float(payload["seconds"]))
+    with Path(payload["effect"]).open("a") as out:
+        out.write(f"{ctx.attempt}\n")
+    return {"attempt": ctx.attempt}
+
+
 @registry.job("runaway")
 def runaway(payload: dict[str, Any], ctx: JobContext) -> None:
     """Ignore every stop request, forever (only a kill ends it)."""

@@ -29,6 +29,15 @@ def pid_in(path: Path) -> int:
     return int(wait_for(lambda: path.exists() and path.read_text(), f"a pid in {path.name}"))
 
 
+def running(pid: int) -> bool:
+    """True while ``pid`` runs (a zombie, dead but not yet reaped, does not)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except FileNotFoundError:
+        return False
+    return stat.rpartition(")")[2].split()[0] != "Z"
+
+
 def gone(pid: int) -> bool:
     """True once ``pid`` has exited and been reaped by its parent."""
     try:
@@ -252,3 +261,29 @@ def test_a_heartbeat_starved_by_a_handler_holding_the_gil_says_so(
         and "--isolation process" in line
         for line in warnings
     ), warnings
+
+
+def test_a_child_stops_at_its_lease_end_while_its_supervisor_is_stopped(
+    queue: leaseq.Queue, spawn_worker: Spawn, reaper: list[leaseq.Reaped], tmp_path: Path
+) -> None:
+    # Only the worker process stalls (SIGSTOP): it can neither renew nor kill its child.
+    w = spawn_worker("w-a", isolation="process", lease=1, heartbeat=0.3)
+    pid_file, effect = tmp_path / "child.pid", tmp_path / "effect"
+    payload = {"seconds": 6, "pid_file": str(pid_file), "effect": str(effect)}
+    job_id = queue.enqueue("q", "late_effect", payload).job_id
+    child = pid_in(pid_file)
+    w.signal(signal.SIGSTOP)
+    try:
+        wait_for(lambda: any(r.job_id == job_id for r in reaper), "the expired lease reaped")
+        # The child stopped by itself at the end of its lease (its guard killed it): a zombie
+        # until its stopped parent reaps it, and no effect of the expired attempt.
+        wait_for(lambda: not running(child), "the stale child to stop at its lease's end")
+        assert not effect.exists()
+    finally:
+        w.signal(signal.SIGCONT)
+    job = finished(queue, job_id)
+    assert job.status == "succeeded"
+    assert effect.read_text() == "2\n"  # only the next attempt's effect
+    _first, second = outcomes(queue, job_id)  # the first: reaped, then fenced on resume
+    assert second == ("w-a", "succeeded")
+    wait_for(lambda: gone(child), "the killed child reaped once its worker runs again")

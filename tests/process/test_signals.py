@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import os
 import signal
+import subprocess
+import sys
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
 import leaseq
+from support import net
 from support.polling import wait_for
 from support.workers import WorkerProcess
 
@@ -157,3 +161,34 @@ def test_a_stopped_worker_is_fenced_when_it_resumes(
         b.metric("leaseq_jobs_finished_total", queue="q", job_type="work", outcome="succeeded") == 1
     )
     assert a.proc.poll() is None
+
+
+@pytest.mark.parametrize("isolation", ["thread", "process"])
+def test_a_sigterm_after_the_worker_stopped_still_exits_0(
+    spawn_worker: Spawn, isolation: str
+) -> None:
+    # A supervisor that repeats its SIGTERM (systemd, a Job-style runner) while the worker
+    # is already exiting must still see the clean stop's status.
+    w = spawn_worker("w-a", isolation=isolation)
+    w.signal(signal.SIGTERM)
+    # Read as fast as the log grows: the window between the line and the exit is short.
+    while "worker stopped" not in w.log.read_text() and w.proc.poll() is None:
+        pass
+    w.signal(signal.SIGTERM)
+    assert w.wait_exit() == 0
+
+
+def test_sigterm_while_waiting_for_the_database_at_start_up_exits_0(tmp_path: Path) -> None:
+    # Nothing listens on the port: the worker waits for its database (with backoff) and
+    # must stop cleanly on SIGTERM, a batching app included (its batcher never started).
+    nowhere = f"postgresql://leaseq@127.0.0.1:{net.free_port()}/none?connect_timeout=2"
+    log = tmp_path / "w-a.log"
+    cmd = [sys.executable, "-m", "leaseq.cli", "worker", "--app", "apps:registry",
+           "--queue", "q", "--metrics-port", "0", "--database-url", nowhere]  # fmt: skip
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).parent)}
+    with log.open("wb") as out:
+        proc = subprocess.Popen(cmd, env=env, stdout=out, stderr=subprocess.STDOUT)
+    wait_for(lambda: "waiting for the database" in log.read_text(), "the wait for the database")
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=30) == 0, log.read_text()
+    assert "Traceback" not in log.read_text()

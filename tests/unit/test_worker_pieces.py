@@ -72,12 +72,18 @@ def test_worker_settings_from_flags_and_environment() -> None:
         (["--heartbeat-seconds", "30"], "must be below --lease-seconds"),
         (["--listen", "maybe"], "--listen"),
         (["--concurrency", "0"], "--concurrency"),
+        (["--concurrency", "100000"], "--concurrency 100000 is above the limit of 1024 slots"),
     ],
 )
 def test_worker_settings_refuse_bad_values(argv: list[str], message: str) -> None:
     env = {"LEASEQ_DATABASE_URL": "postgresql://db/x", "LEASEQ_APP": "a:b", "LEASEQ_QUEUES": "q"}
     with pytest.raises(ConfigError, match=message):
         parse(argv, env)
+
+
+def test_the_concurrency_limit_is_inclusive() -> None:
+    env = {"LEASEQ_DATABASE_URL": "postgresql://db/x", "LEASEQ_APP": "a:b", "LEASEQ_QUEUES": "q"}
+    assert parse(["--concurrency", "1024"], env).concurrency == 1024
 
 
 def test_worker_settings_name_what_is_missing() -> None:

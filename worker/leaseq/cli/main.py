@@ -54,7 +54,7 @@ def _cmd_worker(args: argparse.Namespace) -> int:
     try:
         return worker.run(signals)
     finally:
-        signals.uninstall()
+        signals.retire()
         signals.close()
 
 
@@ -103,7 +103,7 @@ def _cmd_reaper(args: argparse.Namespace) -> int:
     try:
         standalone.serve(config, lambda: signals.wait(0, None))
     finally:
-        signals.uninstall()
+        signals.retire()
         signals.close()
     return 0
 

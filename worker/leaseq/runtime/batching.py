@@ -162,5 +162,6 @@ class Batching(Executor):
         with self._changed:
             self._closing = True
             self._changed.notify()
-        self._thread.join(timeout)
+        if self._thread.ident is not None:  # not started when the worker stopped first
+            self._thread.join(timeout)
         self.inner.close(timeout)

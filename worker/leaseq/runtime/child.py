@@ -7,7 +7,8 @@ progress goes up the pipe, a checkpoint is a request the supervisor answers (the
 makes the fenced call), stop and draining come down the pipe. SIGINT and SIGTERM are ignored
 (the supervisor decides when a child ends, and a terminal's Ctrl-C reaches the whole process
 group); a child dies with its supervisor (``PR_SET_PDEATHSIG`` where Linux offers it, else at
-EOF on the pipe).
+EOF on the pipe), and at the end of the lease it runs under, even when the supervisor is
+stopped (its guard, :func:`_guard`).
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ import threading
 import time
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
-from typing import Any
+from typing import Any, NoReturn, Protocol
 
 from leaseq.core import validation
 from leaseq.core.errors import LeaseqError
@@ -37,6 +38,9 @@ from leaseq.runtime.registry import Registry, load_app
 
 log = logging.getLogger("leaseq.child")
 
+#: Longest sleep of a child's lease guard between two reads of its deadline (a deadline
+#: set while it sleeps is at least a lease's margin away: see processes.LEASE_MARGIN).
+GUARD_POLL_SECONDS = 0.05
 #: How often a child sends its handlers' latest progress up the pipe (the last value before
 #: a result always goes with it).
 PROGRESS_INTERVAL_SECONDS = 0.1
@@ -68,11 +72,17 @@ class ChildSpec:
     log_format: str
 
 
-def main(conn: Connection, spec: ChildSpec) -> None:
-    """The child process's entry point (``multiprocessing`` target)."""
+def main(conn: Connection, spec: ChildSpec, supervisor: int, deadline: Deadline) -> None:
+    """The child process's entry point (``multiprocessing`` target); ``supervisor`` is the
+    pid of the worker process that started it, ``deadline`` the shared lease deadline its
+    guard enforces (:func:`_guard`)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
-    _die_with_parent()
+    _die_with_parent(supervisor)
+    # Forked now, while this process has one thread (spawn started a fresh interpreter).
+    if os.fork() == 0:
+        conn.close()  # the pipe's ends stay the child's and the supervisor's alone
+        _guard(deadline)
     logs.configure(spec.log_level, spec.log_format)
     try:
         registry = load_app(spec.app)
@@ -84,16 +94,47 @@ def main(conn: Connection, spec: ChildSpec) -> None:
     Child(conn, spec, registry).serve()
 
 
-def _die_with_parent() -> None:
+def _die_with_parent(supervisor: int) -> None:
     """Ask Linux to SIGKILL this process when its parent dies (a SIGKILLed supervisor must
-    not leave children holding GPUs); elsewhere EOF on the pipe does it, later."""
+    not leave children holding GPUs); elsewhere EOF on the pipe does it, later.
+
+    The parent is known by its pid, never assumed not to be 1: in a container the worker
+    is PID 1 (the kubelet runs the entrypoint so), and an orphan is reparented to another
+    process, so a parent pid that is no longer ``supervisor`` means the parent died
+    (before ``prctl`` took effect)."""
     try:
         libc = ctypes.CDLL(None, use_errno=True)
         libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
     except (OSError, AttributeError):
         pass
-    if os.getppid() == 1:  # the parent died before prctl took effect
+    if os.getppid() != supervisor:
         os._exit(1)
+
+
+class Deadline(Protocol):
+    """A ``c_double`` in memory shared with the supervisor (``multiprocessing.RawValue``)."""
+
+    value: float
+
+
+def _guard(deadline: Deadline) -> NoReturn:
+    """The child's lease guard, a process forked from the child before it loads anything:
+    it SIGKILLs the child when the monotonic clock passes ``deadline`` and exits with it.
+
+    The supervisor writes ``deadline`` (the running unit's earliest lease end, less a
+    margin; infinity while the child is idle) into shared memory at each renewal, so the
+    guard needs neither the supervisor nor the child to run: a stopped supervisor (SIGSTOP,
+    a frozen node process) cannot let the child run past its lease, and a handler holding
+    the child's GIL can neither delay the kill nor be killed while its lease is renewed.
+    CLOCK_MONOTONIC is one clock for every process of a host."""
+    child = os.getppid()
+    _die_with_parent(child)
+    while True:
+        remaining = deadline.value - time.monotonic()
+        if remaining <= 0:
+            os.kill(child, signal.SIGKILL)
+            os._exit(0)
+        time.sleep(min(remaining, GUARD_POLL_SECONDS))
 
 
 class _Checkpoints:

@@ -187,6 +187,7 @@ class HeartbeatLoop:
                 return True
             value, version = job.context.pending_progress()
             progress = value if version > job.sent_progress_version else None
+            sent = time.monotonic()
             try:
                 beat = self.queue.heartbeat(
                     job.job.lease, lease_seconds=self.lease_seconds, progress=progress
@@ -207,6 +208,7 @@ class HeartbeatLoop:
             self.health.db_ok()
             if beat.status is HeartbeatStatus.RENEWED:
                 job.lease_bound = time.monotonic() + self.lease_seconds
+                job.renewed(sent, self.lease_seconds)
                 job.sent_progress_version = version
                 self.metrics.renewals.labels(job.job.queue).inc()
                 self.metrics.last_heartbeat.set_to_current_time()

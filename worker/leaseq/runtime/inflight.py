@@ -42,6 +42,14 @@ class InFlight:
     #: Set once the settling call (complete, fail or release) has returned or given up.
     settled: threading.Event = field(default_factory=threading.Event)
     sent_progress_version: int = 0
+    #: Local monotonic time before which the lease surely still holds (its earliest end):
+    #: a child process stops at it by itself (:mod:`leaseq.runtime.child`).
+    lease_floor: float = float("inf")
+    #: Local monotonic time at or before the job's max runtime ends in database time: no
+    #: renewal extends the lease past it.
+    runtime_floor: float = float("inf")
+    #: How long the last claim or renewal held the lease for (seconds, at least).
+    granted: float = float("inf")
 
     @classmethod
     def start(
@@ -58,17 +66,32 @@ class InFlight:
         """Local bounds from a claim sent at ``sent_at`` and answered at ``received_at``: the
         database's start time lies between the two."""
         deadline = None
+        runtime_floor = float("inf")
         if job.timeout_seconds is not None:
             margin = min(TIMEOUT_MARGIN_SECONDS, job.timeout_seconds / 4)
             deadline = sent_at + job.timeout_seconds - margin
-        return cls(
+            runtime_floor = sent_at + job.timeout_seconds
+        attempt = cls(
             job,
             job_type,
             context,
             lease_bound=received_at + lease_seconds,
             deadline=deadline,
             renew_at=received_at + heartbeat_seconds,
+            runtime_floor=runtime_floor,
         )
+        attempt.renewed(sent_at, lease_seconds)
+        return attempt
+
+    def renewed(self, sent_at: float, lease_seconds: float) -> None:
+        """Record a claim or renewal sent at ``sent_at`` that PostgreSQL granted: the lease
+        ends ``least(lease_seconds, started_at + timeout - now)`` after the statement's
+        ``now()`` (database time, as job_claim and job_heartbeat compute it), and that
+        statement ran after ``sent_at``, so ``sent_at`` plus that length is a local time at
+        or before the lease's end, whatever the offset between the two hosts' clocks (only
+        durations are measured here)."""
+        self.lease_floor = min(sent_at + lease_seconds, self.runtime_floor)
+        self.granted = self.lease_floor - sent_at
 
     @property
     def running(self) -> bool:

@@ -20,12 +20,16 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import ctypes
 import logging
+import math
 import multiprocessing
+import os
 import signal
 import threading
 import time
 from collections.abc import Callable
+from multiprocessing import resource_tracker
 from multiprocessing.connection import Connection, wait
 from multiprocessing.process import BaseProcess
 from typing import Any
@@ -42,8 +46,57 @@ log = logging.getLogger("leaseq.worker")
 
 #: How often a slot's supervisor thread looks up from the pipe (to pass on draining).
 PUMP_SECONDS = 0.1
+#: Most a child's guard kills it ahead of its lease's earliest end (seconds); less for
+#: leases shorter than 8 times this.
+LEASE_MARGIN_SECONDS = 0.25
 #: Error code of an attempt whose child process died under it.
 CHILD_CRASHED = "CHILD_CRASHED"
+
+
+#: How often a worker that is PID 1 reaps the orphans reparented to it (seconds).
+ORPHAN_REAP_SECONDS = 1.0
+
+
+def reap_orphans() -> list[int]:
+    """Reap this process's zombie children that ``multiprocessing`` did not start (it reaps
+    its own, keeping their exit codes); returns their pids.
+
+    A worker that is PID 1 (a container's entrypoint) inherits every orphan of its PID
+    namespace, the guard of each child that died first among them (:func:`child._guard`),
+    and only PID 1 can reap them. In process isolation the worker itself starts nothing but
+    its children and multiprocessing's resource tracker, so a zombie that is neither is an
+    orphan, and nobody else waits for it."""
+    me = str(os.getpid())
+    candidates = _zombie_children(me)
+    # First let multiprocessing reap (and record) what is its own.
+    multiprocessing.active_children()
+    tracker = getattr(resource_tracker._resource_tracker, "_pid", None)
+    own = {p.pid for p in multiprocessing.active_children()} | {tracker}
+    reaped = []
+    for pid in candidates:
+        if pid in own or pid not in _zombie_children(me, only=pid):
+            continue
+        with contextlib.suppress(ChildProcessError):
+            if os.waitpid(pid, os.WNOHANG)[0] == pid:
+                reaped.append(pid)
+    return reaped
+
+
+def _zombie_children(parent: str, only: int | None = None) -> list[int]:
+    """Pids of ``parent``'s children that are zombies (of ``only``, if given), from /proc."""
+    pids = [only] if only is not None else [int(e) for e in os.listdir("/proc") if e.isdigit()]
+    found = []
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                stat = f.read()
+        except OSError:
+            continue
+        # Fields after the command name, which is in parentheses and may hold anything.
+        state, ppid = stat.rpartition(")")[2].split()[:2]
+        if state == "Z" and ppid == parent:
+            found.append(pid)
+    return found
 
 
 class ChildStartupFailed(LeaseqError):
@@ -64,13 +117,28 @@ def exit_cause(exitcode: int | None) -> str:
     return f"child process exited with code {exitcode}"
 
 
-class _Child:
-    """One running child process and its end of the pipe."""
+def lease_margin(attempts: list[InFlight]) -> float:
+    """How long before its lease's earliest end a child's guard kills it: room for the
+    kill and for the child's last write to land before another worker can claim the job."""
+    return min(LEASE_MARGIN_SECONDS, *(a.granted / 8 for a in attempts))
 
-    def __init__(self, process: BaseProcess, conn: Connection) -> None:
+
+class _Child:
+    """One running child process, its end of the pipe, and its guard's deadline."""
+
+    def __init__(self, process: BaseProcess, conn: Connection, deadline: child.Deadline) -> None:
         self.process = process
         self.conn = conn
+        self.deadline = deadline
         self.lock = threading.Lock()  # one sender at a time
+
+    def guard(self, attempts: list[InFlight]) -> float:
+        """Set the guard's deadline for ``attempts`` (infinity for none); returns it."""
+        until = float("inf")
+        if attempts:
+            until = min(a.lease_floor for a in attempts) - lease_margin(attempts)
+        self.deadline.value = until
+        return until
 
     def send(self, *message: Any) -> None:
         with self.lock:
@@ -101,14 +169,15 @@ class _Slot:
         start-up, this slot's thread for a replacement; both outlive the child's use."""
         ctx = multiprocessing.get_context("spawn")
         here, there = ctx.Pipe(duplex=True)
+        deadline = ctx.RawValue(ctypes.c_double, math.inf)
         process = ctx.Process(
             target=child.main,
-            args=(there, self.executor.spec),
+            args=(there, self.executor.spec, os.getpid(), deadline),
             name=f"leaseq-slot-{self.index}",
         )
         process.start()
         there.close()
-        return _Child(process, here)
+        return _Child(process, here, deadline)
 
     def await_ready(self, new: _Child) -> None:
         """Wait until ``new`` finished ``on_startup``; ChildStartupFailed if it did not."""
@@ -184,12 +253,16 @@ class _Slot:
             self.unit = {a.job.id: a for a in attempts}
             self.killed = set()
         draining = any(a.context.draining for a in attempts)
+        until = current.guard(attempts)
         current.send(Msg.RUN, [a.job for a in attempts], draining)
         outcomes: list[HandlerOutcome] | None = None
         started = time.monotonic()
         stopped: set[int] = set()
         while outcomes is None:
             ready = wait([current.conn, current.process.sentinel], PUMP_SECONDS)
+            # Renewals move the leases' ends: the guard follows (not for attempts already
+            # given up, whose leases are no longer renewed and may be gone).
+            until = current.guard([a for a in attempts if a.running] or attempts)
             if not draining and any(a.context.draining for a in attempts):
                 draining = True
                 self._send_quietly(current, Msg.DRAINING)
@@ -208,9 +281,12 @@ class _Slot:
                 outcomes = self.handle(current, message)
             elif current.process.sentinel in ready:
                 break
+        current.guard([])
         if outcomes is None:
             current.process.join(5.0)
             cause = exit_cause(current.process.exitcode)
+            if current.process.exitcode == -signal.SIGKILL and time.monotonic() >= until:
+                cause = "child process stopped by its guard at the end of its lease"
             self.discard_child()
             crashed = HandlerOutcome(
                 Ending.CRASHED,
@@ -314,6 +390,18 @@ class ProcessExecutor(Executor):
             thread.daemon = True
             thread.start()
             self._threads.append(thread)
+        if os.getpid() == 1:
+            threading.Thread(target=self._reap, name="leaseq-orphans", daemon=True).start()
+
+    def _reap(self) -> None:
+        """As PID 1: reap orphans for as long as the process lives."""
+        while True:
+            try:
+                for pid in reap_orphans():
+                    log.debug("reaped orphan process %d", pid)
+            except Exception:
+                log.exception("reaping orphans failed; trying again")
+            time.sleep(ORPHAN_REAP_SECONDS)
 
     def next_unit(self) -> list[InFlight] | None:
         """The next unit to run (None: the slot should end); waits for one."""

@@ -46,12 +46,21 @@ QUEUES = Option(
     "queue to serve; repeat the flag (the variable takes a comma list)",
     repeat=True,
 )
+#: Most slots one worker process runs. Every slot is a thread (or a child process and its
+#: guard), may hold one of the process's pool connections while it settles (the pool opens
+#: up to concurrency + 4, against PostgreSQL's default max_connections of 100), and is
+#: renewed by the one heartbeat loop, one statement per lease; a claim takes at most
+#: MAX_CLAIM_BATCH (100) jobs per statement. Past a few hundred slots one process is the
+#: bottleneck: more replicas scale, and the operator adds them. 1024 leaves room for I/O-bound
+#: handlers and still fails fast on a typo such as 100000 (which would start 100,000 threads).
+MAX_CONCURRENCY = 1024
 CONCURRENCY = Option(
     "concurrency",
     "LEASEQ_CONCURRENCY",
     settings.positive_int,
     1,
-    "slots: jobs (or batches) run at once (threads or child processes, see --isolation)",
+    "slots: jobs (or batches) run at once (threads or child processes, see --isolation); "
+    f"at most {MAX_CONCURRENCY}",
 )
 ISOLATION = Option(
     "isolation",
@@ -161,6 +170,11 @@ class WorkerSettings:
     log_format: str = "text"
 
     def __post_init__(self) -> None:
+        if self.concurrency > MAX_CONCURRENCY:
+            raise ConfigError(
+                f"--concurrency {self.concurrency} is above the limit of {MAX_CONCURRENCY} "
+                "slots per worker process; run more worker processes (replicas) instead"
+            )
         if not self.queues:
             raise ConfigError("--queue is required (or set LEASEQ_QUEUES)")
         for queue in self.queues:

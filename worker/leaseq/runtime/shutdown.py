@@ -41,6 +41,18 @@ class SignalWatch:
             signal.set_wakeup_fd(self._previous_fd)
         self._previous.clear()
 
+    def retire(self) -> None:
+        """Uninstall, and ignore SIGTERM and SIGINT from now on (main thread only): the
+        process is exiting after its clean stop, and a late signal (a supervisor's second
+        SIGTERM, systemd's or a runner's) must not turn exit status 0 into 143. The
+        defaults would end it, as they would not a PID 1."""
+        # Straight from counting to ignoring: restoring the defaults first would leave a
+        # window in which the signal kills.
+        for sig in SIGNALS:
+            signal.signal(sig, signal.SIG_IGN)
+        self._previous.clear()
+        self.uninstall()
+
     def _on_signal(self, signum: int, frame: FrameType | None) -> None:
         self.count += 1
 

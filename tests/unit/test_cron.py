@@ -63,6 +63,16 @@ def test_a_tick_during_the_second_pass_does_not_fire_the_repeated_slots_again() 
     assert cron.next_slot("0 * * * *", BERLIN, utc(2026, 10, 25, 1, 10)) == utc(2026, 10, 25, 2)
 
 
+def test_a_tick_in_the_second_pass_after_downtime_fires_the_first_pass_last_slot() -> None:
+    # Down since 23:55 UTC; at 01:10 UTC (02:10 CET, second pass) the latest slot is the
+    # first pass's 02:50 CEST (00:50 UTC), not the wall-clock 02:10 that already passed.
+    fired, missed = cron.due(
+        "*/10 * * * *", BERLIN, now=utc(2026, 10, 25, 1, 10), after=utc(2026, 10, 24, 23, 55)
+    )
+    assert fired == [utc(2026, 10, 25, 0, 50)]
+    assert missed == 5  # 00:00 .. 00:40 UTC
+
+
 def test_new_york_2026_changes() -> None:
     # 8 March: 02:00 EST -> 03:00 EDT (07:00 UTC). 1 November: 02:00 EDT -> 01:00 EST (06:00 UTC).
     assert slots("30 2 * * *", NEW_YORK, utc(2026, 3, 8), utc(2026, 3, 8, 12)) == [

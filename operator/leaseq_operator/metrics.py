@@ -22,6 +22,7 @@ from prometheus_client.registry import Collector
 from leaseq.core.errors import LeaseqError
 from leaseq.core.models import QueueStats, Reaped
 from leaseq.core.queue import Queue
+from leaseq.core.schedule_models import Tick
 from leaseq.core.workers import Workers
 
 log = logging.getLogger("leaseq_operator.metrics")
@@ -30,6 +31,7 @@ log = logging.getLogger("leaseq_operator.metrics")
 LIVE_WORKER_SECONDS = 60.0
 JOB_STATES = ("ready", "scheduled", "running", "dead")
 REAP_OUTCOMES = {"pending": "retried", "dead": "dead"}
+SCHEDULE_OUTCOMES = ("enqueued", "skipped", "missed", "failed")
 
 
 #: The label that stands for every queue beyond the cap; no queue can be named so (a queue
@@ -191,6 +193,15 @@ class OperatorMetrics:
             ["workerpool"],
             registry=self.registry,
         )
+        self.schedule_slots = Counter(
+            "leaseq_schedule_slots",
+            "Schedule slots by outcome: enqueued, skipped (overlap), missed (downtime; only the"
+            " latest fires), failed (a scheduler tick that failed)",
+            ["outcome"],
+            registry=self.registry,
+        )
+        for outcome in SCHEDULE_OUTCOMES:
+            self.schedule_slots.labels(outcome)
         self._reaped_queues: set[str] = set()
         self._server: WSGIServer | None = None
         self._thread: threading.Thread | None = None
@@ -215,6 +226,18 @@ class OperatorMetrics:
             else:
                 self._reaped_queues.add(queue)
         self.reaped.labels(queue, REAP_OUTCOMES.get(job.status, job.status)).inc()
+
+    def count_tick(self, tick: Tick | None) -> None:
+        """Count one schedule tick's slots (None: the tick failed)."""
+        if tick is None:
+            self.schedule_slots.labels("failed").inc()
+            return
+        for slot in tick.fired:
+            self.schedule_slots.labels(slot.outcome).inc()
+        if tick.missed:
+            self.schedule_slots.labels("missed").inc(tick.missed)
+        if tick.failed:
+            self.schedule_slots.labels("failed").inc(len(tick.failed))
 
     def known_queues(self, queues: tuple[str, ...]) -> None:
         """Start the reaped counters of these queues at 0, so rates exist before a reap, and

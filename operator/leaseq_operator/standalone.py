@@ -18,6 +18,7 @@ from leaseq import config as settings
 from leaseq.core.db import open_pool
 from leaseq.core.leadership import Leadership
 from leaseq.core.queue import Queue
+from leaseq.core.schedules import Schedules
 from leaseq.core.workers import Workers
 from leaseq_operator.config import (
     LEADER_TTL,
@@ -76,6 +77,7 @@ def serve(config: ReaperConfig, until: Callable[[], object]) -> None:
             Workers(pool),
             config.reap_interval_seconds,
             vacuum_dead_tuples=config.vacuum_dead_tuples,
+            schedules=Schedules(pool),
         )
         reaper.start()
         try:

@@ -252,6 +252,18 @@ def build() -> dashboard.Dashboard:
                 ),
             )
         )
+        .with_panel(
+            graph(
+                "Schedule slots",
+                "Schedule slots per second: enqueued, skipped (the previous slot's job was"
+                " unfinished), missed (downtime: only the latest fires), failed scheduler ticks.",
+                "ops",
+                query(
+                    f"sum by (outcome) (rate(leaseq_schedule_slots_total{{{NS}}}[$__rate_interval]))",
+                    "{{outcome}}",
+                ),
+            )
+        )
         .with_row(dashboard.Row("Latency"))
         .with_panel(
             graph(

@@ -100,6 +100,8 @@ class OperatorApp:
         workers = self.databases.workers()
         self.metrics = OperatorMetrics()
         self.metrics.watch_queues(self.queue, workers, max_queues=config.metrics_max_queues)
+        schedules = Schedules(self.databases.pool())
+        self.metrics.watch_schedules(schedules)
         self.reaper = Reaper(
             LeaderLease(
                 Leadership(self.databases.pool()), config.operator_id, config.leader_ttl_seconds
@@ -110,7 +112,7 @@ class OperatorApp:
             vacuum_dead_tuples=config.vacuum_dead_tuples,
             on_reaped=self.metrics.count_reaped,
             on_leading=lambda leading: self.metrics.leader.set(1 if leading else 0),
-            schedules=Schedules(self.databases.pool()),
+            schedules=schedules,
             on_ticked=self.metrics.count_tick,
         )
         self.pools: dict[str, PoolState] = {}

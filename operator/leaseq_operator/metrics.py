@@ -23,6 +23,7 @@ from leaseq.core.errors import LeaseqError
 from leaseq.core.models import QueueStats, Reaped
 from leaseq.core.queue import Queue
 from leaseq.core.schedule_models import Tick
+from leaseq.core.schedules import Schedules
 from leaseq.core.workers import Workers
 
 log = logging.getLogger("leaseq_operator.metrics")
@@ -160,6 +161,28 @@ class QueueCollector(Collector):
         yield from (jobs, oldest, heartbeat, live, cap)
 
 
+class ScheduleCollector(Collector):
+    """``leaseq_schedule_late_seconds``: how late the latest schedule is, read from the
+    database at every scrape (so it grows while no scheduler runs at all)."""
+
+    def __init__(self, schedules: Schedules) -> None:
+        self._schedules = schedules
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        try:
+            records = self._schedules.list()
+        except LeaseqError as exc:  # leaseq_operator_database_up already says so
+            log.debug("metrics scrape could not read the schedules: %s", exc)
+            return
+        late = GaugeMetricFamily(
+            "leaseq_schedule_late_seconds",
+            "Seconds since the latest due slot of any active schedule that no scheduler has"
+            " fired yet (0: every schedule is up to date)",
+        )
+        late.add_metric([], max((r.late_seconds or 0.0 for r in records), default=0.0))
+        yield late
+
+
 @dataclass
 class OperatorMetrics:
     """The operator's metric series, in a registry of their own (one per operator instance)."""
@@ -215,6 +238,10 @@ class OperatorMetrics:
         self.registry.register(
             QueueCollector(queue, workers, max_queues=max_queues, pinned=self.pinned)
         )
+
+    def watch_schedules(self, schedules: Schedules) -> None:
+        """Export how late the schedules are at every scrape (:class:`ScheduleCollector`)."""
+        self.registry.register(ScheduleCollector(schedules))
 
     def count_reaped(self, job: Reaped) -> None:
         """Count a reaped job under its queue, or under ``_other`` once the counter already

@@ -46,6 +46,10 @@ def test_the_reap_pass_ticks_the_schedules(
         leaseq.ScheduleSpec("minutely", "* * * * *", queue="periodic", job_type="tick"),
         now=db_now - timedelta(minutes=5),
     )
+    metrics.watch_schedules(leaseq.Schedules(pool))
+    # Computed from the database at scrape time: late while no scheduler has run.
+    late = metrics.registry.get_sample_value("leaseq_schedule_late_seconds")
+    assert late is not None and late > 0
     _reaper(pool, metrics).run_once(now=db_now)
     assert _slots(metrics, "enqueued") == 1
     assert _slots(metrics, "missed") == 4

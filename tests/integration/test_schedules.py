@@ -121,7 +121,9 @@ def test_after_downtime_only_the_latest_missed_slot_fires(
 ) -> None:
     schedules.add(spec(), now=T0 - timedelta(seconds=1))
     assert len(schedules.tick(now=T0).fired) == 1
-    tick = schedules.tick(now=T0 + timedelta(minutes=10, seconds=5))
+    later = T0 + timedelta(minutes=10, seconds=5)
+    assert schedules.get("every-minute", now=later).late_seconds == 5.0  # 12:10 not fired
+    tick = schedules.tick(now=later)
     assert [s.slot for s in tick.fired] == [T0 + timedelta(minutes=10)]
     assert tick.missed == 9
     record = schedules.get("every-minute", now=T0 + timedelta(minutes=10, seconds=5))
@@ -129,6 +131,7 @@ def test_after_downtime_only_the_latest_missed_slot_fires(
     assert record.last_slot == T0 + timedelta(minutes=10)
     assert record.lag_seconds == 5.0
     assert record.next_slot == T0 + timedelta(minutes=11)
+    assert record.late_seconds == 0.0
     assert len(jobs(conn)) == 2
 
 
@@ -143,7 +146,8 @@ def test_pause_and_resume(schedules: leaseq.Schedules, conn: leaseq.core.db.Conn
     schedules.add(spec(), now=T0 - timedelta(seconds=1))
     schedules.tick(now=T0)
     schedules.pause("every-minute", now=T0 + timedelta(seconds=10))
-    assert schedules.get("every-minute").state is ScheduleState.PAUSED
+    paused = schedules.get("every-minute", now=T0 + timedelta(minutes=5))
+    assert (paused.state, paused.late_seconds) == (ScheduleState.PAUSED, None)
     assert schedules.tick(now=T0 + timedelta(minutes=5)).fired == ()
     schedules.resume("every-minute", now=T0 + timedelta(minutes=5, seconds=30))
     # The slots that fell while paused never fire; the next one does.

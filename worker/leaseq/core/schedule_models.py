@@ -96,6 +96,9 @@ class ScheduleRecord:
     next_slot: datetime | None
     #: Seconds between the last slot and the tick that fired it.
     lag_seconds: float | None
+    #: Seconds since the latest due slot that no tick has recorded yet (0: up to date; None
+    #: while paused or disabled). A few seconds is a tick interval; more, no scheduler runs.
+    late_seconds: float | None = None
 
     @property
     def state(self) -> ScheduleState:

@@ -210,10 +210,16 @@ def _fired(name: str, row: Any) -> FiredSlot:
 
 def _record(row: Any) -> ScheduleRecord:
     next_slot: datetime | None = None
+    late: float | None = None
     try:
-        next_slot = cron.next_slot(row["cron"], cron.zone(row["timezone"]), row["now"])
+        tz = cron.zone(row["timezone"])
+        next_slot = cron.next_slot(row["cron"], tz, row["now"])
+        if row["enabled"] and not row["paused"]:
+            due = next(cron.slots_back(row["cron"], tz, row["now"]))
+            handled = max(row["fire_after"], row["last_slot"] or row["fire_after"])
+            late = (row["now"] - due).total_seconds() if due > handled else 0.0
     except InvalidJob:
-        next_slot = None
+        pass  # a zone the system no longer knows: shown without next slot or lateness
     status = row["last_job_status"]
     return ScheduleRecord(
         name=row["name"],
@@ -240,4 +246,5 @@ def _record(row: Any) -> ScheduleRecord:
         updated_at=row["updated_at"],
         next_slot=next_slot,
         lag_seconds=row["lag_seconds"],
+        late_seconds=late,
     )

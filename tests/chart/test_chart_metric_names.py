@@ -59,6 +59,7 @@ def operator_samples(database_url: str) -> Iterator[dict[str, Exported]]:
         queue = leaseq.Queue(pool)
         queue.enqueue("backlog", "infer", {"seconds": 1})
         metrics.watch_queues(queue, leaseq.Workers(pool))
+        metrics.watch_schedules(leaseq.Schedules(pool))
         metrics.known_queues(("backlog",))
         metrics.pool("jobs/leaseq-worker", desired=1, current=0)
         metrics.leader.set(1)

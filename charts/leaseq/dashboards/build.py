@@ -259,9 +259,19 @@ def build() -> dashboard.Dashboard:
                 " unfinished), missed (downtime: only the latest fires), failed scheduler ticks.",
                 "ops",
                 query(
-                    f"sum by (outcome) (rate(leaseq_schedule_slots_total{{{NS}}}[$__rate_interval]))",
+                    "sum by (outcome) "
+                    f"(rate(leaseq_schedule_slots_total{{{NS}}}[$__rate_interval]))",
                     "{{outcome}}",
                 ),
+            )
+        )
+        .with_panel(
+            graph(
+                "Schedule lateness",
+                "Seconds since the latest due slot no scheduler has fired (0: up to date; a few"
+                " seconds is one reap interval).",
+                "s",
+                query(f"max(leaseq_schedule_late_seconds{{{NS}}})", "late"),
             )
         )
         .with_row(dashboard.Row("Latency"))

@@ -190,7 +190,9 @@ class Schedules:
                     fired.append(_fired(name, done))
                     if i == 0:
                         missed_total += missed
-            except InvalidJob as exc:  # a zone the system's tzdata no longer has
+            # A zone the system's tzdata no longer has, or a stored cron this croniter refuses
+            # (InvalidJob is a ValueError): that schedule waits, the others fire.
+            except ValueError as exc:
                 failed[name] = str(exc)
                 log.error("schedule %r cannot fire: %s", name, exc)
         for record in fired:

@@ -11,6 +11,7 @@ from leaseq.core.db import open_pool
 from leaseq.core.leadership import Leadership
 from leaseq.core.pool import Pool
 from leaseq.core.queue import Queue
+from leaseq.core.schedules import Schedules
 from leaseq.core.workers import Workers
 from leaseq_operator.config import OperatorConfig
 from leaseq_operator.kube import Cluster, Kube
@@ -100,6 +101,8 @@ class OperatorApp:
         workers = self.databases.workers()
         self.metrics = OperatorMetrics()
         self.metrics.watch_queues(self.queue, workers, max_queues=config.metrics_max_queues)
+        schedules = Schedules(self.databases.pool())
+        self.metrics.watch_schedules(schedules)
         self.reaper = Reaper(
             LeaderLease(
                 Leadership(self.databases.pool()), config.operator_id, config.leader_ttl_seconds
@@ -110,6 +113,8 @@ class OperatorApp:
             vacuum_dead_tuples=config.vacuum_dead_tuples,
             on_reaped=self.metrics.count_reaped,
             on_leading=lambda leading: self.metrics.leader.set(1 if leading else 0),
+            schedules=schedules,
+            on_ticked=self.metrics.count_tick,
         )
         self.pools: dict[str, PoolState] = {}
         self._started = False

@@ -23,12 +23,15 @@ from leaseq import config as settings
 from leaseq.core.errors import ConfigError, LeaseqError
 from leaseq.core.models import SILENT_AFTER_SECONDS, QueueStats, Reaped, UnservedWork
 from leaseq.core.queue import Queue
+from leaseq.core.schedule_models import Tick
+from leaseq.core.schedules import Schedules
 from leaseq.core.workers import Workers
 
 log = logging.getLogger("leaseq_operator.metrics")
 
 JOB_STATES = ("ready", "scheduled", "running", "dead")
 REAP_OUTCOMES = {"pending": "retried", "dead": "dead"}
+SCHEDULE_OUTCOMES = ("enqueued", "skipped", "missed", "failed")
 
 
 #: The label that stands for every queue beyond the cap; no queue can be named so (a queue
@@ -182,6 +185,28 @@ def _unserved(rows: list[UnservedWork], shown: set[str]) -> GaugeMetricFamily:
     return family
 
 
+class ScheduleCollector(Collector):
+    """``leaseq_schedule_late_seconds``: how late the latest schedule is, read from the
+    database at every scrape (so it grows while no scheduler runs at all)."""
+
+    def __init__(self, schedules: Schedules) -> None:
+        self._schedules = schedules
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        try:
+            records = self._schedules.list()
+        except LeaseqError as exc:  # leaseq_operator_database_up already says so
+            log.debug("metrics scrape could not read the schedules: %s", exc)
+            return
+        late = GaugeMetricFamily(
+            "leaseq_schedule_late_seconds",
+            "Seconds since the latest due slot of any active schedule that no scheduler has"
+            " fired yet (0: every schedule is up to date)",
+        )
+        late.add_metric([], max((r.late_seconds or 0.0 for r in records), default=0.0))
+        yield late
+
+
 @dataclass
 class OperatorMetrics:
     """The operator's metric series, in a registry of their own (one per operator instance)."""
@@ -222,6 +247,15 @@ class OperatorMetrics:
             ["workerpool"],
             registry=self.registry,
         )
+        self.schedule_slots = Counter(
+            "leaseq_schedule_slots",
+            "Schedule slots by outcome: enqueued, skipped (overlap), missed (downtime; only the"
+            " latest fires), failed (a scheduler tick that failed)",
+            ["outcome"],
+            registry=self.registry,
+        )
+        for outcome in SCHEDULE_OUTCOMES:
+            self.schedule_slots.labels(outcome)
         self._reaped_queues: set[str] = set()
         self._server: WSGIServer | None = None
         self._thread: threading.Thread | None = None
@@ -236,6 +270,10 @@ class OperatorMetrics:
             QueueCollector(queue, workers, max_queues=max_queues, pinned=self.pinned)
         )
 
+    def watch_schedules(self, schedules: Schedules) -> None:
+        """Export how late the schedules are at every scrape (:class:`ScheduleCollector`)."""
+        self.registry.register(ScheduleCollector(schedules))
+
     def count_reaped(self, job: Reaped) -> None:
         """Count a reaped job under its queue, or under ``_other`` once the counter already
         has ``max_queues`` queues that no WorkerPool serves (the same cap as the gauges)."""
@@ -246,6 +284,18 @@ class OperatorMetrics:
             else:
                 self._reaped_queues.add(queue)
         self.reaped.labels(queue, REAP_OUTCOMES.get(job.status, job.status)).inc()
+
+    def count_tick(self, tick: Tick | None) -> None:
+        """Count one schedule tick's slots (None: the tick failed)."""
+        if tick is None:
+            self.schedule_slots.labels("failed").inc()
+            return
+        for slot in tick.fired:
+            self.schedule_slots.labels(slot.outcome).inc()
+        if tick.missed:
+            self.schedule_slots.labels("missed").inc(tick.missed)
+        if tick.failed:
+            self.schedule_slots.labels("failed").inc(len(tick.failed))
 
     def known_queues(self, queues: tuple[str, ...]) -> None:
         """Start the reaped counters of these queues at 0, so rates exist before a reap, and

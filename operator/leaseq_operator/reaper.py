@@ -30,6 +30,10 @@ After each pass the leader also forgets workers silent for ten minutes (a SIGKIL
 removes its own row from ``leaseq.workers``) and vacuums ``leaseq.jobs`` once it holds
 ``vacuum_dead_tuples`` dead row versions (:meth:`leaseq.Queue.vacuum`): churn buries the claim
 index's head in dead entries faster than autovacuum's once-a-minute wake-up clears them.
+
+Then it ticks the schedules (:meth:`leaseq.Schedules.tick`), a duty whose correctness does
+not depend on the lease (one job per slot is the slot key's); its failure is logged and
+counted (``on_ticked`` gets None), never stopping the next reap pass.
 """
 
 from __future__ import annotations
@@ -45,6 +49,8 @@ from leaseq.core.errors import LeaseqError
 from leaseq.core.leadership import Leadership
 from leaseq.core.models import Reaped
 from leaseq.core.queue import Queue
+from leaseq.core.schedule_models import Tick
+from leaseq.core.schedules import Schedules
 from leaseq.core.workers import Workers
 
 log = logging.getLogger("leaseq_operator.reaper")
@@ -145,6 +151,9 @@ class Reaper:
     vacuum_dead_tuples: int = 0
     on_reaped: OnReaped = lambda job: None
     on_leading: Callable[[bool], None] = lambda leading: None
+    schedules: Schedules | None = None
+    #: Called with each schedule tick's outcome, or None when the tick failed.
+    on_ticked: Callable[[Tick | None], None] = lambda tick: None
     _stop: threading.Event = field(default_factory=threading.Event, init=False)
     _thread: threading.Thread | None = field(default=None, init=False)
     _failing: bool = field(default=False, init=False)  # in a database outage
@@ -173,6 +182,7 @@ class Reaper:
         for job in reaped:
             self.on_reaped(job)
         self.workers.forget_silent(silent_for=FORGET_WORKERS_AFTER, now=now)
+        self._tick_schedules(now)
         if self.vacuum_dead_tuples:
             self.queue.vacuum(min_dead_tuples=self.vacuum_dead_tuples)
         if reaped:
@@ -182,6 +192,17 @@ class Reaper:
                 extra={"holder": self.lease.holder, "term": self.lease.term},
             )
         return Pass(leading=True, locked=True, reaped=tuple(reaped))
+
+    def _tick_schedules(self, now: datetime | None) -> None:
+        if self.schedules is None:
+            return
+        try:
+            tick = self.schedules.tick(now=now)
+        except Exception as exc:  # a duty's failure must not stop the reaper's others
+            log.warning("schedule tick failed: %s", exc, exc_info=not isinstance(exc, LeaseqError))
+            self.on_ticked(None)
+            return
+        self.on_ticked(tick)
 
     def start(self) -> None:
         self._thread = threading.Thread(target=self._run, name="leaseq-reaper", daemon=True)

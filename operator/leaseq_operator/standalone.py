@@ -24,6 +24,7 @@ from leaseq import config as settings
 from leaseq.core.db import open_pool
 from leaseq.core.leadership import Leadership
 from leaseq.core.queue import Queue
+from leaseq.core.schedules import Schedules
 from leaseq.core.workers import Workers
 from leaseq_operator.config import (
     LEADER_TTL,
@@ -88,6 +89,8 @@ def serve(config: ReaperConfig, until: Callable[[], object]) -> None:
         queue, workers = Queue(pool), Workers(pool)
         metrics = OperatorMetrics()
         metrics.watch_queues(queue, workers, max_queues=config.metrics_max_queues)
+        schedules = Schedules(pool)
+        metrics.watch_schedules(schedules)
         reaper = Reaper(
             LeaderLease(Leadership(pool), config.operator_id, config.leader_ttl_seconds),
             queue,
@@ -96,6 +99,8 @@ def serve(config: ReaperConfig, until: Callable[[], object]) -> None:
             vacuum_dead_tuples=config.vacuum_dead_tuples,
             on_reaped=metrics.count_reaped,
             on_leading=lambda leading: metrics.leader.set(1 if leading else 0),
+            schedules=schedules,
+            on_ticked=metrics.count_tick,
         )
         # Bound before reaping starts: a busy port fails the start, not a later scrape.
         metrics.serve(config.metrics_port, config.metrics_address)

@@ -168,6 +168,22 @@ CASES = [
         ],
     ),
     Case(
+        "LeaseqScheduleLate",
+        series={
+            # up to date (a tick interval late at most), then no scheduler fires anything
+            f'leaseq_schedule_late_seconds{{{NS},pod="op-a"}}': "0 5 0 70 130 190 250 310 370 430",
+            f'leaseq_schedule_late_seconds{{{NS},pod="op-b"}}': "0 4 3 0 5 0 2 1 0 3",
+        },
+        quiet={
+            'leaseq_schedule_late_seconds{namespace="other",pod="op-c"}': "500x10",
+        },
+        checks=[
+            Fires("2m", []),
+            Fires("7m", []),  # late since 3m: pending for 5m
+            Fires("8m", [({}, "A schedule in jobs has a due slot not fired for 370s")]),
+        ],
+    ),
+    Case(
         "LeaseqNoReaperLeader",
         series={
             f'leaseq_reaper_leader{{{NS},pod="op-a"}}': "1 1 0x8",

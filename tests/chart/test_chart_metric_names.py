@@ -78,6 +78,7 @@ def operator_samples(database_url: str) -> Iterator[dict[str, Exported]]:
             job_types=["ocr"],
         )
         metrics.watch_queues(queue, leaseq.Workers(pool))
+        metrics.watch_schedules(leaseq.Schedules(pool))
         metrics.known_queues(("backlog",))
         metrics.pool("jobs/leaseq-worker", desired=1, current=0)
         metrics.leader.set(1)

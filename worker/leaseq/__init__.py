@@ -45,6 +45,18 @@ from leaseq.core.models import (
 from leaseq.core.notifications import Notifications
 from leaseq.core.pool import Pool
 from leaseq.core.queue import JobSpec, Queue
+from leaseq.core.schedule_models import (
+    FiredSlot,
+    Overlap,
+    ScheduleNotFound,
+    ScheduleOrigin,
+    ScheduleRecord,
+    ScheduleSpec,
+    ScheduleState,
+    SlotOutcome,
+    Tick,
+)
+from leaseq.core.schedules import Schedules
 from leaseq.core.schema import (
     ComponentRoles,
     MigrationReport,
@@ -74,6 +86,7 @@ __all__ = [
     "Enqueued",
     "Failed",
     "Fenced",
+    "FiredSlot",
     "Heartbeat",
     "HeartbeatStatus",
     "Interrupted",
@@ -90,6 +103,7 @@ __all__ = [
     "LeaseqError",
     "MigrationReport",
     "Notifications",
+    "Overlap",
     "PermanentError",
     "PermissionDenied",
     "Pool",
@@ -100,10 +114,18 @@ __all__ = [
     "Registry",
     "Released",
     "RetryPolicy",
+    "ScheduleNotFound",
+    "ScheduleOrigin",
+    "ScheduleRecord",
+    "ScheduleSpec",
+    "ScheduleState",
+    "Schedules",
     "Schema",
     "SchemaNotReady",
     "SchemaTooNew",
+    "SlotOutcome",
     "StopReason",
+    "Tick",
     "WorkerRecord",
     "WorkerState",
     "Workers",

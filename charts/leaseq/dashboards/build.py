@@ -252,6 +252,28 @@ def build() -> dashboard.Dashboard:
                 ),
             )
         )
+        .with_panel(
+            graph(
+                "Schedule slots",
+                "Schedule slots per second: enqueued, skipped (the previous slot's job was"
+                " unfinished), missed (downtime: only the latest fires), failed scheduler ticks.",
+                "ops",
+                query(
+                    "sum by (outcome) "
+                    f"(rate(leaseq_schedule_slots_total{{{NS}}}[$__rate_interval]))",
+                    "{{outcome}}",
+                ),
+            )
+        )
+        .with_panel(
+            graph(
+                "Schedule lateness",
+                "Seconds since the latest due slot no scheduler has fired (0: up to date; a few"
+                " seconds is one reap interval).",
+                "s",
+                query(f"max(leaseq_schedule_late_seconds{{{NS}}})", "late"),
+            )
+        )
         .with_row(dashboard.Row("Latency"))
         .with_panel(
             graph(

@@ -353,7 +353,8 @@ def _say(args: argparse.Namespace, value: Any, text: str) -> None:
 
 
 def add_commands(sub: Any) -> None:
-    """Add status, jobs, retry, cancel, prune and enqueue to the ``leaseq`` subparsers."""
+    """Add status, jobs, retry, cancel, prune, enqueue and schedules to the ``leaseq``
+    subparsers."""
 
     def command(name: str, help: str, func: Any, parent: Any = sub) -> argparse.ArgumentParser:
         parser: argparse.ArgumentParser = parent.add_parser(name, help=help, description=help)
@@ -406,3 +407,7 @@ def add_commands(sub: Any) -> None:
     p.add_argument("--timeout", type=float, help="max runtime of one attempt, seconds")
     p.add_argument("--idempotency-key", help="effect key derived from the work")
     p.add_argument("--dedup-key", help="refuse a second unfinished job with this key")
+
+    from leaseq.cli import schedules  # it imports this module's helpers
+
+    schedules.add_commands(sub, command)

@@ -18,6 +18,9 @@
         vectors = MODEL["m"].encode([p["text"] for p in payloads])   # one model call
         return [{"vector": v} for v in vectors]  # one result (or exception) per job
 
+    registry.schedule("nightly-reindex", "30 2 * * *", queue="batch", job_type="reindex",
+                      timezone="Europe/Berlin")   # declared when a worker starts
+
 ``leaseq worker --app mypkg.jobs:registry`` loads it with :func:`load_app`.
 """
 
@@ -30,6 +33,8 @@ from typing import TYPE_CHECKING, Any
 
 from leaseq.core import validation
 from leaseq.core.errors import ConfigError, InvalidJob
+from leaseq.core.schedule_models import Overlap, ScheduleSpec
+from leaseq.core.schedules import check_spec
 
 if TYPE_CHECKING:
     from leaseq.runtime.context import JobContext
@@ -88,6 +93,7 @@ class Registry:
     def __init__(self) -> None:
         self._types: dict[str, JobType] = {}
         self._startup: list[StartupHook] = []
+        self._schedules: dict[str, ScheduleSpec] = {}
 
     def job(
         self, job_type: str, *, progress_timeout: float | None = None
@@ -149,6 +155,40 @@ class Registry:
             raise ConfigError(str(exc)) from exc
         if job_type in self._types:
             raise ConfigError(f"job type {job_type!r} is registered twice")
+
+    def schedule(
+        self,
+        name: str,
+        cron: str,
+        *,
+        queue: str,
+        job_type: str,
+        payload: Any = None,
+        timezone: str = "UTC",
+        priority: int = 100,
+        max_attempts: int = 5,
+        overlap: Overlap = Overlap.SKIP,
+        catchup_seconds: float = 0.0,
+    ) -> None:
+        """Declare a schedule (see :class:`leaseq.Schedules`): every worker starting with this
+        registry upserts it, and disables the ones its app declared before and no longer
+        does. ConfigError names a bad cron, time zone or other field, or a duplicate name."""
+        spec = ScheduleSpec(
+            name, cron, queue, job_type, {} if payload is None else payload, timezone,
+            priority, max_attempts, overlap, catchup_seconds,
+        )  # fmt: skip
+        try:
+            spec = check_spec(spec)
+        except InvalidJob as exc:
+            raise ConfigError(f"schedule {name!r}: {exc}") from exc
+        if name in self._schedules:
+            raise ConfigError(f"schedule {name!r} is declared twice")
+        self._schedules[name] = spec
+
+    @property
+    def schedules(self) -> list[ScheduleSpec]:
+        """The declared schedules, by name."""
+        return [self._schedules[name] for name in sorted(self._schedules)]
 
     def on_startup(self, hook: StartupHook) -> StartupHook:
         """Decorator: run ``hook()`` once per worker process before it claims anything (load

@@ -44,6 +44,7 @@ from leaseq.core.db import open_pool
 from leaseq.core.errors import DatabaseUnavailable, InvalidJob, LeaseqError, SchemaNotReady
 from leaseq.core.models import Call, RetryPolicy, WorkerState
 from leaseq.core.queue import MAX_CLAIM_BATCH, Queue
+from leaseq.core.schedules import Schedules
 from leaseq.core.schema import Schema
 from leaseq.core.workers import Workers
 from leaseq.runtime.batching import Batching
@@ -201,6 +202,7 @@ class Worker:
                 self.http.start()
             if not self._wait_for_schema(signals):
                 return 0
+            self._declare_schedules()
             # The heartbeat loop keeps the registry row fresh while on_startup runs.
             self._start_loop("heartbeat", self.heartbeat.run, 3 * s.heartbeat_seconds + 60)
             self._load()
@@ -236,6 +238,15 @@ class Worker:
                 log.warning("waiting for the database: %s (retry in %.1fs)", exc, delay)
                 if signals.wait(0, delay) > 0:
                     return False
+
+    def _declare_schedules(self) -> None:
+        """Upsert the registry's schedules and disable the ones this app no longer declares
+        (:meth:`leaseq.Schedules.declare`). A failure is logged and leaves the schedules as
+        they were: it never stops the worker from running jobs."""
+        try:
+            Schedules(self.pool).declare(self.settings.app, self.registry.schedules)
+        except LeaseqError as exc:
+            log.warning("could not declare schedules: %s", exc, extra=self._fields)
 
     def _load(self) -> None:
         """Run the on_startup hooks (a model load) while registered as ``loading``: not

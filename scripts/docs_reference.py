@@ -235,6 +235,8 @@ API_GROUPS = {
     "leaseq.core.leadership": "Workers, leadership, notifications",
     "leaseq.core.notifications": "Workers, leadership, notifications",
     "leaseq.core.schema": "Schema and roles",
+    "leaseq.core.schedules": "Schedules",
+    "leaseq.core.schedule_models": "Schedules",
     "leaseq.core.errors": "Errors",
 }
 

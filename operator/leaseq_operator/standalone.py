@@ -3,9 +3,10 @@
 Workers on VMs, under systemd or in compose need a reaper too: without one, a job whose
 worker died stays ``running`` forever. This is the same :class:`~leaseq_operator.reaper.Reaper`
 the operator runs (the same leader lease in ``leaseq.leader_leases``, the same pass lock and
-pass), with no cluster: run it next to the workers, on any host that reaches PostgreSQL, as
-two or more copies for availability; exactly one reaps at a time. It mixes safely with
-``leaseq operator`` replicas on the same database (they share the lease).
+pass, the same history duties), with no cluster: run it next to the workers, on any host
+that reaches PostgreSQL, as two or more copies for availability; exactly one reaps at a
+time. It mixes safely with ``leaseq operator`` replicas on the same database (they share
+the lease).
 """
 
 from __future__ import annotations
@@ -16,10 +17,12 @@ from dataclasses import dataclass
 
 from leaseq import config as settings
 from leaseq.core.db import open_pool
+from leaseq.core.history import History
 from leaseq.core.leadership import Leadership
 from leaseq.core.queue import Queue
 from leaseq.core.workers import Workers
 from leaseq_operator.config import (
+    HOT_RETENTION,
     LEADER_TTL,
     OPERATOR_ID,
     REAP_INTERVAL,
@@ -27,6 +30,7 @@ from leaseq_operator.config import (
     check_reaper_timing,
     resolve_values,
 )
+from leaseq_operator.history import HistoryDuty
 from leaseq_operator.reaper import LeaderLease, Reaper
 
 OPTIONS = (
@@ -35,6 +39,7 @@ OPTIONS = (
     REAP_INTERVAL,
     LEADER_TTL,
     VACUUM_DEAD_TUPLES,
+    HOT_RETENTION,
     settings.LOG_LEVEL,
     settings.LOG_FORMAT,
 )
@@ -51,6 +56,7 @@ class ReaperConfig:
     reap_interval_seconds: float = 5.0
     leader_ttl_seconds: float = 15.0
     vacuum_dead_tuples: int = 2000
+    hot_retention: float = 3600.0
     log_level: str = "INFO"
     log_format: str = "text"
 
@@ -76,6 +82,9 @@ def serve(config: ReaperConfig, until: Callable[[], object]) -> None:
             Workers(pool),
             config.reap_interval_seconds,
             vacuum_dead_tuples=config.vacuum_dead_tuples,
+            history=HistoryDuty.for_lease(
+                History(pool), config.hot_retention, config.leader_ttl_seconds
+            ),
         )
         reaper.start()
         try:

@@ -89,7 +89,8 @@ class HistoryDuty:
     budget: float
     metrics: HistoryMetrics = field(default_factory=HistoryMetrics)
     clock: Callable[[], float] = time.monotonic
-    _deadline: float = field(default=0.0, init=False)
+    #: Outside a pass (a direct call) there is no budget.
+    _deadline: float = field(default=float("inf"), init=False)
 
     @classmethod
     def for_lease(
@@ -116,6 +117,12 @@ class HistoryDuty:
         """One pass: partitions, retention, the ledger, then moving (the one with a backlog,
         last, so it never starves the others). Never raises."""
         self._deadline = self.clock() + self.budget
+        try:
+            self._run(now)
+        finally:
+            self._deadline = float("inf")
+
+    def _run(self, now: datetime | None) -> None:
         for duty, step in (
             ("partitions", self.partitions),
             ("retention", self.retention),

@@ -313,11 +313,7 @@ def prune(args: argparse.Namespace) -> int:
             return 0
         deleted = queue.prune(older_than=args.older_than, statuses=statuses)
     kept = "" if JobStatus.DEAD in statuses else " (dead jobs kept: --include-dead)"
-    _say(
-        args,
-        {"deleted": deleted, "statuses": statuses},
-        f"deleted {deleted} finished job(s) and their attempts{kept}",
-    )
+    _say(args, {"deleted": deleted}, f"deleted {deleted} finished job(s) and their attempts{kept}")
     return 0
 
 

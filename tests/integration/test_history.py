@@ -45,8 +45,8 @@ def finished(
             "INSERT INTO leaseq.jobs (queue, job_type, status, attempt_count, lease_token,"
             " lease_owner, created_at, available_at, started_at, finished_at, last_error,"
             " last_error_code, idempotency_key)"
-            " SELECT %(queue)s, 't', %(status)s::text::leaseq.job_status, 1, 1, 'w', now() - %(ago)s, now() - %(ago)s,"
-            "        now() - %(ago)s, now() - %(ago)s,"
+            " SELECT %(queue)s, 't', %(status)s::text::leaseq.job_status, 1, 1, 'w',"
+            "        now() - %(ago)s, now() - %(ago)s, now() - %(ago)s, now() - %(ago)s,"
             "        CASE WHEN %(status)s::text = 'dead' THEN 'ValueError: boom' END,"
             "        CASE WHEN %(status)s::text = 'dead' THEN 'ValueError' END,"
             "        CASE WHEN %(keys)s THEN %(status)s::text || '-key-' || i END"
@@ -229,7 +229,7 @@ def test_a_timed_out_batch_halves_the_batch_which_grows_back_and_survives_a_new_
     assert count(conn, "SELECT count(*) FROM leaseq.job_history") == 0  # all or nothing
     assert count(conn, "SELECT count(*) FROM leaseq.jobs") == 300
     assert History(conn).mover_state().batch == 40
-    assert d.metrics.timeouts._value.get() == 1  # noqa: SLF001
+    assert d.metrics.timeouts._value.get() == 1
     # A new leader (a fresh duty) starts at 40 and doubles after each full batch:
     # 40 + 80 + 160 + 20 (of 320).
     again = HistoryDuty(History(conn), 3600.0, timeout=10.0, budget=60.0)
@@ -258,7 +258,7 @@ def test_concurrent_movers_move_each_job_exactly_once(conn: Conn, database_url: 
                         break
                     moved += done
                 totals.append(moved)
-        except BaseException as exc:  # noqa: BLE001 - reported below
+        except BaseException as exc:
             errors.append(exc)
 
     threads = [threading.Thread(target=mover) for _ in range(4)]

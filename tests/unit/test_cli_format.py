@@ -34,7 +34,7 @@ def test_duration(text: str, seconds: float) -> None:
 @pytest.mark.parametrize("text", ["1m", "15m", "1 m", "1M", "3mo"])
 def test_a_duration_in_m_is_refused_as_ambiguous(text: str) -> None:
     # `prune --older-than 1m` once deleted everything older than a minute, dead jobs included.
-    with pytest.raises(argparse.ArgumentTypeError, match="ambiguous .*30min"):
+    with pytest.raises(argparse.ArgumentTypeError, match=r"ambiguous .*30min"):
         duration(text)
 
 

@@ -11,7 +11,18 @@ import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from bench import ab, claim_scaling, crash, history, ocr, peers, report, throughput, txn_scope
+from bench import (
+    ab,
+    claim_scaling,
+    crash,
+    history,
+    history_partitions,
+    ocr,
+    peers,
+    report,
+    throughput,
+    txn_scope,
+)
 from bench.context import Context
 from bench.env import machine, server, server_info
 
@@ -19,6 +30,7 @@ SCENARIOS: dict[str, Callable[[Context], None]] = {
     claim_scaling.NAME: claim_scaling.run,
     txn_scope.NAME: txn_scope.run,
     history.NAME: history.run,
+    history_partitions.NAME: history_partitions.run,
     throughput.NAME: throughput.run,
     crash.NAME: crash.run,
     peers.NAME: peers.run,

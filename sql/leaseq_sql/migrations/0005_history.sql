@@ -177,7 +177,7 @@ BEGIN
     SELECT j.finished_at INTO oldest FROM leaseq.jobs j
      WHERE j.status IN ('succeeded', 'dead', 'cancelled')
      ORDER BY j.finished_at LIMIT 1;
-    first_day := greatest((coalesce(oldest, at) AT TIME ZONE 'UTC')::date,
+    first_day := greatest((least(oldest, at) AT TIME ZONE 'UTC')::date,
                           (at AT TIME ZONE 'UTC')::date - longest - 1);
     FOR parent IN SELECT unnest(ARRAY['job_history', 'job_attempt_history']) LOOP
         d := first_day;

@@ -39,8 +39,8 @@ INSERT INTO leaseq.job_history (
     id, queue, job_type, payload, status, priority, attempt_count, max_attempts, created_at,
     available_at, started_at, finished_at, lease_owner, lease_token, result, enqueued_by,
     keep_days, moved_at)
-SELECT 1000000000::bigint + i, %(queue)s, 'history', '{"doc": 1}', 'succeeded', 100, 1, 5, f, f, f, f,
-       'w1', 1, '{"ok": true}', current_user, %(keep)s, now()
+SELECT 1000000000::bigint + i, %(queue)s, 'history', '{"doc": 1}', 'succeeded', 100, 1, 5,
+       f, f, f, f, 'w1', 1, '{"ok": true}', current_user, %(keep)s, now()
   FROM generate_series(1, %(rows)s) i,
        LATERAL (SELECT now() - make_interval(secs => %(span)s::float8 * i / %(rows)s) AS f) t
 """,

@@ -97,7 +97,7 @@ def test_upgrade_with_finished_jobs_and_a_worker_running(
         assert worker.errors == []
         counts = conn.execute(
             "SELECT (SELECT count(*) FROM leaseq.jobs WHERE queue = 'old'),"
-            "       (SELECT count(DISTINCT id) FROM leaseq.job_history WHERE queue = 'old'),"
+            "  (SELECT count(DISTINCT id) FROM leaseq.job_history WHERE queue = 'old'),"
             "       (SELECT count(*) FROM leaseq.job_ledger WHERE queue = 'old'),"
             "       (SELECT count(*) FROM leaseq.jobs WHERE queue = 'live' AND status = 'succeeded')"
         ).fetchone()

@@ -98,8 +98,8 @@ def test_upgrade_with_finished_jobs_and_a_worker_running(
         counts = conn.execute(
             "SELECT (SELECT count(*) FROM leaseq.jobs WHERE queue = 'old'),"
             "  (SELECT count(DISTINCT id) FROM leaseq.job_history WHERE queue = 'old'),"
-            "       (SELECT count(*) FROM leaseq.job_ledger WHERE queue = 'old'),"
-            "       (SELECT count(*) FROM leaseq.jobs WHERE queue = 'live' AND status = 'succeeded')"
+            "  (SELECT count(*) FROM leaseq.job_ledger WHERE queue = 'old'),"
+            "  (SELECT count(*) FROM leaseq.jobs WHERE queue = 'live' AND status = 'succeeded')"
         ).fetchone()
         assert counts is not None
         assert counts[:3] == (0, OLD_JOBS, OLD_JOBS)

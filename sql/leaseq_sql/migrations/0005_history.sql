@@ -267,3 +267,57 @@ BEGIN
     RETURN NEXT;
 END
 $fn$;
+
+-- The partition functions create and drop tables, which only the owner may do: they run as
+-- the owner (SECURITY DEFINER, fixed search_path, every name qualified) for the roles granted
+-- EXECUTE, the operator's.
+ALTER FUNCTION leaseq.history_ensure_partitions(integer, timestamptz) SECURITY DEFINER;
+ALTER FUNCTION leaseq.history_expire_step(timestamptz, integer) SECURITY DEFINER;
+REVOKE ALL ON FUNCTION leaseq.history_ensure_partitions(integer, timestamptz) FROM PUBLIC;
+REVOKE ALL ON FUNCTION leaseq.history_expire_step(timestamptz, integer) FROM PUBLIC;
+
+-- leaseq.apply_grants() of version 3, extended with the history: the version 3 function does
+-- everything it did (revoking everything from old and given roles first, tables included),
+-- then the operator, which runs the leader's history duties, gets what they need:
+-- operator: reads the history, the ledger, the rules and the counts; writes the history, the
+--           ledger, the counts and the mover's state; sets the rules; deletes effects whose
+--           job's retention ended; runs the partition functions. Nothing new for workers or
+--           producers (`leaseq jobs show` of a moved job needs the operator's role).
+ALTER FUNCTION leaseq.apply_grants(regrole, regrole, regrole) RENAME TO apply_grants_v3;
+
+CREATE FUNCTION leaseq.apply_grants(worker regrole, operator regrole, producer regrole)
+RETURNS SETOF text
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    previous regrole[] := ARRAY(SELECT c.role_oid::regrole FROM leaseq.component_roles c
+                                 WHERE EXISTS (SELECT 1 FROM pg_roles p WHERE p.oid = c.role_oid));
+    r regrole;
+    stmt text;
+    stmts text[] := ARRAY[]::text[];
+BEGIN
+    RETURN QUERY SELECT s FROM leaseq.apply_grants_v3(worker, operator, producer) s;
+    FOR r IN SELECT DISTINCT g FROM unnest(previous || ARRAY[worker, operator, producer]) g
+              WHERE g IS NOT NULL LOOP
+        stmts := stmts || format('REVOKE ALL ON FUNCTION leaseq.history_ensure_partitions(integer, timestamptz), leaseq.history_expire_step(timestamptz, integer) FROM %s', r);
+    END LOOP;
+    IF operator IS NOT NULL THEN
+        stmts := stmts || ARRAY[
+            format('GRANT SELECT ON leaseq.job_whereabouts, leaseq.job_history, leaseq.job_attempt_history, leaseq.job_ledger, leaseq.history_retention, leaseq.history_counts, leaseq.history_mover TO %s', operator),
+            format('GRANT INSERT ON leaseq.job_history, leaseq.job_attempt_history TO %s', operator),
+            format('GRANT INSERT, DELETE ON leaseq.job_ledger TO %s', operator),
+            format('GRANT INSERT, UPDATE, DELETE ON leaseq.history_counts, leaseq.history_retention TO %s', operator),
+            format('GRANT UPDATE ON leaseq.history_mover TO %s', operator),
+            format('GRANT DELETE ON leaseq.job_results TO %s', operator),
+            format('CREATE POLICY leaseq_operator_expire ON leaseq.job_results FOR DELETE TO %s USING (true)', operator),
+            format('GRANT EXECUTE ON FUNCTION leaseq.history_ensure_partitions(integer, timestamptz), leaseq.history_expire_step(timestamptz, integer) TO %s', operator)];
+    END IF;
+    FOREACH stmt IN ARRAY stmts LOOP
+        EXECUTE stmt;
+        RETURN NEXT stmt;
+    END LOOP;
+END
+$fn$;
+
+REVOKE ALL ON FUNCTION leaseq.apply_grants(regrole, regrole, regrole) FROM PUBLIC;

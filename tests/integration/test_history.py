@@ -328,6 +328,10 @@ def test_prune_dry_run_and_dead_jobs_refusal(
     assert "dead: 2" in out
     assert "succeeded: 3" in out
     assert count(conn, "SELECT count(*) FROM leaseq.jobs") == 5  # a dry run deletes nothing
+    assert main(["prune", "--older-than", "1h", "--dry-run", *db]) == 0
+    assert "would delete 3 finished job(s) and their attempts (dead jobs kept" in (
+        capsys.readouterr().out
+    )
     assert main(["prune", "--older-than", "1h", "--status", "dead", *db]) == 2
     assert "--include-dead" in capsys.readouterr().err
     assert main(["prune", "--older-than", "1h", *db]) == 0

@@ -306,9 +306,9 @@ def prune(args: argparse.Namespace) -> int:
                 f"  {c.status}: {c.jobs} (finished {when(c.oldest)} .. {when(c.newest)})"
                 for c in found
             ]
-            text = "\n".join(
-                [f"dry run: would delete {total} finished job(s) and their attempts", *lines]
-            )
+            kept = "" if JobStatus.DEAD in statuses else " (dead jobs kept: --include-dead)"
+            head = f"dry run: would delete {total} finished job(s) and their attempts{kept}"
+            text = "\n".join([head, *lines])
             _say(args, {"dry_run": True, "would_delete": found}, text)
             return 0
         deleted = queue.prune(older_than=args.older_than, statuses=statuses)

@@ -413,6 +413,26 @@ def _history(folder: Path) -> str:
     return out
 
 
+def _history_partitions(folder: Path) -> str:
+    explain = read(folder / "history_partitions_explain.csv")
+    if not explain:
+        return "_not run_\n"
+    drop = read(folder / "history_partitions_drop.csv")
+    return (
+        "EXPLAIN (ANALYZE, BUFFERS) of the hot paths over an empty history and over finished "
+        "jobs generated straight into the history's day partitions (with as many attempts and "
+        "ledger rows); buffers of the warm run, median of 5 executions:\n\n"
+        + _table(
+            explain,
+            ["history_rows", "statement", "buffers", "execution_ms", "planning_ms", "scans"],
+        )
+        + "\nOne day of history dropped by the retention step (its job and attempt leaves):\n\n"
+        + _table(
+            drop, ["leaf", "rows", "leaf_and_attempts_bytes", "database_bytes_returned", "drop_ms"]
+        )
+    )
+
+
 def _throughput(folder: Path) -> str:
     rows = read(folder / "throughput.csv")
     if not rows:
@@ -689,6 +709,7 @@ SECTIONS: list[tuple[str, Callable[[Path], str]]] = [
     ("1. Claim correctness and scaling (400 jobs x 200 ms)", _claim_scaling),
     ("2. Transaction scope (8 workers)", _txn_scope),
     ("3. History and churn", _history),
+    ("3b. Partitioned history: the hot paths over 2,000,000 moved jobs", _history_partitions),
     ("4. No-op throughput and wake-up latency", _throughput),
     ("5. Crash timeline", _crash),
     ("6. Peers, same server, same run", _peers),

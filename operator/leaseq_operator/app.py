@@ -8,12 +8,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from leaseq.core.db import open_pool
+from leaseq.core.history import History
 from leaseq.core.leadership import Leadership
 from leaseq.core.pool import Pool
 from leaseq.core.queue import Queue
 from leaseq.core.schedules import Schedules
 from leaseq.core.workers import Workers
 from leaseq_operator.config import OperatorConfig
+from leaseq_operator.history import HistoryDuty, HistoryMetrics
 from leaseq_operator.kube import Cluster, Kube
 from leaseq_operator.metrics import OperatorMetrics
 from leaseq_operator.reaper import LeaderLease, Reaper
@@ -111,6 +113,12 @@ class OperatorApp:
             workers,
             config.reap_interval_seconds,
             vacuum_dead_tuples=config.vacuum_dead_tuples,
+            history=HistoryDuty.for_lease(
+                History(self.databases.pool()),
+                config.hot_retention,
+                config.leader_ttl_seconds,
+                HistoryMetrics(self.metrics.registry),
+            ),
             on_reaped=self.metrics.count_reaped,
             on_leading=lambda leading: self.metrics.leader.set(1 if leading else 0),
             schedules=schedules,

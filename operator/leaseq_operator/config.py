@@ -46,6 +46,7 @@ VACUUM_DEAD_TUPLES = Option(
     "after a reaper pass, VACUUM leaseq.jobs once it has this many dead row versions, so churn"
     " never buries the claim index's head (0: leave it to autovacuum alone)",
 )
+HOT_RETENTION = settings.HOT_RETENTION
 HEALTH_PORT = Option(
     "health_port",
     "LEASEQ_HEALTH_PORT",
@@ -70,6 +71,7 @@ OPTIONS = (
     REAP_INTERVAL,
     LEADER_TTL,
     VACUUM_DEAD_TUPLES,
+    HOT_RETENTION,
     HEALTH_PORT,
     METRICS_PORT,
     settings.METRICS_ADDRESS,
@@ -121,6 +123,7 @@ class OperatorConfig:
     reap_interval_seconds: float = 5.0
     leader_ttl_seconds: float = 15.0
     vacuum_dead_tuples: int = 2000
+    hot_retention: float = 3600.0
     health_port: int = 8080
     #: None: a free port (the default outside a pod); 0: no /metrics.
     metrics_port: int | None = 9100

@@ -26,10 +26,12 @@ The same reaper runs without Kubernetes as ``leaseq reaper`` (:mod:`leaseq_opera
 Every reaped job is logged with its previous owner and token, counted in
 ``leaseq_reaped_total{queue,outcome}``, and recorded in ``job_attempts`` by the statement.
 
-After each pass the leader also forgets workers silent for ten minutes (a SIGKILLed pod never
-removes its own row from ``leaseq.workers``) and vacuums ``leaseq.jobs`` once it holds
-``vacuum_dead_tuples`` dead row versions (:meth:`leaseq.Queue.vacuum`): churn buries the claim
-index's head in dead entries faster than autovacuum's once-a-minute wake-up clears them.
+After each pass the leader also runs the history duties (:mod:`leaseq_operator.history`:
+moving finished jobs out of the hot table, retention), each guarded on its own, forgets
+workers silent for ten minutes (a SIGKILLed pod never removes its own row from
+``leaseq.workers``) and vacuums ``leaseq.jobs`` once it holds ``vacuum_dead_tuples`` dead
+row versions (:meth:`leaseq.Queue.vacuum`): churn buries the claim index's head in dead
+entries faster than autovacuum's once-a-minute wake-up clears them.
 
 Then it ticks the schedules (:meth:`leaseq.Schedules.tick`), a duty whose correctness does
 not depend on the lease (one job per slot is the slot key's); its failure is logged and
@@ -52,6 +54,7 @@ from leaseq.core.queue import Queue
 from leaseq.core.schedule_models import Tick
 from leaseq.core.schedules import Schedules
 from leaseq.core.workers import Workers
+from leaseq_operator.history import HistoryDuty
 
 log = logging.getLogger("leaseq_operator.reaper")
 
@@ -149,6 +152,8 @@ class Reaper:
     workers: Workers
     interval: float
     vacuum_dead_tuples: int = 0
+    #: The history duties, run after every pass while leading, whatever the pass did.
+    history: HistoryDuty | None = None
     on_reaped: OnReaped = lambda job: None
     on_leading: Callable[[bool], None] = lambda leading: None
     schedules: Schedules | None = None
@@ -170,6 +175,15 @@ class Reaper:
             self.on_leading(self.lease.held)
         if not leading:
             return Pass(leading=False, locked=False)
+        try:
+            return self._reap(now)
+        finally:
+            # A failed reap pass must not stop the history duties (nor they it: run() never
+            # raises).
+            if self.history is not None:
+                self.history.run(now)
+
+    def _reap(self, now: datetime | None) -> Pass:
         lease = self.lease
         with lease.leadership.reap_pass(
             lease.name, lease.holder, lease.term, ttl=lease.ttl, now=now

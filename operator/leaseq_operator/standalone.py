@@ -3,8 +3,9 @@
 Workers on VMs, under systemd or in compose need a reaper too: without one, a job whose
 worker died stays ``running`` forever. This is the same :class:`~leaseq_operator.reaper.Reaper`
 the operator runs (the same leader lease in ``leaseq.leader_leases``, the same pass lock and
-pass), with no cluster: run it next to the workers, on any host that reaches PostgreSQL, as
-two or more copies for availability; exactly one reaps at a time. It mixes safely with
+pass, the same history duties and schedules), with no cluster: run it next to the workers,
+on any host that reaches PostgreSQL, as two or more copies for availability; exactly one
+reaps at a time. It mixes safely with
 ``leaseq operator`` replicas on the same database (they share the lease).
 
 Every copy serves the operator's queue metrics (:class:`~leaseq_operator.metrics.OperatorMetrics`:
@@ -22,11 +23,13 @@ from dataclasses import dataclass
 
 from leaseq import config as settings
 from leaseq.core.db import open_pool
+from leaseq.core.history import History
 from leaseq.core.leadership import Leadership
 from leaseq.core.queue import Queue
 from leaseq.core.schedules import Schedules
 from leaseq.core.workers import Workers
 from leaseq_operator.config import (
+    HOT_RETENTION,
     LEADER_TTL,
     METRICS_MAX_QUEUES,
     OPERATOR_ID,
@@ -35,6 +38,7 @@ from leaseq_operator.config import (
     check_reaper_timing,
     resolve_values,
 )
+from leaseq_operator.history import HistoryDuty, HistoryMetrics
 from leaseq_operator.metrics import DEFAULT_MAX_QUEUES, OperatorMetrics
 from leaseq_operator.reaper import LeaderLease, Reaper
 
@@ -47,6 +51,7 @@ OPTIONS = (
     settings.METRICS_PORT,
     settings.METRICS_ADDRESS,
     METRICS_MAX_QUEUES,
+    HOT_RETENTION,
     settings.LOG_LEVEL,
     settings.LOG_FORMAT,
 )
@@ -67,6 +72,7 @@ class ReaperConfig:
     metrics_port: int | None = 9100
     metrics_address: str = "0.0.0.0"  # noqa: S104 - see leaseq.config.METRICS_ADDRESS
     metrics_max_queues: int = DEFAULT_MAX_QUEUES
+    hot_retention: float = 3600.0
     log_level: str = "INFO"
     log_format: str = "text"
 
@@ -101,6 +107,12 @@ def serve(config: ReaperConfig, until: Callable[[], object]) -> None:
             on_leading=lambda leading: metrics.leader.set(1 if leading else 0),
             schedules=schedules,
             on_ticked=metrics.count_tick,
+            history=HistoryDuty.for_lease(
+                History(pool),
+                config.hot_retention,
+                config.leader_ttl_seconds,
+                HistoryMetrics(metrics.registry),
+            ),
         )
         # Bound before reaping starts: a busy port fails the start, not a later scrape.
         metrics.serve(config.metrics_port, config.metrics_address)

@@ -121,6 +121,7 @@ OPERATOR_VALUES = {
     "operator.reapIntervalSeconds": "3",
     "operator.leaderTtlSeconds": "12",
     "operator.vacuumDeadTuples": "500",
+    "operator.hotRetention": "90min",
     "operator.healthPort": "8081",
 }
 COMMON_SETTINGS: dict[str, Any] = {
@@ -167,6 +168,7 @@ def test_operator_values_map_onto_its_config(helm: Helm, cluster_wide: str, name
         reap_interval_seconds=3,
         leader_ttl_seconds=12,
         vacuum_dead_tuples=500,
+        hot_retention=5400,
         health_port=8081,
     )
     ports = {p["name"]: p["containerPort"] for p in operator["ports"]}

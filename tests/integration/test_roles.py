@@ -16,6 +16,8 @@ from psycopg import errors as pg_errors
 from psycopg import sql
 
 import leaseq
+import leaseq.core.history
+from leaseq_operator.history import HistoryDuty
 from support.roles import Roles, login_roles
 
 DENIED = pg_errors.InsufficientPrivilege
@@ -43,11 +45,31 @@ EXPECTED = {
     ],
     "operator": [
         "USAGE on schema leaseq",
+        # The leader's history duties (migration 0005's apply_grants).
+        "SELECT on history_counts",
+        "INSERT on history_counts",
+        "UPDATE on history_counts",
+        "DELETE on history_counts",
+        "SELECT on history_mover",
+        "UPDATE on history_mover",
+        "SELECT on history_retention",
+        "INSERT on history_retention",
+        "UPDATE on history_retention",
+        "DELETE on history_retention",
+        "SELECT on job_attempt_history",
+        "INSERT on job_attempt_history",
         "SELECT on job_attempts",
         "INSERT on job_attempts",
         "DELETE on job_attempts",
+        "SELECT on job_history",
+        "INSERT on job_history",
+        "SELECT on job_ledger",
+        "INSERT on job_ledger",
+        "DELETE on job_ledger",
         "SELECT on job_results",
+        "DELETE on job_results",
         "SELECT on job_view",
+        "SELECT on job_whereabouts",
         "SELECT on jobs",
         "DELETE on jobs",
         "SELECT on leader_leases",
@@ -165,7 +187,7 @@ def test_grants_are_idempotent_and_a_replaced_role_keeps_nothing(
     with psycopg.connect(database_url, autocommit=True) as admin:
         assert {c: observed_privileges(admin, n) for c, n in roles.names.items()} == before
         policies = admin.execute("SELECT count(*) FROM pg_policies WHERE schemaname = 'leaseq'")
-        assert policies.fetchone() == (14,)
+        assert policies.fetchone() == (15,)  # 14, and the operator's effect expiry
     with login_roles(database_url) as fresh:
         apply_grants(
             database_url,
@@ -316,6 +338,27 @@ def test_operator_does_its_job(database_url: str, roles: Roles) -> None:
         assert leadership.release("reaper", "op-1", term=acquired.term)
 
 
+def test_operator_runs_the_history_duties(database_url: str, roles: Roles) -> None:
+    with as_role(roles, "producer") as p:
+        ids = [leaseq.Queue(p).enqueue("q", "t").job_id for _ in range(3)]
+    with as_role(roles, "worker") as w:
+        worker = leaseq.Queue(w)
+        for job in worker.claim(["q"], "w1", limit=3):
+            worker.complete(job.lease, {"ok": True}, effect_key=f"e{job.id}")
+    with as_role(roles, "operator") as o:
+        history = leaseq.core.history.History(o)
+        now = o.execute("SELECT now()").fetchone()[0]  # type: ignore[index]
+        duty = HistoryDuty(history, 0.0, timeout=10.0, budget=60.0)
+        duty.partitions(now + timedelta(seconds=1))
+        assert duty.move(now + timedelta(seconds=1)) == 3
+        assert history.whereabouts(ids[0])[0].place == "history"
+        history.set_retention("succeeded", 3, queue="q")
+        assert duty.retention(now + timedelta(days=8))  # effects deleted, partitions dropped
+        assert history.whereabouts(ids[0])[0].place == "ledger"
+        assert duty.ledger(now + timedelta(days=401)) == 3
+        assert duty.metrics.failures.labels("move")._value.get() == 0
+
+
 def test_producer_enqueues_and_reads_only_its_own_jobs(database_url: str, roles: Roles) -> None:
     with as_role(roles, "producer") as p:
         mine = leaseq.Queue(p).enqueue("q", "t", {"n": 1}, dedup_key="d").job_id
@@ -445,7 +488,7 @@ OPERATOR_DENIED = [
     "UPDATE leaseq.jobs SET idempotency_key = 'x'",
     "INSERT INTO leaseq.job_results (queue, job_type, idempotency_key, job_id, produced_by,"
     " result) VALUES ('q', 't', 'k', 1, 'o', '{}')",
-    "DELETE FROM leaseq.job_results",
+    # (DELETE on job_results is the operator's since effects follow their jobs' retention.)
     "UPDATE leaseq.job_attempts SET outcome = 'failed'",
     "INSERT INTO leaseq.workers (worker_id, queues, concurrency) VALUES ('x', '{q}', 1)",
     "SELECT * FROM leaseq.component_roles",

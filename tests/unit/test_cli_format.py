@@ -24,10 +24,18 @@ def test_age(seconds: float | None, text: str) -> None:
 
 
 @pytest.mark.parametrize(
-    ("text", "seconds"), [("90", 90), ("90s", 90), ("15m", 900), ("12h", 43200), ("7d", 604800)]
+    ("text", "seconds"),
+    [("90", 90), ("90s", 90), ("15min", 900), ("12h", 43200), ("7d", 604800), ("2w", 1209600)],
 )
 def test_duration(text: str, seconds: float) -> None:
     assert duration(text) == seconds
+
+
+@pytest.mark.parametrize("text", ["1m", "15m", "1 m", "1M", "3mo"])
+def test_a_duration_in_m_is_refused_as_ambiguous(text: str) -> None:
+    # `prune --older-than 1m` once deleted everything older than a minute, dead jobs included.
+    with pytest.raises(argparse.ArgumentTypeError, match=r"ambiguous .*30min"):
+        duration(text)
 
 
 def test_bad_arguments_are_refused() -> None:

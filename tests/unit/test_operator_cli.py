@@ -50,3 +50,20 @@ def test_main_reports_configuration_errors(
     monkeypatch.delenv("LEASEQ_DATABASE_URL", raising=False)
     assert main([]) == 2
     assert "--database-url is required" in capsys.readouterr().err
+
+
+def test_hot_retention_reads_unambiguous_durations_for_operator_and_reaper() -> None:
+    from leaseq.cli.main import build_parser as leaseq_parser
+    from leaseq_operator.standalone import ReaperConfig
+
+    url = {"LEASEQ_DATABASE_URL": "postgresql://h/db"}
+    args = build_parser().parse_args(["--hot-retention", "90min"])
+    assert OperatorConfig.from_args(args, url).hot_retention == 5400
+    reaper = leaseq_parser().parse_args(["reaper"])
+    assert (
+        ReaperConfig.from_args(reaper, {**url, "LEASEQ_HOT_RETENTION": "2d"}).hot_retention
+        == 172800
+    )
+    assert ReaperConfig.from_args(reaper, url).hot_retention == 3600  # default 1h
+    with pytest.raises(ConfigError, match=r"LEASEQ_HOT_RETENTION='1m': .*ambiguous"):
+        ReaperConfig.from_args(reaper, {**url, "LEASEQ_HOT_RETENTION": "1m"})

@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import ipaddress
 import os
+import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -82,6 +83,38 @@ def non_negative_int(text: str) -> int:
     if value < 0:
         raise ValueError("must not be negative")
     return value
+
+
+_DURATION = re.compile(r"^(\d+(?:\.\d+)?)\s*([a-z]*)$")
+#: Units a duration may carry. No bare ``m``: it reads as minutes to some and months to
+#: others (a prune of ``1m`` once deleted everything a minute old).
+DURATION_UNITS = {
+    "": 1,
+    "s": 1,
+    "sec": 1,
+    "min": 60,
+    "h": 3600,
+    "d": 86400,
+    "w": 604800,
+}
+
+
+def duration(text: str) -> float:
+    """Seconds from ``90``, ``90s``, ``30min``, ``12h``, ``7d`` or ``2w``; ``m``/``M`` are
+    refused with a message saying what to write instead."""
+    cleaned = text.strip()
+    match = _DURATION.match(cleaned)
+    if (match and match.group(2) in ("m", "mo", "mon")) or re.fullmatch(r"[\d.]+\s*M", cleaned):
+        raise ValueError(
+            f"{text!r} is ambiguous (minutes or months?): write minutes as 'min' (e.g. 30min) "
+            "and longer spans in d or w (e.g. 30d)"
+        )
+    if not match or match.group(2).lower() not in DURATION_UNITS:
+        raise ValueError(
+            f"{text!r} is not a duration: a number with s, min, h, d or w (e.g. 90s, 30min, "
+            "12h, 7d, 2w; a bare number is seconds)"
+        )
+    return float(match.group(1)) * DURATION_UNITS[match.group(2)]
 
 
 def port(text: str) -> int:
@@ -182,6 +215,15 @@ WORKER_ROLE, OPERATOR_ROLE, PRODUCER_ROLE = (
 )
 GRANT_OPTIONS = (WORKER_ROLE, OPERATOR_ROLE, PRODUCER_ROLE)
 
+HOT_RETENTION = Option(
+    "hot_retention",
+    "LEASEQ_HOT_RETENTION",
+    duration,
+    3600.0,
+    "how long a finished job stays in leaseq.jobs before the leader moves it to history"
+    " (e.g. 30min, 1h, 2d; keep it at least a WorkerPool's work.windowSeconds, whose run"
+    " times are read from the hot table)",
+)
 LOG_LEVEL = Option(
     "log_level",
     "LEASEQ_LOG_LEVEL",

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import re
 import sys
 import time
 from typing import Any
@@ -16,12 +15,14 @@ from typing import Any
 from leaseq import config as settings
 from leaseq.cli.tables import age, key_values, printable, table, to_json, when
 from leaseq.core.db import Conn, connect
+from leaseq.core.history import EVERY_QUEUE, History
 from leaseq.core.models import (
     FINISHED_STATUSES,
     AttemptOutcome,
     AttemptRecord,
-    JobRecord,
+    JobPlace,
     JobStatus,
+    JobWhereabouts,
     QueueFinished,
     QueueStats,
     UnservedWork,
@@ -30,18 +31,28 @@ from leaseq.core.models import (
 from leaseq.core.queue import Queue
 from leaseq.core.workers import Workers
 
-_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdw]?)\s*$")
-_UNIT = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
 #: `status` counts succeeded and cancelled jobs over this window (seconds), not all history.
 FINISHED_WINDOW = 3600.0
 
 
 def duration(text: str) -> float:
-    """``90``, ``90s``, ``15m``, ``12h``, ``7d`` or ``2w`` in seconds."""
-    match = _DURATION.match(text.lower())
-    if not match:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a duration like 90s, 15m, 12h or 7d")
-    return float(match.group(1)) * _UNIT[match.group(2)]
+    """Seconds from ``90s``, ``30min``, ``12h``, ``7d`` or ``2w`` (:func:`leaseq.config.duration`:
+    ``m`` is refused, it could be minutes or months)."""
+    try:
+        return settings.duration(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def days(text: str) -> int:
+    """A whole number of days from ``7d``, ``2w`` or ``30`` (days)."""
+    try:
+        seconds = settings.duration(text if text.strip()[-1:].isalpha() else f"{text}d")
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    if seconds < 86400 or seconds % 86400:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number of days (e.g. 7d, 2w)")
+    return int(seconds // 86400)
 
 
 def seconds(text: str) -> float:
@@ -225,7 +236,7 @@ def _error_text(error: str | None, code: str | None) -> str:
     return f"{error} [{code}]"
 
 
-def _error_field(record: JobRecord, attempts: list[AttemptRecord]) -> tuple[str, str]:
+def _error_field(record: JobWhereabouts, attempts: list[AttemptRecord]) -> tuple[str, str]:
     """``last error`` for a job that has not succeeded; for a succeeded one the error of an
     earlier attempt, labelled as such, so it never reads as the job's outcome."""
     text = _error_text(record.last_error, record.last_error_code)
@@ -238,21 +249,34 @@ def _error_field(record: JobRecord, attempts: list[AttemptRecord]) -> tuple[str,
     return ("earlier error", f"{text} (in {where}; the job then succeeded)")
 
 
+#: What the ledger does not keep (shown as absent rather than as empty values).
+LEDGER_ABSENT = {
+    "priority", "available", "started", "lease", "lease expires", "max runtime",
+    "idempotency key", "payload", "progress", "result",
+}  # fmt: skip
+PLACES = {
+    JobPlace.HOT: "leaseq.jobs (live or recently finished)",
+    JobPlace.HISTORY: "leaseq.job_history (moved after it finished)",
+    JobPlace.LEDGER: "leaseq.job_ledger only (its history was dropped by retention)",
+}
+
+
 def jobs_show(args: argparse.Namespace) -> int:
     with _connect(args, "show job") as conn:
-        queue = Queue(conn)
-        record = queue.get(args.job_id)
-        attempts = queue.attempts(args.job_id)
+        record, found = History(conn).whereabouts(args.job_id)
+        attempts = list(found)
     if args.json:
         print(to_json({"job": record, "attempts": attempts}))
         return 0
+    of = f"{record.attempt_count} of {record.max_attempts}" if record.max_attempts else None
     fields = [
         ("id", record.id),
+        ("found in", PLACES[record.place]),
         ("queue", record.queue),
         ("type", record.job_type),
         ("status", record.status),
-        ("attempts", f"{record.attempt_count} of {record.max_attempts}"),
-        ("priority", record.priority),
+        ("attempts", of or record.attempt_count),
+        ("priority", "-" if record.priority is None else record.priority),
         ("created", when(record.created_at)),
         ("available", when(record.available_at)),
         ("started", when(record.started_at)),
@@ -267,10 +291,13 @@ def jobs_show(args: argparse.Namespace) -> int:
         ("progress", json.dumps(record.progress)),
         ("result", json.dumps(record.result)),
     ]
+    if record.place == JobPlace.LEDGER:
+        fields = [f for f in fields if f[0] not in LEDGER_ABSENT]
     print(key_values(fields))
     print()
     if not attempts:
-        print("no attempts recorded")
+        kept = " (the ledger keeps no attempts)" if record.place == JobPlace.LEDGER else ""
+        print(f"no attempts recorded{kept}")
         return 0
     print(
         table(
@@ -320,9 +347,71 @@ def cancel(args: argparse.Namespace) -> int:
 
 def prune(args: argparse.Namespace) -> int:
     statuses = args.status or [str(s) for s in FINISHED_STATUSES]
+    if JobStatus.DEAD in statuses and not args.include_dead:
+        if args.status:
+            print(
+                "leaseq: error: refusing to delete dead jobs: they are the ones left to look "
+                "at; add --include-dead to delete them too",
+                file=sys.stderr,
+            )
+            return 2
+        statuses = [s for s in statuses if s != JobStatus.DEAD]
     with _connect(args, "prune") as conn:
-        deleted = Queue(conn).prune(older_than=args.older_than, statuses=statuses)
-    _say(args, {"deleted": deleted}, f"deleted {deleted} finished job(s) and their attempts")
+        queue = Queue(conn)
+        if args.dry_run:
+            found = queue.prune_preview(older_than=args.older_than, statuses=statuses)
+            total = sum(c.jobs for c in found)
+            lines = [
+                f"  {c.status}: {c.jobs} (finished {when(c.oldest)} .. {when(c.newest)})"
+                for c in found
+            ]
+            kept = "" if JobStatus.DEAD in statuses else " (dead jobs kept: --include-dead)"
+            head = f"dry run: would delete {total} finished job(s) and their attempts{kept}"
+            text = "\n".join([head, *lines])
+            _say(args, {"dry_run": True, "would_delete": found}, text)
+            return 0
+        deleted = queue.prune(older_than=args.older_than, statuses=statuses)
+    kept = "" if JobStatus.DEAD in statuses else " (dead jobs kept: --include-dead)"
+    _say(args, {"deleted": deleted}, f"deleted {deleted} finished job(s) and their attempts{kept}")
+    return 0
+
+
+def retention(args: argparse.Namespace) -> int:
+    with _connect(args, "retention") as conn:
+        history = History(conn)
+        if args.ledger is not None:
+            history.set_ledger_retention(args.ledger)
+        if args.unset:
+            history.unset_retention(args.unset, queue=args.queue)
+        for status, keep in (
+            (JobStatus.SUCCEEDED, args.succeeded),
+            (JobStatus.CANCELLED, args.cancelled),
+            (JobStatus.DEAD, args.dead),
+        ):
+            if keep is not None:
+                history.set_retention(status, keep, queue=args.queue)
+        rules = history.retention()
+    if args.json:
+        print(to_json(rules))
+        return 0
+    ledger = rules[0].ledger_keep_days if rules else "-"
+    print(
+        table(
+            ["QUEUE", "STATUS", "DAYS IN HISTORY"],
+            [[r.queue, r.status, r.keep_days] for r in rules],
+        )
+    )
+    print(f"\nledger rows kept {ledger} days after their job finished")
+    return 0
+
+
+def history_counts(args: argparse.Namespace) -> int:
+    with _connect(args, "count history") as conn:
+        found = History(conn).counts(since=args.since, queue=args.queue)
+    if args.json:
+        print(to_json(found))
+        return 0
+    print(table(["QUEUE", "STATUS", "JOBS"], [[c.queue, c.status, c.jobs] for c in found]))
     return 0
 
 
@@ -393,9 +482,56 @@ def add_commands(sub: Any) -> None:
     p.add_argument("job_id", type=int)
     p.add_argument("--reason")
 
-    p = command("prune", "delete finished jobs older than a retention", prune)
-    p.add_argument("--older-than", type=duration, required=True, help="e.g. 7d, 12h, 3600")
+    p = command(
+        "prune",
+        "delete finished jobs older than a retention from the hot table (dead ones only with "
+        "--include-dead)",
+        prune,
+    )
+    p.add_argument(
+        "--older-than",
+        type=duration,
+        required=True,
+        help="e.g. 90s, 30min, 12h, 7d, 2w (a bare number is seconds; 'm' is refused)",
+    )
     p.add_argument("--status", action="append", choices=[str(s) for s in FINISHED_STATUSES])
+    p.add_argument(
+        "--dry-run", action="store_true", help="say what would be deleted, delete nothing"
+    )
+    p.add_argument("--include-dead", action="store_true", help="delete dead jobs too")
+
+    p = command(
+        "retention",
+        "show or change how long moved jobs stay in history, per queue and final state",
+        retention,
+    )
+    p.add_argument(
+        "--queue", default=EVERY_QUEUE, help="the queue a rule is for (default '*': every queue)"
+    )
+    for state in ("succeeded", "cancelled", "dead"):
+        p.add_argument(
+            f"--{state}", type=days, metavar="DAYS", help=f"days {state} jobs stay, e.g. 7d"
+        )
+    p.add_argument(
+        "--unset",
+        choices=[str(s) for s in FINISHED_STATUSES],
+        help="remove --queue's own rule for this state",
+    )
+    p.add_argument(
+        "--ledger", type=days, metavar="DAYS", help="days ledger rows stay (>= every rule)"
+    )
+
+    history = sub.add_parser(
+        "history", help="finished-job counts from the rollup", description="Read the history."
+    ).add_subparsers(dest="history_command", required=True)
+    p = command(
+        "counts",
+        "finished jobs per queue and final state (never counts history rows)",
+        history_counts,
+        history,
+    )
+    p.add_argument("--since", type=duration, default=86400.0, help="how far back (default 1d)")
+    p.add_argument("--queue")
 
     p = command("enqueue", "enqueue one job", enqueue)
     p.add_argument("queue")

@@ -15,7 +15,8 @@ from leaseq.cli import commands
 from leaseq.core import redact
 from leaseq.core.db import connect
 from leaseq.core.errors import ConfigError, LeaseqError
-from leaseq.core.schema import ComponentRoles, migrate
+from leaseq.core.history import History
+from leaseq.core.schema import ComponentRoles, known_migrations, migrate
 from leaseq.runtime import settings as worker_settings
 
 
@@ -33,6 +34,18 @@ def _cmd_migrate(args: argparse.Namespace) -> int:
     print(f"leaseq schema at version {report.version} ({done})")
     for statement in report.grants:
         print(f"  {statement}")
+    history = [m.version for m in known_migrations() if m.name.startswith("history")]
+    if set(history) & set(report.applied):
+        with connect(url, action="migrate") as conn:
+            waiting = History(conn).waiting(hot_retention=settings.HOT_RETENTION.default)
+        # The migration moved nothing: a long transaction over every finished row would
+        # hold locks the workers need. The leader's mover moves them in batches.
+        print(
+            f"history: {waiting.finished} finished job(s) stay in leaseq.jobs for now; the "
+            "leader (`leaseq operator` or `leaseq reaper`) moves those older than its "
+            f"--hot-retention (default {settings.HOT_RETENTION.default:g} s: {waiting.due} now) "
+            "to leaseq.job_history in batches, with workers running"
+        )
     return 0
 
 

@@ -55,6 +55,11 @@ class DatabaseError(LeaseqError):
     """PostgreSQL refused a statement for a reason leaseq does not classify further."""
 
 
+class StatementTimeout(DatabaseError):
+    """A statement ran past its statement_timeout or waited past its lock_timeout; nothing
+    it would have done happened (the mover halves its batch on this)."""
+
+
 class DatabaseUnavailable(DatabaseError):
     """PostgreSQL could not be reached, refused the login, or the connection was lost.
 
@@ -193,6 +198,8 @@ def translate(exc: psycopg.Error, *, action: str, conninfo: str = "") -> LeaseqE
             f"{action} failed: leaseq's schema is missing or out of date ({message}); "
             "run `leaseq migrate --database-url URL` first"
         )
+    if isinstance(exc, pg_errors.QueryCanceled | pg_errors.LockNotAvailable):
+        return StatementTimeout(f"{action} timed out: {message}")
     if isinstance(exc, psycopg.OperationalError | psycopg.InterfaceError):
         host, port = endpoint(conninfo)
         not_done = _NOT_DONE.get(action, f"{action} did not happen and nothing was changed")

@@ -375,3 +375,106 @@ class WorkerRecord:
     def __post_init__(self) -> None:
         _as(WorkerState, self, "state")
         object.__setattr__(self, "silent", self.heartbeat_age > SILENT_AFTER_SECONDS)
+
+
+class JobPlace(enum.StrEnum):
+    """Where a job's record was found (``leaseq.job_whereabouts.place``)."""
+
+    #: leaseq.jobs: live, or finished less than the hot retention ago.
+    HOT = "hot"
+    #: leaseq.job_history: moved, the full row and its attempts, until its retention ends.
+    HISTORY = "history"
+    #: leaseq.job_ledger only: its history was dropped; queue, type, final state, times,
+    #: attempts and the start of its last error remain.
+    LEDGER = "ledger"
+
+
+@dataclass(frozen=True)
+class JobWhereabouts:
+    """A job wherever it is. In the ledger only the ledger's fields are set."""
+
+    place: JobPlace
+    id: int
+    queue: str
+    job_type: str
+    status: JobStatus
+    attempt_count: int
+    created_at: datetime
+    finished_at: datetime | None
+    last_error: str | None
+    last_error_code: str | None
+    payload: Any = None
+    priority: int | None = None
+    max_attempts: int | None = None
+    available_at: datetime | None = None
+    started_at: datetime | None = None
+    lease_owner: str | None = None
+    lease_token: int | None = None
+    lease_expires_at: datetime | None = None
+    heartbeat_at: datetime | None = None
+    progress: Any = None
+    timeout_seconds: float | None = None
+    idempotency_key: str | None = None
+    dedup_key: str | None = None
+    result: Any = None
+    checkpoint: Any = None
+
+    def __post_init__(self) -> None:
+        _as(JobPlace, self, "place")
+        _as(JobStatus, self, "status")
+
+
+@dataclass(frozen=True)
+class Moved:
+    """One mover batch: jobs moved out of the hot table, of which ``expired`` were already
+    past their retention and went to the ledger only."""
+
+    moved: int
+    expired: int
+
+
+@dataclass(frozen=True)
+class RetentionRule:
+    """How many days moved jobs of ``queue`` (``*``: every queue) in ``status`` stay in history."""
+
+    queue: str
+    status: JobStatus
+    keep_days: int
+    ledger_keep_days: int
+
+    def __post_init__(self) -> None:
+        _as(JobStatus, self, "status")
+
+
+@dataclass(frozen=True)
+class ExpireStep:
+    """One retention step: the history leaf, effects deleted, and whether it was dropped."""
+
+    leaf: str
+    effects: int
+    dropped: bool
+
+
+@dataclass(frozen=True)
+class FinishedCount:
+    """Finished jobs of one queue and final state over a period (from the rollup)."""
+
+    queue: str
+    status: JobStatus
+    jobs: int
+
+    def __post_init__(self) -> None:
+        _as(JobStatus, self, "status")
+
+
+@dataclass(frozen=True)
+class PruneCandidates:
+    """What a prune would delete in one status."""
+
+    status: JobStatus
+    jobs: int
+    oldest: datetime
+    newest: datetime
+
+    def __post_init__(self) -> None:
+        _as(JobStatus, self, "status")

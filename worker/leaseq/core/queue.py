@@ -52,6 +52,7 @@ from leaseq.core.models import (
     JobStatus,
     JobTypeWork,
     Lease,
+    PruneCandidates,
     QueueFinished,
     QueueStats,
     Reaped,
@@ -604,27 +605,32 @@ class Queue:
     ) -> int:
         """Delete finished jobs (and their attempts) that finished more than ``older_than``
         seconds ago, ``batch`` rows per transaction. Effects in job_results are kept."""
-        validation.non_negative("older_than", older_than)
-        for status in statuses:
-            if status not in FINISHED_STATUSES:
-                raise InvalidJob(
-                    "statuses",
-                    f"{status!r} is not a finished status {tuple(map(str, FINISHED_STATUSES))}",
-                )
         validation.at_least("batch", batch, 1)
+        checked = _prunable(older_than, statuses)
         total = 0
         while True:
             with borrow(self._db, "prune") as c:
                 deleted = self._store.job_prune(
-                    c,
-                    older_than=older_than,
-                    statuses=[JobStatus(s) for s in statuses],
-                    batch=batch,
-                    now=now,
+                    c, older_than=older_than, statuses=checked, batch=batch, now=now
                 )
             total += deleted
             if deleted < batch:
                 return total
+
+    def prune_preview(
+        self,
+        *,
+        older_than: float,
+        statuses: Sequence[str] = FINISHED_STATUSES,
+        now: datetime | None = None,
+    ) -> list[PruneCandidates]:
+        """What :meth:`prune` with the same arguments would delete now, per status; deletes
+        nothing."""
+        checked = _prunable(older_than, statuses)
+        with borrow(self._db, "preview prune") as c:
+            return self._store.job_prune_preview(
+                c, older_than=older_than, statuses=checked, now=now
+            )
 
     def stats(
         self,
@@ -718,3 +724,14 @@ class Queue:
     ) -> list[JobRecord]:
         with borrow(self._db, "list jobs") as c:
             return self._store.job_list(c, status=status, queue=queue, limit=limit)
+
+
+def _prunable(older_than: float, statuses: Sequence[str]) -> list[JobStatus]:
+    validation.non_negative("older_than", older_than)
+    for status in statuses:
+        if status not in FINISHED_STATUSES:
+            raise InvalidJob(
+                "statuses",
+                f"{status!r} is not a finished status {tuple(map(str, FINISHED_STATUSES))}",
+            )
+    return [JobStatus(s) for s in statuses]

@@ -24,14 +24,20 @@ from leaseq.core.models import (
     Call,
     ClaimedJob,
     EffectRecord,
+    ExpireStep,
+    FinishedCount,
     JobRecord,
     JobStatus,
     JobTypeWork,
+    JobWhereabouts,
     LeaderTerm,
     Lease,
+    Moved,
+    PruneCandidates,
     QueueFinished,
     QueueStats,
     Reaped,
+    RetentionRule,
     RetryPolicy,
     UnservedWork,
     WorkerRecord,
@@ -502,6 +508,89 @@ class Store:
     def jobs_vacuum(self, conn: Conn) -> None:
         """VACUUM needs a connection in autocommit mode outside any transaction."""
         self._dicts(conn, "jobs_vacuum", None, "vacuum")
+
+    def job_prune_preview(
+        self,
+        conn: Conn,
+        *,
+        older_than: float,
+        statuses: Sequence[JobStatus],
+        now: datetime | None = None,
+    ) -> list[PruneCandidates]:
+        params = {"older_than": older_than, "statuses": list(statuses), "now": now}
+        return self._typed(conn, "job_prune_preview", params, PruneCandidates, "preview prune")
+
+    # -- history ------------------------------------------------------------------------
+
+    def history_move(
+        self, conn: Conn, *, hot_retention: float, batch: int, now: datetime | None = None
+    ) -> Moved:
+        params = {"hot_retention": hot_retention, "batch": batch, "now": now}
+        return self._typed(conn, "history_move", params, Moved, "move history")[0]
+
+    def history_mover_state(self, conn: Conn) -> DictRow:
+        return self._dicts(conn, "history_mover_state", {}, "read mover state")[0]
+
+    def history_mover_record(self, conn: Conn, *, batch: int, timeouts: int, moved: int) -> None:
+        params = {"batch": batch, "timeouts": timeouts, "moved": moved}
+        self._dicts(conn, "history_mover_record", params, "record mover state")
+
+    def history_ensure_partitions(
+        self, conn: Conn, *, ahead: int, now: datetime | None = None
+    ) -> list[str]:
+        rows = self._dicts(
+            conn, "history_ensure_partitions", {"ahead": ahead, "now": now}, "create partitions"
+        )
+        return [r["created"] for r in rows]
+
+    def history_expire_step(
+        self, conn: Conn, *, batch: int, now: datetime | None = None
+    ) -> ExpireStep | None:
+        params = {"batch": batch, "now": now}
+        rows = self._typed(conn, "history_expire_step", params, ExpireStep, "expire history")
+        return rows[0] if rows else None
+
+    def history_ledger_expire(self, conn: Conn, *, batch: int, now: datetime | None = None) -> int:
+        params = {"batch": batch, "now": now}
+        return int(
+            self._dicts(conn, "history_ledger_expire", params, "expire ledger")[0]["deleted"]
+        )
+
+    def history_retention_list(self, conn: Conn) -> list[RetentionRule]:
+        return self._typed(conn, "history_retention_list", {}, RetentionRule, "read retention")
+
+    def history_retention_set(
+        self, conn: Conn, *, queue: str, status: JobStatus, keep_days: int
+    ) -> None:
+        params = {"queue": queue, "status": status, "keep_days": keep_days}
+        self._dicts(conn, "history_retention_set", params, "set retention")
+
+    def history_retention_unset(self, conn: Conn, *, queue: str, status: JobStatus) -> bool:
+        params = {"queue": queue, "status": status}
+        return bool(self._dicts(conn, "history_retention_unset", params, "unset retention"))
+
+    def history_ledger_retention_set(self, conn: Conn, *, keep_days: int) -> None:
+        params = {"keep_days": keep_days}
+        self._dicts(conn, "history_ledger_retention_set", params, "set ledger retention")
+
+    def history_counts(
+        self, conn: Conn, *, since: float, queue: str | None, now: datetime | None = None
+    ) -> list[FinishedCount]:
+        params = {"since": since, "queue": queue, "now": now}
+        return self._typed(conn, "history_counts", params, FinishedCount, "count history")
+
+    def history_waiting(self, conn: Conn, *, hot_retention: float) -> DictRow:
+        params = {"hot_retention": hot_retention}
+        return self._dicts(conn, "history_waiting", params, "count finished jobs")[0]
+
+    def job_whereabouts(self, conn: Conn, job_id: int) -> JobWhereabouts | None:
+        rows = self._typed(conn, "job_whereabouts", {"id": job_id}, JobWhereabouts, "show job")
+        return rows[0] if rows else None
+
+    def job_attempts_anywhere(self, conn: Conn, job_id: int) -> list[AttemptRecord]:
+        return self._typed(
+            conn, "job_attempts_anywhere", {"id": job_id}, AttemptRecord, "list attempts"
+        )
 
     # -- workers ------------------------------------------------------------------------
 

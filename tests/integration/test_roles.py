@@ -33,6 +33,11 @@ EXPECTED = {
         "INSERT on job_results",
         "SELECT on job_view",
         "SELECT on jobs",
+        # Declaring its app's schedules at start-up (migration 0009's apply_grants).
+        "SELECT on schedule_slots",
+        "SELECT on schedules",
+        "INSERT on schedules",
+        "UPDATE on schedules",
         "SELECT on schema_migrations",
         "SELECT on workers",
         "INSERT on workers",
@@ -72,13 +77,23 @@ EXPECTED = {
         "SELECT on job_whereabouts",
         "SELECT on jobs",
         "DELETE on jobs",
+        "USAGE on jobs_id_seq",  # a slot's job id, taken before the job is inserted
         "SELECT on leader_leases",
         "INSERT on leader_leases",
         "UPDATE on leader_leases",
         "DELETE on leader_leases",
+        # The scheduler tick and `leaseq schedules` (migration 0009's apply_grants).
+        "SELECT on schedule_slots",
+        "INSERT on schedule_slots",
+        "SELECT on schedules",
+        "INSERT on schedules",
+        "UPDATE on schedules",
+        "DELETE on schedules",
         "SELECT on schema_migrations",
         "SELECT on workers",
         "DELETE on workers",
+        "INSERT (id, queue, job_type, payload, priority, max_attempts, created_at, available_at, "
+        "idempotency_key) on jobs",
         "UPDATE (status, max_attempts, available_at, finished_at, lease_owner, "
         "lease_expires_at, last_error, last_error_code) on jobs",
     ],
@@ -94,7 +109,9 @@ EXPECTED = {
     ],
 }
 
-ORDER = ("SELECT", "INSERT", "UPDATE", "DELETE", "TRUNCATE", "REFERENCES", "TRIGGER", "MAINTAIN")
+ORDER = (
+    "SELECT", "INSERT", "UPDATE", "DELETE", "TRUNCATE", "REFERENCES", "TRIGGER", "MAINTAIN", "USAGE"
+)  # fmt: skip
 
 PRIVILEGES = """
 SELECT 'schema', n.nspname, NULL::text, a.privilege_type, 0
@@ -187,7 +204,8 @@ def test_grants_are_idempotent_and_a_replaced_role_keeps_nothing(
     with psycopg.connect(database_url, autocommit=True) as admin:
         assert {c: observed_privileges(admin, n) for c, n in roles.names.items()} == before
         policies = admin.execute("SELECT count(*) FROM pg_policies WHERE schemaname = 'leaseq'")
-        assert policies.fetchone() == (15,)  # 14, and the operator's effect expiry
+        # 14, the operator's effect expiry and its restriction to slot jobs
+        assert policies.fetchone() == (16,)
     with login_roles(database_url) as fresh:
         apply_grants(
             database_url,
@@ -542,3 +560,27 @@ def test_producer_cannot_claim_or_see_others_jobs_by_sql(roles: Roles) -> None:
 def test_an_unregistered_role_sees_nothing(database_url: str, roles: Roles) -> None:
     with login_roles(database_url) as other, raw(other, "worker") as c, pytest.raises(DENIED):
         c.execute("SELECT * FROM leaseq.jobs")
+
+
+def test_schedules_work_under_component_roles(database_url: str, roles: Roles) -> None:
+    """A worker declares its schedules, the operator ticks them and enqueues exactly one job
+    per slot, and the operator still cannot enqueue any other job."""
+    from datetime import UTC, datetime
+
+    spec = leaseq.ScheduleSpec("hourly", "0 * * * *", queue="q", job_type="t")
+    start = datetime(2026, 12, 1, 9, 30, tzinfo=UTC)
+    with as_role(roles, "worker") as w:
+        assert leaseq.Schedules(w).declare("app:registry", [spec], now=start) == []
+    with as_role(roles, "operator") as o:
+        schedules = leaseq.Schedules(o)
+        tick = schedules.tick(now=start + timedelta(hours=1))
+        assert tick.failed == {}
+        [slot] = tick.fired
+        assert slot.job_id is not None
+        assert not schedules.tick(now=start + timedelta(hours=1)).fired  # once per slot
+        with pytest.raises(DENIED):
+            o.execute(
+                "INSERT INTO leaseq.jobs (queue, job_type, idempotency_key) VALUES ('q', 't', 'x')"
+            )
+    with as_role(roles, "producer") as p, pytest.raises(DENIED):
+        p.execute("SELECT * FROM leaseq.schedules")

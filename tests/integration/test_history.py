@@ -57,7 +57,8 @@ def finished(
     conn.execute(
         "INSERT INTO leaseq.job_attempts (job_id, attempt, lease_token, worker, started_at,"
         " ended_at, outcome, traceback) SELECT id, 1, 1, 'w', started_at, finished_at,"
-        " CASE WHEN status = 'succeeded' THEN 'succeeded' ELSE 'failed' END::leaseq.attempt_outcome,"
+        " CASE WHEN status = 'succeeded' THEN 'succeeded' ELSE 'failed' END"
+        "::leaseq.attempt_outcome,"
         " CASE WHEN status = 'dead' THEN 'Traceback (most recent call last): boom' END"
         " FROM leaseq.jobs WHERE id = ANY(%s)",
         (ids,),

@@ -9,12 +9,16 @@ from leaseq.core.errors import (
     DatabaseUnavailable,
     DuplicateJob,
     InvalidJob,
+    JobCancelled,
+    JobDead,
     JobNotFound,
     JobStateError,
     LeaseqError,
     PermissionDenied,
+    ResultTimeout,
     SchemaNotReady,
     SchemaTooNew,
+    WaitInHandler,
 )
 from leaseq.core.leadership import Leadership
 from leaseq.core.models import (
@@ -30,6 +34,7 @@ from leaseq.core.models import (
     Fenced,
     Heartbeat,
     HeartbeatStatus,
+    JobOutcome,
     JobRecord,
     JobStatus,
     LeaderTerm,
@@ -51,6 +56,7 @@ from leaseq.core.schema import (
     check_schema,
     migrate,
 )
+from leaseq.core.waiters import unwrap
 from leaseq.core.workers import Workers
 from leaseq.runtime.context import Interrupted, JobContext, PermanentError, StopReason
 from leaseq.runtime.registry import Registry
@@ -77,8 +83,11 @@ __all__ = [
     "HeartbeatStatus",
     "Interrupted",
     "InvalidJob",
+    "JobCancelled",
     "JobContext",
+    "JobDead",
     "JobNotFound",
+    "JobOutcome",
     "JobRecord",
     "JobSpec",
     "JobStateError",
@@ -97,11 +106,13 @@ __all__ = [
     "Reaped",
     "Registry",
     "Released",
+    "ResultTimeout",
     "RetryPolicy",
     "Schema",
     "SchemaNotReady",
     "SchemaTooNew",
     "StopReason",
+    "WaitInHandler",
     "WorkerRecord",
     "WorkerState",
     "Workers",
@@ -109,4 +120,5 @@ __all__ = [
     "connect",
     "migrate",
     "open_pool",
+    "unwrap",
 ]

@@ -24,6 +24,7 @@ from leaseq.core.models import (
     Call,
     ClaimedJob,
     EffectRecord,
+    JobOutcome,
     JobRecord,
     JobStatus,
     JobTypeWork,
@@ -63,6 +64,23 @@ def _claimed(rows: list[DictRow], owner: str) -> list[ClaimedJob]:
         )
         for r in rows
     ]
+
+
+def enqueue_params(jobs: Sequence[Params], now: datetime | None) -> list[dict[str, Any]]:
+    """The job_enqueue parameters of each job (shared with the asyncio store)."""
+    return [{**job, "payload": Jsonb(job["payload"]), "now": now} for job in jobs]
+
+
+def outcome(row: DictRow) -> JobOutcome:
+    """A job_outcomes row as a :class:`JobOutcome` (shared with the asyncio store)."""
+    return JobOutcome(
+        job_id=row["id"],
+        status=JobStatus(row["status"]),
+        result=row["result"],
+        last_error=row["last_error"],
+        last_error_code=row["last_error_code"],
+        attempts=row["attempt_count"],
+    )
 
 
 class Store:
@@ -113,7 +131,7 @@ class Store:
         ``jobs`` are mappings with the statement's fields (queue, job_type, payload, priority,
         max_attempts, run_at, delay, timeout, idempotency_key, dedup_key). A None row means a
         concurrent enqueue with the same dedup key won after this statement's snapshot."""
-        params = [{**job, "payload": Jsonb(job["payload"]), "now": now} for job in jobs]
+        params = enqueue_params(jobs, now)
         query = self._statements["job_enqueue"].query
         results: list[DictRow | None] = []
         try:
@@ -618,3 +636,19 @@ class Store:
     def worker_listen(self, conn: Conn) -> None:
         """Subscribe ``conn`` (autocommit, dedicated) to wake-ups on channel leaseq_jobs."""
         self._dicts(conn, "worker_listen", {}, "listen")
+
+    # -- producers waiting for results -----------------------------------------------------
+
+    def waiter_listen(self, conn: Conn) -> None:
+        """Subscribe ``conn`` (autocommit, dedicated) to completions on channel leaseq_done."""
+        self._dicts(conn, "waiter_listen", {}, "listen")
+
+    def job_watch(self, conn: Conn, ids: Sequence[int]) -> int:
+        """Flag the unfinished jobs among ``ids`` so that their final transition notifies;
+        how many were newly flagged."""
+        return int(self._dicts(conn, "job_watch", {"ids": list(ids)}, "wait")[0]["flagged"])
+
+    def job_outcomes(self, conn: Conn, ids: Sequence[int]) -> dict[int, JobOutcome]:
+        """Where each existing job among ``ids`` stands, by id."""
+        rows = self._dicts(conn, "job_outcomes", {"ids": list(ids)}, "wait")
+        return {int(r["id"]): outcome(r) for r in rows}

@@ -185,8 +185,12 @@ def test_a_completion_racing_the_first_read_is_never_missed(
     flag and first read; with no safety poll to rescue it, every round must still return."""
     real_sync, real_async = Store.job_watch, waiters.AsyncStore.job_watch
     worker: list[threading.Thread] = []
+    armed: list[bool] = []  # set while result() runs (enqueue(wait=True) flags through it too)
 
     def finish_soon() -> None:
+        if not armed:
+            return
+        armed.clear()
         delay = random.uniform(0, 0.004)
         worker.append(threading.Timer(delay, run_job, (queue, "raced")))
         worker[-1].start()
@@ -203,6 +207,7 @@ def test_a_completion_racing_the_first_read_is_never_missed(
     monkeypatch.setattr(waiters.AsyncStore, "job_watch", watch_async)
     for _ in range(100):
         job = face.call("enqueue", "q", "t", wait=True)
+        armed.append(True)
         assert face.call("result", job.job_id, timeout=30, poll=NO_POLL) == "raced"
         worker[-1].join()
 

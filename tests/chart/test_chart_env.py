@@ -20,7 +20,8 @@ from leaseq_operator.config import OperatorConfig
 
 WORKER_ENV = {o.env for o in worker_settings.OPTIONS}
 OPERATOR_ENV = {o.env for o in operator_config.OPTIONS}
-# What each `leaseq <command>` the chart runs reads (worker/leaseq/cli/main.py, operator/leaseq_operator/config.py).
+# What each `leaseq <command>` the chart runs reads (worker/leaseq/cli/main.py,
+# operator/leaseq_operator/config.py).
 READS = {
     "worker": WORKER_ENV,
     "operator": OPERATOR_ENV,

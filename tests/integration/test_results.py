@@ -121,8 +121,8 @@ def test_result_wakes_on_completion_after_the_first_read(face: Face, queue: leas
 
 def _flagged(url: str, job_id: int) -> bool:
     with psycopg.connect(url) as c:
-        row = c.execute("SELECT notify_done FROM leaseq.jobs WHERE id = %s", (job_id,)).fetchone()
-    return bool(row and row[0])
+        row = c.execute("SELECT 1 FROM leaseq.job_waiters WHERE job_id = %s", (job_id,)).fetchone()
+    return row is not None
 
 
 def test_dead_and_cancelled_jobs_raise_typed_errors(face: Face, queue: leaseq.Queue) -> None:
@@ -195,11 +195,11 @@ def test_a_completion_racing_the_first_read_is_never_missed(
         worker.append(threading.Timer(delay, run_job, (queue, "raced")))
         worker[-1].start()
 
-    def watch_sync(self: Store, conn: Any, ids: Any) -> int:
+    def watch_sync(self: Store, conn: Any, ids: Any) -> list[int]:
         finish_soon()
         return real_sync(self, conn, ids)
 
-    async def watch_async(self: Any, conn: Any, ids: Any) -> int:
+    async def watch_async(self: Any, conn: Any, ids: Any) -> list[int]:
         finish_soon()
         return await real_async(self, conn, ids)
 
@@ -256,7 +256,10 @@ def test_a_thousand_waiters_share_one_listening_connection(
 
 def _all_flagged(url: str) -> bool:
     with psycopg.connect(url) as c:
-        row = c.execute("SELECT bool_and(notify_done) FROM leaseq.jobs").fetchone()
+        row = c.execute(
+            "SELECT bool_and(EXISTS (SELECT 1 FROM leaseq.job_waiters w WHERE w.job_id = j.id))"
+            " FROM leaseq.jobs j"
+        ).fetchone()
     return bool(row and row[0])
 
 
@@ -282,3 +285,62 @@ def test_the_result_arrives_when_the_listening_connection_is_killed(
     finally:
         killer.join()
     assert box["finished"] == job.job_id
+
+
+def _advisory_waiters(url: str) -> int:
+    """How many backends wait for an advisory lock (a flag or a completion of a job)."""
+    with psycopg.connect(url) as c:
+        row = c.execute(
+            "SELECT count(*) FROM pg_stat_activity"
+            " WHERE datname = current_database() AND wait_event = 'advisory'"
+        ).fetchone()
+    return int(row[0]) if row else 0
+
+
+def test_a_claim_while_a_job_is_being_flagged_still_claims(
+    database_url: str, queue: leaseq.Queue
+) -> None:
+    """Flagging locks no job row, so a claim's SKIP LOCKED still takes the job; a completion
+    racing the flag waits for it and then notifies."""
+    job = queue.enqueue("q", "t")
+    with (
+        psycopg.connect(database_url) as flagger,
+        psycopg.connect(database_url, autocommit=True) as listening,
+    ):
+        listening.execute("LISTEN leaseq_done")
+        assert Store().job_watch(flagger, [job.job_id]) == []  # its transaction stays open
+        (claimed,) = queue.claim(["q"], "w1")
+        assert claimed.id == job.job_id
+        finishing = threading.Thread(
+            target=lambda: leaseq.Queue(leaseq.connect(database_url, action="test")).complete(
+                claimed.lease, "done"
+            )
+        )
+        finishing.start()
+        wait_for(lambda: _advisory_waiters(database_url) == 1, "the completion waiting")
+        flagger.commit()
+        finishing.join()
+        notices = list(listening.notifies(timeout=30, stop_after=1))
+    assert [n.payload for n in notices] == [str(job.job_id)]
+
+
+def test_a_completion_in_flight_while_flagging_is_waited_out(
+    face: Face, queue: leaseq.Queue, database_url: str
+) -> None:
+    """The job finishes in a transaction that has looked for waiters but not committed when
+    the waiter flags it: the waiter waits that transaction out, then reads the result."""
+    job = face.call("enqueue", "q", "t")
+    (claimed,) = queue.claim(["q"], "w1")
+    with psycopg.connect(database_url) as finishing:
+        leaseq.Queue(finishing).complete(claimed.lease, "late")  # not committed yet
+
+        def commit_once_waited_for() -> None:
+            wait_for(lambda: _advisory_waiters(database_url) == 1, "the waiter waiting")
+            finishing.commit()
+
+        committer = threading.Thread(target=commit_once_waited_for)
+        committer.start()
+        try:
+            assert face.call("result", job.job_id, timeout=30, poll=NO_POLL) == "late"
+        finally:
+            committer.join()

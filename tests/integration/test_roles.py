@@ -30,6 +30,8 @@ EXPECTED = {
         "SELECT on job_results",
         "INSERT on job_results",
         "SELECT on job_view",
+        "SELECT on job_waiters",
+        "DELETE on job_waiters",
         "SELECT on jobs",
         "SELECT on schema_migrations",
         "SELECT on workers",
@@ -48,6 +50,8 @@ EXPECTED = {
         "DELETE on job_attempts",
         "SELECT on job_results",
         "SELECT on job_view",
+        "SELECT on job_waiters",
+        "DELETE on job_waiters",
         "SELECT on jobs",
         "DELETE on jobs",
         "SELECT on leader_leases",
@@ -67,6 +71,7 @@ EXPECTED = {
         "SELECT on job_view",
         "SELECT on jobs",
         "SELECT on schema_migrations",
+        "INSERT (job_id) on job_waiters",
         "INSERT (queue, job_type, payload, priority, max_attempts, created_at, available_at, "
         "timeout, idempotency_key, dedup_key) on jobs",
     ],
@@ -165,7 +170,7 @@ def test_grants_are_idempotent_and_a_replaced_role_keeps_nothing(
     with psycopg.connect(database_url, autocommit=True) as admin:
         assert {c: observed_privileges(admin, n) for c, n in roles.names.items()} == before
         policies = admin.execute("SELECT count(*) FROM pg_policies WHERE schemaname = 'leaseq'")
-        assert policies.fetchone() == (14,)
+        assert policies.fetchone() == (17,)
     with login_roles(database_url) as fresh:
         apply_grants(
             database_url,

@@ -6,8 +6,22 @@
 LISTEN leaseq_done;
 
 -- name: job_watch
--- Flags the given unfinished jobs so their final transition notifies leaseq_done (see leaseq.watch_jobs); returns how many were flagged.
-SELECT leaseq.watch_jobs(%(ids)s::bigint[]) AS flagged;
+-- Registers a waiter for each given unfinished job (a leaseq.job_waiters row, so its final transition notifies leaseq_done); returns the ids a completion was finishing at that moment, which the caller must wait out with job_wait_finishing (see migration 0005).
+WITH asked AS MATERIALIZED (
+    SELECT a.id, pg_try_advisory_xact_lock_shared(1819370496, mod(a.id, 2147483648)::integer) AS free
+      FROM unnest(%(ids)s::bigint[]) AS a(id)
+),
+flagged AS (
+    INSERT INTO leaseq.job_waiters (job_id)
+    SELECT j.id FROM leaseq.jobs j JOIN asked a ON a.id = j.id
+     WHERE j.status NOT IN ('succeeded', 'dead', 'cancelled')
+    ON CONFLICT (job_id) DO NOTHING
+)
+SELECT a.id FROM asked a WHERE NOT a.free;
+
+-- name: job_wait_finishing
+-- Waits (in its own autocommit statement, holding nothing else) until the completion finishing this job ends.
+SELECT pg_advisory_xact_lock_shared(1819370496, mod(%(job_id)s::bigint, 2147483648)::integer);
 
 -- name: job_outcomes
 -- Status, result, last error and attempts of the given jobs (those that exist), for waiters.

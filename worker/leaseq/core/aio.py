@@ -74,6 +74,7 @@ class AsyncQueue:
             rows = await self._store.job_enqueue(c, [statement_fields(s) for s in specs])
             flag = [row["id"] for s, row in zip(specs, rows, strict=True) if s.wait and row]
             if flag:
+                # Not committed yet, so no completion is finishing them: nothing to wait out.
                 await self._store.job_watch(c, flag)
         return enqueued(specs, rows)
 
@@ -159,7 +160,9 @@ class AsyncQueue:
             while True:
                 async with aborrow(self._db, "wait") as c:
                     if first:
-                        await self._store.job_watch(c, pending)
+                        # After the subscription, before the read: see migration 0005.
+                        for busy in await self._store.job_watch(c, pending):
+                            await self._store.job_wait_finishing(c, busy)
                     found = await self._store.job_outcomes(c, pending)
                 if first and len(found) < len(pending):
                     raise JobNotFound(min(set(pending) - found.keys()))

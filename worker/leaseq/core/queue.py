@@ -204,7 +204,7 @@ class Queue:
         ``dedup_key``: while a job with this key is unfinished in the queue, enqueueing
         another returns the existing one (``created=False``). Listeners are woken on commit.
         ``wait``: you will call :meth:`result` on it; flagged in the same transaction, so its
-        waiter never has to lock the row (which a concurrent claim would skip).
+        waiter needs no second statement.
         """
         spec = JobSpec(
             queue,
@@ -232,6 +232,7 @@ class Queue:
             rows = self._store.job_enqueue(c, [statement_fields(spec) for spec in specs], now)
             flag = [row["id"] for spec, row in zip(specs, rows, strict=True) if spec.wait and row]
             if flag:
+                # Not committed yet, so no completion is finishing them: nothing to wait out.
                 self._store.job_watch(c, flag)
         return enqueued(specs, rows)
 
@@ -296,8 +297,9 @@ class Queue:
             while True:
                 with borrow(self._db, "wait") as c:
                     if first:
-                        # After the subscription, before the read: see leaseq.watch_jobs.
-                        self._store.job_watch(c, pending)
+                        # After the subscription, before the read: see migration 0005.
+                        for busy in self._store.job_watch(c, pending):
+                            self._store.job_wait_finishing(c, busy)
                     found = self._store.job_outcomes(c, pending)
                 if first and len(found) < len(pending):
                     raise JobNotFound(min(set(pending) - found.keys()))

@@ -7,6 +7,7 @@ leaseq.apply_grants, run by Schema.migrate after the migrations).
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator
 from datetime import timedelta
 
@@ -16,6 +17,8 @@ from psycopg import errors as pg_errors
 from psycopg import sql
 
 import leaseq
+from leaseq.core import waiters
+from support.polling import wait_for
 from support.roles import Roles, login_roles
 
 DENIED = pg_errors.InsufficientPrivilege
@@ -502,3 +505,36 @@ def test_producer_cannot_claim_or_see_others_jobs_by_sql(roles: Roles) -> None:
 def test_an_unregistered_role_sees_nothing(database_url: str, roles: Roles) -> None:
     with login_roles(database_url) as other, raw(other, "worker") as c, pytest.raises(DENIED):
         c.execute("SELECT * FROM leaseq.jobs")
+
+
+def test_the_producer_waits_for_its_own_jobs_and_flags_no_other(
+    database_url: str, roles: Roles, queue: leaseq.Queue
+) -> None:
+    """result() as the producer role flags its job (a job_waiters row, no SECURITY DEFINER),
+    and the worker role's completion takes the flag and wakes it; another user's job cannot
+    be flagged."""
+    others = queue.enqueue("other", "t").job_id  # enqueued by the owner
+    with as_role(roles, "producer") as p, as_role(roles, "worker") as w:
+        producer = leaseq.Queue(p)
+        mine = producer.enqueue("q", "t").job_id
+
+        def finish_once_flagged() -> None:
+            wait_for(lambda: queue_has_waiter(database_url, mine), "the producer's flag on its job")
+            (job,) = leaseq.Queue(w).claim(["q"], "w1", limit=1)
+            leaseq.Queue(w).complete(job.lease, "mine")
+
+        finisher = threading.Thread(target=finish_once_flagged)
+        finisher.start()
+        try:
+            assert producer.result(mine, timeout=30, poll=3600) == "mine"
+        finally:
+            finisher.join()
+        waiters.shared_listener(producer._conninfo()).close()
+    with raw(roles, "producer") as c, pytest.raises(DENIED, match="row-level security"):
+        c.execute("INSERT INTO leaseq.job_waiters (job_id) VALUES (%s)", (others,))
+
+
+def queue_has_waiter(url: str, job_id: int) -> bool:
+    with psycopg.connect(url) as c:
+        found = c.execute("SELECT 1 FROM leaseq.job_waiters WHERE job_id = %s", (job_id,))
+        return found.fetchone() is not None

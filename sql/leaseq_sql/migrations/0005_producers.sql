@@ -123,8 +123,9 @@ BEGIN
         field := 'dedup_key'; problem := format('is %s characters long; the limit is 512', length(enqueue.dedup_key));
     END IF;
     IF field IS NOT NULL THEN
-        RAISE EXCEPTION 'invalid job: % %', field, problem
-            USING ERRCODE = 'invalid_parameter_value', COLUMN = field;
+        -- Worded as leaseq.InvalidJob; leaseq.core.errors.translate turns it into one.
+        RAISE EXCEPTION 'invalid %: %; nothing was written', field, problem
+            USING ERRCODE = 'invalid_parameter_value', COLUMN = field, DETAIL = problem;
     END IF;
 
     INSERT INTO leaseq.jobs AS j (queue, job_type, payload, priority, max_attempts, available_at,
@@ -151,7 +152,7 @@ BEGIN
     PERFORM pg_notify('leaseq_jobs', enqueue.queue);
     IF enqueue.wait THEN
         -- Not committed yet, so no completion can race this flag: no lock needed.
-        INSERT INTO leaseq.job_waiters (job_id) VALUES (new_id) ON CONFLICT (job_id) DO NOTHING;
+        INSERT INTO leaseq.job_waiters (job_id) VALUES (new_id);
     END IF;
     RETURN QUERY SELECT new_id, true;
 END

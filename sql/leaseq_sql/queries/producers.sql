@@ -15,7 +15,8 @@ flagged AS (
     INSERT INTO leaseq.job_waiters (job_id)
     SELECT j.id FROM leaseq.jobs j JOIN asked a ON a.id = j.id
      WHERE j.status NOT IN ('succeeded', 'dead', 'cancelled')
-    ON CONFLICT (job_id) DO NOTHING
+    -- No conflict target: naming one would need SELECT on job_waiters, which producers lack.
+    ON CONFLICT DO NOTHING
 )
 SELECT a.id FROM asked a WHERE NOT a.free;
 

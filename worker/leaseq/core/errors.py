@@ -232,6 +232,10 @@ def translate(exc: psycopg.Error, *, action: str, conninfo: str = "") -> LeaseqE
         )
     if isinstance(exc, pg_errors.UndefinedObject) and "role" in message:
         return ConfigError(f"{action} failed: {message}; create the role first")
+    column = getattr(diag, "column_name", None)
+    if isinstance(exc, pg_errors.InvalidParameterValue) and column:
+        # leaseq.enqueue(...) names the bad argument (COLUMN) and the problem (DETAIL).
+        return InvalidJob(column, getattr(diag, "message_detail", None) or message)
     if isinstance(exc, pg_errors.CheckViolation):
         field = _CONSTRAINT_FIELDS.get(getattr(diag, "constraint_name", "") or "", "job")
         return InvalidJob(field, message)

@@ -54,6 +54,25 @@ class Face:
             return self._runner.run(value, context=contextvars.copy_context())
         return value
 
+    def enqueue_in_transaction(self, *, commit: bool) -> tuple[int, bool]:
+        """Enqueue through a connection of this face's kind inside its open transaction, then
+        commit or roll back; the job id, and whether another session saw it before the end."""
+        if self._runner is None:
+            with psycopg.connect(self.url) as c:
+                job = self.queue.enqueue("q", "t", conn=c)
+                seen = _exists(self.url, job.job_id)
+                c.commit() if commit else c.rollback()
+            return job.job_id, seen
+
+        async def run() -> tuple[int, bool]:
+            async with await psycopg.AsyncConnection.connect(self.url) as c:
+                job = await self.queue.enqueue("q", "t", conn=c)
+                seen = _exists(self.url, job.job_id)
+                await (c.commit() if commit else c.rollback())
+            return job.job_id, seen
+
+        return self._runner.run(run())
+
     def listener(self) -> Any:
         if self._runner is not None:
 
@@ -344,3 +363,55 @@ def test_a_completion_in_flight_while_flagging_is_waited_out(
             assert face.call("result", job.job_id, timeout=30, poll=NO_POLL) == "late"
         finally:
             committer.join()
+
+
+def _exists(url: str, job_id: int) -> bool:
+    with psycopg.connect(url) as c:
+        return (
+            c.execute("SELECT 1 FROM leaseq.jobs WHERE id = %s", (job_id,)).fetchone() is not None
+        )
+
+
+def test_enqueue_many_writes_all_or_none(face: Face, queue: leaseq.Queue) -> None:
+    made = face.call(
+        "enqueue_many",
+        [leaseq.JobSpec("q", "t", {"n": n}, priority=n) for n in range(3)]
+        + [leaseq.JobSpec("q", "t", dedup_key="once"), leaseq.JobSpec("q", "t", dedup_key="once")],
+    )
+    assert [m.created for m in made] == [True, True, True, True, False]
+    assert made[3].job_id == made[4].job_id
+    assert [queue.get(m.job_id).payload for m in made[:3]] == [{"n": 0}, {"n": 1}, {"n": 2}]
+    # The second job passes validation but PostgreSQL refuses it (its available_at would be
+    # out of range): the first, already inserted in the same transaction, goes too.
+    with pytest.raises(leaseq.LeaseqError):
+        face.call("enqueue_many", [leaseq.JobSpec("q", "t"), leaseq.JobSpec("q", "t", delay=1e300)])
+    assert [s.ready for s in queue.stats()] == [4]
+    assert face.call("enqueue_many", []) == []
+
+
+@pytest.mark.parametrize("commit", [True, False], ids=["commit", "rollback"])
+def test_enqueue_joins_the_callers_transaction(
+    face: Face, queue: leaseq.Queue, commit: bool
+) -> None:
+    job_id, seen_before = face.enqueue_in_transaction(commit=commit)
+    assert not seen_before
+    assert _exists(face.url, job_id) is commit
+
+
+def test_get_and_retry_dead(face: Face, queue: leaseq.Queue) -> None:
+    job = face.call("enqueue", "q", "t", {"doc": 1}, max_attempts=1)
+    record = face.call("get", job.job_id)
+    assert (record.status, record.payload, record.max_attempts) == ("pending", {"doc": 1}, 1)
+    with pytest.raises(leaseq.JobStateError, match="not dead"):
+        face.call("retry_dead", job.job_id)
+    run_job(queue, fail="bad page")
+    assert face.call("get", job.job_id).status == "dead"
+    assert face.call("retry_dead", job.job_id, attempts=2) == 3
+    record = face.call("get", job.job_id)
+    assert (record.status, record.max_attempts) == ("pending", 3)
+    assert run_job(queue, "ok") == job.job_id
+    assert face.call("result", job.job_id, timeout=30) == "ok"
+    with pytest.raises(leaseq.JobNotFound):
+        face.call("get", 10**9)
+    with pytest.raises(leaseq.JobNotFound):
+        face.call("retry_dead", 10**9)

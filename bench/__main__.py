@@ -11,7 +11,18 @@ import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from bench import ab, claim_scaling, crash, history, ocr, peers, report, throughput, txn_scope
+from bench import (
+    ab,
+    claim_scaling,
+    crash,
+    history,
+    ocr,
+    peers,
+    report,
+    result_latency,
+    throughput,
+    txn_scope,
+)
 from bench.context import Context
 from bench.env import machine, server, server_info
 
@@ -22,6 +33,7 @@ SCENARIOS: dict[str, Callable[[Context], None]] = {
     throughput.NAME: throughput.run,
     crash.NAME: crash.run,
     peers.NAME: peers.run,
+    result_latency.NAME: result_latency.run,
     ab.NAME: ab.run,
     ocr.NAME: ocr.run,
 }

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from bench import claim_scaling, report
+from bench import claim_scaling, report, result_latency
 from bench.__main__ import main
 from bench.context import Context
 from bench.env import machine, scratch_database, server_info
@@ -38,3 +38,12 @@ def test_tiny_claim_run_writes_csv_and_report(server_url: str, tmp_path: Path) -
     assert "Claim correctness and scaling" in text
     assert (tmp_path / "claim_efficiency.png").stat().st_size > 0
     assert report.generate(tmp_path) == tmp_path / "REPORT.md"
+
+
+def test_tiny_result_latency_run_reports_both_faces(server_url: str, tmp_path: Path) -> None:
+    ctx = Context(server_url, True, tmp_path, {**machine(), **server_info(server_url)})
+    with scratch_database(server_url, "smoke") as url:
+        rows = result_latency.measure(url, jobs=3)
+    assert [(r["face"], r["jobs"]) for r in rows] == [("sync", 3), ("async", 3)]
+    ctx.recorder(result_latency.NAME).table(result_latency.NAME, rows)
+    assert "8. Enqueue to result()" in report.generate(tmp_path).read_text()

@@ -21,6 +21,7 @@ from bench import (
     ocr,
     peers,
     report,
+    result_latency,
     throughput,
     txn_scope,
 )
@@ -35,6 +36,7 @@ SCENARIOS: dict[str, Callable[[Context], None]] = {
     throughput.NAME: throughput.run,
     crash.NAME: crash.run,
     peers.NAME: peers.run,
+    result_latency.NAME: result_latency.run,
     ab.NAME: ab.run,
     ocr.NAME: ocr.run,
     batching.NAME: batching.run,

@@ -705,6 +705,13 @@ def _batching(folder: Path) -> str:
     )
 
 
+def _result_latency(folder: Path) -> str:
+    rows = read(folder / "result_latency.csv")
+    if not rows:
+        return "_not run_\n"
+    return _table(rows, ["face", "jobs", "p50_ms", "p99_ms", "max_ms", "mean_ms"])
+
+
 SECTIONS: list[tuple[str, Callable[[Path], str]]] = [
     ("1. Claim correctness and scaling (400 jobs x 200 ms)", _claim_scaling),
     ("2. Transaction scope (8 workers)", _txn_scope),
@@ -713,6 +720,7 @@ SECTIONS: list[tuple[str, Callable[[Path], str]]] = [
     ("4. No-op throughput and wake-up latency", _throughput),
     ("5. Crash timeline", _crash),
     ("6. Peers, same server, same run", _peers),
+    ("8. Enqueue to result(), no-op job, one at a time", _result_latency),
     ("A/B: no-op throughput, interleaved rounds", _ab),
     ("7. OCR inference: pages/s one page vs micro-batched, model load", _ocr),
     ("8. Micro-batching from a backlog: jobs per model call", _batching),

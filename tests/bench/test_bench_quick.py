@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from bench import batching, claim_scaling, report
+from bench import batching, claim_scaling, report, result_latency
 from bench.__main__ import main
 from bench.context import Context
 from bench.env import machine, scratch_database, server_info
@@ -51,3 +51,12 @@ def test_batching_from_a_backlog_reports_full_batches(server_url: str, tmp_path:
     assert (written["model_calls"], written["jobs_per_call"]) == ("2", "8.0")
     assert main(["report", "--results", str(tmp_path)]) == 0
     assert "Micro-batching from a backlog" in (tmp_path / "REPORT.md").read_text()
+
+
+def test_tiny_result_latency_run_reports_both_faces(server_url: str, tmp_path: Path) -> None:
+    ctx = Context(server_url, True, tmp_path, {**machine(), **server_info(server_url)})
+    with scratch_database(server_url, "smoke") as url:
+        rows = result_latency.measure(url, jobs=3)
+    assert [(r["face"], r["jobs"]) for r in rows] == [("sync", 3), ("async", 3)]
+    ctx.recorder(result_latency.NAME).table(result_latency.NAME, rows)
+    assert "8. Enqueue to result()" in report.generate(tmp_path).read_text()

@@ -25,8 +25,8 @@ from chartkit import (
 
 VALUES = values_files()
 
-# What the operator calls (operator/leaseq_operator/kube.py, operator/leaseq_operator/handlers.py,
-# kopf standalone with scanning off), and nothing more.
+# What the operator calls (operator/leaseq_operator/kube.py,
+# operator/leaseq_operator/handlers.py, kopf standalone with scanning off), and nothing more.
 OPERATOR_RULES = {
     ("leaseq.dev", "workerpools"): {"get", "list", "watch", "patch"},
     ("leaseq.dev", "workerpools/status"): {"get", "patch"},

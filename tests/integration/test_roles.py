@@ -7,6 +7,7 @@ leaseq.apply_grants, run by Schema.migrate after the migrations).
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator
 from datetime import timedelta
 
@@ -17,7 +18,9 @@ from psycopg import sql
 
 import leaseq
 import leaseq.core.history
+from leaseq.core import waiters
 from leaseq_operator.history import HistoryDuty
+from support.polling import wait_for
 from support.roles import Roles, login_roles
 
 DENIED = pg_errors.InsufficientPrivilege
@@ -32,8 +35,10 @@ EXPECTED = {
         "SELECT on job_results",
         "INSERT on job_results",
         "SELECT on job_view",
+        "SELECT on job_waiters",
+        "DELETE on job_waiters",
         "SELECT on jobs",
-        # Declaring its app's schedules at start-up (migration 0009's apply_grants).
+        # Declaring its app's schedules at start-up (migration 0010's apply_grants).
         "SELECT on schedule_slots",
         "SELECT on schedules",
         "INSERT on schedules",
@@ -50,7 +55,7 @@ EXPECTED = {
     ],
     "operator": [
         "USAGE on schema leaseq",
-        # The leader's history duties (migration 0005's apply_grants).
+        # The leader's history duties (migration 0009's apply_grants).
         "SELECT on history_counts",
         "INSERT on history_counts",
         "UPDATE on history_counts",
@@ -74,6 +79,8 @@ EXPECTED = {
         "SELECT on job_results",
         "DELETE on job_results",
         "SELECT on job_view",
+        "SELECT on job_waiters",
+        "DELETE on job_waiters",
         "SELECT on job_whereabouts",
         "SELECT on jobs",
         "DELETE on jobs",
@@ -82,7 +89,7 @@ EXPECTED = {
         "INSERT on leader_leases",
         "UPDATE on leader_leases",
         "DELETE on leader_leases",
-        # The scheduler tick and `leaseq schedules` (migration 0009's apply_grants).
+        # The scheduler tick and `leaseq schedules` (migration 0010's apply_grants).
         "SELECT on schedule_slots",
         "INSERT on schedule_slots",
         "SELECT on schedules",
@@ -104,6 +111,7 @@ EXPECTED = {
         "SELECT on job_view",
         "SELECT on jobs",
         "SELECT on schema_migrations",
+        "INSERT (job_id) on job_waiters",
         "INSERT (queue, job_type, payload, priority, max_attempts, created_at, available_at, "
         "timeout, idempotency_key, dedup_key) on jobs",
     ],
@@ -204,8 +212,8 @@ def test_grants_are_idempotent_and_a_replaced_role_keeps_nothing(
     with psycopg.connect(database_url, autocommit=True) as admin:
         assert {c: observed_privileges(admin, n) for c, n in roles.names.items()} == before
         policies = admin.execute("SELECT count(*) FROM pg_policies WHERE schemaname = 'leaseq'")
-        # 14, the operator's effect expiry and its restriction to slot jobs
-        assert policies.fetchone() == (16,)
+        # 14, the waiters' 3, the operator's effect expiry and its restriction to slot jobs
+        assert policies.fetchone() == (19,)
     with login_roles(database_url) as fresh:
         apply_grants(
             database_url,
@@ -584,3 +592,36 @@ def test_schedules_work_under_component_roles(database_url: str, roles: Roles) -
             )
     with as_role(roles, "producer") as p, pytest.raises(DENIED):
         p.execute("SELECT * FROM leaseq.schedules")
+
+
+def test_the_producer_waits_for_its_own_jobs_and_flags_no_other(
+    database_url: str, roles: Roles, queue: leaseq.Queue
+) -> None:
+    """result() as the producer role flags its job (a job_waiters row, no SECURITY DEFINER),
+    and the worker role's completion takes the flag and wakes it; another user's job cannot
+    be flagged."""
+    others = queue.enqueue("other", "t").job_id  # enqueued by the owner
+    with as_role(roles, "producer") as p, as_role(roles, "worker") as w:
+        producer = leaseq.Queue(p)
+        mine = producer.enqueue("q", "t").job_id
+
+        def finish_once_flagged() -> None:
+            wait_for(lambda: queue_has_waiter(database_url, mine), "the producer's flag on its job")
+            (job,) = leaseq.Queue(w).claim(["q"], "w1", limit=1)
+            leaseq.Queue(w).complete(job.lease, "mine")
+
+        finisher = threading.Thread(target=finish_once_flagged)
+        finisher.start()
+        try:
+            assert producer.result(mine, timeout=30, poll=3600) == "mine"
+        finally:
+            finisher.join()
+        waiters.shared_listener(producer._conninfo()).close()
+    with raw(roles, "producer") as c, pytest.raises(DENIED, match="row-level security"):
+        c.execute("INSERT INTO leaseq.job_waiters (job_id) VALUES (%s)", (others,))
+
+
+def queue_has_waiter(url: str, job_id: int) -> bool:
+    with psycopg.connect(url) as c:
+        found = c.execute("SELECT 1 FROM leaseq.job_waiters WHERE job_id = %s", (job_id,))
+        return found.fetchone() is not None

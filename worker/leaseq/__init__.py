@@ -9,12 +9,16 @@ from leaseq.core.errors import (
     DatabaseUnavailable,
     DuplicateJob,
     InvalidJob,
+    JobCancelled,
+    JobDead,
     JobNotFound,
     JobStateError,
     LeaseqError,
     PermissionDenied,
+    ResultTimeout,
     SchemaNotReady,
     SchemaTooNew,
+    WaitInHandler,
 )
 from leaseq.core.leadership import Leadership
 from leaseq.core.models import (
@@ -30,6 +34,7 @@ from leaseq.core.models import (
     Fenced,
     Heartbeat,
     HeartbeatStatus,
+    JobOutcome,
     JobRecord,
     JobStatus,
     LeaderTerm,
@@ -64,6 +69,7 @@ from leaseq.core.schema import (
     check_schema,
     migrate,
 )
+from leaseq.core.waiters import unwrap
 from leaseq.core.workers import Workers
 from leaseq.runtime.context import Interrupted, JobContext, PermanentError, StopReason
 from leaseq.runtime.registry import Registry
@@ -91,8 +97,11 @@ __all__ = [
     "HeartbeatStatus",
     "Interrupted",
     "InvalidJob",
+    "JobCancelled",
     "JobContext",
+    "JobDead",
     "JobNotFound",
+    "JobOutcome",
     "JobRecord",
     "JobSpec",
     "JobStateError",
@@ -113,6 +122,7 @@ __all__ = [
     "Reaped",
     "Registry",
     "Released",
+    "ResultTimeout",
     "RetryPolicy",
     "ScheduleNotFound",
     "ScheduleOrigin",
@@ -126,6 +136,7 @@ __all__ = [
     "SlotOutcome",
     "StopReason",
     "Tick",
+    "WaitInHandler",
     "WorkerRecord",
     "WorkerState",
     "Workers",
@@ -133,4 +144,5 @@ __all__ = [
     "connect",
     "migrate",
     "open_pool",
+    "unwrap",
 ]

@@ -325,7 +325,7 @@ woke AS (SELECT pg_notify('leaseq_jobs', revived.queue) FROM revived)
 SELECT revived.id, revived.max_attempts, (SELECT count(*) FROM woke) AS notified FROM revived;
 
 -- name: job_prune
--- Deletes one batch of finished jobs (and their attempts) that finished before the cutoff; effects in job_results are kept.
+-- Deletes one batch of finished jobs (and their attempts and any left-over waiter rows) that finished before the cutoff; effects in job_results are kept.
 WITH victims AS (
     SELECT j.id FROM leaseq.jobs j
      WHERE j.status = ANY(%(statuses)s::leaseq.job_status[])
@@ -336,6 +336,7 @@ WITH victims AS (
        FOR UPDATE SKIP LOCKED
 ),
 attempts AS (DELETE FROM leaseq.job_attempts a USING victims v WHERE a.job_id = v.id),
+waiters AS (DELETE FROM leaseq.job_waiters w USING victims v WHERE w.job_id = v.id),
 deleted AS (DELETE FROM leaseq.jobs j USING victims v WHERE j.id = v.id RETURNING j.id)
 SELECT count(*) AS deleted FROM deleted;
 

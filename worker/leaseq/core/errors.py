@@ -47,6 +47,63 @@ class JobStateError(LeaseqError):
     """The job exists but is not in a state that allows the requested change."""
 
 
+class JobDead(LeaseqError):
+    """A waited-for job ended ``dead``: its attempts were used up, or it failed permanently.
+
+    ``last_error`` and ``error_code`` are the last attempt's; ``attempts`` how many ran."""
+
+    def __init__(
+        self, job_id: int, last_error: str | None, error_code: str | None, attempts: int
+    ) -> None:
+        code = f" [{error_code}]" if error_code else ""
+        super().__init__(
+            f"job {job_id} is dead after {attempts} attempt(s){code}: {last_error or 'no error'}"
+            "; see `leaseq show` for its attempts, and `leaseq retry` to run it again"
+        )
+        self.job_id = job_id
+        self.last_error = last_error
+        self.error_code = error_code
+        self.attempts = attempts
+
+
+class JobCancelled(LeaseqError):
+    """A waited-for job was cancelled; it has no result. ``reason`` is the cancel's, if any."""
+
+    def __init__(self, job_id: int, reason: str | None) -> None:
+        why = f" ({reason})" if reason else ""
+        super().__init__(f"job {job_id} was cancelled{why}; it has no result")
+        self.job_id = job_id
+        self.reason = reason
+
+
+class ResultTimeout(LeaseqError, TimeoutError):
+    """The job did not finish within the wait's timeout. The job keeps running (unless the
+    caller asked to cancel it on timeout: then ``cancelled`` is True)."""
+
+    def __init__(self, job_ids: list[int], timeout: float, cancelled: bool = False) -> None:
+        which = ", ".join(map(str, job_ids[:10])) + (" ..." if len(job_ids) > 10 else "")
+        after = "it was cancelled" if cancelled else "it keeps running; wait again or cancel it"
+        super().__init__(f"job(s) {which} did not finish within {timeout}s; {after}")
+        self.job_ids = job_ids
+        self.timeout = timeout
+        self.cancelled = cancelled
+
+
+class WaitInHandler(LeaseqError):
+    """A handler asked to wait for another job's result. Refused: the waiting handler holds
+    a lease, a worker slot and perhaps a GPU while the job it waits for may need exactly
+    those, so a busy pool deadlocks."""
+
+    def __init__(self) -> None:
+        super().__init__(
+            "result()/wait_any()/as_completed() refused inside a job handler: the handler holds "
+            "a lease, a worker slot (and perhaps a GPU) while the job it waits for may need "
+            "them, which deadlocks a busy pool. Enqueue the follow-up work as its own job "
+            "instead (job dependencies, when available, express 'run after'); read the other "
+            "job's result with Queue.get() if it has already finished"
+        )
+
+
 class DuplicateJob(LeaseqError):
     """A uniqueness rule refused the change (for example, a dedup key already taken)."""
 
@@ -180,6 +237,10 @@ def translate(exc: psycopg.Error, *, action: str, conninfo: str = "") -> LeaseqE
         )
     if isinstance(exc, pg_errors.UndefinedObject) and "role" in message:
         return ConfigError(f"{action} failed: {message}; create the role first")
+    column = getattr(diag, "column_name", None)
+    if isinstance(exc, pg_errors.InvalidParameterValue) and column:
+        # leaseq.enqueue(...) names the bad argument (COLUMN) and the problem (DETAIL).
+        return InvalidJob(column, getattr(diag, "message_detail", None) or message)
     if isinstance(exc, pg_errors.CheckViolation):
         field = _CONSTRAINT_FIELDS.get(getattr(diag, "constraint_name", "") or "", "job")
         return InvalidJob(field, message)

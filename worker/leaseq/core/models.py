@@ -237,6 +237,23 @@ class Cancelled:
 
 
 @dataclass(frozen=True)
+class JobOutcome:
+    """Where a waited-for job stands: its status, and its result once ``succeeded`` (or its
+    last error, code and attempt count when ``dead``)."""
+
+    job_id: int
+    status: JobStatus
+    result: Any
+    last_error: str | None
+    last_error_code: str | None
+    attempts: int
+
+    @property
+    def finished(self) -> bool:
+        return self.status in FINISHED_STATUSES
+
+
+@dataclass(frozen=True)
 class QueueStats:
     """Depth of one queue, computed in the database at the time of the call."""
 

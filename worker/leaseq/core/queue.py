@@ -20,18 +20,27 @@ from __future__ import annotations
 import dataclasses
 import logging
 import threading
-from collections.abc import Callable, Iterable, Sequence
+import time
+from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, TypeVar
 from uuid import UUID, uuid4
 
+import psycopg
+from psycopg.conninfo import make_conninfo
 from psycopg.rows import DictRow
 
-from leaseq.core import bounded, validation
+from leaseq.core import bounded, validation, waiters
 from leaseq.core._store.store import Store
 from leaseq.core.db import Conn, Db, borrow, replaceable, transaction
-from leaseq.core.errors import DatabaseUnavailable, InvalidJob, JobNotFound, JobStateError
+from leaseq.core.errors import (
+    DatabaseUnavailable,
+    InvalidJob,
+    JobNotFound,
+    JobStateError,
+    ResultTimeout,
+)
 from leaseq.core.models import (
     DEFAULT_LEASE_SECONDS,
     FINISHED_STATUSES,
@@ -48,6 +57,7 @@ from leaseq.core.models import (
     Fenced,
     Heartbeat,
     HeartbeatStatus,
+    JobOutcome,
     JobRecord,
     JobStatus,
     JobTypeWork,
@@ -98,6 +108,8 @@ class JobSpec:
     timeout: float | None = None
     idempotency_key: str | None = None
     dedup_key: str | None = None
+    #: A producer will wait for it: its final transition notifies (see Queue.result).
+    wait: bool = False
 
     def validated(self) -> JobSpec:
         """This spec, checked: raises InvalidJob naming the first bad field."""
@@ -114,6 +126,30 @@ class JobSpec:
         if self.run_at is not None and self.run_at.tzinfo is None:
             raise InvalidJob("run_at", "must be timezone-aware")
         return self
+
+
+def statement_fields(spec: JobSpec) -> dict[str, Any]:
+    """The job_enqueue parameters of ``spec`` (``wait`` is a separate statement)."""
+    fields = dataclasses.asdict(spec)
+    del fields["wait"]
+    return fields
+
+
+def enqueued(specs: Sequence[JobSpec], rows: Sequence[DictRow | None]) -> list[Enqueued]:
+    """What job_enqueue's rows say about each spec (shared with the asyncio face)."""
+    results = []
+    for spec, row in zip(specs, rows, strict=True):
+        if row is None:
+            # The unfinished job holding this dedup key is not visible to this call: a
+            # concurrent enqueue committed after this statement's snapshot, or another
+            # producer role enqueued it (a producer reads only its own jobs).
+            raise JobStateError(
+                f"a job with dedup_key {spec.dedup_key!r} in queue {spec.queue!r} exists "
+                "but this call cannot see it: enqueued concurrently (retry to get its id) "
+                "or by another database user"
+            )
+        results.append(Enqueued(job_id=row["id"], created=row["created"]))
+    return results
 
 
 def _lease_fields(lease: Lease) -> dict[str, Any]:
@@ -172,6 +208,7 @@ class Queue:
         timeout: float | None = None,
         idempotency_key: str | None = None,
         dedup_key: str | None = None,
+        wait: bool = False,
         conn: Conn | None = None,
         now: datetime | None = None,
     ) -> Enqueued:
@@ -183,6 +220,8 @@ class Queue:
         ``idempotency_key``: the effect key, derived from the work (e.g. ``invoice-412``).
         ``dedup_key``: while a job with this key is unfinished in the queue, enqueueing
         another returns the existing one (``created=False``). Listeners are woken on commit.
+        ``wait``: you will call :meth:`result` on it; flagged in the same transaction, so its
+        waiter needs no second statement.
         """
         spec = JobSpec(
             queue,
@@ -195,6 +234,7 @@ class Queue:
             timeout,
             idempotency_key,
             dedup_key,
+            wait,
         )
         return self.enqueue_many([spec], conn=conn, now=now)[0]
 
@@ -206,20 +246,100 @@ class Queue:
         if not specs:
             return []
         with transaction(self._db, "enqueue", conn) as c:
-            rows = self._store.job_enqueue(c, [dataclasses.asdict(spec) for spec in specs], now)
-        results = []
-        for spec, row in zip(specs, rows, strict=True):
-            if row is None:
-                # The unfinished job holding this dedup key is not visible to this call: a
-                # concurrent enqueue committed after this statement's snapshot, or another
-                # producer role enqueued it (a producer reads only its own jobs).
-                raise JobStateError(
-                    f"a job with dedup_key {spec.dedup_key!r} in queue {spec.queue!r} exists "
-                    "but this call cannot see it: enqueued concurrently (retry to get its id) "
-                    "or by another database user"
-                )
-            results.append(Enqueued(job_id=row["id"], created=row["created"]))
-        return results
+            rows = self._store.job_enqueue(c, [statement_fields(spec) for spec in specs], now)
+            flag = [row["id"] for spec, row in zip(specs, rows, strict=True) if spec.wait and row]
+            if flag:
+                # Not committed yet, so no completion is finishing them: nothing to wait out.
+                self._store.job_watch(c, flag)
+        return enqueued(specs, rows)
+
+    # -- waiting for results ----------------------------------------------------------------
+
+    def result(
+        self,
+        job_id: int,
+        timeout: float | None = None,
+        *,
+        cancel_on_timeout: bool = False,
+        poll: float = waiters.DEFAULT_POLL_SECONDS,
+    ) -> Any:
+        """Wait for the job to finish and return its stored result.
+
+        Cannot miss a completion: the process's listening connection is subscribed before the
+        row is first read, and the row is read again on every wake-up and at least every
+        ``poll`` seconds (so a lost notification costs at most one poll). Raises JobDead (with
+        the last error, its code and the attempt count), JobCancelled, JobNotFound, or
+        ResultTimeout after ``timeout`` seconds (None: no limit) while the job keeps running,
+        unless ``cancel_on_timeout`` (then it is cancelled first). Refused inside a handler
+        (WaitInHandler)."""
+        try:
+            found = next(self.as_completed([job_id], timeout=timeout, poll=poll))
+        except ResultTimeout as exc:
+            if not cancel_on_timeout:
+                raise
+            if self.cancel(job_id, reason=f"result() timed out after {timeout}s").cancelled:
+                raise ResultTimeout(exc.job_ids, exc.timeout, cancelled=True) from None
+            found = next(self.as_completed([job_id], timeout=0, poll=poll))
+        return waiters.unwrap(found)
+
+    def wait_any(
+        self,
+        job_ids: Collection[int],
+        timeout: float | None = None,
+        *,
+        poll: float = waiters.DEFAULT_POLL_SECONDS,
+    ) -> JobOutcome:
+        """The first of ``job_ids`` to be finished (any finished status: see
+        :meth:`JobOutcome.finished`); ResultTimeout if none is within ``timeout``."""
+        return next(self.as_completed(job_ids, timeout=timeout, poll=poll))
+
+    def as_completed(
+        self,
+        job_ids: Collection[int],
+        timeout: float | None = None,
+        *,
+        poll: float = waiters.DEFAULT_POLL_SECONDS,
+    ) -> Iterator[JobOutcome]:
+        """Each of ``job_ids`` once it is finished, in the order they finish (those already
+        finished first). ResultTimeout names the rest when ``timeout`` seconds (for them all)
+        pass first. :func:`leaseq.unwrap` turns an outcome into its result or error."""
+        waiters.refuse_in_handler()
+        pending = waiters.job_ids(job_ids)
+        validation.positive("poll", poll)
+        if timeout is not None:
+            validation.non_negative("timeout", timeout)
+        deadline = None if timeout is None else time.monotonic() + timeout
+        with waiters.shared_listener(self._conninfo()).watching(pending) as woken:
+            first = True
+            while True:
+                with borrow(self._db, "wait") as c:
+                    if first:
+                        # After the subscription, before the read: see migration 0007.
+                        for busy in self._store.job_watch(c, pending):
+                            self._store.job_wait_finishing(c, busy)
+                    found = self._store.job_outcomes(c, pending)
+                if first and len(found) < len(pending):
+                    raise JobNotFound(min(set(pending) - found.keys()))
+                first = False
+                for outcome in sorted(
+                    (o for o in found.values() if o.finished), key=lambda o: o.job_id
+                ):
+                    pending.remove(outcome.job_id)
+                    yield outcome
+                if not pending:
+                    return
+                left = poll if deadline is None else deadline - time.monotonic()
+                if left <= 0:
+                    raise ResultTimeout(pending, timeout or 0.0)
+                woken.wait(min(left, poll))
+                woken.clear()
+
+    def _conninfo(self) -> str:
+        """The connection string of this queue's database, for the listening connection."""
+        db = self._db
+        if isinstance(db, psycopg.Connection):
+            return make_conninfo(db.info.dsn, password=db.info.password or None)
+        return db.conninfo if isinstance(db.conninfo, str) else ""
 
     # -- worker side ----------------------------------------------------------------------
 

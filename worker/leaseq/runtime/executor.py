@@ -20,6 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from leaseq.core.waiters import handler_running
 from leaseq.runtime.context import Interrupted, PermanentError, StopReason
 from leaseq.runtime.inflight import InFlight
 from leaseq.runtime.registry import batch_results
@@ -93,7 +94,8 @@ def run_handler(attempt: InFlight) -> HandlerOutcome:
     job_type = attempt.job_type
     assert job_type is not None, "attempts without a handler are settled by the worker"
     try:
-        value = job_type.handler(attempt.job.payload, attempt.context)
+        with handler_running():
+            value = job_type.handler(attempt.job.payload, attempt.context)
     except Exception as exc:
         if not isinstance(exc, Interrupted | PermanentError):
             log.warning("handler raised %r", exc, extra=attempt.fields(), exc_info=True)
@@ -110,12 +112,13 @@ def run_unit(attempts: list[InFlight]) -> list[HandlerOutcome]:
     job_type = attempts[0].job_type
     assert job_type is not None and job_type.batch is not None, "only batch types batch"
     try:
-        values = batch_results(
-            job_type.batch.handler(
-                [a.job.payload for a in attempts], [a.context for a in attempts]
-            ),
-            len(attempts),
-        )
+        with handler_running():
+            values = batch_results(
+                job_type.batch.handler(
+                    [a.job.payload for a in attempts], [a.context for a in attempts]
+                ),
+                len(attempts),
+            )
     except Exception as exc:
         if not isinstance(exc, Interrupted | PermanentError):
             log.warning("batch handler raised %r", exc, extra=attempts[0].fields(), exc_info=True)

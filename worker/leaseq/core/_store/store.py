@@ -26,6 +26,7 @@ from leaseq.core.models import (
     EffectRecord,
     ExpireStep,
     FinishedCount,
+    JobOutcome,
     JobRecord,
     JobStatus,
     JobTypeWork,
@@ -71,6 +72,23 @@ def _claimed(rows: list[DictRow], owner: str) -> list[ClaimedJob]:
         )
         for r in rows
     ]
+
+
+def enqueue_params(jobs: Sequence[Params], now: datetime | None) -> list[dict[str, Any]]:
+    """The job_enqueue parameters of each job (shared with the asyncio store)."""
+    return [{**job, "payload": Jsonb(job["payload"]), "now": now} for job in jobs]
+
+
+def outcome(row: DictRow) -> JobOutcome:
+    """A job_outcomes row as a :class:`JobOutcome` (shared with the asyncio store)."""
+    return JobOutcome(
+        job_id=row["id"],
+        status=JobStatus(row["status"]),
+        result=row["result"],
+        last_error=row["last_error"],
+        last_error_code=row["last_error_code"],
+        attempts=row["attempt_count"],
+    )
 
 
 class Store:
@@ -121,7 +139,7 @@ class Store:
         ``jobs`` are mappings with the statement's fields (queue, job_type, payload, priority,
         max_attempts, run_at, delay, timeout, idempotency_key, dedup_key). A None row means a
         concurrent enqueue with the same dedup key won after this statement's snapshot."""
-        params = [{**job, "payload": Jsonb(job["payload"]), "now": now} for job in jobs]
+        params = enqueue_params(jobs, now)
         query = self._statements["job_enqueue"].query
         results: list[DictRow | None] = []
         try:
@@ -747,3 +765,25 @@ class Store:
     def worker_listen(self, conn: Conn) -> None:
         """Subscribe ``conn`` (autocommit, dedicated) to wake-ups on channel leaseq_jobs."""
         self._dicts(conn, "worker_listen", {}, "listen")
+
+    # -- producers waiting for results -----------------------------------------------------
+
+    def waiter_listen(self, conn: Conn) -> None:
+        """Subscribe ``conn`` (autocommit, dedicated) to completions on channel leaseq_done."""
+        self._dicts(conn, "waiter_listen", {}, "listen")
+
+    def job_watch(self, conn: Conn, ids: Sequence[int]) -> list[int]:
+        """Register a waiter for each unfinished job among ``ids`` (its final transition will
+        notify), without locking any job row. Returns the ids a completion was finishing at
+        that moment: wait each out with :meth:`job_wait_finishing` before reading them."""
+        return [int(r["id"]) for r in self._dicts(conn, "job_watch", {"ids": list(ids)}, "wait")]
+
+    def job_wait_finishing(self, conn: Conn, job_id: int) -> None:
+        """Return once the completion that was finishing ``job_id`` has ended (``conn`` in
+        autocommit, so nothing else is held while it waits)."""
+        self._dicts(conn, "job_wait_finishing", {"job_id": job_id}, "wait")
+
+    def job_outcomes(self, conn: Conn, ids: Sequence[int]) -> dict[int, JobOutcome]:
+        """Where each existing job among ``ids`` stands, by id."""
+        rows = self._dicts(conn, "job_outcomes", {"ids": list(ids)}, "wait")
+        return {int(r["id"]): outcome(r) for r in rows}

@@ -1,4 +1,4 @@
--- Component roles for the schedules (migration 7): leaseq.apply_grants() of version 8 does
+-- Component roles for the schedules (migration 8): leaseq.apply_grants() of version 9 does
 -- everything it did, then:
 -- worker:   declares its app's schedules at start-up: reads and upserts leaseq.schedules
 --           (never deletes one) and reads the slot records.
@@ -9,7 +9,7 @@
 --           and the column grant only the columns a slot's job sets (its id comes from the
 --           jobs' sequence, so the slot row can name it in the same statement).
 -- Nothing new for producers.
-ALTER FUNCTION leaseq.apply_grants(regrole, regrole, regrole) RENAME TO apply_grants_v8;
+ALTER FUNCTION leaseq.apply_grants(regrole, regrole, regrole) RENAME TO apply_grants_v9;
 
 CREATE FUNCTION leaseq.apply_grants(worker regrole, operator regrole, producer regrole)
 RETURNS SETOF text
@@ -20,9 +20,9 @@ DECLARE
     stmt text;
     stmts text[] := ARRAY[]::text[];
 BEGIN
-    -- Version 8 revokes every table and sequence privilege and drops every leaseq_ policy of
+    -- Version 9 revokes every table and sequence privilege and drops every leaseq_ policy of
     -- the old and given roles first, so what follows starts from nothing.
-    RETURN QUERY SELECT s FROM leaseq.apply_grants_v8(worker, operator, producer) s;
+    RETURN QUERY SELECT s FROM leaseq.apply_grants_v9(worker, operator, producer) s;
     IF worker IS NOT NULL THEN
         stmts := stmts || ARRAY[
             format('GRANT SELECT, INSERT, UPDATE ON leaseq.schedules TO %s', worker),

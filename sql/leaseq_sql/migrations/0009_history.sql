@@ -277,14 +277,14 @@ ALTER FUNCTION leaseq.history_expire_step(timestamptz, integer) SECURITY DEFINER
 REVOKE ALL ON FUNCTION leaseq.history_ensure_partitions(integer, timestamptz) FROM PUBLIC;
 REVOKE ALL ON FUNCTION leaseq.history_expire_step(timestamptz, integer) FROM PUBLIC;
 
--- leaseq.apply_grants() of version 3, extended with the history: the version 3 function does
+-- leaseq.apply_grants() of version 7, extended with the history: the version 7 function does
 -- everything it did (revoking everything from old and given roles first, tables included),
 -- then the operator, which runs the leader's history duties, gets what they need:
 -- operator: reads the history, the ledger, the rules and the counts; writes the history, the
 --           ledger, the counts and the mover's state; sets the rules; deletes effects whose
 --           job's retention ended; runs the partition functions. Nothing new for workers or
 --           producers (`leaseq jobs show` of a moved job needs the operator's role).
-ALTER FUNCTION leaseq.apply_grants(regrole, regrole, regrole) RENAME TO apply_grants_v3;
+ALTER FUNCTION leaseq.apply_grants(regrole, regrole, regrole) RENAME TO apply_grants_v7;
 
 CREATE FUNCTION leaseq.apply_grants(worker regrole, operator regrole, producer regrole)
 RETURNS SETOF text
@@ -298,7 +298,7 @@ DECLARE
     stmt text;
     stmts text[] := ARRAY[]::text[];
 BEGIN
-    RETURN QUERY SELECT s FROM leaseq.apply_grants_v3(worker, operator, producer) s;
+    RETURN QUERY SELECT s FROM leaseq.apply_grants_v7(worker, operator, producer) s;
     FOR r IN SELECT DISTINCT g FROM unnest(previous || ARRAY[worker, operator, producer]) g
               WHERE g IS NOT NULL LOOP
         stmts := stmts || format('REVOKE ALL ON FUNCTION leaseq.history_ensure_partitions(integer, timestamptz), leaseq.history_expire_step(timestamptz, integer) FROM %s', r);

@@ -1,0 +1,417 @@
+"""Producers wait for results: ``result()`` / ``wait_any`` / ``as_completed`` on the sync
+face (:class:`leaseq.Queue`) and the asyncio face (:class:`leaseq.aio.AsyncQueue`), run by
+the same cases. The notification is only a wake-up; every case finishes jobs through the real
+worker-side statements (claim, then complete / fail / cancel)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import random
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+import psycopg
+import pytest
+from psycopg_pool import AsyncConnectionPool
+
+import leaseq
+from leaseq.aio import AsyncQueue
+from leaseq.core import waiters
+from leaseq.core._store.store import Store
+from support.polling import wait_for
+
+# A poll far longer than any case's timeout: a missed wake-up then fails the case with
+# ResultTimeout instead of being rescued by the safety poll.
+NO_POLL = 3600.0
+
+
+class Face:
+    """One face of the producer API, called synchronously (async calls run on one loop)."""
+
+    def __init__(self, kind: str, database_url: str) -> None:
+        self.kind = kind
+        self.url = database_url
+        self._sync_pool: leaseq.Pool | None = None
+        self._runner: asyncio.Runner | None = None
+        self._apool: AsyncConnectionPool[Any] | None = None
+        if kind == "sync":
+            self._sync_pool = leaseq.open_pool(database_url, max_size=20)
+            self.queue: Any = leaseq.Queue(self._sync_pool)
+        else:
+            self._runner = asyncio.Runner()
+            self._apool = AsyncConnectionPool(
+                database_url, min_size=1, max_size=20, open=False, kwargs={"autocommit": True}
+            )
+            self._runner.run(self._apool.open())
+            self.queue = AsyncQueue(self._apool)
+
+    def call(self, name: str, *args: Any, **kwargs: Any) -> Any:
+        value = getattr(self.queue, name)(*args, **kwargs)
+        if self._runner is not None:
+            # The caller's context, as asyncio.run would take it (the handler flag is in it).
+            return self._runner.run(value, context=contextvars.copy_context())
+        return value
+
+    def enqueue_in_transaction(self, *, commit: bool) -> tuple[int, bool]:
+        """Enqueue through a connection of this face's kind inside its open transaction, then
+        commit or roll back; the job id, and whether another session saw it before the end."""
+        if self._runner is None:
+            with psycopg.connect(self.url) as c:
+                job = self.queue.enqueue("q", "t", conn=c)
+                seen = _exists(self.url, job.job_id)
+                c.commit() if commit else c.rollback()
+            return job.job_id, seen
+
+        async def run() -> tuple[int, bool]:
+            async with await psycopg.AsyncConnection.connect(self.url) as c:
+                job = await self.queue.enqueue("q", "t", conn=c)
+                seen = _exists(self.url, job.job_id)
+                await (c.commit() if commit else c.rollback())
+            return job.job_id, seen
+
+        return self._runner.run(run())
+
+    def listener(self) -> Any:
+        if self._runner is not None:
+
+            async def get() -> Any:
+                return waiters.shared_async_listener(self._apool.conninfo)  # type: ignore[union-attr]
+
+            return self._runner.run(get())
+        return waiters.shared_listener(self.queue._conninfo())
+
+    def close(self) -> None:
+        if self._runner is not None:
+            assert self._apool is not None
+            listener = self.listener()
+            self._runner.run(listener.close())
+            self._runner.run(self._apool.close())
+            self._runner.close()
+        if self._sync_pool is not None:
+            waiters.shared_listener(self.queue._conninfo()).close()
+            self._sync_pool.close()
+
+
+@pytest.fixture(params=["sync", "async"])
+def face(request: pytest.FixtureRequest, database_url: str) -> Iterator[Face]:
+    f = Face(request.param, database_url)
+    try:
+        yield f
+    finally:
+        f.close()
+
+
+def run_job(queue: leaseq.Queue, result: Any = None, *, fail: str | None = None) -> int:
+    """Claim the next job of queue q and complete it with ``result`` (or fail it
+    permanently with ``fail``); its id."""
+    (job,) = queue.claim(["q"], "w1")
+    if fail is not None:
+        queue.fail(job.lease, error=fail, error_code="BAD_INPUT", retryable=False)
+    else:
+        queue.complete(job.lease, result)
+    return job.id
+
+
+def test_result_returns_the_stored_result(face: Face, queue: leaseq.Queue) -> None:
+    job = face.call("enqueue", "q", "t", {"n": 1})
+    run_job(queue, {"text": "hello"})
+    assert face.call("result", job.job_id, timeout=30, poll=NO_POLL) == {"text": "hello"}
+
+
+def test_result_wakes_on_completion_after_the_first_read(face: Face, queue: leaseq.Queue) -> None:
+    job = face.call("enqueue", "q", "t")
+    listener = face.listener()
+    # The worker finishes once the waiter has read the row and waits (registered, flagged).
+    done = threading.Thread(
+        target=lambda: (
+            wait_for(lambda: listener.waiters == 1 and queue.get(job.job_id), "a waiter"),
+            wait_for(lambda: _flagged(face.url, job.job_id), "the job flagged"),
+            run_job(queue, 7),
+        )
+    )
+    done.start()
+    try:
+        assert face.call("result", job.job_id, timeout=30, poll=NO_POLL) == 7
+    finally:
+        done.join()
+
+
+def _flagged(url: str, job_id: int) -> bool:
+    with psycopg.connect(url) as c:
+        row = c.execute("SELECT 1 FROM leaseq.job_waiters WHERE job_id = %s", (job_id,)).fetchone()
+    return row is not None
+
+
+def test_dead_and_cancelled_jobs_raise_typed_errors(face: Face, queue: leaseq.Queue) -> None:
+    dead = face.call("enqueue", "q", "t", max_attempts=1)
+    run_job(queue, fail="page 3 is not an image")
+    with pytest.raises(leaseq.JobDead) as raised:
+        face.call("result", dead.job_id, timeout=30, poll=NO_POLL)
+    assert raised.value.last_error == "page 3 is not an image"
+    assert raised.value.error_code == "BAD_INPUT"
+    assert raised.value.attempts == 1
+    gone = face.call("enqueue", "q", "t")
+    queue.cancel(gone.job_id, reason="user gave up")
+    with pytest.raises(leaseq.JobCancelled, match="user gave up"):
+        face.call("result", gone.job_id, timeout=30, poll=NO_POLL)
+
+
+def test_timeout_raises_and_the_job_keeps_running_unless_asked(
+    face: Face, queue: leaseq.Queue
+) -> None:
+    job = face.call("enqueue", "q", "t")
+    with pytest.raises(leaseq.ResultTimeout) as raised:
+        face.call("result", job.job_id, timeout=0, poll=NO_POLL)
+    assert raised.value.cancelled is False
+    assert queue.get(job.job_id).status == leaseq.JobStatus.PENDING
+    with pytest.raises(leaseq.ResultTimeout) as raised:
+        face.call("result", job.job_id, timeout=0, cancel_on_timeout=True, poll=NO_POLL)
+    assert raised.value.cancelled is True
+    assert queue.get(job.job_id).status == leaseq.JobStatus.CANCELLED
+
+
+def test_unknown_job_is_not_found(face: Face) -> None:
+    with pytest.raises(leaseq.JobNotFound):
+        face.call("result", 987654, timeout=1)
+
+
+def test_wait_any_returns_the_first_finished(face: Face, queue: leaseq.Queue) -> None:
+    first = face.call("enqueue", "q", "t", priority=1)
+    second = face.call("enqueue", "q", "t", priority=2)
+    run_job(queue, "one")
+    found = face.call("wait_any", [second.job_id, first.job_id], timeout=30, poll=NO_POLL)
+    assert (found.job_id, found.result) == (first.job_id, "one")
+
+
+def test_as_completed_yields_each_job_as_it_finishes(queue: leaseq.Queue, pool: Any) -> None:
+    waiting = leaseq.Queue(pool)
+    ids = [queue.enqueue("q", "t", i, priority=i).job_id for i in range(3)]
+    seen = []
+    run_job(queue, "x")
+    for outcome in waiting.as_completed(ids, timeout=30, poll=NO_POLL):
+        seen.append(outcome.job_id)
+        if len(seen) < len(ids):
+            run_job(queue, "x")
+    assert seen == ids
+
+
+def test_a_completion_racing_the_first_read_is_never_missed(
+    face: Face, queue: leaseq.Queue, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The job completes right after the waiter subscribed, at a random moment around its
+    flag and first read; with no safety poll to rescue it, every round must still return."""
+    real_sync, real_async = Store.job_watch, waiters.AsyncStore.job_watch
+    worker: list[threading.Thread] = []
+    armed: list[bool] = []  # set while result() runs (enqueue(wait=True) flags through it too)
+
+    def finish_soon() -> None:
+        if not armed:
+            return
+        armed.clear()
+        delay = random.uniform(0, 0.004)
+        worker.append(threading.Timer(delay, run_job, (queue, "raced")))
+        worker[-1].start()
+
+    def watch_sync(self: Store, conn: Any, ids: Any) -> list[int]:
+        finish_soon()
+        return real_sync(self, conn, ids)
+
+    async def watch_async(self: Any, conn: Any, ids: Any) -> list[int]:
+        finish_soon()
+        return await real_async(self, conn, ids)
+
+    monkeypatch.setattr(Store, "job_watch", watch_sync)
+    monkeypatch.setattr(waiters.AsyncStore, "job_watch", watch_async)
+    for _ in range(100):
+        job = face.call("enqueue", "q", "t", wait=True)
+        armed.append(True)
+        assert face.call("result", job.job_id, timeout=30, poll=NO_POLL) == "raced"
+        worker[-1].join()
+
+
+def test_waiting_inside_a_handler_is_refused(face: Face) -> None:
+    job = face.call("enqueue", "q", "t")
+    with waiters.handler_running(), pytest.raises(leaseq.WaitInHandler, match="deadlock"):
+        face.call("result", job.job_id, timeout=1)
+
+
+def _listening(url: str) -> list[int]:
+    with psycopg.connect(url) as c:
+        rows = c.execute(
+            "SELECT pid FROM pg_stat_activity WHERE datname = current_database()"
+            " AND query = 'LISTEN leaseq_done' AND pid <> pg_backend_pid()"
+        ).fetchall()
+    return [r[0] for r in rows]
+
+
+def test_a_thousand_waiters_share_one_listening_connection(
+    database_url: str, queue: leaseq.Queue
+) -> None:
+    ids = [s.job_id for s in queue.enqueue_many([leaseq.JobSpec("q", "t", i) for i in range(1000)])]
+
+    async def main() -> list[Any]:
+        async with AsyncConnectionPool(
+            database_url, max_size=10, kwargs={"autocommit": True}
+        ) as apool:
+            aq = AsyncQueue(apool)
+            listener = waiters.shared_async_listener(apool.conninfo)
+            tasks = [asyncio.create_task(aq.result(i, timeout=60, poll=NO_POLL)) for i in ids]
+            while listener.waiters < len(ids) or not _all_flagged(database_url):
+                await asyncio.sleep(0.05)  # polling a condition, as wait_for does
+            assert len(_listening(database_url)) == 1
+            while True:
+                jobs = queue.claim(["q"], "w1", limit=100)
+                if not jobs:
+                    break
+                queue.complete_many([j.lease for j in jobs], [j.payload for j in jobs])
+            results = await asyncio.gather(*tasks)
+            await listener.close()
+            return results
+
+    assert asyncio.run(main()) == list(range(1000))
+
+
+def _all_flagged(url: str) -> bool:
+    with psycopg.connect(url) as c:
+        row = c.execute(
+            "SELECT bool_and(EXISTS (SELECT 1 FROM leaseq.job_waiters w WHERE w.job_id = j.id))"
+            " FROM leaseq.jobs j"
+        ).fetchone()
+    return bool(row and row[0])
+
+
+def test_the_result_arrives_when_the_listening_connection_is_killed(
+    face: Face, queue: leaseq.Queue
+) -> None:
+    job = face.call("enqueue", "q", "t")
+    listener = face.listener()
+    box: dict[str, Any] = {}
+
+    def kill_then_finish() -> None:
+        (pid,) = wait_for(lambda: _listening(face.url), "the listening connection")
+        wait_for(lambda: listener.waiters == 1, "the waiter")
+        with psycopg.connect(face.url, autocommit=True) as c:
+            c.execute("SELECT pg_terminate_backend(%s)", (pid,))
+        wait_for(lambda: pid not in _listening(face.url), "the listener gone")
+        box["finished"] = run_job(queue, "still here")
+
+    killer = threading.Thread(target=kill_then_finish)
+    killer.start()
+    try:
+        assert face.call("result", job.job_id, timeout=60, poll=0.5) == "still here"
+    finally:
+        killer.join()
+    assert box["finished"] == job.job_id
+
+
+def _advisory_waiters(url: str) -> int:
+    """How many backends wait for an advisory lock (a flag or a completion of a job)."""
+    with psycopg.connect(url) as c:
+        row = c.execute(
+            "SELECT count(*) FROM pg_stat_activity"
+            " WHERE datname = current_database() AND wait_event = 'advisory'"
+        ).fetchone()
+    return int(row[0]) if row else 0
+
+
+def test_a_claim_while_a_job_is_being_flagged_still_claims(
+    database_url: str, queue: leaseq.Queue
+) -> None:
+    """Flagging locks no job row, so a claim's SKIP LOCKED still takes the job; a completion
+    racing the flag waits for it and then notifies."""
+    job = queue.enqueue("q", "t")
+    with (
+        psycopg.connect(database_url) as flagger,
+        psycopg.connect(database_url, autocommit=True) as listening,
+    ):
+        listening.execute("LISTEN leaseq_done")
+        assert Store().job_watch(flagger, [job.job_id]) == []  # its transaction stays open
+        (claimed,) = queue.claim(["q"], "w1")
+        assert claimed.id == job.job_id
+        finishing = threading.Thread(
+            target=lambda: leaseq.Queue(leaseq.connect(database_url, action="test")).complete(
+                claimed.lease, "done"
+            )
+        )
+        finishing.start()
+        wait_for(lambda: _advisory_waiters(database_url) == 1, "the completion waiting")
+        flagger.commit()
+        finishing.join()
+        notices = list(listening.notifies(timeout=30, stop_after=1))
+    assert [n.payload for n in notices] == [str(job.job_id)]
+
+
+def test_a_completion_in_flight_while_flagging_is_waited_out(
+    face: Face, queue: leaseq.Queue, database_url: str
+) -> None:
+    """The job finishes in a transaction that has looked for waiters but not committed when
+    the waiter flags it: the waiter waits that transaction out, then reads the result."""
+    job = face.call("enqueue", "q", "t")
+    (claimed,) = queue.claim(["q"], "w1")
+    with psycopg.connect(database_url) as finishing:
+        leaseq.Queue(finishing).complete(claimed.lease, "late")  # not committed yet
+
+        def commit_once_waited_for() -> None:
+            wait_for(lambda: _advisory_waiters(database_url) == 1, "the waiter waiting")
+            finishing.commit()
+
+        committer = threading.Thread(target=commit_once_waited_for)
+        committer.start()
+        try:
+            assert face.call("result", job.job_id, timeout=30, poll=NO_POLL) == "late"
+        finally:
+            committer.join()
+
+
+def _exists(url: str, job_id: int) -> bool:
+    with psycopg.connect(url) as c:
+        return (
+            c.execute("SELECT 1 FROM leaseq.jobs WHERE id = %s", (job_id,)).fetchone() is not None
+        )
+
+
+def test_enqueue_many_writes_all_or_none(face: Face, queue: leaseq.Queue) -> None:
+    made = face.call(
+        "enqueue_many",
+        [leaseq.JobSpec("q", "t", {"n": n}, priority=n) for n in range(3)]
+        + [leaseq.JobSpec("q", "t", dedup_key="once"), leaseq.JobSpec("q", "t", dedup_key="once")],
+    )
+    assert [m.created for m in made] == [True, True, True, True, False]
+    assert made[3].job_id == made[4].job_id
+    assert [queue.get(m.job_id).payload for m in made[:3]] == [{"n": 0}, {"n": 1}, {"n": 2}]
+    # The second job passes validation but PostgreSQL refuses it (its available_at would be
+    # out of range): the first, already inserted in the same transaction, goes too.
+    with pytest.raises(leaseq.LeaseqError):
+        face.call("enqueue_many", [leaseq.JobSpec("q", "t"), leaseq.JobSpec("q", "t", delay=1e300)])
+    assert [s.ready for s in queue.stats()] == [4]
+    assert face.call("enqueue_many", []) == []
+
+
+@pytest.mark.parametrize("commit", [True, False], ids=["commit", "rollback"])
+def test_enqueue_joins_the_callers_transaction(
+    face: Face, queue: leaseq.Queue, commit: bool
+) -> None:
+    job_id, seen_before = face.enqueue_in_transaction(commit=commit)
+    assert not seen_before
+    assert _exists(face.url, job_id) is commit
+
+
+def test_get_and_retry_dead(face: Face, queue: leaseq.Queue) -> None:
+    job = face.call("enqueue", "q", "t", {"doc": 1}, max_attempts=1)
+    record = face.call("get", job.job_id)
+    assert (record.status, record.payload, record.max_attempts) == ("pending", {"doc": 1}, 1)
+    with pytest.raises(leaseq.JobStateError, match="not dead"):
+        face.call("retry_dead", job.job_id)
+    run_job(queue, fail="bad page")
+    assert face.call("get", job.job_id).status == "dead"
+    assert face.call("retry_dead", job.job_id, attempts=2) == 3
+    record = face.call("get", job.job_id)
+    assert (record.status, record.max_attempts) == ("pending", 3)
+    assert run_job(queue, "ok") == job.job_id
+    assert face.call("result", job.job_id, timeout=30) == "ok"
+    with pytest.raises(leaseq.JobNotFound):
+        face.call("get", 10**9)
+    with pytest.raises(leaseq.JobNotFound):
+        face.call("retry_dead", 10**9)

@@ -1,0 +1,96 @@
+"""The asyncio twin of :class:`leaseq.core._store.store.Store` for what producers do: the
+same named statements (the same parsed text), run on an ``AsyncConnection``."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from datetime import datetime
+from typing import Any, TypeVar
+
+import psycopg
+from psycopg.rows import DictRow, class_row, dict_row
+
+from leaseq.core._store import statements
+from leaseq.core._store.store import Params, enqueue_params, outcome
+from leaseq.core.errors import translate
+from leaseq.core.models import JobOutcome, JobRecord, JobStatus
+
+AsyncConn = psycopg.AsyncConnection[Any]
+T = TypeVar("T")
+
+
+class AsyncStore:
+    """Runs leaseq's named producer statements against a given asyncio connection."""
+
+    def __init__(self) -> None:
+        self._statements = statements.load()
+
+    async def _execute(
+        self, conn: AsyncConn, name: str, params: Params, factory: Callable[..., Any], action: str
+    ) -> list[Any]:
+        try:
+            async with conn.cursor(row_factory=factory) as cur:
+                await cur.execute(self._statements[name].query, params)
+                return await cur.fetchall() if cur.description else []
+        except psycopg.Error as exc:
+            raise translate(exc, action=action, conninfo=conn.info.dsn) from exc
+
+    async def _dicts(
+        self, conn: AsyncConn, name: str, params: Params, action: str
+    ) -> list[DictRow]:
+        return await self._execute(conn, name, params, dict_row, action)
+
+    async def job_enqueue(
+        self, conn: AsyncConn, jobs: Sequence[Params], now: datetime | None = None
+    ) -> list[DictRow | None]:
+        """As :meth:`Store.job_enqueue`: one pipelined round trip, a row (or None) per job."""
+        query = self._statements["job_enqueue"].query
+        results: list[DictRow | None] = []
+        try:
+            async with conn.cursor(row_factory=dict_row) as cur:
+                await cur.executemany(query, enqueue_params(jobs, now), returning=True)
+                while True:
+                    results.append(await cur.fetchone())
+                    if not cur.nextset():
+                        break
+        except psycopg.Error as exc:
+            raise translate(exc, action="enqueue", conninfo=conn.info.dsn) from exc
+        return results
+
+    async def job_get(self, conn: AsyncConn, job_id: int) -> JobRecord | None:
+        rows = await self._execute(
+            conn, "job_get", {"id": job_id}, class_row(JobRecord), "show job"
+        )
+        return rows[0] if rows else None
+
+    async def job_cancel(
+        self, conn: AsyncConn, job_id: int, *, reason: str | None
+    ) -> JobStatus | None:
+        """The previous status when cancelled; None when the job was not unfinished."""
+        rows = await self._dicts(
+            conn, "job_cancel", {"id": job_id, "reason": reason, "now": None}, "cancel"
+        )
+        return JobStatus(rows[0]["previous_status"]) if rows else None
+
+    async def job_retry_dead(
+        self, conn: AsyncConn, job_id: int, *, attempts: int | None
+    ) -> int | None:
+        """The job's new max_attempts when revived; None when it was not dead."""
+        rows = await self._dicts(
+            conn, "job_retry_dead", {"id": job_id, "attempts": attempts, "now": None}, "retry"
+        )
+        return int(rows[0]["max_attempts"]) if rows else None
+
+    async def waiter_listen(self, conn: AsyncConn) -> None:
+        await self._dicts(conn, "waiter_listen", {}, "listen")
+
+    async def job_watch(self, conn: AsyncConn, ids: Sequence[int]) -> list[int]:
+        rows = await self._dicts(conn, "job_watch", {"ids": list(ids)}, "wait")
+        return [int(r["id"]) for r in rows]
+
+    async def job_wait_finishing(self, conn: AsyncConn, job_id: int) -> None:
+        await self._dicts(conn, "job_wait_finishing", {"job_id": job_id}, "wait")
+
+    async def job_outcomes(self, conn: AsyncConn, ids: Sequence[int]) -> dict[int, JobOutcome]:
+        rows = await self._dicts(conn, "job_outcomes", {"ids": list(ids)}, "wait")
+        return {int(r["id"]): outcome(r) for r in rows}

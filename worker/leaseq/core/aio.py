@@ -1,0 +1,182 @@
+"""leaseq's asyncio face for producers: enqueue (one, many, or inside the caller's
+transaction), get, result / wait_any / as_completed, cancel and retry, on a psycopg_pool
+``AsyncConnectionPool`` (or one ``AsyncConnection``).
+
+The same named statements as :class:`leaseq.Queue`, validated the same way, run natively on
+the event loop: no threads. Waiting shares one listening connection per event loop and
+database (see :mod:`leaseq.core.waiters`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import AsyncIterator, Collection, Iterable
+from datetime import datetime
+from typing import Any
+
+from leaseq.core import validation, waiters
+from leaseq.core._store.astore import AsyncStore
+from leaseq.core.adb import AsyncConn, AsyncDb, aborrow, atransaction, conninfo_of
+from leaseq.core.errors import JobNotFound, JobStateError, ResultTimeout
+from leaseq.core.models import Cancelled, Enqueued, JobOutcome, JobRecord
+from leaseq.core.queue import JobSpec, enqueued, statement_fields
+
+
+class AsyncQueue:
+    """The producer API of :class:`leaseq.Queue`, as coroutines."""
+
+    def __init__(self, db: AsyncDb) -> None:
+        self._db = db
+        self._store = AsyncStore()
+
+    async def enqueue(
+        self,
+        queue: str,
+        job_type: str,
+        payload: Any = None,
+        *,
+        priority: int = 100,
+        run_at: datetime | None = None,
+        delay: float = 0.0,
+        max_attempts: int = 5,
+        timeout: float | None = None,
+        idempotency_key: str | None = None,
+        dedup_key: str | None = None,
+        wait: bool = False,
+        conn: AsyncConn | None = None,
+    ) -> Enqueued:
+        """As :meth:`leaseq.Queue.enqueue`; ``conn`` (not autocommit) joins its transaction."""
+        spec = JobSpec(
+            queue,
+            job_type,
+            payload,
+            priority,
+            run_at,
+            delay,
+            max_attempts,
+            timeout,
+            idempotency_key,
+            dedup_key,
+            wait,
+        )
+        return (await self.enqueue_many([spec], conn=conn))[0]
+
+    async def enqueue_many(
+        self, jobs: Iterable[JobSpec], *, conn: AsyncConn | None = None
+    ) -> list[Enqueued]:
+        """Enqueue a batch in one transaction: all are written or none is."""
+        specs = [spec.validated() for spec in jobs]
+        if not specs:
+            return []
+        async with atransaction(self._db, "enqueue", conn) as c:
+            rows = await self._store.job_enqueue(c, [statement_fields(s) for s in specs])
+            flag = [row["id"] for s, row in zip(specs, rows, strict=True) if s.wait and row]
+            if flag:
+                # Not committed yet, so no completion is finishing them: nothing to wait out.
+                await self._store.job_watch(c, flag)
+        return enqueued(specs, rows)
+
+    async def get(self, job_id: int) -> JobRecord:
+        async with aborrow(self._db, "show job") as c:
+            record = await self._store.job_get(c, job_id)
+        if record is None:
+            raise JobNotFound(job_id)
+        return record
+
+    async def cancel(self, job_id: int, *, reason: str | None = None) -> Cancelled:
+        """As :meth:`leaseq.Queue.cancel`."""
+        async with aborrow(self._db, "cancel") as c:
+            previous = await self._store.job_cancel(c, job_id, reason=reason)
+            if previous is not None:
+                return Cancelled(job_id, True, previous)
+            record = await self._store.job_get(c, job_id)
+        if record is None:
+            raise JobNotFound(job_id)
+        return Cancelled(job_id, False, record.status)
+
+    async def retry_dead(self, job_id: int, *, attempts: int | None = None) -> int:
+        """As :meth:`leaseq.Queue.retry_dead`."""
+        if attempts is not None:
+            validation.at_least("attempts", attempts, 1)
+        async with aborrow(self._db, "retry") as c:
+            new_max = await self._store.job_retry_dead(c, job_id, attempts=attempts)
+            if new_max is not None:
+                return new_max
+            record = await self._store.job_get(c, job_id)
+        if record is None:
+            raise JobNotFound(job_id)
+        raise JobStateError(
+            f"job {job_id} is {record.status}, not dead; only dead jobs can be retried"
+        )
+
+    async def result(
+        self,
+        job_id: int,
+        timeout: float | None = None,
+        *,
+        cancel_on_timeout: bool = False,
+        poll: float = waiters.DEFAULT_POLL_SECONDS,
+    ) -> Any:
+        """As :meth:`leaseq.Queue.result`."""
+        try:
+            found = await anext(self.as_completed([job_id], timeout=timeout, poll=poll))
+        except ResultTimeout as exc:
+            if not cancel_on_timeout:
+                raise
+            if (await self.cancel(job_id, reason=f"result() timed out after {timeout}s")).cancelled:
+                raise ResultTimeout(exc.job_ids, exc.timeout, cancelled=True) from None
+            found = await anext(self.as_completed([job_id], timeout=0, poll=poll))
+        return waiters.unwrap(found)
+
+    async def wait_any(
+        self,
+        job_ids: Collection[int],
+        timeout: float | None = None,
+        *,
+        poll: float = waiters.DEFAULT_POLL_SECONDS,
+    ) -> JobOutcome:
+        """As :meth:`leaseq.Queue.wait_any`."""
+        return await anext(self.as_completed(job_ids, timeout=timeout, poll=poll))
+
+    async def as_completed(
+        self,
+        job_ids: Collection[int],
+        timeout: float | None = None,
+        *,
+        poll: float = waiters.DEFAULT_POLL_SECONDS,
+    ) -> AsyncIterator[JobOutcome]:
+        """As :meth:`leaseq.Queue.as_completed`."""
+        waiters.refuse_in_handler()
+        pending = waiters.job_ids(job_ids)
+        validation.positive("poll", poll)
+        if timeout is not None:
+            validation.non_negative("timeout", timeout)
+        deadline = None if timeout is None else time.monotonic() + timeout
+        listener = waiters.shared_async_listener(conninfo_of(self._db))
+        async with listener.watching(pending) as woken:
+            first = True
+            while True:
+                async with aborrow(self._db, "wait") as c:
+                    if first:
+                        # After the subscription, before the read: see migration 0007.
+                        for busy in await self._store.job_watch(c, pending):
+                            await self._store.job_wait_finishing(c, busy)
+                    found = await self._store.job_outcomes(c, pending)
+                if first and len(found) < len(pending):
+                    raise JobNotFound(min(set(pending) - found.keys()))
+                first = False
+                for outcome in sorted(
+                    (o for o in found.values() if o.finished), key=lambda o: o.job_id
+                ):
+                    pending.remove(outcome.job_id)
+                    yield outcome
+                if not pending:
+                    return
+                left = poll if deadline is None else deadline - time.monotonic()
+                if left <= 0:
+                    raise ResultTimeout(pending, timeout or 0.0)
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(woken.wait(), min(left, poll))
+                woken.clear()

@@ -1,0 +1,284 @@
+"""Waiting for jobs to finish: one listening connection per process serves every waiter.
+
+A waiter registers its job ids with the process's :class:`DoneListener` (LISTEN leaseq_done
+on a dedicated connection) *before* it reads the rows; then it waits for a wake-up and reads
+again, on every wake-up and at least every ``poll`` seconds. A notification only says "read
+again": the row is the truth. So a completion that commits before the first read is seen by
+that read, one that commits after it wakes the waiter, and a lost notification (listening
+connection down) costs at most one safety poll. After each (re)connect every waiter is woken
+once, for whatever finished while the connection was away.
+
+The asyncio twin (:class:`AsyncDoneListener`) is a task on the caller's event loop: no threads.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import contextvars
+import logging
+import os
+import threading
+import weakref
+from collections.abc import AsyncIterator, Collection, Iterator
+from contextlib import asynccontextmanager, contextmanager
+from typing import Any, Generic, Protocol, TypeVar
+
+import psycopg
+
+from leaseq.core._store.astore import AsyncStore
+from leaseq.core._store.store import Store
+from leaseq.core.adb import aconnect
+from leaseq.core.backoff import Backoff
+from leaseq.core.db import connect
+from leaseq.core.errors import (
+    InvalidJob,
+    JobCancelled,
+    JobDead,
+    LeaseqError,
+    WaitInHandler,
+)
+from leaseq.core.models import JobOutcome, JobStatus
+
+log = logging.getLogger("leaseq.waiters")
+
+#: Longest a waiter goes without re-reading its rows when no wake-up comes (seconds).
+DEFAULT_POLL_SECONDS = 5.0
+#: How long a new waiter gives a starting listener to subscribe before it reads anyway.
+SUBSCRIBE_WAIT_SECONDS = 2.0
+
+_in_handler: contextvars.ContextVar[bool] = contextvars.ContextVar(
+    "leaseq_in_handler", default=False
+)
+
+
+@contextmanager
+def handler_running() -> Iterator[None]:
+    """Mark the current context as running a job handler: waiting is refused inside it."""
+    token = _in_handler.set(True)
+    try:
+        yield
+    finally:
+        _in_handler.reset(token)
+
+
+def refuse_in_handler() -> None:
+    """Raise :class:`WaitInHandler` when called from a job handler."""
+    if _in_handler.get():
+        raise WaitInHandler()
+
+
+def unwrap(outcome: JobOutcome) -> Any:
+    """The stored result of a succeeded job; JobDead or JobCancelled otherwise."""
+    if outcome.status == JobStatus.DEAD:
+        raise JobDead(outcome.job_id, outcome.last_error, outcome.last_error_code, outcome.attempts)
+    if outcome.status == JobStatus.CANCELLED:
+        raise JobCancelled(outcome.job_id, outcome.last_error)
+    return outcome.result
+
+
+def job_ids(ids: Collection[int]) -> list[int]:
+    """``ids`` checked and without repeats, in their order."""
+    if isinstance(ids, int | str | bytes):
+        raise InvalidJob("job_ids", "must be a collection of job ids, not a single value")
+    unique = list(dict.fromkeys(ids))
+    if not unique:
+        raise InvalidJob("job_ids", "must name at least one job")
+    for job_id in unique:
+        if not isinstance(job_id, int) or isinstance(job_id, bool) or job_id < 1:
+            raise InvalidJob("job_ids", f"{job_id!r} is not a job id")
+    return unique
+
+
+class _Signal(Protocol):
+    def set(self) -> None: ...
+
+
+S = TypeVar("S", bound=_Signal)
+
+
+class _Registry(Generic[S]):
+    """Waiters' signals by job id; a notification sets the signals of its job."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._by_job: dict[int, set[S]] = {}
+        self._signals: set[S] = set()
+        #: How many times the listening connection subscribed (a reconnect adds one).
+        self.subscriptions = 0
+
+    def _add(self, signal: S, ids: Collection[int]) -> None:
+        with self._lock:
+            self._signals.add(signal)
+            for job_id in ids:
+                self._by_job.setdefault(job_id, set()).add(signal)
+
+    def _remove(self, signal: S, ids: Collection[int]) -> None:
+        with self._lock:
+            self._signals.discard(signal)
+            for job_id in ids:
+                waiting = self._by_job.get(job_id)
+                if waiting is not None:
+                    waiting.discard(signal)
+                    if not waiting:
+                        del self._by_job[job_id]
+
+    def _wake(self, payload: str) -> None:
+        try:
+            job_id = int(payload)
+        except ValueError:
+            return
+        with self._lock:
+            signals = list(self._by_job.get(job_id, ()))
+        for signal in signals:
+            signal.set()
+
+    def _subscribed(self) -> None:
+        """Wake every waiter: a completion may have gone unnoticed while unsubscribed."""
+        with self._lock:
+            self.subscriptions += 1
+            signals = list(self._signals)
+        for signal in signals:
+            signal.set()
+
+    @property
+    def waiters(self) -> int:
+        with self._lock:
+            return len(self._signals)
+
+
+class DoneListener(_Registry[threading.Event]):
+    """The process's listening connection to one database, on a daemon thread started by
+    the first waiter; it reconnects with backoff when the connection drops."""
+
+    def __init__(self, conninfo: str) -> None:
+        super().__init__()
+        self._conninfo = conninfo
+        self._store = Store()
+        self._thread: threading.Thread | None = None
+        self._stopping = threading.Event()
+        self.connected = threading.Event()
+
+    @contextmanager
+    def watching(self, ids: Collection[int]) -> Iterator[threading.Event]:
+        """An event set whenever one of ``ids`` may have finished, registered (and the
+        connection subscribed, unless it cannot be within a short wait) before the block."""
+        signal = threading.Event()
+        self._add(signal, ids)
+        try:
+            self._start()
+            self.connected.wait(SUBSCRIBE_WAIT_SECONDS)
+            yield signal
+        finally:
+            self._remove(signal, ids)
+
+    def _start(self) -> None:
+        with self._lock:
+            if self._thread is None or not self._thread.is_alive():
+                self._stopping.clear()
+                self._thread = threading.Thread(
+                    target=self._run, name="leaseq-done-listener", daemon=True
+                )
+                self._thread.start()
+
+    def _run(self) -> None:
+        backoff = Backoff(0.25, 2.0)
+        while not self._stopping.is_set():
+            try:
+                with connect(self._conninfo, action="listen") as conn:
+                    self._store.waiter_listen(conn)
+                    self.connected.set()
+                    backoff.reset()
+                    self._subscribed()
+                    while not self._stopping.is_set():
+                        for note in conn.notifies(timeout=1.0):
+                            self._wake(note.payload)
+            except (LeaseqError, psycopg.Error) as exc:
+                log.warning("completion listener lost its connection (%s); waiters poll "
+                            "meanwhile", exc)  # fmt: skip
+            finally:
+                self.connected.clear()
+            self._stopping.wait(backoff.next())
+
+    def close(self) -> None:
+        """Stop listening and wait for the thread to end (within about a second)."""
+        self._stopping.set()
+        if self._thread is not None:
+            self._thread.join()
+
+
+class AsyncDoneListener(_Registry[asyncio.Event]):
+    """The asyncio twin of :class:`DoneListener`: one task per event loop and database."""
+
+    def __init__(self, conninfo: str) -> None:
+        super().__init__()
+        self._conninfo = conninfo
+        self._store = AsyncStore()
+        self._task: asyncio.Task[None] | None = None
+        self.connected = asyncio.Event()
+
+    @asynccontextmanager
+    async def watching(self, ids: Collection[int]) -> AsyncIterator[asyncio.Event]:
+        """Like :meth:`DoneListener.watching`, for coroutines."""
+        signal = asyncio.Event()
+        self._add(signal, ids)
+        try:
+            if self._task is None or self._task.done():
+                self._task = asyncio.get_running_loop().create_task(self._run())
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.connected.wait(), SUBSCRIBE_WAIT_SECONDS)
+            yield signal
+        finally:
+            self._remove(signal, ids)
+
+    async def _run(self) -> None:
+        backoff = Backoff(0.25, 2.0)
+        while True:
+            try:
+                async with await aconnect(self._conninfo, action="listen") as conn:
+                    await self._store.waiter_listen(conn)
+                    self.connected.set()
+                    backoff.reset()
+                    self._subscribed()
+                    async for note in conn.notifies():
+                        self._wake(note.payload)
+            except (LeaseqError, psycopg.Error) as exc:
+                log.warning("completion listener lost its connection (%s); waiters poll "
+                            "meanwhile", exc)  # fmt: skip
+            finally:
+                self.connected.clear()
+            await asyncio.sleep(backoff.next())
+
+    async def close(self) -> None:
+        """Stop listening and close the connection."""
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+
+
+_listeners: dict[tuple[int, str], DoneListener] = {}
+_async_listeners: weakref.WeakKeyDictionary[
+    asyncio.AbstractEventLoop, dict[str, AsyncDoneListener]
+] = weakref.WeakKeyDictionary()
+_listeners_lock = threading.Lock()
+
+
+def shared_listener(conninfo: str) -> DoneListener:
+    """This process's listener for ``conninfo`` (a forked child gets its own)."""
+    key = (os.getpid(), conninfo)
+    with _listeners_lock:
+        listener = _listeners.get(key)
+        if listener is None:
+            listener = _listeners[key] = DoneListener(conninfo)
+        return listener
+
+
+def shared_async_listener(conninfo: str) -> AsyncDoneListener:
+    """The running event loop's listener for ``conninfo``."""
+    loop = asyncio.get_running_loop()
+    by_url = _async_listeners.setdefault(loop, {})
+    listener = by_url.get(conninfo)
+    if listener is None:
+        listener = by_url[conninfo] = AsyncDoneListener(conninfo)
+    return listener

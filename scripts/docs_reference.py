@@ -235,6 +235,7 @@ API_GROUPS = {
     "leaseq.core.leadership": "Workers, leadership, notifications",
     "leaseq.core.notifications": "Workers, leadership, notifications",
     "leaseq.core.schema": "Schema and roles",
+    "leaseq.core.waiters": "The queue",
     "leaseq.core.schedules": "Schedules",
     "leaseq.core.schedule_models": "Schedules",
     "leaseq.core.errors": "Errors",
@@ -260,6 +261,8 @@ def api_page() -> str:
     for title, names in groups.items():
         parts.append(f"## {title}")
         parts.extend(f"::: leaseq.{name}" for name in names)
+    # The asyncio face is its own module (it needs an async pool), documented beside the rest.
+    parts.extend(["## asyncio", "::: leaseq.aio"])
     return "\n\n".join(parts) + "\n"
 
 

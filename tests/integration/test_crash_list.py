@@ -181,7 +181,7 @@ def test_exhausted_retries_go_dead_and_retry_dead_keeps_history(
     assert [j.id for j in queue.jobs(status="dead")] == [job_id]
     assert queue.stats()[0].dead == 1
     assert queue.retry_dead(job_id) == 6  # a fresh budget of 3 on top of the 3 used
-    with pytest.raises(leaseq.JobStateError, match="not dead"):
+    with pytest.raises(leaseq.JobStateError, match="only dead jobs can be retried"):
         queue.retry_dead(job_id)
     job = claim_one(queue)
     assert (job.id, job.attempt) == (job_id, 4)

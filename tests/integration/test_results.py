@@ -402,7 +402,7 @@ def test_get_and_retry_dead(face: Face, queue: leaseq.Queue) -> None:
     job = face.call("enqueue", "q", "t", {"doc": 1}, max_attempts=1)
     record = face.call("get", job.job_id)
     assert (record.status, record.payload, record.max_attempts) == ("pending", {"doc": 1}, 1)
-    with pytest.raises(leaseq.JobStateError, match="not dead"):
+    with pytest.raises(leaseq.JobStateError, match="only dead jobs can be retried"):
         face.call("retry_dead", job.job_id)
     run_job(queue, fail="bad page")
     assert face.call("get", job.job_id).status == "dead"

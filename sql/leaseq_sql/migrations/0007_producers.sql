@@ -11,14 +11,19 @@
 --    foreign key: its check would KEY SHARE-lock the job row).
 --
 --    No completion is missed although the flag and the completion touch different rows: both
---    take the job's advisory lock (class 1819370496, key id mod 2^31; a collision only makes
---    two jobs' flag and completion wait for each other briefly). The trigger takes it
---    exclusively before it looks for waiters and holds it until its transaction ends; the flag
---    statement tries it shared, never waiting, so no cycle of waits can form.
---    - Flag got the lock: the completion waits for the flag's commit and then sees its row.
---    - Flag did not (a completion holds it): the waiter waits for that lock on its own, holding
---      nothing, and then reads the job, which that completion has finished (or not: then the
---      row it inserted is seen by the next completion).
+--    take the advisory lock of the job's bucket (class 1819370496, key id mod 256). The
+--    completion takes it SHARED before it looks for waiters and holds it until its transaction
+--    ends, so completions never wait for each other, and a transaction that finishes any
+--    number of jobs holds at most 256 locks (one per job would exhaust the lock table on a
+--    bulk update: max_locks_per_transaction). The flag statement TRIES it exclusively, never
+--    waiting, so no cycle of waits can form; a flag made by enqueue(wait=True) takes no lock
+--    at all (no completion can finish a job that is not committed yet).
+--    - Flag got the lock: a completion in that bucket waits for the flag's commit and then
+--      sees its row.
+--    - Flag did not (a completion in that bucket holds it): the flag's row is inserted anyway,
+--      and after its commit the waiter waits for the bucket's lock on its own, holding nothing,
+--      until every completion that was in flight has ended; then it reads the job, which is
+--      finished (or not: then the row it inserted is seen by the next completion).
 --    This relies on the finishing transaction being READ COMMITTED (the trigger's look-up takes
 --    a fresh snapshot after the lock), as all of leaseq's statements are.
 --
@@ -47,7 +52,7 @@ LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
-    PERFORM pg_advisory_xact_lock(1819370496, mod(NEW.id, 2147483648)::integer);
+    PERFORM pg_advisory_xact_lock_shared(1819370496, mod(NEW.id, 256)::integer);
     DELETE FROM leaseq.job_waiters w WHERE w.job_id = NEW.id;
     IF FOUND THEN
         PERFORM pg_notify('leaseq_done', NEW.id::text);

@@ -75,7 +75,7 @@ class AsyncQueue:
             flag = [row["id"] for s, row in zip(specs, rows, strict=True) if s.wait and row]
             if flag:
                 # Not committed yet, so no completion is finishing them: nothing to wait out.
-                await self._store.job_watch(c, flag)
+                await self._store.job_watch_enqueued(c, flag)
         return enqueued(specs, rows)
 
     async def get(self, job_id: int) -> JobRecord:

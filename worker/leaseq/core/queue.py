@@ -250,7 +250,7 @@ class Queue:
             flag = [row["id"] for spec, row in zip(specs, rows, strict=True) if spec.wait and row]
             if flag:
                 # Not committed yet, so no completion is finishing them: nothing to wait out.
-                self._store.job_watch(c, flag)
+                self._store.job_watch_enqueued(c, flag)
         return enqueued(specs, rows)
 
     # -- waiting for results ----------------------------------------------------------------

@@ -88,6 +88,9 @@ class AsyncStore:
         rows = await self._dicts(conn, "job_watch", {"ids": list(ids)}, "wait")
         return [int(r["id"]) for r in rows]
 
+    async def job_watch_enqueued(self, conn: AsyncConn, ids: Sequence[int]) -> None:
+        await self._dicts(conn, "job_watch_enqueued", {"ids": list(ids)}, "enqueue")
+
     async def job_wait_finishing(self, conn: AsyncConn, job_id: int) -> None:
         await self._dicts(conn, "job_wait_finishing", {"job_id": job_id}, "wait")
 

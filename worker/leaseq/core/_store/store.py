@@ -778,6 +778,10 @@ class Store:
         that moment: wait each out with :meth:`job_wait_finishing` before reading them."""
         return [int(r["id"]) for r in self._dicts(conn, "job_watch", {"ids": list(ids)}, "wait")]
 
+    def job_watch_enqueued(self, conn: Conn, ids: Sequence[int]) -> None:
+        """Register a waiter for each job enqueued in ``conn``'s open transaction; no lock."""
+        self._dicts(conn, "job_watch_enqueued", {"ids": list(ids)}, "enqueue")
+
     def job_wait_finishing(self, conn: Conn, job_id: int) -> None:
         """Return once the completion that was finishing ``job_id`` has ended (``conn`` in
         autocommit, so nothing else is held while it waits)."""

@@ -90,7 +90,12 @@ def operator_samples(database_url: str) -> Iterator[dict[str, Exported]]:
 
 
 # What only a Kubernetes operator can know: the WorkerPools it scales.
-OPERATOR_ONLY = {"leaseq_workerpool_desired_replicas", "leaseq_workerpool_current_replicas"}
+# What only a WorkerPool has (the reaper scales and annotates nothing).
+OPERATOR_ONLY = {
+    "leaseq_workerpool_desired_replicas",
+    "leaseq_workerpool_current_replicas",
+    "leaseq_workerpool_annotation_failures_total",
+}
 
 
 def json_lines(path: Path) -> list[dict[str, object]]:

@@ -194,6 +194,14 @@ class DoneListener(_Registry[threading.Event]):
                         for note in conn.notifies(timeout=1.0):
                             self._wake(note.payload)
             except (LeaseqError, psycopg.Error) as exc:
+                self.connected.clear()
+                with self._lock:
+                    if not self._signals:
+                        # Nobody waits: stop rather than reconnect for no one (the next
+                        # waiter starts a new thread; _start decides under the same lock).
+                        self._thread = None
+                        log.debug("completion listener lost its connection, idle: %s", exc)
+                        return
                 log.warning("completion listener lost its connection (%s); waiters poll "
                             "meanwhile", exc)  # fmt: skip
             finally:
@@ -243,6 +251,10 @@ class AsyncDoneListener(_Registry[asyncio.Event]):
                     async for note in conn.notifies():
                         self._wake(note.payload)
             except (LeaseqError, psycopg.Error) as exc:
+                self.connected.clear()
+                if not self.waiters:  # nobody waits: the next waiter starts a new task
+                    log.debug("completion listener lost its connection, idle: %s", exc)
+                    return
                 log.warning("completion listener lost its connection (%s); waiters poll "
                             "meanwhile", exc)  # fmt: skip
             finally:

@@ -38,6 +38,7 @@ CLAIM_PARAMS = {
     "limit": 1,
     "lease_seconds": 30.0,
     "claim_id": None,
+    "job_types": None,  # every type (a worker passes the types its registry serves)
     "now": None,
 }
 # The claim's inner query on its own, as the article measured it.

@@ -179,122 +179,53 @@ $$;
 REVOKE ALL ON FUNCTION leaseq.enqueue(text, text, jsonb, integer, timestamptz, double precision, integer, double precision, text, text, boolean) FROM PUBLIC;
 REVOKE ALL ON FUNCTION leaseq.job_status(bigint) FROM PUBLIC;
 
--- As in migration 3, plus each component's share of job_waiters and EXECUTE on the
--- functions above for the producer role.
-CREATE OR REPLACE FUNCTION leaseq.apply_grants(worker regrole, operator regrole, producer regrole)
+-- leaseq.apply_grants() of version 3, extended with the waiters and the functions above: the
+-- version 3 function does everything it did (revoking everything from the old and given
+-- roles first, and dropping leaseq's policies), then:
+-- worker, operator: read and delete the waiter rows of the jobs they finish (the completion
+--           trigger runs as the finishing role; prune removes a waiter whose job it deletes).
+-- producer: may wait for the jobs it enqueued (the policy on jobs hides the others) and call
+--           leaseq.enqueue and leaseq.job_status.
+ALTER FUNCTION leaseq.apply_grants(regrole, regrole, regrole) RENAME TO apply_grants_v3;
+
+CREATE FUNCTION leaseq.apply_grants(worker regrole, operator regrole, producer regrole)
 RETURNS SETOF text
 LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
 AS $fn$
 DECLARE
-    owner_oid oid := (SELECT relowner FROM pg_class WHERE oid = 'leaseq.jobs'::regclass);
-    given regrole[] := ARRAY[worker, operator, producer];
+    previous regrole[] := ARRAY(SELECT c.role_oid::regrole FROM leaseq.component_roles c
+                                 WHERE EXISTS (SELECT 1 FROM pg_roles p WHERE p.oid = c.role_oid));
     r regrole;
     stmt text;
     stmts text[] := ARRAY[]::text[];
-    pol record;
 BEGIN
-    IF NOT pg_has_role(current_user, owner_oid, 'USAGE') THEN
-        RAISE EXCEPTION 'only the owner of leaseq''s tables (%) may apply grants; current user is %',
-            owner_oid::regrole, current_user;
-    END IF;
-    FOR r IN SELECT DISTINCT g FROM unnest(given) g WHERE g IS NOT NULL LOOP
-        IF (SELECT count(*) FROM unnest(given) g WHERE g = r) > 1 THEN
-            RAISE EXCEPTION 'role % is given for more than one component; each component needs its own role', r;
-        END IF;
-        IF EXISTS (SELECT 1 FROM pg_roles WHERE oid = r AND (rolsuper OR rolbypassrls)) THEN
-            RAISE EXCEPTION 'role % is a superuser or has BYPASSRLS, so no policy would hold it; give the component an ordinary role', r;
-        END IF;
-        IF r::oid = owner_oid OR pg_has_role(r, owner_oid, 'USAGE') THEN
-            RAISE EXCEPTION 'role % owns leaseq''s tables (or is a member of their owner); a component role must not', r;
-        END IF;
+    RETURN QUERY SELECT s FROM leaseq.apply_grants_v3(worker, operator, producer) s;
+    FOR r IN SELECT DISTINCT g FROM unnest(previous || ARRAY[worker, operator, producer]) g
+              WHERE g IS NOT NULL LOOP
+        stmts := stmts || format('REVOKE ALL ON FUNCTION leaseq.enqueue(text, text, jsonb, integer, timestamptz, double precision, integer, double precision, text, text, boolean), leaseq.job_status(bigint) FROM %s', r);
     END LOOP;
-
-    -- Start from nothing: old and new roles lose every privilege on leaseq's objects.
-    FOR r IN
-        SELECT DISTINCT x FROM (
-            SELECT c.role_oid::regrole AS x FROM leaseq.component_roles c
-             WHERE EXISTS (SELECT 1 FROM pg_roles p WHERE p.oid = c.role_oid)
-            UNION ALL SELECT g FROM unnest(given) g WHERE g IS NOT NULL
-        ) s
-    LOOP
-        stmts := stmts || ARRAY[
-            format('REVOKE ALL ON ALL TABLES IN SCHEMA leaseq FROM %s', r),
-            format('REVOKE ALL ON ALL SEQUENCES IN SCHEMA leaseq FROM %s', r),
-            format('REVOKE ALL ON FUNCTION leaseq.enqueue(text, text, jsonb, integer, timestamptz, double precision, integer, double precision, text, text, boolean), leaseq.job_status(bigint) FROM %s', r),
-            format('REVOKE ALL ON SCHEMA leaseq FROM %s', r)];
-    END LOOP;
-    FOR pol IN
-        SELECT p.policyname, p.tablename FROM pg_policies p
-         WHERE p.schemaname = 'leaseq' AND p.policyname LIKE 'leaseq\_%'
-         ORDER BY p.tablename, p.policyname
-    LOOP
-        stmts := stmts || format('DROP POLICY %I ON leaseq.%I', pol.policyname, pol.tablename);
-    END LOOP;
-    DELETE FROM leaseq.component_roles;
-
     IF worker IS NOT NULL THEN
         stmts := stmts || ARRAY[
-            format('GRANT USAGE ON SCHEMA leaseq TO %s', worker),
-            format('GRANT SELECT ON leaseq.schema_migrations, leaseq.jobs, leaseq.job_view, leaseq.job_attempts, leaseq.job_results, leaseq.workers TO %s', worker),
-            format('GRANT UPDATE (status, attempt_count, lease_token, lease_owner, started_at, heartbeat_at, lease_expires_at, progress, checkpoint, claim_id, finished_at, result, available_at, last_error, last_error_code) ON leaseq.jobs TO %s', worker),
-            format('GRANT INSERT ON leaseq.job_attempts, leaseq.job_results TO %s', worker),
-            format('GRANT UPDATE (outcome, ended_at, error) ON leaseq.job_attempts TO %s', worker),
-            -- The registry is the workers' own table: whatever a worker reports about itself.
-            format('GRANT INSERT, UPDATE, DELETE ON leaseq.workers TO %s', worker),
-            format('CREATE POLICY leaseq_worker_read ON leaseq.jobs FOR SELECT TO %s USING (true)', worker),
-            format('CREATE POLICY leaseq_worker_unfinished ON leaseq.jobs FOR UPDATE TO %s USING (status IN (''pending'', ''running'')) WITH CHECK (true)', worker),
-            format('CREATE POLICY leaseq_worker_read ON leaseq.job_attempts FOR SELECT TO %s USING (true)', worker),
-            format('CREATE POLICY leaseq_worker_record ON leaseq.job_attempts FOR INSERT TO %s WITH CHECK (true)', worker),
-            format('CREATE POLICY leaseq_worker_fence ON leaseq.job_attempts FOR UPDATE TO %s USING (outcome IN (''lease_expired'', ''cancelled'')) WITH CHECK (outcome = ''fenced'')', worker),
-            format('CREATE POLICY leaseq_worker_read ON leaseq.job_results FOR SELECT TO %s USING (true)', worker),
-            format('CREATE POLICY leaseq_worker_effect ON leaseq.job_results FOR INSERT TO %s WITH CHECK (true)', worker),
-            -- The completion trigger runs as the finishing role and takes the job's waiters.
             format('GRANT SELECT, DELETE ON leaseq.job_waiters TO %s', worker),
             format('CREATE POLICY leaseq_worker_done ON leaseq.job_waiters FOR ALL TO %s USING (true)', worker)];
-        INSERT INTO leaseq.component_roles VALUES ('worker', worker);
     END IF;
-
     IF operator IS NOT NULL THEN
         stmts := stmts || ARRAY[
-            format('GRANT USAGE ON SCHEMA leaseq TO %s', operator),
-            format('GRANT SELECT ON leaseq.schema_migrations, leaseq.jobs, leaseq.job_view, leaseq.job_attempts, leaseq.job_results, leaseq.workers, leaseq.leader_leases TO %s', operator),
-            format('GRANT UPDATE (status, available_at, finished_at, lease_owner, lease_expires_at, last_error, last_error_code, max_attempts) ON leaseq.jobs TO %s', operator),
-            format('GRANT DELETE ON leaseq.jobs TO %s', operator),
-            format('GRANT INSERT, DELETE ON leaseq.job_attempts TO %s', operator),
-            format('GRANT DELETE ON leaseq.workers TO %s', operator),
-            format('GRANT INSERT, UPDATE, DELETE ON leaseq.leader_leases TO %s', operator),
-            format('CREATE POLICY leaseq_operator_all ON leaseq.jobs FOR ALL TO %s USING (true) WITH CHECK (true)', operator),
-            format('CREATE POLICY leaseq_operator_all ON leaseq.job_attempts FOR ALL TO %s USING (true) WITH CHECK (true)', operator),
-            format('CREATE POLICY leaseq_operator_read ON leaseq.job_results FOR SELECT TO %s USING (true)', operator),
-            -- Cancelling and reaping finish jobs (the trigger takes their waiters); prune removes a waiter whose job it deletes.
             format('GRANT SELECT, DELETE ON leaseq.job_waiters TO %s', operator),
             format('CREATE POLICY leaseq_operator_done ON leaseq.job_waiters FOR ALL TO %s USING (true)', operator)];
-        IF current_setting('server_version_num')::int >= 170000 THEN
-            stmts := stmts || format('GRANT MAINTAIN ON leaseq.jobs TO %s', operator);
-        END IF;
-        INSERT INTO leaseq.component_roles VALUES ('operator', operator);
     END IF;
-
     IF producer IS NOT NULL THEN
         stmts := stmts || ARRAY[
-            format('GRANT USAGE ON SCHEMA leaseq TO %s', producer),
-            format('GRANT SELECT ON leaseq.schema_migrations, leaseq.jobs, leaseq.job_view, leaseq.job_attempts, leaseq.job_results TO %s', producer),
-            format('GRANT INSERT (queue, job_type, payload, priority, max_attempts, available_at, timeout, idempotency_key, dedup_key, created_at) ON leaseq.jobs TO %s', producer),
-            format('CREATE POLICY leaseq_producer_own ON leaseq.jobs FOR SELECT TO %s USING (enqueued_by = current_user)', producer),
-            format('CREATE POLICY leaseq_producer_enqueue ON leaseq.jobs FOR INSERT TO %s WITH CHECK (enqueued_by = current_user)', producer),
-            format('CREATE POLICY leaseq_producer_own ON leaseq.job_attempts FOR SELECT TO %s USING (EXISTS (SELECT 1 FROM leaseq.jobs j WHERE j.id = job_id))', producer),
-            format('CREATE POLICY leaseq_producer_own ON leaseq.job_results FOR SELECT TO %s USING (EXISTS (SELECT 1 FROM leaseq.jobs j WHERE j.id = job_id))', producer),
-            -- A producer may wait for the jobs it enqueued (the policy on jobs hides the others).
             format('GRANT INSERT (job_id) ON leaseq.job_waiters TO %s', producer),
             format('CREATE POLICY leaseq_producer_wait ON leaseq.job_waiters FOR INSERT TO %s WITH CHECK (EXISTS (SELECT 1 FROM leaseq.jobs j WHERE j.id = job_id))', producer),
             format('GRANT EXECUTE ON FUNCTION leaseq.enqueue(text, text, jsonb, integer, timestamptz, double precision, integer, double precision, text, text, boolean), leaseq.job_status(bigint) TO %s', producer)];
-        INSERT INTO leaseq.component_roles VALUES ('producer', producer);
     END IF;
-
     FOREACH stmt IN ARRAY stmts LOOP
         EXECUTE stmt;
         RETURN NEXT stmt;
     END LOOP;
 END
 $fn$;
+
+REVOKE ALL ON FUNCTION leaseq.apply_grants(regrole, regrole, regrole) FROM PUBLIC;

@@ -82,6 +82,18 @@ class Face:
             return self._runner.run(get())
         return waiters.shared_listener(self.queue._conninfo())
 
+    def wait_for(self, check: Any, what: str) -> None:
+        """Poll ``check`` until true, with this face's event loop running meanwhile (an
+        asyncio listener only moves while its loop runs)."""
+        if self._runner is None:
+            wait_for(check, what)
+            return
+
+        async def poll() -> None:
+            await asyncio.to_thread(wait_for, check, what)
+
+        self._runner.run(poll())
+
     def close(self) -> None:
         if self._runner is not None:
             assert self._apool is not None
@@ -140,8 +152,8 @@ def test_result_wakes_on_completion_after_the_first_read(face: Face, queue: leas
 
 def _flagged(url: str, job_id: int) -> bool:
     with psycopg.connect(url) as c:
-        row = c.execute("SELECT 1 FROM leaseq.job_waiters WHERE job_id = %s", (job_id,)).fetchone()
-    return row is not None
+        row = c.execute("SELECT notify_done FROM leaseq.jobs WHERE id = %s", (job_id,)).fetchone()
+    return bool(row and row[0])
 
 
 def test_dead_and_cancelled_jobs_raise_typed_errors(face: Face, queue: leaseq.Queue) -> None:
@@ -246,6 +258,34 @@ def _listening(url: str) -> list[int]:
     return [r[0] for r in rows]
 
 
+def _finish_once_waited(listener: Any, queue: leaseq.Queue, result: int) -> None:
+    wait_for(lambda: listener.waiters == 1, "the waiter")
+    run_job(queue, result)
+
+
+@pytest.mark.parametrize("kind", ["sync", "async"])
+def test_an_idle_listener_closes_its_connection_and_the_next_waiter_opens_one(
+    database_url: str, queue: leaseq.Queue, monkeypatch: pytest.MonkeyPatch, kind: str
+) -> None:
+    """Nobody waiting for a while: the listening connection goes (a producer that stopped
+    waiting holds none); a later waiter subscribes again and is still woken."""
+    monkeypatch.setattr(waiters, "IDLE_CLOSE_SECONDS", 0.2)
+    face = Face(kind, database_url)
+    try:
+        for n in range(2):
+            job = face.call("enqueue", "q", "t", wait=True)
+            listener = face.listener()
+            finisher = threading.Thread(target=_finish_once_waited, args=(listener, queue, n))
+            finisher.start()
+            try:
+                assert face.call("result", job.job_id, timeout=30, poll=NO_POLL) == n
+            finally:
+                finisher.join()
+            face.wait_for(lambda: not _listening(database_url), "the idle listener closed")
+    finally:
+        face.close()
+
+
 def test_a_thousand_waiters_share_one_listening_connection(
     database_url: str, queue: leaseq.Queue
 ) -> None:
@@ -275,10 +315,7 @@ def test_a_thousand_waiters_share_one_listening_connection(
 
 def _all_flagged(url: str) -> bool:
     with psycopg.connect(url) as c:
-        row = c.execute(
-            "SELECT bool_and(EXISTS (SELECT 1 FROM leaseq.job_waiters w WHERE w.job_id = j.id))"
-            " FROM leaseq.jobs j"
-        ).fetchone()
+        row = c.execute("SELECT bool_and(j.notify_done) FROM leaseq.jobs j").fetchone()
     return bool(row and row[0])
 
 
@@ -306,55 +343,72 @@ def test_the_result_arrives_when_the_listening_connection_is_killed(
     assert box["finished"] == job.job_id
 
 
-def _advisory_waiters(url: str) -> int:
-    """How many backends wait for an advisory lock (a flag or a completion of a job)."""
+def _lock_waiters(url: str) -> int:
+    """How many backends wait for a row lock (a completion waiting for a flag, or back)."""
     with psycopg.connect(url) as c:
         row = c.execute(
             "SELECT count(*) FROM pg_stat_activity"
-            " WHERE datname = current_database() AND wait_event = 'advisory'"
+            " WHERE datname = current_database() AND wait_event_type = 'Lock'"
         ).fetchone()
     return int(row[0]) if row else 0
 
 
-def test_a_claim_while_a_job_is_being_flagged_still_claims(
-    database_url: str, queue: leaseq.Queue
+def _watch(url: str, job_id: int) -> None:
+    with psycopg.connect(url, autocommit=True) as c:
+        Store().job_watch(c, [job_id])
+
+
+@pytest.mark.parametrize("first", ["flag", "completion"])
+def test_a_flag_and_a_completion_racing_are_ordered_by_the_row_lock(
+    database_url: str, queue: leaseq.Queue, first: str
 ) -> None:
-    """Flagging locks no job row, so a claim's SKIP LOCKED still takes the job; a completion
-    racing the flag waits for it and then notifies."""
+    """Whichever commits first, the waiter learns of the completion: a flag first makes the
+    completion notify; a completion first leaves the flag nothing to update, and the read
+    that follows sees the job finished."""
     job = queue.enqueue("q", "t")
+    (claimed,) = queue.claim(["q"], "w1")
+    store = Store()
     with (
-        psycopg.connect(database_url) as flagger,
+        psycopg.connect(database_url) as holder,
         psycopg.connect(database_url, autocommit=True) as listening,
     ):
         listening.execute("LISTEN leaseq_done")
-        assert Store().job_watch(flagger, [job.job_id]) == []  # its transaction stays open
-        (claimed,) = queue.claim(["q"], "w1")
-        assert claimed.id == job.job_id
-        finishing = threading.Thread(
-            target=lambda: leaseq.Queue(leaseq.connect(database_url, action="test")).complete(
-                claimed.lease, "done"
-            )
-        )
-        finishing.start()
-        wait_for(lambda: _advisory_waiters(database_url) == 1, "the completion waiting")
-        flagger.commit()
-        finishing.join()
-        notices = list(listening.notifies(timeout=30, stop_after=1))
-    assert [n.payload for n in notices] == [str(job.job_id)]
+        if first == "flag":
+            store.job_watch(holder, [job.job_id])  # its transaction stays open
+            other = threading.Thread(target=lambda: queue.complete(claimed.lease, "done"))
+        else:
+            store.job_complete(
+                holder,
+                [claimed.lease],
+                results=["done"],
+                effect_keys=[None],
+                progresses=[None],
+                notes=[None],
+            )  # its transaction stays open
+            other = threading.Thread(target=lambda: _watch(database_url, job.job_id))
+        other.start()
+        wait_for(lambda: _lock_waiters(database_url) == 1, "the other side waiting")
+        holder.commit()
+        other.join()
+        notices = list(listening.notifies(timeout=30, stop_after=1)) if first == "flag" else []
+        outcome = store.job_outcomes(holder, [job.job_id])[job.job_id]
+    assert outcome.finished and outcome.result == "done"
+    if first == "flag":
+        assert [n.payload for n in notices] == [str(job.job_id)]
 
 
 def test_a_completion_in_flight_while_flagging_is_waited_out(
     face: Face, queue: leaseq.Queue, database_url: str
 ) -> None:
-    """The job finishes in a transaction that has looked for waiters but not committed when
-    the waiter flags it: the waiter waits that transaction out, then reads the result."""
+    """The job finishes in a transaction that has not committed when the waiter flags it:
+    the flag waits for that transaction's row lock, then the read sees the result."""
     job = face.call("enqueue", "q", "t")
     (claimed,) = queue.claim(["q"], "w1")
     with psycopg.connect(database_url) as finishing:
         leaseq.Queue(finishing).complete(claimed.lease, "late")  # not committed yet
 
         def commit_once_waited_for() -> None:
-            wait_for(lambda: _advisory_waiters(database_url) == 1, "the waiter waiting")
+            wait_for(lambda: _lock_waiters(database_url) == 1, "the waiter waiting")
             finishing.commit()
 
         committer = threading.Thread(target=commit_once_waited_for)
@@ -415,3 +469,25 @@ def test_get_and_retry_dead(face: Face, queue: leaseq.Queue) -> None:
         face.call("get", 10**9)
     with pytest.raises(leaseq.JobNotFound):
         face.call("retry_dead", 10**9)
+
+
+@pytest.mark.parametrize("wait", [False, True])
+def test_only_a_flagged_job_runs_the_completion_trigger(
+    database_url: str, queue: leaseq.Queue, wait: bool
+) -> None:
+    """An unwatched job's completion calls no function (the trigger's WHEN reads the flag);
+    a job enqueued with wait=True calls leaseq.notify_done once."""
+    job = queue.enqueue("q", "t", wait=wait)
+    (claimed,) = queue.claim(["q"], "w1")
+    with psycopg.connect(database_url) as c:
+        c.execute("SET track_functions = 'pl'")
+        Store().job_complete(
+            c, [claimed.lease], results=[1], effect_keys=[None], progresses=[None], notes=[None]
+        )
+        row = c.execute(
+            "SELECT coalesce(sum(calls), 0) FROM pg_stat_xact_user_functions"
+            " WHERE schemaname = 'leaseq' AND funcname = 'notify_done'"
+        ).fetchone()
+    assert row is not None
+    assert int(row[0]) == (1 if wait else 0)
+    assert queue.get(job.job_id).status == leaseq.JobStatus.SUCCEEDED

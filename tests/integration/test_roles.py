@@ -35,8 +35,6 @@ EXPECTED = {
         "SELECT on job_results",
         "INSERT on job_results",
         "SELECT on job_view",
-        "SELECT on job_waiters",
-        "DELETE on job_waiters",
         "SELECT on jobs",
         # Declaring its app's schedules at start-up (migration 0010's apply_grants).
         "SELECT on schedule_slots",
@@ -79,8 +77,6 @@ EXPECTED = {
         "SELECT on job_results",
         "DELETE on job_results",
         "SELECT on job_view",
-        "SELECT on job_waiters",
-        "DELETE on job_waiters",
         "SELECT on job_whereabouts",
         "SELECT on jobs",
         "DELETE on jobs",
@@ -111,9 +107,10 @@ EXPECTED = {
         "SELECT on job_view",
         "SELECT on jobs",
         "SELECT on schema_migrations",
-        "INSERT (job_id) on job_waiters",
         "INSERT (queue, job_type, payload, priority, max_attempts, created_at, available_at, "
-        "timeout, idempotency_key, dedup_key) on jobs",
+        "timeout, idempotency_key, dedup_key, notify_done) on jobs",
+        # Waiting for a job it enqueued: its completion notifies (migration 0011).
+        "UPDATE (notify_done) on jobs",
     ],
 }
 
@@ -212,8 +209,9 @@ def test_grants_are_idempotent_and_a_replaced_role_keeps_nothing(
     with psycopg.connect(database_url, autocommit=True) as admin:
         assert {c: observed_privileges(admin, n) for c, n in roles.names.items()} == before
         policies = admin.execute("SELECT count(*) FROM pg_policies WHERE schemaname = 'leaseq'")
-        # 14, the waiters' 3, the operator's effect expiry and its restriction to slot jobs
-        assert policies.fetchone() == (19,)
+        # 14, the producer's flag (migration 0011), the operator's effect expiry and its
+        # restriction to slot jobs
+        assert policies.fetchone() == (17,)
     with login_roles(database_url) as fresh:
         apply_grants(
             database_url,
@@ -597,9 +595,9 @@ def test_schedules_work_under_component_roles(database_url: str, roles: Roles) -
 def test_the_producer_waits_for_its_own_jobs_and_flags_no_other(
     database_url: str, roles: Roles, queue: leaseq.Queue
 ) -> None:
-    """result() as the producer role flags its job (a job_waiters row, no SECURITY DEFINER),
-    and the worker role's completion takes the flag and wakes it; another user's job cannot
-    be flagged."""
+    """result() as the producer role flags its job (its notify_done column, no SECURITY
+    DEFINER), and the worker role's completion sees the flag and wakes it; another user's
+    job cannot be flagged (row-level security hides it from the UPDATE)."""
     others = queue.enqueue("other", "t").job_id  # enqueued by the owner
     with as_role(roles, "producer") as p, as_role(roles, "worker") as w:
         producer = leaseq.Queue(p)
@@ -617,11 +615,16 @@ def test_the_producer_waits_for_its_own_jobs_and_flags_no_other(
         finally:
             finisher.join()
         waiters.shared_listener(producer._conninfo()).close()
-    with raw(roles, "producer") as c, pytest.raises(DENIED, match="row-level security"):
-        c.execute("INSERT INTO leaseq.job_waiters (job_id) VALUES (%s)", (others,))
+    with raw(roles, "producer") as c:
+        flagged = c.execute("UPDATE leaseq.jobs SET notify_done = true WHERE id = %s", (others,))
+        assert flagged.rowcount == 0
+        with pytest.raises(DENIED):
+            c.execute("UPDATE leaseq.jobs SET result = '1' WHERE id = %s", (mine,))
+    assert not queue_has_waiter(database_url, others)
 
 
 def queue_has_waiter(url: str, job_id: int) -> bool:
     with psycopg.connect(url) as c:
-        found = c.execute("SELECT 1 FROM leaseq.job_waiters WHERE job_id = %s", (job_id,))
-        return found.fetchone() is not None
+        found = c.execute("SELECT notify_done FROM leaseq.jobs WHERE id = %s", (job_id,))
+        row = found.fetchone()
+        return bool(row and row[0])

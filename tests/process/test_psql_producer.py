@@ -100,7 +100,7 @@ def test_psql_enqueues_as_the_producer_and_a_worker_runs_it_on_the_wake_up(
         f"UPDATE leaseq.jobs SET status = 'running', lease_owner = 'me' WHERE id = {job_id}",
         f"UPDATE leaseq.jobs SET result = '1' WHERE id = {job_id}",
         f"DELETE FROM leaseq.jobs WHERE id = {job_id}",
-        f"DELETE FROM leaseq.job_waiters WHERE job_id = {job_id}",
+        f"UPDATE leaseq.jobs SET notify_done = false, status = 'dead' WHERE id = {job_id}",
     ):
         refused = psql(producer, attempt)
         assert refused.returncode != 0, attempt

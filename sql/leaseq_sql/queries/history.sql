@@ -35,13 +35,13 @@ history AS (
         id, queue, job_type, payload, status, priority, attempt_count, max_attempts,
         created_at, available_at, started_at, finished_at, lease_owner, lease_token,
         lease_expires_at, heartbeat_at, progress, timeout, last_error, last_error_code,
-        idempotency_key, dedup_key, result, checkpoint, claim_id, enqueued_by, keep_days,
-        moved_at)
+        idempotency_key, dedup_key, result, checkpoint, claim_id, enqueued_by, notify_done,
+        keep_days, moved_at)
     SELECT id, queue, job_type, payload, status, priority, attempt_count, max_attempts,
            created_at, available_at, started_at, finished_at, lease_owner, lease_token,
            lease_expires_at, heartbeat_at, progress, timeout, last_error, last_error_code,
-           idempotency_key, dedup_key, result, checkpoint, claim_id, enqueued_by, keep_days,
-           (SELECT now FROM t)
+           idempotency_key, dedup_key, result, checkpoint, claim_id, enqueued_by, notify_done,
+           keep_days, (SELECT now FROM t)
       FROM kept WHERE NOT expired
 ),
 attempt_history AS (

@@ -3,14 +3,15 @@
 -- Time-dependent statements take %(now)s: NULL means database time (always, in production).
 
 -- name: job_enqueue
--- Inserts one pending job (or finds the unfinished job with the same dedup key) and wakes listeners on commit.
+-- Inserts one pending job, flagged notify_done when %(wait)s (or finds the unfinished job with the same dedup key), and wakes listeners on commit.
 WITH t AS (SELECT coalesce(%(now)s::timestamptz, now()) AS now),
 ins AS (
     INSERT INTO leaseq.jobs (queue, job_type, payload, priority, max_attempts, available_at,
-                             timeout, idempotency_key, dedup_key, created_at)
+                             timeout, idempotency_key, dedup_key, created_at, notify_done)
     SELECT %(queue)s, %(job_type)s, %(payload)s, %(priority)s, %(max_attempts)s,
            coalesce(%(run_at)s::timestamptz, t.now + make_interval(secs => %(delay)s)),
-           make_interval(secs => %(timeout)s), %(idempotency_key)s, %(dedup_key)s, t.now
+           make_interval(secs => %(timeout)s), %(idempotency_key)s, %(dedup_key)s, t.now,
+           %(wait)s
       FROM t
     ON CONFLICT (queue, dedup_key) WHERE dedup_key IS NOT NULL AND status IN ('pending', 'running')
     DO NOTHING
@@ -325,7 +326,7 @@ woke AS (SELECT pg_notify('leaseq_jobs', revived.queue) FROM revived)
 SELECT revived.id, revived.max_attempts, (SELECT count(*) FROM woke) AS notified FROM revived;
 
 -- name: job_prune
--- Deletes one batch of finished jobs (and their attempts and any left-over waiter rows) that finished before the cutoff; effects in job_results are kept.
+-- Deletes one batch of finished jobs (and their attempts) that finished before the cutoff; effects in job_results are kept.
 WITH victims AS (
     SELECT j.id FROM leaseq.jobs j
      WHERE j.status = ANY(%(statuses)s::leaseq.job_status[])
@@ -336,7 +337,6 @@ WITH victims AS (
        FOR UPDATE SKIP LOCKED
 ),
 attempts AS (DELETE FROM leaseq.job_attempts a USING victims v WHERE a.job_id = v.id),
-waiters AS (DELETE FROM leaseq.job_waiters w USING victims v WHERE w.job_id = v.id),
 deleted AS (DELETE FROM leaseq.jobs j USING victims v WHERE j.id = v.id RETURNING j.id)
 SELECT count(*) AS deleted FROM deleted;
 

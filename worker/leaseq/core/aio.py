@@ -72,10 +72,6 @@ class AsyncQueue:
             return []
         async with atransaction(self._db, "enqueue", conn) as c:
             rows = await self._store.job_enqueue(c, [statement_fields(s) for s in specs])
-            flag = [row["id"] for s, row in zip(specs, rows, strict=True) if s.wait and row]
-            if flag:
-                # Not committed yet, so no completion is finishing them: nothing to wait out.
-                await self._store.job_watch_enqueued(c, flag)
         return enqueued(specs, rows)
 
     async def get(self, job_id: int) -> JobRecord:
@@ -160,9 +156,8 @@ class AsyncQueue:
             while True:
                 async with aborrow(self._db, "wait") as c:
                     if first:
-                        # After the subscription, before the read: see migration 0007.
-                        for busy in await self._store.job_watch(c, pending):
-                            await self._store.job_wait_finishing(c, busy)
+                        # After the subscription, before the read: see migration 0011.
+                        await self._store.job_watch(c, pending)
                     found = await self._store.job_outcomes(c, pending)
                 if first and len(found) < len(pending):
                     raise JobNotFound(min(set(pending) - found.keys()))

@@ -129,10 +129,8 @@ class JobSpec:
 
 
 def statement_fields(spec: JobSpec) -> dict[str, Any]:
-    """The job_enqueue parameters of ``spec`` (``wait`` is a separate statement)."""
-    fields = dataclasses.asdict(spec)
-    del fields["wait"]
-    return fields
+    """The job_enqueue parameters of ``spec`` (``wait`` flags the new job notify_done)."""
+    return dataclasses.asdict(spec)
 
 
 def enqueued(specs: Sequence[JobSpec], rows: Sequence[DictRow | None]) -> list[Enqueued]:
@@ -247,10 +245,6 @@ class Queue:
             return []
         with transaction(self._db, "enqueue", conn) as c:
             rows = self._store.job_enqueue(c, [statement_fields(spec) for spec in specs], now)
-            flag = [row["id"] for spec, row in zip(specs, rows, strict=True) if spec.wait and row]
-            if flag:
-                # Not committed yet, so no completion is finishing them: nothing to wait out.
-                self._store.job_watch_enqueued(c, flag)
         return enqueued(specs, rows)
 
     # -- waiting for results ----------------------------------------------------------------
@@ -314,9 +308,8 @@ class Queue:
             while True:
                 with borrow(self._db, "wait") as c:
                     if first:
-                        # After the subscription, before the read: see migration 0007.
-                        for busy in self._store.job_watch(c, pending):
-                            self._store.job_wait_finishing(c, busy)
+                        # After the subscription, before the read: see migration 0011.
+                        self._store.job_watch(c, pending)
                     found = self._store.job_outcomes(c, pending)
                 if first and len(found) < len(pending):
                     raise JobNotFound(min(set(pending) - found.keys()))

@@ -19,6 +19,7 @@ import contextvars
 import logging
 import os
 import threading
+import time
 import weakref
 from collections.abc import AsyncIterator, Collection, Iterator
 from contextlib import asynccontextmanager, contextmanager
@@ -46,6 +47,9 @@ log = logging.getLogger("leaseq.waiters")
 DEFAULT_POLL_SECONDS = 5.0
 #: How long a new waiter gives a starting listener to subscribe before it reads anyway.
 SUBSCRIBE_WAIT_SECONDS = 2.0
+#: How long a listener with nobody waiting keeps its connection before it closes it (the
+#: next waiter opens a new one), so a producer that stopped waiting holds no connection.
+IDLE_CLOSE_SECONDS = 30.0
 
 _in_handler: contextvars.ContextVar[bool] = contextvars.ContextVar(
     "leaseq_in_handler", default=False
@@ -149,7 +153,8 @@ class _Registry(Generic[S]):
 
 class DoneListener(_Registry[threading.Event]):
     """The process's listening connection to one database, on a daemon thread started by
-    the first waiter; it reconnects with backoff when the connection drops."""
+    the first waiter; it reconnects with backoff when the connection drops while anyone
+    waits, and closes it once nobody has waited for :data:`IDLE_CLOSE_SECONDS`."""
 
     def __init__(self, conninfo: str) -> None:
         super().__init__()
@@ -190,9 +195,20 @@ class DoneListener(_Registry[threading.Event]):
                     self.connected.set()
                     backoff.reset()
                     self._subscribed()
+                    idle_since = time.monotonic()
                     while not self._stopping.is_set():
-                        for note in conn.notifies(timeout=1.0):
+                        for note in conn.notifies(timeout=min(1.0, IDLE_CLOSE_SECONDS)):
                             self._wake(note.payload)
+                        with self._lock:
+                            if self._signals:
+                                idle_since = time.monotonic()
+                            elif time.monotonic() - idle_since >= IDLE_CLOSE_SECONDS:
+                                # Cleared under the lock, before a new waiter can start a
+                                # new thread, so it waits for that thread's subscription.
+                                self.connected.clear()
+                                self._thread = None
+                                log.debug("completion listener idle: connection closed")
+                                return
             except (LeaseqError, psycopg.Error) as exc:
                 self.connected.clear()
                 with self._lock:
@@ -204,9 +220,8 @@ class DoneListener(_Registry[threading.Event]):
                         return
                 log.warning("completion listener lost its connection (%s); waiters poll "
                             "meanwhile", exc)  # fmt: skip
-            finally:
-                self.connected.clear()
             self._stopping.wait(backoff.next())
+        self.connected.clear()
 
     def close(self) -> None:
         """Stop listening and wait for the thread to end (within about a second)."""
@@ -248,8 +263,16 @@ class AsyncDoneListener(_Registry[asyncio.Event]):
                     self.connected.set()
                     backoff.reset()
                     self._subscribed()
-                    async for note in conn.notifies():
-                        self._wake(note.payload)
+                    idle_since = time.monotonic()
+                    while True:
+                        async for note in conn.notifies(timeout=min(1.0, IDLE_CLOSE_SECONDS)):
+                            self._wake(note.payload)
+                        if self.waiters:
+                            idle_since = time.monotonic()
+                        elif time.monotonic() - idle_since >= IDLE_CLOSE_SECONDS:
+                            self.connected.clear()
+                            log.debug("completion listener idle: connection closed")
+                            return
             except (LeaseqError, psycopg.Error) as exc:
                 self.connected.clear()
                 if not self.waiters:  # nobody waits: the next waiter starts a new task

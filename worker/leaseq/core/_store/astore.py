@@ -84,15 +84,8 @@ class AsyncStore:
     async def waiter_listen(self, conn: AsyncConn) -> None:
         await self._dicts(conn, "waiter_listen", {}, "listen")
 
-    async def job_watch(self, conn: AsyncConn, ids: Sequence[int]) -> list[int]:
-        rows = await self._dicts(conn, "job_watch", {"ids": list(ids)}, "wait")
-        return [int(r["id"]) for r in rows]
-
-    async def job_watch_enqueued(self, conn: AsyncConn, ids: Sequence[int]) -> None:
-        await self._dicts(conn, "job_watch_enqueued", {"ids": list(ids)}, "enqueue")
-
-    async def job_wait_finishing(self, conn: AsyncConn, job_id: int) -> None:
-        await self._dicts(conn, "job_wait_finishing", {"job_id": job_id}, "wait")
+    async def job_watch(self, conn: AsyncConn, ids: Sequence[int]) -> None:
+        await self._dicts(conn, "job_watch", {"ids": list(ids)}, "wait")
 
     async def job_outcomes(self, conn: AsyncConn, ids: Sequence[int]) -> dict[int, JobOutcome]:
         rows = await self._dicts(conn, "job_outcomes", {"ids": list(ids)}, "wait")

@@ -772,20 +772,11 @@ class Store:
         """Subscribe ``conn`` (autocommit, dedicated) to completions on channel leaseq_done."""
         self._dicts(conn, "waiter_listen", {}, "listen")
 
-    def job_watch(self, conn: Conn, ids: Sequence[int]) -> list[int]:
-        """Register a waiter for each unfinished job among ``ids`` (its final transition will
-        notify), without locking any job row. Returns the ids a completion was finishing at
-        that moment: wait each out with :meth:`job_wait_finishing` before reading them."""
-        return [int(r["id"]) for r in self._dicts(conn, "job_watch", {"ids": list(ids)}, "wait")]
-
-    def job_watch_enqueued(self, conn: Conn, ids: Sequence[int]) -> None:
-        """Register a waiter for each job enqueued in ``conn``'s open transaction; no lock."""
-        self._dicts(conn, "job_watch_enqueued", {"ids": list(ids)}, "enqueue")
-
-    def job_wait_finishing(self, conn: Conn, job_id: int) -> None:
-        """Return once the completion that was finishing ``job_id`` has ended (``conn`` in
-        autocommit, so nothing else is held while it waits)."""
-        self._dicts(conn, "job_wait_finishing", {"job_id": job_id}, "wait")
+    def job_watch(self, conn: Conn, ids: Sequence[int]) -> None:
+        """Flag each unfinished job among ``ids`` so its final transition notifies. Run it in
+        autocommit: once it returns, a completion either saw the flag or had committed
+        before (then the next read sees the job finished)."""
+        self._dicts(conn, "job_watch", {"ids": list(ids)}, "wait")
 
     def job_outcomes(self, conn: Conn, ids: Sequence[int]) -> dict[int, JobOutcome]:
         """Where each existing job among ``ids`` stands, by id."""

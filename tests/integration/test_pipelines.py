@@ -10,12 +10,12 @@ from typing import Any
 
 import psycopg
 import pytest
+from test_results import Face
 
 import leaseq
 from leaseq import After, Dep, Graph
 from support.dbtime import db_now
 from support.jobs import take_over
-from test_results import Face
 
 
 @pytest.fixture(params=["sync", "async"])
@@ -127,8 +127,8 @@ def test_cycles_and_unknown_nodes_are_refused_naming_them_and_nothing_is_written
     with pytest.raises(leaseq.InvalidGraph, match="node 'a' waits for unknown node 'nope'"):
         face.call("enqueue_graph", unknown)
     itself = Graph("self")
+    itself.add("q", "a", key="a", after=["a"])
     with pytest.raises(leaseq.InvalidGraph, match="waits for itself"):
-        itself.add("q", "a", key="a", after=["a"])
         face.call("enqueue_graph", itself)
     missing = Graph("missing parent")
     missing.add("q", "a", key="a", after=[123456])
@@ -234,7 +234,7 @@ def test_parent_results_are_read_in_keyset_pages(queue: leaseq.Queue) -> None:
     parts = [g.add("q", "page", key=f"p{i}") for i in range(25)]
     g.add("q", "merge", key="merge", after=parts)
     made = queue.enqueue_graph(g)
-    for i in range(25):
+    for _ in range(25):
         (job,) = queue.claim(["q"], "w", job_types=["page"])
         queue.complete(job.lease, {"i": job.id})
     assert status(queue, made["merge"]) == "pending"

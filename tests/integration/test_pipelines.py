@@ -11,6 +11,7 @@ from typing import Any
 import psycopg
 import pytest
 from test_results import Face
+from test_roles import Roles, as_role, roles  # noqa: F401 (the fixture)
 
 import leaseq
 from leaseq import After, Dep, Graph
@@ -268,3 +269,50 @@ def test_history_and_prune_keep_parents_of_unfinished_children(
     run(queue, b)
     run(queue, child)
     assert queue.prune(older_than=60, now=later) == 3
+
+
+def test_waiting_jobs_are_counted_in_metrics_but_never_as_work(
+    queue: leaseq.Queue, conn: leaseq.core.db.Conn
+) -> None:
+    from leaseq_operator.metrics import OperatorMetrics
+
+    parent = queue.enqueue("ocr", "split").job_id
+    for _ in range(3):
+        queue.enqueue("pages", "page", after=[parent])
+    metrics = OperatorMetrics()
+    metrics.watch_queues(queue, leaseq.Workers(conn))
+    sample = metrics.registry.get_sample_value
+    assert sample("leaseq_queue_jobs", {"queue": "pages", "state": "waiting"}) == 3
+    assert sample("leaseq_queue_jobs", {"queue": "pages", "state": "ready"}) == 0
+    assert sample("leaseq_queue_jobs", {"queue": "ocr", "state": "waiting"}) == 0
+    # The operator scales on claimable work: waiting jobs are none of it.
+    assert [(w.job_type, w.ready) for w in queue.work(["pages", "ocr"], window=60)] == [
+        ("split", 1)
+    ]
+
+
+def test_pipelines_work_under_component_roles(roles: Roles) -> None:
+    """A producer enqueues a graph and a job after one of its jobs; a worker completes the
+    parents, reads their results and fans out; the operator shows and cancels."""
+    with as_role(roles, "producer") as p, as_role(roles, "worker") as w:
+        producer, worker = leaseq.Queue(p), leaseq.Queue(w)
+        made = producer.enqueue_graph(ocr_graph(2))
+        extra = producer.enqueue("q", "extra", after=[made["embed"]]).job_id
+        for _ in range(2):
+            (job,) = worker.claim(["q"], "w", job_types=["page"])
+            worker.complete(job.lease, {"text": "t"})
+        (merge,) = worker.claim(["q"], "w", job_types=["merge"])
+        assert [r.result for r in worker.parent_results(merge.id)] == [{"text": "t"}] * 2
+        more = Graph("late")
+        more.add("q", "late", key="late")
+        (done,) = worker.complete_many([merge.lease], [None], spawns=[more])
+        assert isinstance(done, leaseq.Completed)
+        (late,) = worker.claim(["q"], "w", job_types=["late"])
+        assert worker.links(late.id).pipeline_id == made.pipeline_id
+        assert producer.get(extra).status == "waiting"
+    with as_role(roles, "operator") as o:
+        operator = leaseq.Queue(o)
+        assert operator.pipeline(made.pipeline_id).total == 6
+        assert (
+            operator.cancel_pipeline(made.pipeline_id).cancelled == 3
+        )  # embed, extra, and late (running: fenced)

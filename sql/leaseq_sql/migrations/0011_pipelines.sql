@@ -185,3 +185,64 @@ CREATE TRIGGER jobs_pipeline_transition
     FOR EACH ROW
     WHEN (OLD.status IS DISTINCT FROM NEW.status AND (NEW.has_children OR NEW.pipeline_id IS NOT NULL))
     EXECUTE FUNCTION leaseq.pipeline_transition();
+
+-- Component roles: leaseq.apply_grants() of version 11 does everything version 10 did
+-- (which first revokes every table and sequence privilege and drops every leaseq_ policy of
+-- the old and given roles), then:
+-- worker:   spawns from a handler (inserts jobs, their edges and pipelines in its
+--           completion's transaction, takes job ids from the sequence, marks parents), reads
+--           parents' results and links.
+-- operator: reads edges and pipelines (the mover's and prune's guard, `pipelines show`),
+--           deletes the edges of moved and pruned jobs, cancels pipelines.
+-- producer: enqueues graphs and jobs after others: inserts jobs with their ids, status and
+--           pipeline, their edges and pipelines, and marks its own jobs as parents.
+-- The unblocking, cascade and undo run in leaseq.pipeline_transition(), SECURITY DEFINER.
+ALTER FUNCTION leaseq.apply_grants(regrole, regrole, regrole) RENAME TO apply_grants_v10;
+
+CREATE FUNCTION leaseq.apply_grants(worker regrole, operator regrole, producer regrole)
+RETURNS SETOF text
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    stmt text;
+    stmts text[] := ARRAY[]::text[];
+    jobs_seq text := pg_get_serial_sequence('leaseq.jobs', 'id');
+    pipelines_seq text := pg_get_serial_sequence('leaseq.pipelines', 'id');
+    insert_cols text := 'id, queue, job_type, payload, priority, max_attempts, available_at, timeout, idempotency_key, created_at, status, deps_left, has_children, pipeline_id';
+BEGIN
+    RETURN QUERY SELECT s FROM leaseq.apply_grants_v10(worker, operator, producer) s;
+    IF worker IS NOT NULL THEN
+        stmts := stmts || ARRAY[
+            format('GRANT SELECT, INSERT ON leaseq.job_deps, leaseq.pipelines TO %s', worker),
+            format('GRANT UPDATE (total, finished_at) ON leaseq.pipelines TO %s', worker),
+            format('GRANT INSERT (%s) ON leaseq.jobs TO %s', insert_cols, worker),
+            format('GRANT UPDATE (has_children) ON leaseq.jobs TO %s', worker),
+            format('GRANT USAGE ON SEQUENCE %s, %s TO %s', jobs_seq, pipelines_seq, worker),
+            -- Only what a fan-out writes: unfinished jobs of a pipeline.
+            format('CREATE POLICY leaseq_worker_spawn ON leaseq.jobs FOR INSERT TO %s WITH CHECK (pipeline_id IS NOT NULL AND status::text IN (''waiting'', ''pending''))', worker)];
+    END IF;
+    IF operator IS NOT NULL THEN
+        stmts := stmts || ARRAY[
+            format('GRANT SELECT, DELETE ON leaseq.job_deps TO %s', operator),
+            format('GRANT SELECT ON leaseq.pipelines TO %s', operator)];
+    END IF;
+    IF producer IS NOT NULL THEN
+        stmts := stmts || ARRAY[
+            format('GRANT SELECT, INSERT ON leaseq.job_deps, leaseq.pipelines TO %s', producer),
+            format('GRANT UPDATE (total, finished_at) ON leaseq.pipelines TO %s', producer),
+            format('GRANT INSERT (%s) ON leaseq.jobs TO %s', insert_cols, producer),
+            format('GRANT UPDATE (has_children) ON leaseq.jobs TO %s', producer),
+            format('GRANT USAGE ON SEQUENCE %s, %s TO %s', jobs_seq, pipelines_seq, producer),
+            format('CREATE POLICY leaseq_producer_parent ON leaseq.jobs FOR UPDATE TO %s USING (enqueued_by = current_user) WITH CHECK (enqueued_by = current_user)', producer),
+            -- A producer's jobs start unfinished, whatever columns it may now set.
+            format('CREATE POLICY leaseq_producer_unfinished ON leaseq.jobs AS RESTRICTIVE FOR INSERT TO %s WITH CHECK (status::text IN (''waiting'', ''pending''))', producer)];
+    END IF;
+    FOREACH stmt IN ARRAY stmts LOOP
+        EXECUTE stmt;
+        RETURN NEXT stmt;
+    END LOOP;
+END
+$fn$;
+
+REVOKE ALL ON FUNCTION leaseq.apply_grants(regrole, regrole, regrole) FROM PUBLIC;

@@ -11,7 +11,8 @@ from typing import Any
 import psycopg
 import pytest
 from test_results import Face
-from test_roles import Roles, as_role, roles  # noqa: F401 (the fixture)
+from test_roles import Roles, as_role
+from test_roles import roles as roles
 
 import leaseq
 from leaseq import After, Dep, Graph

@@ -234,7 +234,12 @@ def single_plan(spec: JobSpec, after: Iterable[int | Dep], when: After) -> Plan:
 
 
 def write_plan(
-    store: Store, c: Conn, plan: Plan, pipeline: int | str | None, now: datetime | None
+    store: Store,
+    c: Conn,
+    plan: Plan,
+    pipeline: int | str | None,
+    now: datetime | None,
+    spawner: int | None = None,
 ) -> GraphEnqueued:
     """Write a validated plan on ``c`` (inside the caller's transaction): lock its existing
     parents (waiting out a completion in flight), check them, then the pipeline, the jobs,
@@ -246,7 +251,7 @@ def write_plan(
         else {}
     )
     ids = store.job_ids_reserve(c, len(plan.nodes))
-    jobs, deps, wake = graph_rows(plan, ids, parents, None, now)
+    jobs, deps, wake = graph_rows(plan, ids, parents, None, now, spawner)
     pipeline_id: int | None
     if pipeline == NEW_PIPELINE:
         pipeline_id = store.pipeline_create(c, name=plan.name, total=len(plan.nodes), now=now)
@@ -688,6 +693,11 @@ class Queue:
                 return settle(c, repeat)
 
         def settle(c: Conn, repeat: bool) -> list[Completed | Fenced]:
+            spawners = [lease.job_id for lease, plan in zip(leases, plans, strict=True) if plan]
+            if spawners:
+                # Marked while still held (the flag alone; a fenced one stays childless in
+                # effect): the spawner is the met parent of its fan-out's roots.
+                self._store.deps_lock_parents(c, sorted(spawners))
             done = self._store.job_complete(
                 c,
                 leases,
@@ -702,7 +712,8 @@ class Queue:
                     # Applied: this completion is the one that spawns (in its transaction).
                     links = self._store.job_links(c, lease.job_id, limit=0)
                     mine = links.pipeline_id if links else None
-                    write_plan(self._store, c, plan, NEW_PIPELINE if mine is None else mine, now)
+                    target = NEW_PIPELINE if mine is None else mine
+                    write_plan(self._store, c, plan, target, now, spawner=lease.job_id)
             answers: list[Completed | Fenced] = []
             for lease, key in zip(leases, effect_keys, strict=True):
                 row = done.get(lease.job_id)

@@ -91,11 +91,13 @@ def graph_rows(
     parents: Mapping[int, DictRow],
     pipeline_id: int | None,
     now: datetime | None,
+    spawner: int | None = None,
 ) -> tuple[dict[str, Any], dict[str, Any], list[str]]:
     """The graph_insert_jobs and graph_insert_deps parameters of a validated ``plan`` whose
     nodes get ``ids``, given its existing parents' locked rows (``parents``, by id), and the
     queues to wake (those with a node that is claimable at once). Shared with the asyncio
-    store. InvalidGraph when a parent does not exist or can no longer be met."""
+    store. InvalidGraph when a parent does not exist or can no longer be met. ``spawner``:
+    the job whose completion writes the graph, recorded as the (met) parent of its roots."""
     for job_id in plan.external:
         if job_id not in parents:
             raise InvalidGraph(f"parent job {job_id} does not exist")
@@ -122,6 +124,14 @@ def graph_rows(
         deps["children"].append(ids[edge.child])
         deps["afters"].append(str(edge.after))
         deps["counted"].append(met)
+    if spawner is not None:
+        with_parents = {e.child for e in plan.edges}
+        for i in range(len(plan.nodes)):
+            if i not in with_parents:
+                deps["parents"].append(spawner)
+                deps["children"].append(ids[i])
+                deps["afters"].append(str(After.SUCCEEDED))
+                deps["counted"].append(True)
     has_children = plan.children_of_nodes()
     nodes = plan.nodes
     jobs = {

@@ -317,3 +317,25 @@ def test_pipelines_work_under_component_roles(roles: Roles) -> None:
         assert (
             operator.cancel_pipeline(made.pipeline_id).cancelled == 3
         )  # embed, extra, and late (running: fenced)
+
+
+def test_the_history_mover_keeps_a_pipeline_until_it_finishes(
+    queue: leaseq.Queue, conn: leaseq.core.db.Conn
+) -> None:
+    from leaseq.core.history import History
+
+    history = History(conn)
+    made = queue.enqueue_graph(ocr_graph(2))
+    plain = queue.enqueue("q", "plain").job_id
+    run(queue, plain)
+    run(queue, made["page-0"], {"text": "kept"})
+    run(queue, made["page-1"], {"text": "kept"})
+    soon = db_now(conn) + timedelta(seconds=10)
+    history.ensure_partitions(ahead=2, timeout=10, now=soon)
+    assert history.move(hot_retention=1, batch=100, timeout=10, now=soon).moved == 1  # plain
+    assert [r.result for r in queue.parent_results(made["merge"])] == [{"text": "kept"}] * 2
+    run(queue, made["merge"])
+    run(queue, made["embed"])
+    assert history.move(hot_retention=1, batch=100, timeout=10, now=soon).moved == 4
+    with pytest.raises(leaseq.JobNotFound):
+        queue.get(made["merge"])

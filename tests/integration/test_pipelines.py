@@ -4,6 +4,7 @@ producer cases run through the sync and the asyncio face alike (``face``)."""
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator
 from datetime import timedelta
 from typing import Any
@@ -18,6 +19,7 @@ import leaseq
 from leaseq import After, Dep, Graph
 from support.dbtime import db_now
 from support.jobs import take_over
+from support.polling import wait_for
 
 
 @pytest.fixture(params=["sync", "async"])
@@ -339,3 +341,42 @@ def test_the_history_mover_keeps_a_pipeline_until_it_finishes(
     assert history.move(hot_retention=1, batch=100, timeout=10, now=soon).moved == 4
     with pytest.raises(leaseq.JobNotFound):
         queue.get(made["merge"])
+
+
+def test_a_completion_rolled_back_to_break_a_deadlock_runs_again(
+    pool: leaseq.Pool, database_url: str
+) -> None:
+    """Completions that unblock children lock the children's rows in the batch's order; when
+    PostgreSQL aborts one to break a deadlock, nothing of it was applied and it runs again."""
+    queue = leaseq.Queue(pool)
+    p1, p2 = queue.enqueue("q", "a").job_id, queue.enqueue("q", "a").job_id
+    m1 = queue.enqueue("q", "m", after=[p1]).job_id
+    m2 = queue.enqueue("q", "m", after=[p2]).job_id
+    jobs = queue.claim(["q"], "w", limit=2, job_types=["a"])
+    answers: list[Any] = []
+    with psycopg.connect(database_url) as other:
+        other.execute("SELECT 1 FROM leaseq.jobs WHERE id = %s FOR UPDATE", (m2,))
+        thread = threading.Thread(
+            target=lambda: answers.extend(queue.complete_many([j.lease for j in jobs]))
+        )
+        thread.start()
+        # The completion holds m1's row and waits for m2's; now wait for m1's the other way.
+        wait_for(lambda: _waiting_for_lock(database_url) >= 1, "the completion to wait")
+        try:
+            other.execute("SELECT 1 FROM leaseq.jobs WHERE id = %s FOR UPDATE", (m1,))
+            other.commit()
+        except psycopg.errors.DeadlockDetected:
+            other.rollback()  # PostgreSQL chose this session: the completion goes on
+        thread.join(30)
+    assert [type(a) for a in answers] == [leaseq.Completed, leaseq.Completed]
+    assert status(queue, m1) == status(queue, m2) == "pending"
+    assert queue.links(m1).deps_left == queue.links(m2).deps_left == 0
+
+
+def _waiting_for_lock(url: str) -> int:
+    with psycopg.connect(url, autocommit=True) as c:
+        row = c.execute(
+            "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
+            " AND datname = current_database()"
+        ).fetchone()
+    return int(row[0]) if row else 0

@@ -123,3 +123,30 @@ def test_the_aggregating_job_runs_exactly_once_under_sigkill_at_every_boundary(
     assert (progress.total, progress.succeeded, progress.finished) == (PAGES + 1, PAGES + 1, True)
     if where == "split" and when == "before":
         assert len(list(tmp_path.glob("split-*"))) == 2  # the split ran again, spawned once
+
+
+@pytest.mark.parametrize("isolation", ["thread", "process"])
+def test_fan_out_and_parent_results_work_under_both_isolations(
+    isolation: str,
+    database_url: str,
+    conn: leaseq.core.db.Conn,
+    queue: leaseq.Queue,
+    tmp_path: Path,
+) -> None:
+    """The spawned graph crosses a child's pipe with its outcome; a child reads its parents'
+    results through the supervisor, one keyset page per request (the merge asks for pages
+    of 2, so 3 parents take two)."""
+    from faultkit import HERE, worker_args
+
+    from support.workers import Workers
+
+    workers = Workers(database_url, tmp_path, pythonpath=[HERE])
+    try:
+        workers.start("w", *worker_args(concurrency=2), "--isolation", isolation)
+        split = queue.enqueue("q", "split", {"dir": str(tmp_path), "pages": PAGES}).job_id
+        (merge,) = wait_for(lambda: len(m := _ids(conn, "merge")) == 1 and m, "the fan-out")
+        wait_for(lambda: _status(conn, merge) == "succeeded", "the merge to succeed")
+    finally:
+        workers.stop_all()
+    assert queue.get(merge).result == {"text": " ".join(f"p{i}" for i in range(PAGES))}
+    assert [j.job_type for j in queue.links(split).children] == ["page"] * PAGES

@@ -206,12 +206,18 @@ class JobContext:
         into the payload."""
         reader = getattr(self._queue, "iter_parent_results", None)
         if reader is None:
-            raise LeaseqError(
-                "parent_results() reads through the worker's queue; it is not available "
-                "under --isolation process yet (read the parents with leaseq.Queue)"
-            )
+            raise LeaseqError("parent_results() needs the worker's queue")
         results: Iterator[ParentResult] = reader(self.job_id, page=page)
         return results
+
+    def parent_results_page(self, *, after_id: int, limit: int) -> list[ParentResult]:
+        """One keyset page of :meth:`parent_results` (for a supervisor answering its child:
+        under ``--isolation process`` each page is read by the supervisor's queue)."""
+        reader = getattr(self._queue, "parent_results", None)
+        if reader is None:
+            raise LeaseqError("parent_results() needs the worker's queue")
+        rows: list[ParentResult] = reader(self.job_id, after_id=after_id, limit=limit)
+        return rows
 
     # -- stopping ---------------------------------------------------------------------
 

@@ -380,3 +380,19 @@ def _waiting_for_lock(url: str) -> int:
             " AND datname = current_database()"
         ).fetchone()
     return int(row[0]) if row else 0
+
+
+def test_a_parent_reaped_to_dead_cancels_its_child_and_a_retry_brings_it_back(
+    queue: leaseq.Queue, conn: leaseq.core.db.Conn
+) -> None:
+    parent = queue.enqueue("q", "a", max_attempts=1).job_id
+    child = queue.enqueue("q", "c", after=[parent]).job_id
+    queue.claim(["q"], "w1", job_types=["a"], lease_seconds=1)
+    later = db_now(conn) + timedelta(seconds=5)
+    assert [(r.job_id, r.status) for r in queue.reap(now=later)] == [(parent, "dead")]
+    assert status(queue, child) == "cancelled"
+    assert queue.links(child).cancelled_by == parent
+    queue.retry_dead(parent)
+    assert status(queue, child) == "waiting"
+    run(queue, parent)
+    assert status(queue, child) == "pending"

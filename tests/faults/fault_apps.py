@@ -85,7 +85,11 @@ def split(payload: dict[str, Any], ctx: leaseq.JobContext) -> dict[str, Any]:
         )
         for i in range(int(payload["pages"]))
     ]
-    ctx.spawn(ctx.queue, "merge", {"dir": payload["dir"]}, key="merge", after=pages)
+    # The aggregating job as a graph of its own, naming the spawned pages by key.
+    aggregate = leaseq.Graph()
+    aggregate.add(ctx.queue, "merge", {"dir": payload["dir"]}, key="merge",
+                  after=[p.key for p in pages])  # fmt: skip
+    ctx.add_graph(aggregate)
     if payload.get("hold_split"):
         _hold(folder, ctx)
     return {"pages": len(pages)}

@@ -139,6 +139,15 @@ class Graph:
         )
         return Node(name)
 
+    def include(self, other: Graph) -> None:
+        """Add every node of ``other`` (keys must not collide with this graph's)."""
+        clash = sorted(self._nodes.keys() & other._nodes.keys())
+        if clash:
+            raise InvalidGraph(f"both graphs have nodes with the keys {clash}")
+        if len(self._nodes) + len(other._nodes) > MAX_NODES:
+            raise InvalidGraph(f"a graph holds at most {MAX_NODES} nodes")
+        self._nodes.update(other._nodes)
+
     def plan(self) -> Plan:
         """The graph validated and ordered parents-first; InvalidGraph naming the problem."""
         if not self._nodes:

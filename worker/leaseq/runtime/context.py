@@ -194,6 +194,14 @@ class JobContext:
             idempotency_key=idempotency_key,
         )
 
+    def add_graph(self, graph: Graph) -> None:
+        """Add a whole :class:`leaseq.Graph` to this attempt's fan-out (as :meth:`spawn`
+        does one job; keys must not collide with jobs spawned already)."""
+        with self._lock:
+            if self._spawned is None:
+                self._spawned = Graph(f"{self.job_type} {self.job_id}")
+            self._spawned.include(graph)
+
     def spawned(self) -> Graph | None:
         """What :meth:`spawn` collected (None: nothing), for the worker runtime."""
         with self._lock:

@@ -4,6 +4,7 @@ producer cases run through the sync and the asyncio face alike (``face``)."""
 
 from __future__ import annotations
 
+import json
 import threading
 from collections.abc import Iterator
 from datetime import timedelta
@@ -396,3 +397,27 @@ def test_a_parent_reaped_to_dead_cancels_its_child_and_a_retry_brings_it_back(
     assert status(queue, child) == "waiting"
     run(queue, parent)
     assert status(queue, child) == "pending"
+
+
+def test_the_cli_enqueues_after_jobs_and_shows_pipelines_and_links(
+    queue: leaseq.Queue, database_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from leaseq.cli.main import main
+
+    def cli(*argv: str) -> str:
+        capsys.readouterr()
+        assert main([*argv, "--database-url", database_url]) == 0
+        return capsys.readouterr().out
+
+    made = queue.enqueue_graph(ocr_graph(2))
+    assert cli("enqueue", "q", "extra", "--after", str(made["merge"])) == "enqueued job 5\n"
+    shown = cli("jobs", "show", str(made["merge"]))
+    assert f"pipeline      {made.pipeline_id}" in shown
+    assert "PARENT" in shown and "CHILD" in shown and "extra" in shown
+    assert "waiting for parent jobs (not claimable yet): q 3" in cli("status")
+    progress = cli("pipelines", "show", str(made.pipeline_id))
+    assert "jobs        5" in progress and "running" in progress
+    assert str(made.pipeline_id) in cli("pipelines", "list", "--unfinished")
+    listed = json.loads(cli("pipelines", "show", str(made.pipeline_id), "--json"))
+    assert [j["status"] for j in listed["jobs"]] == ["pending"] * 2 + ["waiting"] * 3
+    assert "5 unfinished job(s) cancelled" in cli("pipelines", "cancel", str(made.pipeline_id))

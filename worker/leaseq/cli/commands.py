@@ -90,23 +90,34 @@ def status(args: argparse.Namespace) -> int:
                 finished = queue.finished(args.queue or None, window=FINISHED_WINDOW)
                 workers = registry.list(args.queue or None)
                 unserved = queue.unserved(args.queue or None)
+                waiting = queue.waiting(args.queue or None)
                 if args.json:
                     shown = {
                         "queues": stats,
                         "finished_last_hour": finished,
                         "workers": workers,
                         "unserved": unserved,
+                        "waiting": waiting,
                     }
                     print(to_json(shown), flush=True)
                 else:
                     if args.watch and sys.stdout.isatty():
                         print("\033[2J\033[H", end="")
-                    print(_status_text(stats, finished, workers, unserved), flush=True)
+                    text = _status_text(stats, finished, workers, unserved)
+                    print(text + _waiting_text(waiting), flush=True)
                 if not args.watch:
                     return 0
                 time.sleep(args.watch)
         except KeyboardInterrupt:
             return 0
+
+
+def _waiting_text(waiting: dict[str, int]) -> str:
+    """Jobs waiting for their parents (pipelines), per queue ("" if none): not work yet."""
+    if not waiting:
+        return ""
+    counts = ", ".join(f"{queue} {n}" for queue, n in sorted(waiting.items()))
+    return f"\n\nwaiting for parent jobs (not claimable yet): {counts}"
 
 
 def _unserved_text(unserved: list[UnservedWork]) -> str:

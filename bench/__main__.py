@@ -20,6 +20,7 @@ from bench import (
     history_partitions,
     ocr,
     peers,
+    pipelines,
     report,
     result_latency,
     throughput,
@@ -40,6 +41,7 @@ SCENARIOS: dict[str, Callable[[Context], None]] = {
     ab.NAME: ab.run,
     ocr.NAME: ocr.run,
     batching.NAME: batching.run,
+    pipelines.NAME: pipelines.run,
 }
 # Run only when named with --only: a repeated, interleaved comparison for proposals; OCR
 # inference (minutes of CPU per repeat on a loaded 2-core machine; needs the ocr extra).

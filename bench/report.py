@@ -712,6 +712,20 @@ def _result_latency(folder: Path) -> str:
     return _table(rows, ["face", "jobs", "p50_ms", "p99_ms", "max_ms", "mean_ms"])
 
 
+def _pipelines(folder: Path) -> str:
+    parts = []
+    for name, columns in (
+        ("pipelines_fan_out", ["case", "jobs", "seconds", "jobs_per_s"]),
+        ("pipelines_completion_rate",
+         ["case", "completions", "seconds", "completions_per_s", "children_ready"]),
+        ("pipelines_unblock", ["samples", "p50_ms", "p99_ms", "max_ms", "completion_p50_ms"]),
+    ):  # fmt: skip
+        rows = read(folder / f"{name}.csv")
+        if rows:
+            parts.append(_table(rows, columns))
+    return "\n".join(parts) if parts else "_not run_\n"
+
+
 SECTIONS: list[tuple[str, Callable[[Path], str]]] = [
     ("1. Claim correctness and scaling (400 jobs x 200 ms)", _claim_scaling),
     ("2. Transaction scope (8 workers)", _txn_scope),
@@ -724,6 +738,10 @@ SECTIONS: list[tuple[str, Callable[[Path], str]]] = [
     ("A/B: no-op throughput, interleaved rounds", _ab),
     ("7. OCR inference: pages/s one page vs micro-batched, model load", _ocr),
     ("8. Micro-batching from a backlog: jobs per model call", _batching),
+    (
+        "9. Pipelines: fan-out, fan-in, completion rate, parent completion to child claim",
+        _pipelines,
+    ),
 ]
 
 

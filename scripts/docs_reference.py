@@ -238,6 +238,7 @@ API_GROUPS = {
     "leaseq.core.waiters": "The queue",
     "leaseq.core.schedules": "Schedules",
     "leaseq.core.schedule_models": "Schedules",
+    "leaseq.core.graph": "Pipelines",
     "leaseq.core.errors": "Errors",
 }
 

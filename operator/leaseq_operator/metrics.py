@@ -30,6 +30,8 @@ from leaseq.core.workers import Workers
 log = logging.getLogger("leaseq_operator.metrics")
 
 JOB_STATES = ("ready", "scheduled", "running", "dead")
+#: Jobs waiting for parents (pipelines): shown, never counted as work to scale for.
+WAITING_STATE = "waiting"
 REAP_OUTCOMES = {"pending": "retried", "dead": "dead"}
 SCHEDULE_OUTCOMES = ("enqueued", "skipped", "missed", "failed")
 
@@ -103,6 +105,7 @@ class QueueCollector(Collector):
             stats = self._queue.stats()
             workers = self._workers.list()
             unserved = self._queue.unserved(live_seconds=SILENT_AFTER_SECONDS)
+            waiting = self._queue.waiting()
         except LeaseqError as exc:
             log.warning("metrics scrape could not read the database: %s", exc)
             up.add_metric([], 0)
@@ -115,7 +118,7 @@ class QueueCollector(Collector):
         known = {s.queue for s in stats}
         # Zero rows for idle queues that a live worker serves or a WorkerPool names: a pool
         # scaled to zero shows 0, not a gap (and `helm test` finds its samples).
-        idle = (served | self._pinned) - known
+        idle = (served | self._pinned | waiting.keys()) - known
         stats += [QueueStats(name, 0, 0, 0, 0, 0, None, None) for name in sorted(idle)]
         stats, folded = _fold(stats, self._pinned, self._max_queues)
         if folded != self._folded_before:
@@ -159,6 +162,11 @@ class QueueCollector(Collector):
                 JOB_STATES, (s.ready, s.scheduled, s.running, s.dead), strict=True
             ):
                 jobs.add_metric([s.queue, state], value)
+            if s.queue != OTHER_QUEUE:
+                jobs.add_metric([s.queue, WAITING_STATE], waiting.get(s.queue, 0))
+            else:
+                rest = sum(n for q, n in waiting.items() if q not in shown)
+                jobs.add_metric([s.queue, WAITING_STATE], rest)
             oldest.add_metric([s.queue], s.oldest_ready_age or 0.0)
             heartbeat.add_metric([s.queue], s.max_heartbeat_age or 0.0)
             counts.setdefault(s.queue, 0)

@@ -58,3 +58,54 @@ def huge_error(payload: dict[str, Any], ctx: leaseq.JobContext) -> None:
 def interrupt(payload: dict[str, Any], ctx: leaseq.JobContext) -> None:
     """Always hands the job back, whether or not the worker is shutting down."""
     raise leaseq.Interrupted("not now")
+
+
+# -- pipelines: a document split into pages (fan-out), read per page, merged (fan-in) ------
+
+
+def _hold(folder: Path, ctx: leaseq.JobContext) -> None:
+    """Wait for the test's ``go`` file (the test locks a row first, so the completion that
+    follows blocks where the test wants it)."""
+    while not (folder / "go").exists():
+        if ctx.wait(0.02):
+            raise leaseq.Interrupted("told to stop")
+
+
+@registry.job("split")
+def split(payload: dict[str, Any], ctx: leaseq.JobContext) -> dict[str, Any]:
+    """Fan out: one ``page`` job per page and their ``merge``, written with this completion."""
+    folder = Path(payload["dir"])
+    (folder / f"split-{ctx.lease_token}").write_text("")
+    pages = [
+        ctx.spawn(
+            ctx.queue,
+            "page",
+            {"dir": payload["dir"], "page": i, "hold": i == payload.get("hold_page")},
+            key=f"page-{i}",
+        )
+        for i in range(int(payload["pages"]))
+    ]
+    # The aggregating job as a graph of its own, naming the spawned pages by key.
+    aggregate = leaseq.Graph()
+    aggregate.add(ctx.queue, "merge", {"dir": payload["dir"]}, key="merge",
+                  after=[p.key for p in pages])  # fmt: skip
+    ctx.add_graph(aggregate)
+    if payload.get("hold_split"):
+        _hold(folder, ctx)
+    return {"pages": len(pages)}
+
+
+@registry.job("page")
+def page(payload: dict[str, Any], ctx: leaseq.JobContext) -> dict[str, Any]:
+    if payload.get("hold"):
+        _hold(Path(payload["dir"]), ctx)
+    return {"text": f"p{payload['page']}"}
+
+
+@registry.job("merge")
+def merge(payload: dict[str, Any], ctx: leaseq.JobContext) -> dict[str, Any]:
+    """The aggregating job: each execution leaves a file (counted by the test)."""
+    folder = Path(payload["dir"])
+    (folder / f"merge-{ctx.job_id}-{ctx.lease_token}").write_text("")
+    texts = [r.result["text"] for r in ctx.parent_results(page=2)]
+    return {"text": " ".join(texts)}

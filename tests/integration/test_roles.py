@@ -32,10 +32,17 @@ EXPECTED = {
         "USAGE on schema leaseq",
         "SELECT on job_attempts",
         "INSERT on job_attempts",
+        # Pipelines: a fan-out from a handler (migration 0012's apply_grants).
+        "SELECT on job_deps",
+        "INSERT on job_deps",
         "SELECT on job_results",
         "INSERT on job_results",
         "SELECT on job_view",
         "SELECT on jobs",
+        "USAGE on jobs_id_seq",
+        "SELECT on pipelines",
+        "INSERT on pipelines",
+        "USAGE on pipelines_id_seq",
         # Declaring its app's schedules at start-up (migration 0010's apply_grants).
         "SELECT on schedule_slots",
         "SELECT on schedules",
@@ -47,9 +54,12 @@ EXPECTED = {
         "UPDATE on workers",
         "DELETE on workers",
         "UPDATE (ended_at, outcome, error) on job_attempts",
+        "INSERT (id, queue, job_type, payload, status, priority, max_attempts, created_at, "
+        "available_at, timeout, idempotency_key, deps_left, has_children, pipeline_id) on jobs",
         "UPDATE (status, attempt_count, available_at, started_at, finished_at, lease_owner, "
         "lease_token, lease_expires_at, heartbeat_at, progress, last_error, last_error_code, "
-        "result, checkpoint, claim_id) on jobs",
+        "result, checkpoint, claim_id, has_children) on jobs",
+        "UPDATE (total, finished_at) on pipelines",
     ],
     "operator": [
         "USAGE on schema leaseq",
@@ -69,6 +79,8 @@ EXPECTED = {
         "SELECT on job_attempts",
         "INSERT on job_attempts",
         "DELETE on job_attempts",
+        "SELECT on job_deps",  # the mover's guard, and the edges it deletes
+        "DELETE on job_deps",
         "SELECT on job_history",
         "INSERT on job_history",
         "SELECT on job_ledger",
@@ -85,6 +97,7 @@ EXPECTED = {
         "INSERT on leader_leases",
         "UPDATE on leader_leases",
         "DELETE on leader_leases",
+        "SELECT on pipelines",
         # The scheduler tick and `leaseq schedules` (migration 0010's apply_grants).
         "SELECT on schedule_slots",
         "INSERT on schedule_slots",
@@ -103,14 +116,22 @@ EXPECTED = {
     "producer": [
         "USAGE on schema leaseq",
         "SELECT on job_attempts",
+        "SELECT on job_deps",  # graphs and jobs after others (migration 0012)
+        "INSERT on job_deps",
         "SELECT on job_results",
         "SELECT on job_view",
         "SELECT on jobs",
+        "USAGE on jobs_id_seq",
+        "SELECT on pipelines",
+        "INSERT on pipelines",
+        "USAGE on pipelines_id_seq",
         "SELECT on schema_migrations",
-        "INSERT (queue, job_type, payload, priority, max_attempts, created_at, available_at, "
-        "timeout, idempotency_key, dedup_key, notify_done) on jobs",
+        "INSERT (id, queue, job_type, payload, status, priority, max_attempts, created_at, "
+        "available_at, timeout, idempotency_key, dedup_key, notify_done, deps_left, "
+        "has_children, pipeline_id) on jobs",
         # Waiting for a job it enqueued: its completion notifies (migration 0011).
-        "UPDATE (notify_done) on jobs",
+        "UPDATE (notify_done, has_children) on jobs",
+        "UPDATE (total, finished_at) on pipelines",
     ],
 }
 
@@ -210,8 +231,9 @@ def test_grants_are_idempotent_and_a_replaced_role_keeps_nothing(
         assert {c: observed_privileges(admin, n) for c, n in roles.names.items()} == before
         policies = admin.execute("SELECT count(*) FROM pg_policies WHERE schemaname = 'leaseq'")
         # 14, the producer's flag (migration 0011), the operator's effect expiry and its
-        # restriction to slot jobs
-        assert policies.fetchone() == (17,)
+        # restriction to slot jobs, the worker's spawn, the producer's parents and its
+        # unfinished-only restriction
+        assert policies.fetchone() == (20,)
     with login_roles(database_url) as fresh:
         apply_grants(
             database_url,

@@ -8,6 +8,14 @@ victims AS (
     SELECT j.id FROM leaseq.jobs j
      WHERE j.status IN ('succeeded', 'dead', 'cancelled')
        AND j.finished_at < (SELECT now FROM t) - make_interval(secs => %(hot_retention)s)
+       -- A parent whose children are unfinished keeps its result where they read it, and a
+       -- job of an unfinished pipeline stays until the pipeline finishes (migration 0012).
+       AND NOT (j.has_children AND EXISTS (
+               SELECT 1 FROM leaseq.job_deps d JOIN leaseq.jobs c ON c.id = d.child_id
+                WHERE d.parent_id = j.id AND c.finished_at IS NULL))
+       AND NOT (j.pipeline_id IS NOT NULL AND EXISTS (
+               SELECT 1 FROM leaseq.pipelines p
+                WHERE p.id = j.pipeline_id AND p.finished_at IS NULL))
      ORDER BY j.finished_at
      LIMIT %(batch)s
        FOR UPDATE SKIP LOCKED
@@ -30,18 +38,20 @@ kept AS (
 attempts AS (
     DELETE FROM leaseq.job_attempts a USING moved m WHERE a.job_id = m.id RETURNING a.*
 ),
+-- A moved job's edges to its parents (nothing reads them once it has finished).
+edges AS (DELETE FROM leaseq.job_deps d USING moved m WHERE d.child_id = m.id),
 history AS (
     INSERT INTO leaseq.job_history (
         id, queue, job_type, payload, status, priority, attempt_count, max_attempts,
         created_at, available_at, started_at, finished_at, lease_owner, lease_token,
         lease_expires_at, heartbeat_at, progress, timeout, last_error, last_error_code,
         idempotency_key, dedup_key, result, checkpoint, claim_id, enqueued_by, notify_done,
-        keep_days, moved_at)
+        keep_days, moved_at, deps_left, has_children, cancelled_by, pipeline_id)
     SELECT id, queue, job_type, payload, status, priority, attempt_count, max_attempts,
            created_at, available_at, started_at, finished_at, lease_owner, lease_token,
            lease_expires_at, heartbeat_at, progress, timeout, last_error, last_error_code,
            idempotency_key, dedup_key, result, checkpoint, claim_id, enqueued_by, notify_done,
-           keep_days, (SELECT now FROM t)
+           keep_days, (SELECT now FROM t), deps_left, has_children, cancelled_by, pipeline_id
       FROM kept WHERE NOT expired
 ),
 attempt_history AS (

@@ -332,11 +332,20 @@ WITH victims AS (
      WHERE j.status = ANY(%(statuses)s::leaseq.job_status[])
        AND j.status IN ('succeeded', 'dead', 'cancelled')
        AND j.finished_at < coalesce(%(now)s::timestamptz, now()) - make_interval(secs => %(older_than)s)
+       -- A parent whose children are unfinished keeps its result where they read it, and a
+       -- job of an unfinished pipeline stays until the pipeline finishes (migration 0012).
+       AND NOT (j.has_children AND EXISTS (
+               SELECT 1 FROM leaseq.job_deps d JOIN leaseq.jobs c ON c.id = d.child_id
+                WHERE d.parent_id = j.id AND c.finished_at IS NULL))
+       AND NOT (j.pipeline_id IS NOT NULL AND EXISTS (
+               SELECT 1 FROM leaseq.pipelines p
+                WHERE p.id = j.pipeline_id AND p.finished_at IS NULL))
      ORDER BY j.finished_at
      LIMIT %(batch)s
        FOR UPDATE SKIP LOCKED
 ),
 attempts AS (DELETE FROM leaseq.job_attempts a USING victims v WHERE a.job_id = v.id),
+edges AS (DELETE FROM leaseq.job_deps d USING victims v WHERE d.child_id = v.id),
 deleted AS (DELETE FROM leaseq.jobs j USING victims v WHERE j.id = v.id RETURNING j.id)
 SELECT count(*) AS deleted FROM deleted;
 

@@ -18,8 +18,10 @@ from leaseq.core.db import Conn, connect
 from leaseq.core.history import EVERY_QUEUE, History
 from leaseq.core.models import (
     FINISHED_STATUSES,
+    After,
     AttemptOutcome,
     AttemptRecord,
+    JobLinks,
     JobPlace,
     JobStatus,
     JobWhereabouts,
@@ -88,23 +90,34 @@ def status(args: argparse.Namespace) -> int:
                 finished = queue.finished(args.queue or None, window=FINISHED_WINDOW)
                 workers = registry.list(args.queue or None)
                 unserved = queue.unserved(args.queue or None)
+                waiting = queue.waiting(args.queue or None)
                 if args.json:
                     shown = {
                         "queues": stats,
                         "finished_last_hour": finished,
                         "workers": workers,
                         "unserved": unserved,
+                        "waiting": waiting,
                     }
                     print(to_json(shown), flush=True)
                 else:
                     if args.watch and sys.stdout.isatty():
                         print("\033[2J\033[H", end="")
-                    print(_status_text(stats, finished, workers, unserved), flush=True)
+                    text = _status_text(stats, finished, workers, unserved)
+                    print(text + _waiting_text(waiting), flush=True)
                 if not args.watch:
                     return 0
                 time.sleep(args.watch)
         except KeyboardInterrupt:
             return 0
+
+
+def _waiting_text(waiting: dict[str, int]) -> str:
+    """Jobs waiting for their parents (pipelines), per queue ("" if none): not work yet."""
+    if not waiting:
+        return ""
+    counts = ", ".join(f"{queue} {n}" for queue, n in sorted(waiting.items()))
+    return f"\n\nwaiting for parent jobs (not claimable yet): {counts}"
 
 
 def _unserved_text(unserved: list[UnservedWork]) -> str:
@@ -265,8 +278,9 @@ def jobs_show(args: argparse.Namespace) -> int:
     with _connect(args, "show job") as conn:
         record, found = History(conn).whereabouts(args.job_id)
         attempts = list(found)
+        links = Queue(conn).links(args.job_id) if record.place == JobPlace.HOT else None
     if args.json:
-        print(to_json({"job": record, "attempts": attempts}))
+        print(to_json({"job": record, "attempts": attempts, "links": links}))
         return 0
     of = f"{record.attempt_count} of {record.max_attempts}" if record.max_attempts else None
     fields = [
@@ -294,6 +308,9 @@ def jobs_show(args: argparse.Namespace) -> int:
     if record.place == JobPlace.LEDGER:
         fields = [f for f in fields if f[0] not in LEDGER_ABSENT]
     print(key_values(fields))
+    if links is not None and (links.parents or links.children or links.pipeline_id):
+        print()
+        print(_links_text(links))
     print()
     if not attempts:
         kept = " (the ledger keeps no attempts)" if record.place == JobPlace.LEDGER else ""
@@ -321,6 +338,34 @@ def jobs_show(args: argparse.Namespace) -> int:
             print(f"\ntraceback of attempt {a.attempt} (token {a.lease_token}, {a.outcome}):")
             print("\n".join("  " + printable(line) for line in a.traceback.splitlines()))
     return 0
+
+
+def _links_text(links: JobLinks) -> str:
+    """A job's pipeline, parents and children (the first of each)."""
+    lines = [
+        key_values(
+            [
+                ("pipeline", links.pipeline_id or "-"),
+                ("parents left", links.deps_left),
+                (
+                    "cancelled by",
+                    f"job {links.cancelled_by} (its retry brings this back)"
+                    if links.cancelled_by
+                    else "-",
+                ),
+            ]
+        )
+    ]
+    for title, linked, more in (
+        ("PARENT", links.parents, links.more_parents),
+        ("CHILD", links.children, links.more_children),
+    ):
+        if linked:
+            rows = [[j.job_id, j.job_type, j.status, j.after] for j in linked]
+            if more:
+                rows.append(["...", "", "", ""])
+            lines.append(table([title, "TYPE", "STATUS", "AFTER"], rows))
+    return "\n\n".join(lines)
 
 
 def retry(args: argparse.Namespace) -> int:
@@ -427,6 +472,8 @@ def enqueue(args: argparse.Namespace) -> int:
             timeout=args.timeout,
             idempotency_key=args.idempotency_key,
             dedup_key=args.dedup_key,
+            after=args.after,
+            when=After.FINISHED if args.after_finished else After.SUCCEEDED,
         )
     text = (
         f"enqueued job {result.job_id}"
@@ -478,7 +525,7 @@ def add_commands(sub: Any) -> None:
     p.add_argument("job_id", type=int)
     p.add_argument("--attempts", type=int, help="attempts to grant (default: its original budget)")
 
-    p = command("cancel", "cancel a pending or running job", cancel)
+    p = command("cancel", "cancel a waiting, pending or running job", cancel)
     p.add_argument("job_id", type=int)
     p.add_argument("--reason")
 
@@ -543,7 +590,20 @@ def add_commands(sub: Any) -> None:
     p.add_argument("--timeout", type=float, help="max runtime of one attempt, seconds")
     p.add_argument("--idempotency-key", help="effect key derived from the work")
     p.add_argument("--dedup-key", help="refuse a second unfinished job with this key")
+    p.add_argument(
+        "--after",
+        type=int,
+        action="append",
+        metavar="JOB_ID",
+        help="wait for this job to succeed first (repeatable): the job is waiting until then",
+    )
+    p.add_argument(
+        "--after-finished",
+        action="store_true",
+        help="with --after: wait for the parents to finish in any state, not to succeed",
+    )
 
-    from leaseq.cli import schedules  # it imports this module's helpers
+    from leaseq.cli import pipelines, schedules  # they import this module's helpers
 
     schedules.add_commands(sub, command)
+    pipelines.add_commands(sub, command)

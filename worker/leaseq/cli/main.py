@@ -72,6 +72,15 @@ def _cmd_worker(args: argparse.Namespace) -> int:
 
 
 def _cmd_demo(args: argparse.Namespace) -> int:
+    if args.pipeline:
+        try:
+            from leaseq.demo import pipeline
+        except ModuleNotFoundError as exc:
+            raise ConfigError(
+                f"--pipeline needs the ocr extra: pip install 'leaseq[ocr]' ({exc})"
+            ) from exc
+        url = settings.resolve(args, [settings.DATABASE_URL])["database_url"]
+        return pipeline.run(url, args.documents, args.pages)
     if args.ocr:
         try:
             from leaseq.demo import ocr
@@ -163,8 +172,18 @@ def build_parser() -> argparse.ArgumentParser:
         help="run the OCR example instead: a real model reads rendered documents, one worker "
         "is SIGKILLed mid-document (needs the ocr extra)",
     )
-    p.add_argument("--documents", type=int, default=4, help="with --ocr: documents (default 4)")
-    p.add_argument("--pages", type=int, default=4, help="with --ocr: pages each (default 4)")
+    p.add_argument(
+        "--pipeline",
+        action="store_true",
+        help="run the OCR pipeline instead: split, a job per page, merge; one worker is "
+        "SIGKILLed during the fan-in (born-digital pages: no model, seconds; needs the ocr extra)",
+    )
+    p.add_argument(
+        "--documents", type=int, default=4, help="with --ocr or --pipeline: documents (default 4)"
+    )
+    p.add_argument(
+        "--pages", type=int, default=4, help="with --ocr or --pipeline: pages each (default 4)"
+    )
     p.add_argument(
         "--keep",
         action="store_true",

@@ -18,10 +18,29 @@ from typing import Any
 
 from leaseq.core import validation, waiters
 from leaseq.core._store.astore import AsyncStore
+from leaseq.core._store.store import graph_rows, pipeline_of
 from leaseq.core.adb import AsyncConn, AsyncDb, aborrow, atransaction, conninfo_of
 from leaseq.core.errors import JobNotFound, JobStateError, ResultTimeout
-from leaseq.core.models import Cancelled, Enqueued, JobOutcome, JobRecord
-from leaseq.core.queue import JobSpec, enqueued, statement_fields
+from leaseq.core.graph import Dep, Graph, Plan
+from leaseq.core.models import (
+    After,
+    Cancelled,
+    Enqueued,
+    GraphEnqueued,
+    JobOutcome,
+    JobRecord,
+    JobStatus,
+    PipelineRecord,
+)
+from leaseq.core.queue import (
+    JOIN_PIPELINE,
+    NEW_PIPELINE,
+    JobSpec,
+    checked_plan,
+    enqueued,
+    single_plan,
+    statement_fields,
+)
 
 
 class AsyncQueue:
@@ -45,6 +64,8 @@ class AsyncQueue:
         idempotency_key: str | None = None,
         dedup_key: str | None = None,
         wait: bool = False,
+        after: Iterable[int | Dep] | None = None,
+        when: After = After.SUCCEEDED,
         conn: AsyncConn | None = None,
     ) -> Enqueued:
         """As :meth:`leaseq.Queue.enqueue`; ``conn`` (not autocommit) joins its transaction."""
@@ -61,7 +82,54 @@ class AsyncQueue:
             dedup_key,
             wait,
         )
+        if after:
+            plan = single_plan(spec, after, when)
+            async with atransaction(self._db, "enqueue", conn) as c:
+                job_id = (await self._write_plan(c, plan, JOIN_PIPELINE))["job"]
+                if wait:
+                    await self._store.job_watch_enqueued(c, [job_id])
+            return Enqueued(job_id, True)
         return (await self.enqueue_many([spec], conn=conn))[0]
+
+    async def enqueue_graph(self, graph: Graph, *, conn: AsyncConn | None = None) -> GraphEnqueued:
+        """As :meth:`leaseq.Queue.enqueue_graph`."""
+        plan = checked_plan(graph)
+        async with atransaction(self._db, "enqueue", conn) as c:
+            return await self._write_plan(c, plan, NEW_PIPELINE)
+
+    async def _write_plan(self, c: AsyncConn, plan: Plan, pipeline: str) -> GraphEnqueued:
+        """As :func:`leaseq.core.queue.write_plan`, with the same statements."""
+        parents = (
+            {r["id"]: r for r in await self._store.deps_lock_parents(c, sorted(plan.external))}
+            if plan.external
+            else {}
+        )
+        ids = await self._store.job_ids_reserve(c, len(plan.nodes))
+        jobs, deps, wake = graph_rows(plan, ids, parents, None, None)
+        pipeline_id: int | None
+        if pipeline == NEW_PIPELINE:
+            pipeline_id = await self._store.pipeline_create(
+                c, name=plan.name, total=len(plan.nodes)
+            )
+        else:
+            pipeline_id = pipeline_of(parents, plan.external)
+            if pipeline_id is not None:
+                await self._store.pipeline_grow(c, pipeline_id, len(plan.nodes))
+        jobs["pipeline_id"] = pipeline_id
+        await self._store.graph_insert_jobs(c, jobs)
+        if deps["parents"]:
+            await self._store.graph_insert_deps(c, deps)
+        if wake:
+            await self._store.queues_wake(c, wake)
+        return GraphEnqueued(pipeline_id, {n.key: i for n, i in zip(plan.nodes, ids, strict=True)})
+
+    async def pipeline(self, pipeline_id: int) -> PipelineRecord:
+        """As :meth:`leaseq.Queue.pipeline`."""
+        async with aborrow(self._db, "show pipeline") as c:
+            found = await self._store.pipeline_get(c, pipeline_id)
+        if found is None:
+            raise JobStateError(f"pipeline {pipeline_id} does not exist; check the id")
+        return found
 
     async def enqueue_many(
         self, jobs: Iterable[JobSpec], *, conn: AsyncConn | None = None
@@ -87,6 +155,8 @@ class AsyncQueue:
             previous = await self._store.job_cancel(c, job_id, reason=reason)
             if previous is not None:
                 return Cancelled(job_id, True, previous)
+            if await self._store.job_cancel_waiting(c, job_id, reason=reason):
+                return Cancelled(job_id, True, JobStatus.WAITING)
             record = await self._store.job_get(c, job_id)
         if record is None:
             raise JobNotFound(job_id)

@@ -35,6 +35,14 @@ class InvalidJob(LeaseqError, ValueError):
         self.problem = problem
 
 
+class InvalidGraph(InvalidJob):
+    """A graph of jobs (or a job's ``after=``) is invalid: a cycle, an unknown node, a parent
+    job that does not exist or can no longer be met. ``problem`` names it; nothing was written."""
+
+    def __init__(self, problem: str) -> None:
+        super().__init__("graph", problem)
+
+
 class JobNotFound(LeaseqError, LookupError):
     """No job has the given id."""
 
@@ -110,6 +118,12 @@ class DuplicateJob(LeaseqError):
 
 class DatabaseError(LeaseqError):
     """PostgreSQL refused a statement for a reason leaseq does not classify further."""
+
+
+class TransactionConflict(DatabaseError):
+    """PostgreSQL aborted the transaction to break a deadlock (or a serialization failure):
+    nothing of it was applied, and it is safe to run again (pipeline completions that unblock
+    the same children from different batches can deadlock on the children's rows)."""
 
 
 class StatementTimeout(DatabaseError):
@@ -259,6 +273,8 @@ def translate(exc: psycopg.Error, *, action: str, conninfo: str = "") -> LeaseqE
             f"{action} failed: leaseq's schema is missing or out of date ({message}); "
             "run `leaseq migrate --database-url URL` first"
         )
+    if isinstance(exc, pg_errors.DeadlockDetected | pg_errors.SerializationFailure):
+        return TransactionConflict(f"{action} was rolled back to break a conflict: {message}")
     if isinstance(exc, pg_errors.QueryCanceled | pg_errors.LockNotAvailable):
         return StatementTimeout(f"{action} timed out: {message}")
     if isinstance(exc, psycopg.OperationalError | psycopg.InterfaceError):

@@ -14,6 +14,8 @@ DEFAULT_LEASE_SECONDS = 30.0
 class JobStatus(enum.StrEnum):
     """A job's status (PostgreSQL type ``leaseq.job_status``); compares equal to its text."""
 
+    #: Waiting for parent jobs (a pipeline): not claimable until the last one is met.
+    WAITING = "waiting"
     PENDING = "pending"
     RUNNING = "running"
     SUCCEEDED = "succeeded"
@@ -495,3 +497,100 @@ class PruneCandidates:
 
     def __post_init__(self) -> None:
         _as(JobStatus, self, "status")
+
+
+class After(enum.StrEnum):
+    """When a dependency is met (``leaseq.job_deps.after``)."""
+
+    #: The parent succeeded; if it goes dead or is cancelled, the child is cancelled
+    #: (recorded, and undone when the parent is retried).
+    SUCCEEDED = "succeeded"
+    #: The parent finished in any state (succeeded, dead or cancelled).
+    FINISHED = "finished"
+
+
+@dataclass(frozen=True)
+class GraphEnqueued:
+    """What :meth:`leaseq.Queue.enqueue_graph` wrote: the pipeline and each node's job id
+    (by node key, in the order the nodes were added)."""
+
+    pipeline_id: int | None
+    job_ids: dict[str, int]
+
+    def __getitem__(self, key: str) -> int:
+        return self.job_ids[key]
+
+
+@dataclass(frozen=True)
+class PipelineRecord:
+    """A pipeline's progress, kept by the transitions of its jobs (one row, no scan)."""
+
+    id: int
+    name: str
+    created_at: datetime
+    total: int
+    succeeded: int
+    dead: int
+    cancelled: int
+    finished_at: datetime | None
+
+    @property
+    def finished(self) -> bool:
+        return self.finished_at is not None
+
+    @property
+    def unfinished(self) -> int:
+        return self.total - self.succeeded - self.dead - self.cancelled
+
+
+@dataclass(frozen=True)
+class ParentResult:
+    """One parent of a job, read by reference (``ctx.parent_results()``)."""
+
+    job_id: int
+    job_type: str
+    status: JobStatus
+    result: Any
+    after: After
+
+    def __post_init__(self) -> None:
+        _as(JobStatus, self, "status")
+        _as(After, self, "after")
+
+
+@dataclass(frozen=True)
+class LinkedJob:
+    """A parent or child of a job, for ``leaseq jobs show``."""
+
+    job_id: int
+    job_type: str
+    status: JobStatus
+    after: After
+
+    def __post_init__(self) -> None:
+        _as(JobStatus, self, "status")
+        _as(After, self, "after")
+
+
+@dataclass(frozen=True)
+class JobLinks:
+    """A job's pipeline, parents and children (at most ``limit`` of each; ``more_*`` when
+    there are more), its unmet parent count and what cancelled it, if a failure did."""
+
+    job_id: int
+    pipeline_id: int | None
+    deps_left: int
+    cancelled_by: int | None
+    parents: list[LinkedJob]
+    children: list[LinkedJob]
+    more_parents: bool
+    more_children: bool
+
+
+@dataclass(frozen=True)
+class PipelineCancelled:
+    """What :meth:`leaseq.Queue.cancel_pipeline` cancelled (running ones are fenced)."""
+
+    pipeline_id: int
+    cancelled: int
+    running: int

@@ -32,7 +32,7 @@ from psycopg.conninfo import make_conninfo
 from psycopg.rows import DictRow
 
 from leaseq.core import bounded, validation, waiters
-from leaseq.core._store.store import Store
+from leaseq.core._store.store import Store, graph_rows, pipeline_of
 from leaseq.core.db import Conn, Db, borrow, replaceable, transaction
 from leaseq.core.errors import (
     DatabaseUnavailable,
@@ -40,11 +40,14 @@ from leaseq.core.errors import (
     JobNotFound,
     JobStateError,
     ResultTimeout,
+    TransactionConflict,
 )
+from leaseq.core.graph import Dep, Graph, Plan
 from leaseq.core.models import (
     DEFAULT_LEASE_SECONDS,
     FINISHED_STATUSES,
     SILENT_AFTER_SECONDS,
+    After,
     AttemptOutcome,
     AttemptRecord,
     Call,
@@ -55,13 +58,18 @@ from leaseq.core.models import (
     Enqueued,
     Failed,
     Fenced,
+    GraphEnqueued,
     Heartbeat,
     HeartbeatStatus,
+    JobLinks,
     JobOutcome,
     JobRecord,
     JobStatus,
     JobTypeWork,
     Lease,
+    ParentResult,
+    PipelineCancelled,
+    PipelineRecord,
     PruneCandidates,
     QueueFinished,
     QueueStats,
@@ -81,6 +89,7 @@ _NOT_RETRYABLE = {
     JobStatus.PENDING: "is still pending: it will run without a retry (only dead jobs can be "
     "retried)",
     JobStatus.RUNNING: "is running now; only dead jobs can be retried",
+    JobStatus.WAITING: "is waiting for its parents; only dead jobs can be retried",
 }
 
 log = logging.getLogger("leaseq.queue")
@@ -167,6 +176,98 @@ def _storable(value: Any, what: str, lease: Lease) -> Any:
     return stored.value
 
 
+#: A pipeline mode of :func:`write_plan`: a new pipeline for the graph, or join the one of
+#: its first existing parent that has one (``enqueue(after=...)``).
+NEW_PIPELINE = "new"
+JOIN_PIPELINE = "join"
+#: Parents per page of :meth:`Queue.parent_results`.
+PARENT_PAGE = 1000
+#: Times a transaction PostgreSQL rolled back to break a deadlock is run again.
+CONFLICT_RETRIES = 5
+
+
+def checked_plan(graph: Graph) -> Plan:
+    """``graph`` validated: its shape (:meth:`Graph.plan`) and every node's job fields."""
+    plan = graph.plan()
+    validation.name("pipeline name", plan.name)
+    for node in plan.nodes:
+        spec = JobSpec(
+            node.queue,
+            node.job_type,
+            node.payload,
+            node.priority,
+            node.run_at,
+            node.delay,
+            node.max_attempts,
+            node.timeout,
+            node.idempotency_key,
+        )
+        spec.validated()
+    return plan
+
+
+def single_plan(spec: JobSpec, after: Iterable[int | Dep], when: After) -> Plan:
+    """The one-node plan of ``enqueue(..., after=...)``; dedup keys are refused (a waiting
+    job is outside the dedup index)."""
+    if spec.dedup_key is not None:
+        raise InvalidJob(
+            "dedup_key", "cannot be combined with after= (a waiting job is not deduplicated)"
+        )
+    graph = Graph(f"{spec.job_type} after {len(list(after))} job(s)")
+    graph.add(
+        spec.queue,
+        spec.job_type,
+        spec.payload,
+        key="job",
+        after=list(after),
+        when=when,
+        priority=spec.priority,
+        run_at=spec.run_at,
+        delay=spec.delay,
+        max_attempts=spec.max_attempts,
+        timeout=spec.timeout,
+        idempotency_key=spec.idempotency_key,
+    )
+    return checked_plan(graph)
+
+
+def write_plan(
+    store: Store,
+    c: Conn,
+    plan: Plan,
+    pipeline: int | str | None,
+    now: datetime | None,
+    spawner: int | None = None,
+) -> GraphEnqueued:
+    """Write a validated plan on ``c`` (inside the caller's transaction): lock its existing
+    parents (waiting out a completion in flight), check them, then the pipeline, the jobs,
+    the edges, and wake the queues with claimable jobs. ``pipeline``: NEW_PIPELINE,
+    JOIN_PIPELINE, an existing pipeline's id to grow, or None."""
+    parents = (
+        {r["id"]: r for r in store.deps_lock_parents(c, sorted(plan.external))}
+        if plan.external
+        else {}
+    )
+    ids = store.job_ids_reserve(c, len(plan.nodes))
+    jobs, deps, wake = graph_rows(plan, ids, parents, None, now, spawner)
+    pipeline_id: int | None
+    if pipeline == NEW_PIPELINE:
+        pipeline_id = store.pipeline_create(c, name=plan.name, total=len(plan.nodes), now=now)
+    elif pipeline == JOIN_PIPELINE:
+        pipeline_id = pipeline_of(parents, plan.external)
+    else:
+        pipeline_id = None if pipeline is None else int(pipeline)
+    if pipeline != NEW_PIPELINE and pipeline_id is not None:
+        store.pipeline_grow(c, pipeline_id, len(plan.nodes))
+    jobs["pipeline_id"] = pipeline_id
+    store.graph_insert_jobs(c, jobs)
+    if deps["parents"]:
+        store.graph_insert_deps(c, deps)
+    if wake:
+        store.queues_wake(c, wake)
+    return GraphEnqueued(pipeline_id, {n.key: i for n, i in zip(plan.nodes, ids, strict=True)})
+
+
 class Queue:
     """The queue API over one connection or a pool. Thread-safe when given a pool."""
 
@@ -207,6 +308,8 @@ class Queue:
         idempotency_key: str | None = None,
         dedup_key: str | None = None,
         wait: bool = False,
+        after: Iterable[int | Dep] | None = None,
+        when: After = After.SUCCEEDED,
         conn: Conn | None = None,
         now: datetime | None = None,
     ) -> Enqueued:
@@ -220,6 +323,11 @@ class Queue:
         another returns the existing one (``created=False``). Listeners are woken on commit.
         ``wait``: you will call :meth:`result` on it; flagged in the same transaction, so its
         waiter needs no second statement.
+        ``after``: ids of existing jobs (or :class:`leaseq.Dep`) this job waits for: it is
+        ``waiting``, not claimable, until each has succeeded (``when=After.FINISHED``: finished
+        in any state); a parent that goes dead or is cancelled cancels it (undone when the
+        parent is retried). Each parent must exist (InvalidGraph). The job joins its first
+        parent's pipeline, if any.
         """
         spec = JobSpec(
             queue,
@@ -234,7 +342,25 @@ class Queue:
             dedup_key,
             wait,
         )
+        if after:
+            plan = single_plan(spec, after, when)
+            with transaction(self._db, "enqueue", conn) as c:
+                job_id = write_plan(self._store, c, plan, JOIN_PIPELINE, now)["job"]
+                if wait:
+                    self._store.job_watch_enqueued(c, [job_id])
+            return Enqueued(job_id, True)
         return self.enqueue_many([spec], conn=conn, now=now)[0]
+
+    def enqueue_graph(
+        self, graph: Graph, *, conn: Conn | None = None, now: datetime | None = None
+    ) -> GraphEnqueued:
+        """Enqueue a whole graph (a pipeline) in one transaction, validated first: a cycle, an
+        unknown node, a parent job that does not exist or can no longer succeed is refused
+        with InvalidGraph and nothing is written. Jobs without unmet parents are claimable at
+        once, the others ``waiting``. Returns the pipeline's id and each node's job id."""
+        plan = checked_plan(graph)
+        with transaction(self._db, "enqueue", conn) as c:
+            return write_plan(self._store, c, plan, NEW_PIPELINE, now)
 
     def enqueue_many(
         self, jobs: Iterable[JobSpec], *, conn: Conn | None = None, now: datetime | None = None
@@ -417,7 +543,15 @@ class Queue:
         docstring). DatabaseUnavailable when the second try cannot reach PostgreSQL either."""
         try:
             with borrow(self._db, action) as c:
-                return run(c, False)
+                for conflicts in range(CONFLICT_RETRIES + 1):
+                    try:
+                        return run(c, False)
+                    except TransactionConflict:
+                        # Rolled back as a whole: nothing of it was applied.
+                        if conflicts == CONFLICT_RETRIES:
+                            raise
+                        log.info("%s rolled back to break a deadlock; running it again", action)
+                raise AssertionError("unreachable")
         except DatabaseUnavailable as exc:
             if not replaceable(self._db):
                 raise
@@ -509,12 +643,21 @@ class Queue:
         *,
         effect_keys: Sequence[str | None] | None = None,
         progresses: Sequence[Any] | None = None,
+        spawns: Sequence[Graph | None] | None = None,
         now: datetime | None = None,
     ) -> list[Completed | Fenced]:
         """:meth:`complete` for several jobs in one statement and one commit (answers in the
         order of ``leases``). Each lease is fenced on its own: a stale one gets
-        :class:`Fenced` and changes nothing, the others still complete."""
+        :class:`Fenced` and changes nothing, the others still complete.
+
+        ``spawns``: per lease, a graph of new jobs (a fan-out and its aggregating job) written
+        in the same transaction, only if that lease's completion applied: a crash can neither
+        lose nor double them, and a stale completion adds nothing. They join the completing
+        job's pipeline (or a new one named after the graph)."""
         count = len(leases)
+        plans = [None if g is None else checked_plan(g) for g in (spawns or [None] * count)]
+        if len(plans) != count:
+            raise InvalidJob("spawns", "need one graph (or None) per lease")
         results = list(results) if results is not None else [None] * count
         effect_keys = list(effect_keys) if effect_keys is not None else [None] * count
         progresses = list(progresses) if progresses is not None else [None] * count
@@ -537,6 +680,17 @@ class Queue:
         ]
 
         def run(c: Conn, repeat: bool) -> list[Completed | Fenced]:
+            if not any(plans):
+                return settle(c, repeat)
+            with c.transaction():
+                return settle(c, repeat)
+
+        def settle(c: Conn, repeat: bool) -> list[Completed | Fenced]:
+            spawners = [lease.job_id for lease, plan in zip(leases, plans, strict=True) if plan]
+            if spawners:
+                # Marked while still held (the flag alone; a fenced one stays childless in
+                # effect): the spawner is the met parent of its fan-out's roots.
+                self._store.deps_lock_parents(c, sorted(spawners))
             done = self._store.job_complete(
                 c,
                 leases,
@@ -546,6 +700,13 @@ class Queue:
                 notes=[r.note for r in stored],
                 now=now,
             )
+            for lease, plan in zip(leases, plans, strict=True):
+                if plan is not None and lease.job_id in done:
+                    # Applied: this completion is the one that spawns (in its transaction).
+                    links = self._store.job_links(c, lease.job_id, limit=0)
+                    mine = links.pipeline_id if links else None
+                    target = NEW_PIPELINE if mine is None else mine
+                    write_plan(self._store, c, plan, target, now, spawner=lease.job_id)
             answers: list[Completed | Fenced] = []
             for lease, key in zip(leases, effect_keys, strict=True):
                 row = done.get(lease.job_id)
@@ -687,10 +848,85 @@ class Queue:
             previous = self._store.job_cancel(c, job_id, reason=reason)
             if previous is not None:
                 return Cancelled(job_id, True, previous)
+            if self._store.job_cancel_waiting(c, job_id, reason=reason):
+                return Cancelled(job_id, True, JobStatus.WAITING)
             record = self._store.job_get(c, job_id)
         if record is None:
             raise JobNotFound(job_id)
         return Cancelled(job_id, False, record.status)
+
+    # -- pipelines ------------------------------------------------------------------------
+
+    def cancel_pipeline(self, pipeline_id: int, *, reason: str | None = None) -> PipelineCancelled:
+        """Cancel every unfinished job of a pipeline, in one statement: waiting and pending
+        ones never run, running ones are fenced (their workers' next call is refused and
+        their handlers told to stop). Not undone by a retry."""
+        with borrow(self._db, "cancel") as c:
+            if self._store.pipeline_get(c, pipeline_id) is None:
+                raise JobStateError(f"pipeline {pipeline_id} does not exist; check the id")
+            row = self._store.pipeline_cancel(c, pipeline_id, reason=reason)
+        return PipelineCancelled(pipeline_id, int(row["cancelled"]), int(row["running"]))
+
+    def pipeline(self, pipeline_id: int) -> PipelineRecord:
+        """A pipeline's progress: one primary-key lookup (the counters are kept by the
+        transitions of its jobs)."""
+        with borrow(self._db, "show pipeline") as c:
+            found = self._store.pipeline_get(c, pipeline_id)
+        if found is None:
+            raise JobStateError(f"pipeline {pipeline_id} does not exist; check the id")
+        return found
+
+    def pipelines(
+        self, *, before: int | None = None, unfinished: bool = False, limit: int = 50
+    ) -> list[PipelineRecord]:
+        """Pipelines newest first, a keyset page below id ``before``."""
+        validation.at_least("limit", limit, 1)
+        with borrow(self._db, "list pipelines") as c:
+            return self._store.pipeline_list(c, before=before, unfinished=unfinished, limit=limit)
+
+    def pipeline_jobs(
+        self, pipeline_id: int, *, after_id: int = 0, limit: int = 100
+    ) -> list[dict[str, Any]]:
+        """A keyset page of a pipeline's jobs (id, job_type, status, deps_left, cancelled_by)."""
+        validation.at_least("limit", limit, 1)
+        with borrow(self._db, "show pipeline") as c:
+            rows = self._store.pipeline_jobs(c, pipeline_id, after_id=after_id, limit=limit)
+        return [dict(r) for r in rows]
+
+    def parent_results(
+        self, job_id: int, *, after_id: int = 0, limit: int = PARENT_PAGE
+    ) -> list[ParentResult]:
+        """One keyset page of ``job_id``'s parents in id order after ``after_id``, each with
+        its status and result, read from the database (never copied into the payload)."""
+        validation.at_least("limit", limit, 1)
+        with borrow(self._db, "read parent results") as c:
+            return self._store.parent_results(c, job_id, after_id=after_id, limit=limit)
+
+    def iter_parent_results(
+        self, job_id: int, *, page: int = PARENT_PAGE
+    ) -> Iterator[ParentResult]:
+        """Every parent of ``job_id``, page by page (keyset: each page is an index range)."""
+        after_id = 0
+        while True:
+            rows = self.parent_results(job_id, after_id=after_id, limit=page)
+            yield from rows
+            if len(rows) < page:
+                return
+            after_id = rows[-1].job_id
+
+    def links(self, job_id: int, *, limit: int = 20) -> JobLinks:
+        """A job's pipeline, unmet parent count, what cancelled it, and up to ``limit`` of its
+        parents and of its children."""
+        with borrow(self._db, "show job") as c:
+            found = self._store.job_links(c, job_id, limit=limit)
+        if found is None:
+            raise JobNotFound(job_id)
+        return found
+
+    def waiting(self, queues: Sequence[str] | None = None) -> dict[str, int]:
+        """Waiting jobs (parents unmet) per queue, from a small partial index."""
+        with borrow(self._db, "stats") as c:
+            return self._store.queue_waiting(c, queues=queues)
 
     def retry_dead(self, job_id: int, *, attempts: int | None = None) -> int:
         """Put a dead job back to pending now, same id and history, with ``attempts`` more

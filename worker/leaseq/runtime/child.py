@@ -23,13 +23,14 @@ import queue
 import signal
 import threading
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from typing import Any, NoReturn, Protocol
 
 from leaseq.core import validation
 from leaseq.core.errors import LeaseqError
-from leaseq.core.models import ClaimedJob, Lease
+from leaseq.core.models import ClaimedJob, Lease, ParentResult
 from leaseq.runtime import logs
 from leaseq.runtime.context import JobContext, StopReason
 from leaseq.runtime.executor import Ending, HandlerOutcome, run_unit
@@ -54,12 +55,14 @@ class Msg(enum.StrEnum):
     STARTUP_FAILED = "startup_failed"  # (error)
     PROGRESS = "progress"  # (job_id, value)
     CHECKPOINT = "checkpoint"  # (request_id, job_id, state)
+    PARENTS = "parents"  # (request_id, job_id, after_id, limit): a page of parent results
     DONE = "done"  # (outcomes, one per job of the unit, in order)
     # supervisor -> child
     RUN = "run"  # (jobs, draining)
     STOP = "stop"  # (job_id, reason)
     DRAINING = "draining"  # ()
     CHECKPOINTED = "checkpointed"  # (request_id, stored, error)
+    PARENTS_PAGE = "parents_page"  # (request_id, [ParentResult], error)
 
 
 @dataclass(frozen=True)
@@ -147,6 +150,16 @@ class _Checkpoints:
         validation.json_value("checkpoint", state)
         return self._child.request_checkpoint(lease.job_id, state)
 
+    def iter_parent_results(self, job_id: int, *, page: int) -> Iterator[ParentResult]:
+        """A job's parents, page by page, each page read by the supervisor's queue."""
+        after_id = 0
+        while True:
+            rows = self._child.request_parents(job_id, after_id, page)
+            yield from rows
+            if len(rows) < page:
+                return
+            after_id = rows[-1].job_id
+
 
 class Child:
     """A slot's child: a reader thread for the pipe, a progress thread, and the main thread
@@ -195,7 +208,7 @@ class Child:
                         ctx.request_stop(StopReason(reason))
                 elif tag == Msg.DRAINING:
                     self.draining.set()
-                elif tag == Msg.CHECKPOINTED:
+                elif tag in (Msg.CHECKPOINTED, Msg.PARENTS_PAGE):
                     request_id, stored, error = args
                     with self._lock:
                         done, answer = self._answers.pop(request_id)
@@ -217,6 +230,19 @@ class Child:
         if error:
             raise LeaseqError(f"checkpoint not stored: {error}")
         return bool(stored)
+
+    def request_parents(self, job_id: int, after_id: int, limit: int) -> list[ParentResult]:
+        """Ask the supervisor for one keyset page of ``job_id``'s parents, and wait for it."""
+        request_id = next(self._requests)
+        done, answer = threading.Event(), list[Any]()
+        with self._lock:
+            self._answers[request_id] = (done, answer)
+        self.send(Msg.PARENTS, request_id, job_id, after_id, limit)
+        done.wait()
+        rows, error = answer
+        if error:
+            raise LeaseqError(f"parent results not read: {error}")
+        return list(rows)
 
     # -- to the supervisor ------------------------------------------------------------
 

@@ -6,11 +6,14 @@ import enum
 import logging
 import threading
 import time
+from collections.abc import Iterable, Iterator
+from datetime import datetime
 from typing import Any, Protocol
 
 from leaseq.core.backoff import Backoff
-from leaseq.core.errors import DatabaseUnavailable
-from leaseq.core.models import ClaimedJob, Lease
+from leaseq.core.errors import DatabaseUnavailable, LeaseqError
+from leaseq.core.graph import Graph, Node, Parent
+from leaseq.core.models import After, ClaimedJob, Lease, ParentResult
 
 
 class PermanentError(Exception):
@@ -62,6 +65,7 @@ class JobContext:
         self._progress: Any = None
         self._progress_version = 0
         self._progress_at = time.monotonic()
+        self._spawned: Graph | None = None
         self.worker_id = worker_id
         self.log = logging.LoggerAdapter(
             logging.getLogger(f"leaseq.job.{job.job_type}"),
@@ -147,6 +151,81 @@ class JobContext:
         if not stored:
             self.request_stop(StopReason.LEASE_LOST)
         return stored
+
+    # -- pipelines --------------------------------------------------------------------
+
+    def spawn(
+        self,
+        queue: str,
+        job_type: str,
+        payload: Any = None,
+        *,
+        key: str | None = None,
+        after: Iterable[Parent] = (),
+        when: After = After.SUCCEEDED,
+        priority: int = 100,
+        run_at: datetime | None = None,
+        delay: float = 0.0,
+        max_attempts: int = 5,
+        timeout: float | None = None,
+        idempotency_key: str | None = None,
+    ) -> Node:
+        """Add a job to this attempt's fan-out (``after``: nodes spawned here, their keys, or
+        existing job ids, as in :meth:`leaseq.Graph.add`). Nothing is written now: the jobs
+        are inserted in the same transaction as this job's completion, only if it applies, so
+        a crash can neither lose nor double them and a stale (fenced) completion adds none.
+        An attempt that fails or is retried spawns nothing; the next attempt spawns anew."""
+        with self._lock:
+            if self._spawned is None:
+                self._spawned = Graph(f"{self.job_type} {self.job_id}")
+            graph = self._spawned
+        return graph.add(
+            queue,
+            job_type,
+            payload,
+            key=key,
+            after=after,
+            when=when,
+            priority=priority,
+            run_at=run_at,
+            delay=delay,
+            max_attempts=max_attempts,
+            timeout=timeout,
+            idempotency_key=idempotency_key,
+        )
+
+    def add_graph(self, graph: Graph) -> None:
+        """Add a whole :class:`leaseq.Graph` to this attempt's fan-out (as :meth:`spawn`
+        does one job; keys must not collide with jobs spawned already)."""
+        with self._lock:
+            if self._spawned is None:
+                self._spawned = Graph(f"{self.job_type} {self.job_id}")
+            self._spawned.include(graph)
+
+    def spawned(self) -> Graph | None:
+        """What :meth:`spawn` collected (None: nothing), for the worker runtime."""
+        with self._lock:
+            return self._spawned
+
+    def parent_results(self, *, page: int = 1000) -> Iterator[ParentResult]:
+        """This job's parents with their status and result, read from the database in keyset
+        pages of ``page`` (each page its own short statement; none is held open while you
+        iterate), in parent id order: a 10,000-wide fan-in is never loaded at once, nor copied
+        into the payload."""
+        reader = getattr(self._queue, "iter_parent_results", None)
+        if reader is None:
+            raise LeaseqError("parent_results() needs the worker's queue")
+        results: Iterator[ParentResult] = reader(self.job_id, page=page)
+        return results
+
+    def parent_results_page(self, *, after_id: int, limit: int) -> list[ParentResult]:
+        """One keyset page of :meth:`parent_results` (for a supervisor answering its child:
+        under ``--isolation process`` each page is read by the supervisor's queue)."""
+        reader = getattr(self._queue, "parent_results", None)
+        if reader is None:
+            raise LeaseqError("parent_results() needs the worker's queue")
+        rows: list[ParentResult] = reader(self.job_id, after_id=after_id, limit=limit)
+        return rows
 
     # -- stopping ---------------------------------------------------------------------
 

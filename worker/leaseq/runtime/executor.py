@@ -10,6 +10,7 @@ runs code: a thread executor runs handlers on threads of this process; a process
 from __future__ import annotations
 
 import abc
+import dataclasses
 import enum
 import logging
 import queue
@@ -58,6 +59,9 @@ class HandlerOutcome:
     error_code: str = ""
     seconds: float = 0.0
     traceback: str | None = None
+    #: Jobs the handler spawned (``ctx.spawn``): completed with the attempt, in its
+    #: transaction (a :class:`leaseq.Graph`; pickled up a child's pipe like the value).
+    spawn: Any = None
 
     @classmethod
     def of_value(cls, value: Any, seconds: float) -> HandlerOutcome:
@@ -106,6 +110,18 @@ def run_handler(attempt: InFlight) -> HandlerOutcome:
 def run_unit(attempts: list[InFlight]) -> list[HandlerOutcome]:
     """Run one unit: a single attempt, or a batch of attempts of one batch job type (one
     call of its batch handler); one outcome per attempt, in order. Never raises."""
+    return [_with_spawn(a, o) for a, o in zip(attempts, _run_unit(attempts), strict=True)]
+
+
+def _with_spawn(attempt: InFlight, outcome: HandlerOutcome) -> HandlerOutcome:
+    """A returned outcome with what its handler spawned, if anything."""
+    if outcome.ending is not Ending.RETURNED:
+        return outcome
+    spawned = attempt.context.spawned()
+    return outcome if spawned is None else dataclasses.replace(outcome, spawn=spawned)
+
+
+def _run_unit(attempts: list[InFlight]) -> list[HandlerOutcome]:
     if len(attempts) == 1:
         return [run_handler(attempts[0])]
     started = time.monotonic()

@@ -303,7 +303,7 @@ class _Slot:
         tag, *args = message
         if tag == Msg.DONE:
             return list(args[0])
-        attempt = self.unit.get(args[1] if tag == Msg.CHECKPOINT else args[0])
+        attempt = self.unit.get(args[1] if tag in (Msg.CHECKPOINT, Msg.PARENTS) else args[0])
         if tag == Msg.PROGRESS and attempt is not None:
             attempt.context.progress(args[1])
         elif tag == Msg.CHECKPOINT:
@@ -315,6 +315,16 @@ class _Slot:
                 except LeaseqError as exc:
                     error = f"{type(exc).__name__}: {exc}"
             self._send_quietly(current, Msg.CHECKPOINTED, request_id, stored, error)
+        elif tag == Msg.PARENTS:
+            request_id, _, after_id, limit = args
+            rows: list[Any] = []
+            error = "" if attempt is not None else "the attempt is no longer running here"
+            if attempt is not None:
+                try:
+                    rows = attempt.context.parent_results_page(after_id=after_id, limit=limit)
+                except LeaseqError as exc:
+                    error = f"{type(exc).__name__}: {exc}"
+            self._send_quietly(current, Msg.PARENTS_PAGE, request_id, rows, error)
         return None
 
     def report(self, attempts: list[InFlight], outcomes: list[HandlerOutcome]) -> None:

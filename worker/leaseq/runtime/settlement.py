@@ -51,6 +51,8 @@ class Done:
     attempt: InFlight
     result: Any
     progress: Any
+    #: Jobs the handler spawned (a leaseq.Graph), written with the completion.
+    spawn: Any = None
 
 
 class Settler(enum.StrEnum):
@@ -175,6 +177,7 @@ class Settlement:
             [done.result],
             effect_keys=[done.attempt.job.effect_key],
             progresses=[done.progress],
+            spawns=[done.spawn],
         )[0]
 
     def _complete_group(self, pending: list[Done]) -> bool:
@@ -189,6 +192,7 @@ class Settlement:
                     [d.result for d in pending],
                     effect_keys=[d.attempt.job.effect_key for d in pending],
                     progresses=[d.progress for d in pending],
+                    spawns=[d.spawn for d in pending],
                 )
             except DatabaseUnavailable as exc:
                 self.health.db_failed(exc)

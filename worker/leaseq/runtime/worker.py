@@ -43,7 +43,7 @@ from leaseq.core.backoff import Backoff
 from leaseq.core.db import open_pool
 from leaseq.core.errors import DatabaseUnavailable, InvalidJob, LeaseqError, SchemaNotReady
 from leaseq.core.models import Call, RetryPolicy, WorkerState
-from leaseq.core.queue import MAX_CLAIM_BATCH, Queue
+from leaseq.core.queue import MAX_CLAIM_BATCH, Queue, checked_plan
 from leaseq.core.schedules import Schedules
 from leaseq.core.schema import Schema
 from leaseq.core.workers import Workers
@@ -453,7 +453,7 @@ class Worker:
         for job, outcome in zip(jobs, outcomes, strict=True):
             self.metrics.duration.labels(job.job.queue, job.job.job_type).observe(outcome.seconds)
             if outcome.ending is Ending.RETURNED:
-                done = self._success(job, outcome.value)
+                done = self._success(job, outcome.value, outcome.spawn)
                 if done is not None:
                     successes.append(done)
                 continue
@@ -485,11 +485,14 @@ class Worker:
         if wake:
             self.wake.set()
 
-    def _success(self, job: InFlight, result: Any) -> Done | None:
-        """The attempt's result and final progress, to complete; None (the attempt failed
-        here) when the result cannot be stored."""
+    def _success(self, job: InFlight, result: Any, spawn: Any = None) -> Done | None:
+        """The attempt's result, final progress and spawned jobs, to complete; None (the
+        attempt failed here) when the result cannot be stored or the spawned graph is
+        invalid (a cycle, a bad job: retrying would not change it)."""
         try:
             validation.json_value("result", result)
+            if spawn is not None:
+                checked_plan(spawn)
         except InvalidJob as exc:
             # The handler's return value cannot be stored: retrying would not change it.
             error = PermanentError(f"handler returned an unusable result: {exc}")
@@ -504,7 +507,7 @@ class Worker:
             validation.json_value("progress", final, limit=65536)
         except InvalidJob:
             final = None  # the heartbeat already logged why it was not stored
-        return Done(job, result, final)
+        return Done(job, result, final, spawn)
 
     def _fail(
         self,

@@ -13,7 +13,7 @@ from psycopg.rows import DictRow, class_row, dict_row
 from leaseq.core._store import statements
 from leaseq.core._store.store import Params, enqueue_params, outcome
 from leaseq.core.errors import translate
-from leaseq.core.models import JobOutcome, JobRecord, JobStatus
+from leaseq.core.models import JobOutcome, JobRecord, JobStatus, PipelineRecord
 
 AsyncConn = psycopg.AsyncConnection[Any]
 T = TypeVar("T")
@@ -90,3 +90,39 @@ class AsyncStore:
     async def job_outcomes(self, conn: AsyncConn, ids: Sequence[int]) -> dict[int, JobOutcome]:
         rows = await self._dicts(conn, "job_outcomes", {"ids": list(ids)}, "wait")
         return {int(r["id"]): outcome(r) for r in rows}
+
+    # -- pipelines (sql/queries/pipelines.sql), as in Store ------------------------------
+
+    async def deps_lock_parents(self, conn: AsyncConn, ids: Sequence[int]) -> list[DictRow]:
+        return await self._dicts(conn, "deps_lock_parents", {"ids": list(ids)}, "enqueue")
+
+    async def job_ids_reserve(self, conn: AsyncConn, n: int) -> list[int]:
+        rows = await self._dicts(conn, "job_ids_reserve", {"n": n}, "enqueue")
+        return [int(r["id"]) for r in rows]
+
+    async def pipeline_create(self, conn: AsyncConn, *, name: str, total: int) -> int:
+        params = {"name": name, "total": total, "now": None}
+        rows = await self._dicts(conn, "pipeline_create", params, "enqueue")
+        return int(rows[0]["id"])
+
+    async def pipeline_grow(self, conn: AsyncConn, pipeline_id: int, n: int) -> None:
+        await self._dicts(conn, "pipeline_grow", {"id": pipeline_id, "n": n}, "enqueue")
+
+    async def graph_insert_jobs(self, conn: AsyncConn, params: Params) -> None:
+        await self._dicts(conn, "graph_insert_jobs", params, "enqueue")
+
+    async def graph_insert_deps(self, conn: AsyncConn, params: Params) -> None:
+        await self._dicts(conn, "graph_insert_deps", params, "enqueue")
+
+    async def queues_wake(self, conn: AsyncConn, queues: Sequence[str]) -> None:
+        await self._dicts(conn, "queues_wake", {"queues": list(queues)}, "enqueue")
+
+    async def job_cancel_waiting(self, conn: AsyncConn, job_id: int, *, reason: str | None) -> bool:
+        params = {"id": job_id, "reason": reason, "now": None}
+        return bool(await self._dicts(conn, "job_cancel_waiting", params, "cancel"))
+
+    async def pipeline_get(self, conn: AsyncConn, pipeline_id: int) -> PipelineRecord | None:
+        rows = await self._execute(
+            conn, "pipeline_get", {"id": pipeline_id}, class_row(PipelineRecord), "show pipeline"
+        )
+        return rows[0] if rows else None

@@ -17,8 +17,10 @@ from psycopg.rows import DictRow, class_row, dict_row
 from psycopg.types.json import Jsonb
 
 from leaseq.core._store import statements
-from leaseq.core.errors import translate
+from leaseq.core.errors import InvalidGraph, translate
+from leaseq.core.graph import Plan
 from leaseq.core.models import (
+    After,
     AttemptOutcome,
     AttemptRecord,
     Call,
@@ -26,6 +28,7 @@ from leaseq.core.models import (
     EffectRecord,
     ExpireStep,
     FinishedCount,
+    JobLinks,
     JobOutcome,
     JobRecord,
     JobStatus,
@@ -33,7 +36,10 @@ from leaseq.core.models import (
     JobWhereabouts,
     LeaderTerm,
     Lease,
+    LinkedJob,
     Moved,
+    ParentResult,
+    PipelineRecord,
     PruneCandidates,
     QueueFinished,
     QueueStats,
@@ -77,6 +83,87 @@ def _claimed(rows: list[DictRow], owner: str) -> list[ClaimedJob]:
 def enqueue_params(jobs: Sequence[Params], now: datetime | None) -> list[dict[str, Any]]:
     """The job_enqueue parameters of each job (shared with the asyncio store)."""
     return [{**job, "payload": Jsonb(job["payload"]), "now": now} for job in jobs]
+
+
+def graph_rows(
+    plan: Plan,
+    ids: Sequence[int],
+    parents: Mapping[int, DictRow],
+    pipeline_id: int | None,
+    now: datetime | None,
+    spawner: int | None = None,
+) -> tuple[dict[str, Any], dict[str, Any], list[str]]:
+    """The graph_insert_jobs and graph_insert_deps parameters of a validated ``plan`` whose
+    nodes get ``ids``, given its existing parents' locked rows (``parents``, by id), and the
+    queues to wake (those with a node that is claimable at once). Shared with the asyncio
+    store. InvalidGraph when a parent does not exist or can no longer be met. ``spawner``:
+    the job whose completion writes the graph, recorded as the (met) parent of its roots."""
+    for job_id in plan.external:
+        if job_id not in parents:
+            raise InvalidGraph(f"parent job {job_id} does not exist")
+    unmet = [0] * len(plan.nodes)
+    deps: dict[str, list[Any]] = {"parents": [], "children": [], "afters": [], "counted": []}
+    for edge in plan.edges:
+        if edge.parent is not None:
+            parent_id, met = ids[edge.parent], False
+        else:
+            assert edge.job_id is not None
+            parent_id = edge.job_id
+            status = JobStatus(parents[parent_id]["status"])
+            met = status is JobStatus.SUCCEEDED or (
+                status in FINISHED and edge.after is After.FINISHED
+            )
+            if status in FINISHED and not met:
+                raise InvalidGraph(
+                    f"node {plan.nodes[edge.child].key!r} waits for job {parent_id} to "
+                    f"succeed, but it is {status} (retry it first, or wait for it with "
+                    "After.FINISHED)"
+                )
+        unmet[edge.child] += 0 if met else 1
+        deps["parents"].append(parent_id)
+        deps["children"].append(ids[edge.child])
+        deps["afters"].append(str(edge.after))
+        deps["counted"].append(met)
+    if spawner is not None:
+        with_parents = {e.child for e in plan.edges}
+        for i in range(len(plan.nodes)):
+            if i not in with_parents:
+                deps["parents"].append(spawner)
+                deps["children"].append(ids[i])
+                deps["afters"].append(str(After.SUCCEEDED))
+                deps["counted"].append(True)
+    has_children = plan.children_of_nodes()
+    nodes = plan.nodes
+    jobs = {
+        "ids": list(ids),
+        "queues": [n.queue for n in nodes],
+        "job_types": [n.job_type for n in nodes],
+        "payloads": [Jsonb(n.payload) for n in nodes],
+        "priorities": [n.priority for n in nodes],
+        "max_attempts": [n.max_attempts for n in nodes],
+        "run_ats": [n.run_at for n in nodes],
+        "delays": [n.delay for n in nodes],
+        "timeouts": [n.timeout for n in nodes],
+        "idempotency_keys": [n.idempotency_key for n in nodes],
+        "deps_left": unmet,
+        "has_children": [i in has_children for i in range(len(nodes))],
+        "pipeline_id": pipeline_id,
+        "now": now,
+    }
+    wake = sorted({n.queue for n, left in zip(nodes, unmet, strict=True) if left == 0})
+    return jobs, deps, wake
+
+
+def pipeline_of(parents: Mapping[int, DictRow], external: Sequence[int]) -> int | None:
+    """The pipeline a job enqueued after existing jobs joins: its first parent's that has one."""
+    for job_id in external:
+        row = parents.get(job_id)
+        if row is not None and row["pipeline_id"] is not None:
+            return int(row["pipeline_id"])
+    return None
+
+
+FINISHED = frozenset({JobStatus.SUCCEEDED, JobStatus.DEAD, JobStatus.CANCELLED})
 
 
 def outcome(row: DictRow) -> JobOutcome:
@@ -782,3 +869,112 @@ class Store:
         """Where each existing job among ``ids`` stands, by id."""
         rows = self._dicts(conn, "job_outcomes", {"ids": list(ids)}, "wait")
         return {int(r["id"]): outcome(r) for r in rows}
+
+    # -- pipelines (sql/queries/pipelines.sql) ------------------------------------------
+
+    def deps_lock_parents(self, conn: Conn, ids: Sequence[int]) -> list[DictRow]:
+        """Existing parents, marked and row-locked: ``id``, ``status``, ``pipeline_id``."""
+        return self._dicts(conn, "deps_lock_parents", {"ids": list(ids)}, "enqueue")
+
+    def job_ids_reserve(self, conn: Conn, n: int) -> list[int]:
+        rows = self._dicts(conn, "job_ids_reserve", {"n": n}, "enqueue")
+        return [int(r["id"]) for r in rows]
+
+    def pipeline_create(
+        self, conn: Conn, *, name: str, total: int, now: datetime | None = None
+    ) -> int:
+        rows = self._dicts(
+            conn, "pipeline_create", {"name": name, "total": total, "now": now}, "enqueue"
+        )
+        return int(rows[0]["id"])
+
+    def pipeline_grow(self, conn: Conn, pipeline_id: int, n: int) -> bool:
+        return bool(self._dicts(conn, "pipeline_grow", {"id": pipeline_id, "n": n}, "enqueue"))
+
+    def graph_insert_jobs(self, conn: Conn, params: Params) -> None:
+        self._dicts(conn, "graph_insert_jobs", params, "enqueue")
+
+    def graph_insert_deps(self, conn: Conn, params: Params) -> None:
+        self._dicts(conn, "graph_insert_deps", params, "enqueue")
+
+    def queues_wake(self, conn: Conn, queues: Sequence[str]) -> None:
+        self._dicts(conn, "queues_wake", {"queues": list(queues)}, "enqueue")
+
+    def parent_results(
+        self, conn: Conn, job_id: int, *, after_id: int, limit: int
+    ) -> list[ParentResult]:
+        return self._typed(
+            conn,
+            "parent_results",
+            {"id": job_id, "after_id": after_id, "limit": limit},
+            ParentResult,
+            "read parent results",
+        )
+
+    def job_links(self, conn: Conn, job_id: int, *, limit: int) -> JobLinks | None:
+        """A job's pipeline, parents and children (``limit`` of each); None if no such job."""
+        rows = self._dicts(conn, "job_pipeline_state", {"id": job_id}, "show job")
+        if not rows:
+            return None
+        params = {"id": job_id, "limit": limit + 1}
+        parents = self._typed(conn, "job_parents", params, LinkedJob, "show job")
+        children = self._typed(conn, "job_children", params, LinkedJob, "show job")
+        return JobLinks(
+            job_id=job_id,
+            pipeline_id=rows[0]["pipeline_id"],
+            deps_left=rows[0]["deps_left"],
+            cancelled_by=rows[0]["cancelled_by"],
+            parents=parents[:limit],
+            children=children[:limit],
+            more_parents=len(parents) > limit,
+            more_children=len(children) > limit,
+        )
+
+    def job_cancel_waiting(
+        self, conn: Conn, job_id: int, *, reason: str | None, now: datetime | None = None
+    ) -> bool:
+        rows = self._dicts(
+            conn, "job_cancel_waiting", {"id": job_id, "reason": reason, "now": now}, "cancel"
+        )
+        return bool(rows)
+
+    def pipeline_cancel(
+        self, conn: Conn, pipeline_id: int, *, reason: str | None, now: datetime | None = None
+    ) -> DictRow:
+        rows = self._dicts(
+            conn, "pipeline_cancel", {"id": pipeline_id, "reason": reason, "now": now}, "cancel"
+        )
+        return rows[0]
+
+    def pipeline_get(self, conn: Conn, pipeline_id: int) -> PipelineRecord | None:
+        rows = self._typed(
+            conn, "pipeline_get", {"id": pipeline_id}, PipelineRecord, "show pipeline"
+        )
+        return rows[0] if rows else None
+
+    def pipeline_list(
+        self, conn: Conn, *, before: int | None, unfinished: bool, limit: int
+    ) -> list[PipelineRecord]:
+        return self._typed(
+            conn,
+            "pipeline_list",
+            {"before": before, "unfinished": unfinished, "limit": limit},
+            PipelineRecord,
+            "list pipelines",
+        )
+
+    def pipeline_jobs(
+        self, conn: Conn, pipeline_id: int, *, after_id: int, limit: int
+    ) -> list[DictRow]:
+        return self._dicts(
+            conn,
+            "pipeline_jobs",
+            {"id": pipeline_id, "after_id": after_id, "limit": limit},
+            "show pipeline",
+        )
+
+    def queue_waiting(self, conn: Conn, *, queues: Sequence[str] | None) -> dict[str, int]:
+        rows = self._dicts(
+            conn, "queue_waiting", {"queues": None if queues is None else list(queues)}, "stats"
+        )
+        return {r["queue"]: int(r["waiting"]) for r in rows}

@@ -1,0 +1,154 @@
+-- Named statements of pipelines (migration 0012): dependencies, graphs, fan-out, results by
+-- reference, cascade cancel and progress. The unblocking, the cascade and its undo are the
+-- trigger leaseq.pipeline_transition(), in the transaction of whichever statement finishes a
+-- parent (job_complete, job_fail, job_reap, job_cancel, job_retry_dead...).
+
+-- name: deps_lock_parents
+-- Marks existing jobs as parents (has_children) and returns their current status and pipeline; the row lock waits out a completion in flight, so the status read is the one the trigger will see.
+UPDATE leaseq.jobs j SET has_children = true
+ WHERE j.id = ANY(%(ids)s::bigint[])
+RETURNING j.id, j.status::text AS status, j.pipeline_id, j.queue;
+
+-- name: job_ids_reserve
+-- Reserves %(n)s job ids from the jobs' identity sequence, so a graph's edges can name its jobs before they are inserted.
+SELECT nextval(pg_get_serial_sequence('leaseq.jobs', 'id')) AS id
+  FROM generate_series(1, %(n)s);
+
+-- name: pipeline_create
+-- Creates a pipeline with %(total)s jobs to come; returns its id.
+INSERT INTO leaseq.pipelines (name, total, created_at)
+VALUES (%(name)s, %(total)s, coalesce(%(now)s::timestamptz, now()))
+RETURNING id;
+
+-- name: pipeline_grow
+-- Adds %(n)s jobs to a pipeline's total (a fan-out from one of its jobs, or a job enqueued after one); an unfinished pipeline again.
+UPDATE leaseq.pipelines SET total = total + %(n)s, finished_at = NULL
+ WHERE id = %(id)s
+RETURNING id;
+
+-- name: graph_insert_jobs
+-- Inserts a graph's jobs with their reserved ids, each waiting (deps_left > 0) or pending, in its pipeline.
+INSERT INTO leaseq.jobs (id, queue, job_type, payload, priority, max_attempts, available_at,
+                         timeout, idempotency_key, created_at, status, deps_left, has_children,
+                         pipeline_id)
+OVERRIDING SYSTEM VALUE
+SELECT n.id, n.queue, n.job_type, n.payload, n.priority, n.max_attempts,
+       coalesce(n.run_at, t.now + make_interval(secs => n.delay)),
+       make_interval(secs => n.timeout), n.idempotency_key, t.now,
+       CASE WHEN n.deps_left > 0 THEN 'waiting' ELSE 'pending' END::leaseq.job_status,
+       n.deps_left, n.has_children, %(pipeline_id)s
+  FROM unnest(%(ids)s::bigint[], %(queues)s::text[], %(job_types)s::text[], %(payloads)s::jsonb[],
+              %(priorities)s::smallint[], %(max_attempts)s::integer[], %(run_ats)s::timestamptz[],
+              %(delays)s::float8[], %(timeouts)s::float8[], %(idempotency_keys)s::text[],
+              %(deps_left)s::integer[], %(has_children)s::boolean[])
+       AS n(id, queue, job_type, payload, priority, max_attempts, run_at, delay, timeout,
+            idempotency_key, deps_left, has_children),
+       (SELECT coalesce(%(now)s::timestamptz, now()) AS now) t;
+
+-- name: graph_insert_deps
+-- Inserts a graph's edges (counted: already met when written, a parent that had finished).
+INSERT INTO leaseq.job_deps (parent_id, child_id, after, counted)
+SELECT * FROM unnest(%(parents)s::bigint[], %(children)s::bigint[], %(afters)s::text[],
+                     %(counted)s::boolean[]);
+
+-- name: queues_wake
+-- Wakes the workers of the given queues on commit (jobs that became claimable).
+SELECT count(pg_notify('leaseq_jobs', q)) AS notified FROM unnest(%(queues)s::text[]) AS q;
+
+-- name: parent_results
+-- One keyset page of a job's parents with their status and result, in id order after %(after_id)s: an index range of job_deps, however wide the fan-in.
+SELECT d.parent_id AS job_id, p.job_type, p.status::text AS status, p.result, d.after
+  FROM leaseq.job_deps d
+  JOIN leaseq.jobs p ON p.id = d.parent_id
+ WHERE d.child_id = %(id)s AND d.parent_id > %(after_id)s
+ ORDER BY d.parent_id
+ LIMIT %(limit)s;
+
+-- name: job_parents
+-- Up to %(limit)s parents of a job, with their status and the edge's condition.
+SELECT d.parent_id AS job_id, p.job_type, p.status::text AS status, d.after
+  FROM leaseq.job_deps d
+  JOIN leaseq.jobs p ON p.id = d.parent_id
+ WHERE d.child_id = %(id)s
+ ORDER BY d.parent_id
+ LIMIT %(limit)s;
+
+-- name: job_children
+-- Up to %(limit)s children of a job, with their status and the edge's condition.
+SELECT d.child_id AS job_id, c.job_type, c.status::text AS status, d.after
+  FROM leaseq.job_deps d
+  JOIN leaseq.jobs c ON c.id = d.child_id
+ WHERE d.parent_id = %(id)s
+ ORDER BY d.child_id
+ LIMIT %(limit)s;
+
+-- name: job_pipeline_state
+-- A job's pipeline, unmet parent count and the job whose failure cancelled it, if any.
+SELECT j.id, j.pipeline_id, j.deps_left, j.cancelled_by FROM leaseq.jobs j WHERE j.id = %(id)s;
+
+-- name: job_cancel_waiting
+-- Cancels a waiting job (its waiting descendants follow, by the trigger); returns its id, nothing if it was not waiting.
+UPDATE leaseq.jobs j
+   SET status = 'cancelled', finished_at = coalesce(%(now)s::timestamptz, now()),
+       last_error = coalesce(%(reason)s, j.last_error)
+ WHERE j.id = %(id)s AND j.status = 'waiting'
+RETURNING j.id;
+
+-- name: pipeline_cancel
+-- Cancels every unfinished job of a pipeline (waiting, pending, running: a running holder is fenced from then on, its attempt recorded as cancelled); returns how many and how many were running.
+WITH t AS (SELECT coalesce(%(now)s::timestamptz, now()) AS now),
+cur AS (
+    SELECT j.id, j.status, j.lease_owner, j.lease_token, j.attempt_count, j.started_at
+      FROM leaseq.jobs j
+     WHERE j.pipeline_id = %(id)s AND j.status IN ('waiting', 'pending', 'running')
+     ORDER BY j.id
+       FOR UPDATE
+),
+cancelled AS (
+    UPDATE leaseq.jobs j
+       SET status = 'cancelled', finished_at = t.now, lease_expires_at = NULL,
+           last_error = coalesce(%(reason)s, 'pipeline cancelled'), last_error_code = 'PIPELINE_CANCELLED'
+      FROM cur, t
+     WHERE j.id = cur.id
+    RETURNING j.id
+),
+attempt AS (
+    INSERT INTO leaseq.job_attempts (job_id, attempt, lease_token, worker, started_at, ended_at, outcome, error)
+    SELECT cur.id, cur.attempt_count, cur.lease_token, cur.lease_owner, cur.started_at, t.now,
+           'cancelled', coalesce(%(reason)s, 'pipeline cancelled')
+      FROM cur JOIN cancelled USING (id), t
+     WHERE cur.status = 'running'
+)
+SELECT count(*) AS cancelled, count(*) FILTER (WHERE cur.status = 'running') AS running
+  FROM cur JOIN cancelled USING (id);
+
+-- name: pipeline_get
+-- One pipeline's progress: a primary-key lookup.
+SELECT p.id, p.name, p.created_at, p.total, p.succeeded, p.dead, p.cancelled, p.finished_at
+  FROM leaseq.pipelines p WHERE p.id = %(id)s;
+
+-- name: pipeline_list
+-- A keyset page of pipelines, newest first, below id %(before)s (NULL: from the newest); unfinished only when %(unfinished)s.
+SELECT p.id, p.name, p.created_at, p.total, p.succeeded, p.dead, p.cancelled, p.finished_at
+  FROM leaseq.pipelines p
+ WHERE (%(before)s::bigint IS NULL OR p.id < %(before)s::bigint)
+   AND (NOT %(unfinished)s OR p.finished_at IS NULL)
+ ORDER BY p.id DESC
+ LIMIT %(limit)s;
+
+-- name: pipeline_jobs
+-- A keyset page of a pipeline's jobs in id order after %(after_id)s.
+SELECT j.id AS job_id, j.job_type, j.status::text AS status, j.deps_left, j.cancelled_by
+  FROM leaseq.jobs j
+ WHERE j.pipeline_id = %(id)s AND j.id > %(after_id)s
+ ORDER BY j.id
+ LIMIT %(limit)s;
+
+-- name: queue_waiting
+-- Waiting jobs per queue (their parents unmet): a scan of the small jobs_waiting_idx only.
+SELECT j.queue, count(*) AS waiting
+  FROM leaseq.jobs j
+ WHERE j.deps_left > 0 AND j.finished_at IS NULL
+   AND (%(queues)s::text[] IS NULL OR j.queue = ANY(%(queues)s::text[]))
+ GROUP BY j.queue
+ ORDER BY j.queue;

@@ -1,0 +1,423 @@
+"""Pipelines against a real PostgreSQL: dependencies, graphs, unblocking in the parent's
+transaction, cascade cancel and its undo, fencing, progress, results by reference. The
+producer cases run through the sync and the asyncio face alike (``face``)."""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Iterator
+from datetime import timedelta
+from typing import Any
+
+import psycopg
+import pytest
+from test_results import Face
+from test_roles import Roles, as_role
+from test_roles import roles as roles
+
+import leaseq
+from leaseq import After, Dep, Graph
+from support.dbtime import db_now
+from support.jobs import take_over
+from support.polling import wait_for
+
+
+@pytest.fixture(params=["sync", "async"])
+def face(request: pytest.FixtureRequest, database_url: str) -> Iterator[Face]:
+    f = Face(request.param, database_url)
+    try:
+        yield f
+    finally:
+        f.close()
+
+
+def status(queue: leaseq.Queue, job_id: int) -> str:
+    return str(queue.get(job_id).status)
+
+
+def run(queue: leaseq.Queue, job_id: int, result: Any = None, *, fail: bool = False) -> None:
+    """Claim exactly ``job_id`` (the only claimable job of its type) and settle it."""
+    record = queue.get(job_id)
+    (job,) = queue.claim([record.queue], "w1", job_types=[record.job_type])
+    assert job.id == job_id
+    if fail:
+        queue.fail(job.lease, error="boom", retryable=False)
+    else:
+        assert isinstance(queue.complete(job.lease, result), leaseq.Completed)
+
+
+def ocr_graph(pages: int) -> Graph:
+    g = Graph("doc-1")
+    parts = [g.add("q", "page", {"page": i}, key=f"page-{i}") for i in range(pages)]
+    merge = g.add("q", "merge", key="merge", after=parts)
+    g.add("q", "embed", key="embed", after=[merge])
+    return g
+
+
+def test_a_job_after_parents_waits_outside_the_claim_until_the_last_one_succeeds(
+    face: Face, queue: leaseq.Queue
+) -> None:
+    a = face.call("enqueue", "q", "a").job_id
+    b = face.call("enqueue", "q", "b").job_id
+    child = face.call("enqueue", "q", "c", after=[a, b]).job_id
+    assert status(queue, child) == "waiting"
+    assert queue.claim(["q"], "w", job_types=["c"]) == []
+    assert queue.waiting() == {"q": 1}
+    run(queue, a, {"text": "A"})
+    assert status(queue, child) == "waiting"
+    run(queue, b, {"text": "B"})
+    assert status(queue, child) == "pending"
+    assert queue.waiting() == {}
+    (job,) = queue.claim(["q"], "w", job_types=["c"])
+    assert job.id == child
+    results = queue.parent_results(child)
+    assert [(r.job_id, r.status, r.result) for r in results] == [
+        (a, "succeeded", {"text": "A"}),
+        (b, "succeeded", {"text": "B"}),
+    ]
+
+
+def test_a_parent_given_by_id_must_exist_and_be_able_to_succeed(
+    face: Face, queue: leaseq.Queue
+) -> None:
+    with pytest.raises(leaseq.InvalidGraph, match="parent job 999 does not exist"):
+        face.call("enqueue", "q", "c", after=[999])
+    dead = face.call("enqueue", "q", "d", max_attempts=1).job_id
+    run(queue, dead, fail=True)
+    with pytest.raises(leaseq.InvalidGraph, match=f"job {dead} to succeed, but it is dead"):
+        face.call("enqueue", "q", "c", after=[dead])
+    # Waiting for it to finish in any state is met at once.
+    anyway = face.call("enqueue", "q", "c", after=[dead], when=After.FINISHED).job_id
+    assert status(queue, anyway) == "pending"
+    assert [j.id for j in queue.jobs(queue="q")] == [anyway, dead]
+
+
+def test_a_graph_is_enqueued_in_one_transaction_with_its_pipeline(
+    face: Face, queue: leaseq.Queue
+) -> None:
+    made = face.call("enqueue_graph", ocr_graph(3))
+    assert made.pipeline_id is not None
+    assert [status(queue, made[f"page-{i}"]) for i in range(3)] == ["pending"] * 3
+    assert status(queue, made["merge"]) == status(queue, made["embed"]) == "waiting"
+    progress = face.call("pipeline", made.pipeline_id)
+    assert (progress.total, progress.succeeded, progress.finished) == (5, 0, False)
+    for i in range(3):
+        run(queue, made[f"page-{i}"], {"page": i})
+    run(queue, made["merge"])
+    run(queue, made["embed"])
+    progress = queue.pipeline(made.pipeline_id)
+    assert (progress.total, progress.succeeded, progress.unfinished, progress.finished) == (
+        5,
+        5,
+        0,
+        True,
+    )
+
+
+def test_cycles_and_unknown_nodes_are_refused_naming_them_and_nothing_is_written(
+    face: Face, queue: leaseq.Queue
+) -> None:
+    g = Graph("loop")
+    g.add("q", "a", key="a", after=["c"])
+    g.add("q", "b", key="b", after=["a"])
+    g.add("q", "c", key="c", after=["b"])
+    g.add("q", "free", key="free")
+    with pytest.raises(
+        leaseq.InvalidGraph, match=r"cycle: (a -> b -> c -> a|b -> c -> a -> b|c -> a -> b -> c)"
+    ):
+        face.call("enqueue_graph", g)
+    unknown = Graph("typo")
+    unknown.add("q", "a", key="a", after=["nope"])
+    with pytest.raises(leaseq.InvalidGraph, match="node 'a' waits for unknown node 'nope'"):
+        face.call("enqueue_graph", unknown)
+    itself = Graph("self")
+    itself.add("q", "a", key="a", after=["a"])
+    with pytest.raises(leaseq.InvalidGraph, match="waits for itself"):
+        face.call("enqueue_graph", itself)
+    missing = Graph("missing parent")
+    missing.add("q", "a", key="a", after=[123456])
+    with pytest.raises(leaseq.InvalidGraph, match="parent job 123456 does not exist"):
+        face.call("enqueue_graph", missing)
+    assert queue.jobs() == []
+    assert queue.pipelines() == []
+
+
+def test_dead_parent_cancels_waiting_descendants_and_its_retry_brings_back_exactly_them(
+    face: Face, queue: leaseq.Queue
+) -> None:
+    g = Graph("doc")
+    ok = g.add("q", "ok", key="ok")
+    bad = g.add("q", "bad", key="bad", max_attempts=1)
+    merge = g.add("q", "merge", key="merge", after=[ok, bad])
+    g.add("q", "embed", key="embed", after=[merge])
+    g.add("q", "report", key="report", after=[bad], when=After.FINISHED)
+    g.add("q", "other", key="other", after=[ok])
+    made = face.call("enqueue_graph", g)
+    run(queue, made["ok"])
+    run(queue, made["bad"], fail=True)
+    assert {k: status(queue, made[k]) for k in ("merge", "embed", "report", "other")} == {
+        "merge": "cancelled",
+        "embed": "cancelled",
+        "report": "pending",
+        "other": "pending",
+    }
+    merge_record = queue.get(made["merge"])
+    assert merge_record.last_error_code == "PARENT_FAILED"
+    assert merge_record.last_error == f"cancelled: parent job {made['bad']} is dead"
+    assert queue.links(made["embed"]).cancelled_by == made["bad"]
+    progress = queue.pipeline(made.pipeline_id)
+    assert (progress.succeeded, progress.dead, progress.cancelled) == (1, 1, 2)
+
+    face.call("retry_dead", made["bad"])
+    assert status(queue, made["merge"]) == status(queue, made["embed"]) == "waiting"
+    assert status(queue, made["report"]) == "pending"  # already released: not taken back
+    assert queue.links(made["merge"]).deps_left == 1
+    progress = queue.pipeline(made.pipeline_id)
+    assert (progress.succeeded, progress.dead, progress.cancelled) == (1, 0, 0)
+    run(queue, made["bad"])
+    run(queue, made["merge"])
+    assert status(queue, made["embed"]) == "pending"
+
+
+def test_a_stale_parent_completion_changes_nothing(
+    queue: leaseq.Queue, conn: leaseq.core.db.Conn
+) -> None:
+    a = queue.enqueue("q", "a").job_id
+    b = queue.enqueue("q", "b").job_id
+    child = queue.enqueue("q", "c", after=[a, b]).job_id
+    (stale,) = queue.claim(["q"], "w1", job_types=["a"])
+    fresh = take_over(queue, conn, a)
+    assert isinstance(queue.complete(stale.lease, "stale"), leaseq.Fenced)
+    assert queue.links(child).deps_left == 2
+    assert isinstance(queue.complete(fresh.lease, "fresh"), leaseq.Completed)
+    assert isinstance(queue.complete(fresh.lease, "again"), leaseq.Fenced)
+    assert queue.links(child).deps_left == 1
+    assert status(queue, child) == "waiting"
+    run(queue, b)
+    assert status(queue, child) == "pending"
+
+
+def test_the_last_parents_completion_wakes_the_childs_queue_in_its_transaction(
+    queue: leaseq.Queue, database_url: str
+) -> None:
+    a = queue.enqueue("q", "a").job_id
+    queue.enqueue("pages", "c", after=[a])
+    (job,) = queue.claim(["q"], "w1")
+    with psycopg.connect(database_url, autocommit=True) as listener:
+        listener.execute("LISTEN leaseq_jobs")
+        queue.complete(job.lease)
+        woken = [n.payload for n in listener.notifies(timeout=5, stop_after=1)]
+    assert woken == ["pages"]
+
+
+def test_cancelling_a_pipeline_cancels_every_unfinished_job_and_fences_running_ones(
+    face: Face, queue: leaseq.Queue
+) -> None:
+    made = face.call("enqueue_graph", ocr_graph(3))
+    run(queue, made["page-0"])
+    (running,) = queue.claim(["q"], "w1", job_types=["page"])
+    done = queue.cancel_pipeline(made.pipeline_id, reason="user gave up")
+    assert (done.cancelled, done.running) == (4, 1)
+    assert isinstance(queue.complete(running.lease), leaseq.Fenced)
+    assert [a.outcome for a in queue.attempts(running.id)] == ["cancelled"]
+    assert status(queue, made["page-0"]) == "succeeded"
+    assert {status(queue, made[k]) for k in ("page-1", "page-2", "merge", "embed")} == {"cancelled"}
+    progress = queue.pipeline(made.pipeline_id)
+    assert (progress.succeeded, progress.cancelled, progress.finished) == (1, 4, True)
+
+
+def test_cancelling_a_waiting_job_cancels_its_descendants(face: Face, queue: leaseq.Queue) -> None:
+    made = face.call("enqueue_graph", ocr_graph(1))
+    assert face.call("cancel", made["merge"]).cancelled
+    assert status(queue, made["embed"]) == "cancelled"
+    assert status(queue, made["page-0"]) == "pending"
+
+
+def test_parent_results_are_read_in_keyset_pages(queue: leaseq.Queue) -> None:
+    g = Graph("wide")
+    parts = [g.add("q", "page", key=f"p{i}") for i in range(25)]
+    g.add("q", "merge", key="merge", after=parts)
+    made = queue.enqueue_graph(g)
+    for _ in range(25):
+        (job,) = queue.claim(["q"], "w", job_types=["page"])
+        queue.complete(job.lease, {"i": job.id})
+    assert status(queue, made["merge"]) == "pending"
+    page = queue.parent_results(made["merge"], limit=10)
+    assert len(page) == 10
+    every = list(queue.iter_parent_results(made["merge"], page=7))
+    assert [r.job_id for r in every] == sorted(made[f"p{i}"] for i in range(25))
+    assert all(r.result == {"i": r.job_id} for r in every)
+
+
+def test_dependency_modes_per_edge(queue: leaseq.Queue) -> None:
+    a = queue.enqueue("q", "a", max_attempts=1).job_id
+    b = queue.enqueue("q", "b").job_id
+    child = queue.enqueue("q", "c", after=[Dep(a, After.FINISHED), b]).job_id
+    run(queue, a, fail=True)
+    assert status(queue, child) == "waiting"
+    run(queue, b)
+    assert status(queue, child) == "pending"
+
+
+def test_history_and_prune_keep_parents_of_unfinished_children(
+    queue: leaseq.Queue, conn: leaseq.core.db.Conn
+) -> None:
+    a = queue.enqueue("q", "a").job_id
+    b = queue.enqueue("q", "b").job_id
+    child = queue.enqueue("q", "c", after=[a, b]).job_id
+    run(queue, a, {"kept": True})
+    later = db_now(conn) + timedelta(days=30)
+    assert queue.prune(older_than=60, now=later) == 0
+    assert queue.parent_results(child)[0].result == {"kept": True}
+    run(queue, b)
+    run(queue, child)
+    assert queue.prune(older_than=60, now=later) == 3
+
+
+def test_waiting_jobs_are_counted_in_metrics_but_never_as_work(
+    queue: leaseq.Queue, conn: leaseq.core.db.Conn
+) -> None:
+    from leaseq_operator.metrics import OperatorMetrics
+
+    parent = queue.enqueue("ocr", "split").job_id
+    for _ in range(3):
+        queue.enqueue("pages", "page", after=[parent])
+    metrics = OperatorMetrics()
+    metrics.watch_queues(queue, leaseq.Workers(conn))
+    sample = metrics.registry.get_sample_value
+    assert sample("leaseq_queue_jobs", {"queue": "pages", "state": "waiting"}) == 3
+    assert sample("leaseq_queue_jobs", {"queue": "pages", "state": "ready"}) == 0
+    assert sample("leaseq_queue_jobs", {"queue": "ocr", "state": "waiting"}) == 0
+    # The operator scales on claimable work: waiting jobs are none of it.
+    assert [(w.job_type, w.ready) for w in queue.work(["pages", "ocr"], window=60)] == [
+        ("split", 1)
+    ]
+
+
+def test_pipelines_work_under_component_roles(roles: Roles) -> None:
+    """A producer enqueues a graph and a job after one of its jobs; a worker completes the
+    parents, reads their results and fans out; the operator shows and cancels."""
+    with as_role(roles, "producer") as p, as_role(roles, "worker") as w:
+        producer, worker = leaseq.Queue(p), leaseq.Queue(w)
+        made = producer.enqueue_graph(ocr_graph(2))
+        extra = producer.enqueue("q", "extra", after=[made["embed"]]).job_id
+        for _ in range(2):
+            (job,) = worker.claim(["q"], "w", job_types=["page"])
+            worker.complete(job.lease, {"text": "t"})
+        (merge,) = worker.claim(["q"], "w", job_types=["merge"])
+        assert [r.result for r in worker.parent_results(merge.id)] == [{"text": "t"}] * 2
+        more = Graph("late")
+        more.add("q", "late", key="late")
+        (done,) = worker.complete_many([merge.lease], [None], spawns=[more])
+        assert isinstance(done, leaseq.Completed)
+        (late,) = worker.claim(["q"], "w", job_types=["late"])
+        assert worker.links(late.id).pipeline_id == made.pipeline_id
+        assert producer.get(extra).status == "waiting"
+    with as_role(roles, "operator") as o:
+        operator = leaseq.Queue(o)
+        assert operator.pipeline(made.pipeline_id).total == 6
+        assert (
+            operator.cancel_pipeline(made.pipeline_id).cancelled == 3
+        )  # embed, extra, and late (running: fenced)
+
+
+def test_the_history_mover_keeps_a_pipeline_until_it_finishes(
+    queue: leaseq.Queue, conn: leaseq.core.db.Conn
+) -> None:
+    from leaseq.core.history import History
+
+    history = History(conn)
+    made = queue.enqueue_graph(ocr_graph(2))
+    plain = queue.enqueue("q", "plain").job_id
+    run(queue, plain)
+    run(queue, made["page-0"], {"text": "kept"})
+    run(queue, made["page-1"], {"text": "kept"})
+    soon = db_now(conn) + timedelta(seconds=10)
+    history.ensure_partitions(ahead=2, timeout=10, now=soon)
+    assert history.move(hot_retention=1, batch=100, timeout=10, now=soon).moved == 1  # plain
+    assert [r.result for r in queue.parent_results(made["merge"])] == [{"text": "kept"}] * 2
+    run(queue, made["merge"])
+    run(queue, made["embed"])
+    assert history.move(hot_retention=1, batch=100, timeout=10, now=soon).moved == 4
+    with pytest.raises(leaseq.JobNotFound):
+        queue.get(made["merge"])
+
+
+def test_a_completion_rolled_back_to_break_a_deadlock_runs_again(
+    pool: leaseq.Pool, database_url: str
+) -> None:
+    """Completions that unblock children lock the children's rows in the batch's order; when
+    PostgreSQL aborts one to break a deadlock, nothing of it was applied and it runs again."""
+    queue = leaseq.Queue(pool)
+    p1, p2 = queue.enqueue("q", "a").job_id, queue.enqueue("q", "a").job_id
+    m1 = queue.enqueue("q", "m", after=[p1]).job_id
+    m2 = queue.enqueue("q", "m", after=[p2]).job_id
+    jobs = queue.claim(["q"], "w", limit=2, job_types=["a"])
+    answers: list[Any] = []
+    with psycopg.connect(database_url) as other:
+        other.execute("SELECT 1 FROM leaseq.jobs WHERE id = %s FOR UPDATE", (m2,))
+        thread = threading.Thread(
+            target=lambda: answers.extend(queue.complete_many([j.lease for j in jobs]))
+        )
+        thread.start()
+        # The completion holds m1's row and waits for m2's; now wait for m1's the other way.
+        wait_for(lambda: _waiting_for_lock(database_url) >= 1, "the completion to wait")
+        try:
+            other.execute("SELECT 1 FROM leaseq.jobs WHERE id = %s FOR UPDATE", (m1,))
+            other.commit()
+        except psycopg.errors.DeadlockDetected:
+            other.rollback()  # PostgreSQL chose this session: the completion goes on
+        thread.join(30)
+    assert [type(a) for a in answers] == [leaseq.Completed, leaseq.Completed]
+    assert status(queue, m1) == status(queue, m2) == "pending"
+    assert queue.links(m1).deps_left == queue.links(m2).deps_left == 0
+
+
+def _waiting_for_lock(url: str) -> int:
+    with psycopg.connect(url, autocommit=True) as c:
+        row = c.execute(
+            "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
+            " AND datname = current_database()"
+        ).fetchone()
+    return int(row[0]) if row else 0
+
+
+def test_a_parent_reaped_to_dead_cancels_its_child_and_a_retry_brings_it_back(
+    queue: leaseq.Queue, conn: leaseq.core.db.Conn
+) -> None:
+    parent = queue.enqueue("q", "a", max_attempts=1).job_id
+    child = queue.enqueue("q", "c", after=[parent]).job_id
+    queue.claim(["q"], "w1", job_types=["a"], lease_seconds=1)
+    later = db_now(conn) + timedelta(seconds=5)
+    assert [(r.job_id, r.status) for r in queue.reap(now=later)] == [(parent, "dead")]
+    assert status(queue, child) == "cancelled"
+    assert queue.links(child).cancelled_by == parent
+    queue.retry_dead(parent)
+    assert status(queue, child) == "waiting"
+    run(queue, parent)
+    assert status(queue, child) == "pending"
+
+
+def test_the_cli_enqueues_after_jobs_and_shows_pipelines_and_links(
+    queue: leaseq.Queue, database_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from leaseq.cli.main import main
+
+    def cli(*argv: str) -> str:
+        capsys.readouterr()
+        assert main([*argv, "--database-url", database_url]) == 0
+        return capsys.readouterr().out
+
+    made = queue.enqueue_graph(ocr_graph(2))
+    assert cli("enqueue", "q", "extra", "--after", str(made["merge"])) == "enqueued job 5\n"
+    shown = cli("jobs", "show", str(made["merge"]))
+    assert f"pipeline      {made.pipeline_id}" in shown
+    assert "PARENT" in shown and "CHILD" in shown and "extra" in shown
+    assert "waiting for parent jobs (not claimable yet): q 3" in cli("status")
+    progress = cli("pipelines", "show", str(made.pipeline_id))
+    assert "jobs        5" in progress and "running" in progress
+    assert str(made.pipeline_id) in cli("pipelines", "list", "--unfinished")
+    listed = json.loads(cli("pipelines", "show", str(made.pipeline_id), "--json"))
+    assert [j["status"] for j in listed["jobs"]] == ["pending"] * 2 + ["waiting"] * 3
+    assert "5 unfinished job(s) cancelled" in cli("pipelines", "cancel", str(made.pipeline_id))

@@ -163,8 +163,13 @@ def _int(name: str, value: str | None) -> int | None:
         raise InvalidJob(name, "not a whole number") from None
 
 
+class _Forbidden(Exception):
+    """A form post refused before it did anything (its CSRF token)."""
+
+
 class _Guard(BaseHTTPMiddleware):
-    """Authenticates every request but /healthz, then, on a POST, checks Origin and CSRF."""
+    """Authenticates every request but /healthz, then, on a POST, checks its Origin (the
+    endpoint checks the CSRF token when it reads the form)."""
 
     def __init__(self, app: Any, auth: Auth, origins: Sequence[str], render: Any) -> None:
         super().__init__(app)
@@ -208,11 +213,6 @@ class _Guard(BaseHTTPMiddleware):
         own = f"{request.url.scheme}://{request.headers.get('host', '')}"
         if not origin or origin == "null" or origin.rstrip("/") not in {own, *self._origins}:
             return "the form came from another site (its Origin is not this console's)"
-        cookie = request.cookies.get(CSRF_COOKIE, "")
-        form = await request.form()
-        sent = form.get("csrf")
-        if not cookie or not isinstance(sent, str) or not secrets.compare_digest(cookie, sent):
-            return "the form's CSRF token is missing or stale: reload the page and try again"
         return None
 
 
@@ -391,7 +391,15 @@ def create_app(
         )
 
     async def form_of(request: Request) -> dict[str, str]:
+        """The posted form, once its CSRF token matched the cookie's (the Origin was checked
+        before the request got here)."""
         form = await request.form()
+        cookie = request.cookies.get(CSRF_COOKIE, "")
+        sent = form.get("csrf")
+        if not cookie or not isinstance(sent, str) or not secrets.compare_digest(cookie, sent):
+            raise _Forbidden(
+                "the form's CSRF token is missing or stale: reload the page and try again"
+            )
         return {k: v for k, v in form.items() if isinstance(v, str)}
 
     def acted(request: Request, action: str, asked: int, done: list[int], back: str) -> Response:
@@ -483,6 +491,11 @@ def create_app(
         return PlainTextResponse("ok")
 
     def failed(request: Request, exc: Exception) -> Response:
+        if isinstance(exc, _Forbidden):
+            log.warning("console form post refused: %s", exc)
+            return render(
+                request, "error.html", {"title": "Form refused", "message": str(exc)}, 403
+            )
         if isinstance(exc, PermissionDenied):
             role = "the console's database role"
             title, status = "Refused by the database", 403
@@ -540,7 +553,7 @@ def create_app(
         middleware=[
             Middleware(_Guard, auth=guard_auth, origins=list(allowed_origins), render=render)
         ],
-        exception_handlers={Exception: failed, LeaseqError: failed},
+        exception_handlers={Exception: failed, LeaseqError: failed, _Forbidden: failed},
         lifespan=lifespan,
     )
     app.state.console = console

@@ -146,8 +146,8 @@ class Console:
                 panels.append(
                     QueuePanel(
                         queue=queue,
-                        ready=Count(r["ready"], pending_capped),
-                        scheduled=Count(r["scheduled"], pending_capped),
+                        ready=_sampled(r["ready"], pending_capped),
+                        scheduled=_sampled(r["scheduled"], pending_capped),
                         running=r["running"],
                         dead=Count.of(r["dead"], COUNT_CAP),
                         oldest_ready_age=r["oldest_ready_age"],
@@ -308,6 +308,11 @@ class Console:
         with self._tx("console: audit") as c:
             self._store.console_bounds(c, seconds=self._timeout)
             return self._store.console_audit(c, limit=limit)
+
+
+def _sampled(value: int, capped: bool) -> Count:
+    # Counted among the first COUNT_CAP + 1 pending jobs: with more, a part is a lower bound.
+    return Count(min(value, COUNT_CAP), capped and value > 0)
 
 
 def _check_action(ids: Sequence[int], actor: str, reason: str) -> None:

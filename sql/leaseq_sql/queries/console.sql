@@ -52,8 +52,10 @@ pending AS (
     SELECT count(*) FILTER (WHERE s.available_at <= (SELECT now FROM t)) AS ready,
            count(*) FILTER (WHERE s.available_at > (SELECT now FROM t)) AS scheduled,
            count(*) AS pending
+      -- In the claim index's order, so the sample is a range of it, never a scan.
       FROM (SELECT j.available_at FROM leaseq.jobs j
-             WHERE j.status = 'pending' AND j.queue = %(queue)s LIMIT %(cap)s + 1) s
+             WHERE j.status = 'pending' AND j.queue = %(queue)s
+             ORDER BY j.priority, j.available_at, j.id LIMIT %(cap)s + 1) s
 ),
 priorities AS (
     (SELECT j.priority FROM leaseq.jobs j
@@ -81,7 +83,8 @@ running AS (
 dead AS (
     SELECT count(*) AS dead
       FROM (SELECT 1 FROM leaseq.jobs j
-             WHERE j.status = 'dead' AND j.queue = %(queue)s LIMIT %(cap)s + 1) s
+             WHERE j.status = 'dead' AND j.queue = %(queue)s
+             ORDER BY j.finished_at, j.id LIMIT %(cap)s + 1) s
 ),
 live AS (
     SELECT count(*) AS workers, coalesce(sum(w.in_flight), 0)::bigint AS in_flight
@@ -155,22 +158,26 @@ SELECT a.attempt, a.lease_token, a.worker, a.started_at, a.ended_at, a.outcome::
 
 -- name: console_dead
 -- The newest dead jobs (at most %(scan)s looked at, newest first, in one queue or all) that match the type and error code filters, at most %(limit)s of them, with how many of those looked at matched and how many were looked at.
+-- The scan reads only the dead indexes (they include type and error code); the shown rows are
+-- fetched by id.
 WITH recent AS (
-    SELECT j.id, j.queue, j.job_type, j.attempt_count, j.finished_at, j.last_error_code,
-           left(j.last_error, 200) AS last_error
+    SELECT j.id, j.finished_at, j.job_type, j.last_error_code
       FROM leaseq.jobs j
      WHERE j.status = 'dead' AND (%(queue)s::text IS NULL OR j.queue = %(queue)s)
      ORDER BY j.finished_at DESC, j.id DESC
      LIMIT %(scan)s
 ),
 matching AS (
-    SELECT r.* FROM recent r
+    SELECT r.id, r.finished_at FROM recent r
      WHERE (%(job_type)s::text IS NULL OR r.job_type = %(job_type)s)
        AND (%(error_code)s::text IS NULL OR r.last_error_code = %(error_code)s)
-)
-SELECT m.*, (SELECT count(*) FROM matching) AS matched, (SELECT count(*) FROM recent) AS scanned
-  FROM (SELECT * FROM matching ORDER BY finished_at DESC, id DESC LIMIT %(limit)s) m
- ORDER BY m.finished_at DESC, m.id DESC;
+),
+shown AS (SELECT m.id FROM matching m ORDER BY m.finished_at DESC, m.id DESC LIMIT %(limit)s)
+SELECT j.id, j.queue, j.job_type, j.attempt_count, j.finished_at, j.last_error_code,
+       left(j.last_error, 200) AS last_error,
+       (SELECT count(*) FROM matching) AS matched, (SELECT count(*) FROM recent) AS scanned
+  FROM shown s JOIN leaseq.jobs j ON j.id = s.id
+ ORDER BY j.finished_at DESC, j.id DESC;
 
 -- name: console_dead_count
 -- How many dead jobs match the filters among the newest %(scan)s dead jobs (of one queue or all), and how many were looked at.

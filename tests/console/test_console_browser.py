@@ -17,8 +17,8 @@ from typing import Any
 import pytest
 
 import leaseq
-from console.conftest import ConsoleDb, grant_readonly, make_dead
 from support import net
+from support.consoledb import ConsoleDb, grant_readonly, make_dead
 from support.polling import wait_for
 from support.workers import Workers
 
@@ -30,7 +30,9 @@ PROCESS_APPS = Path(__file__).resolve().parents[1] / "process"
 
 def _browser() -> Any:
     if not os.path.exists(CHROMIUM):
-        pytest.skip("no chromium: scripts/fetch-tools.sh installs Debian's (apt-get install chromium)")
+        pytest.skip(
+            "no chromium: scripts/fetch-tools.sh installs Debian's (apt-get install chromium)"
+        )
     try:
         from playwright.sync_api import sync_playwright
     except ImportError:

@@ -32,8 +32,9 @@ INSERT INTO leaseq.jobs (queue, job_type, payload, status, priority, attempt_cou
                          lease_token, lease_expires_at, heartbeat_at, last_error,
                          last_error_code, idempotency_key)
 SELECT 'q' || (g % 5), 't' || (g % 7), jsonb_build_object('doc', g, 'pages', g % 40),
-       s.status::leaseq.job_status, (g % 3) * 50, CASE WHEN s.status = 'pending' THEN 0 ELSE 1 END, 3,
-       c.at, CASE WHEN s.status = 'pending' AND g % 2 = 0 THEN now() + interval '1 hour' ELSE c.at END,
+       s.status::leaseq.job_status, (g % 3) * 50,
+       CASE WHEN s.status = 'pending' THEN 0 ELSE 1 END, 3, c.at,
+       CASE WHEN s.status = 'pending' AND g % 2 = 0 THEN now() + interval '1 hour' ELSE c.at END,
        CASE WHEN s.status <> 'pending' THEN c.at END,
        CASE WHEN s.status IN ('succeeded', 'dead') THEN c.at + interval '1 minute' END,
        CASE WHEN s.status <> 'pending' THEN 'w-' || (g % 50) END,
@@ -51,7 +52,8 @@ SELECT 'q' || (g % 5), 't' || (g % 7), jsonb_build_object('doc', g, 'pages', g %
                                  ELSE 'pending' END AS status) s
 """
 ATTEMPTS = """
-INSERT INTO leaseq.job_attempts (job_id, attempt, lease_token, worker, started_at, ended_at, outcome, error)
+INSERT INTO leaseq.job_attempts (job_id, attempt, lease_token, worker, started_at, ended_at,
+                                 outcome, error)
 SELECT j.id, 1, 1, j.lease_owner, j.started_at, j.finished_at,
        CASE WHEN j.status = 'dead' THEN 'failed' ELSE 'succeeded' END::leaseq.attempt_outcome,
        j.last_error
@@ -91,9 +93,14 @@ def _params(conn: psycopg.Connection[Any]) -> dict[str, dict[str, Any]]:
         "console_id_below": {"before": high - 5000},
         "console_jobs": jobs,
         "console_jobs/rare filters": {
-            **jobs, "status": "dead", "queue": "q3", "job_type": "t5", "error_code": "E2",
-            "key": "doc-1999990", "created_from": datetime(2020, 1, 1, tzinfo=UTC),
-        },  # fmt: skip
+            **jobs,
+            "status": "dead",
+            "queue": "q3",
+            "job_type": "t5",
+            "error_code": "E2",
+            "key": "doc-1999990",
+            "created_from": datetime(2020, 1, 1, tzinfo=UTC),
+        },
         "console_jobs/middle": {**jobs, "before": high // 2, "status": "succeeded"},
         "console_job": {"id": dead_id},
         "console_job_attempts": {"id": dead_id, "limit": 200},

@@ -7,7 +7,7 @@ import psycopg
 from starlette.testclient import TestClient
 
 import leaseq
-from console.conftest import ConsoleDb, grant_readonly, make_dead, post
+from support.consoledb import ConsoleDb, grant_readonly, make_dead, post
 
 PAGES = ["/", "/jobs", "/dead", "/workers", "/pools", "/schedules", "/audit"]
 
@@ -39,7 +39,8 @@ def test_overview_counts_a_small_queue(console_db: ConsoleDb, client_for) -> Non
 def test_counts_stop_at_the_cap(console_db: ConsoleDb, client_for) -> None:
     with leaseq.connect(console_db.owner_url, action="test") as conn:
         conn.execute(
-            "INSERT INTO leaseq.jobs (queue, job_type) SELECT 'big', 't' FROM generate_series(1, 1500)"
+            "INSERT INTO leaseq.jobs (queue, job_type)"
+            " SELECT 'big', 't' FROM generate_series(1, 1500)"
         )
         make_dead(conn, "big", "t", 1200, "E")
     client: TestClient = client_for(console_db.admin_url)

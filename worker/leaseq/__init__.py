@@ -64,6 +64,7 @@ from leaseq.core.schedule_models import (
 from leaseq.core.schedules import Schedules
 from leaseq.core.schema import (
     ComponentRoles,
+    ConsoleRole,
     MigrationReport,
     Schema,
     check_schema,
@@ -84,6 +85,7 @@ __all__ = [
     "Completed",
     "ComponentRoles",
     "ConfigError",
+    "ConsoleRole",
     "DatabaseError",
     "DatabaseMissing",
     "DatabaseUnavailable",

@@ -46,6 +46,7 @@ def test_counts_stop_at_the_cap(console_db: ConsoleDb, client_for) -> None:
     client: TestClient = client_for(console_db.admin_url)
     row = client.get("/").text.split('data-queue="big"')[1].split("</tr>")[0]
     assert row.count("1000+") == 2, row  # ready and dead are capped, never counted whole
+    assert ">0<" in row  # nothing scheduled, exactly
     dead = client.get("/dead", params={"queue": "big"}).text
     assert "1000" in dead
 

@@ -46,17 +46,8 @@ SELECT queue FROM (
  LIMIT %(limit)s;
 
 -- name: console_queue_panel
--- One queue's overview: pending jobs split into ready and scheduled, and dead jobs, each counted up to %(cap)s + 1 (more shows as "cap+"); running jobs and the oldest heartbeat (bounded by the workers' concurrency); the oldest ready age (one probe per priority); live workers.
+-- One queue's overview: ready, scheduled and dead jobs, each counted up to %(cap)s + 1 (more shows as "cap+"), ready and scheduled as ranges of the claim index per priority; running jobs and the oldest heartbeat (bounded by the workers' concurrency); the oldest ready age (one probe per priority); live workers.
 WITH RECURSIVE t AS (SELECT coalesce(%(now)s::timestamptz, now()) AS now),
-pending AS (
-    SELECT count(*) FILTER (WHERE s.available_at <= (SELECT now FROM t)) AS ready,
-           count(*) FILTER (WHERE s.available_at > (SELECT now FROM t)) AS scheduled,
-           count(*) AS pending
-      -- In the claim index's order, so the sample is a range of it, never a scan.
-      FROM (SELECT j.available_at FROM leaseq.jobs j
-             WHERE j.status = 'pending' AND j.queue = %(queue)s
-             ORDER BY j.priority, j.available_at, j.id LIMIT %(cap)s + 1) s
-),
 priorities AS (
     (SELECT j.priority FROM leaseq.jobs j
       WHERE j.status = 'pending' AND j.queue = %(queue)s ORDER BY j.priority LIMIT 1)
@@ -66,9 +57,30 @@ priorities AS (
              ORDER BY j.priority LIMIT 1)
       FROM priorities p WHERE p.priority IS NOT NULL
 ),
+levels AS (SELECT p.priority FROM priorities p WHERE p.priority IS NOT NULL LIMIT 1000),
+-- Per priority, ready jobs are one range of the claim index (available_at <= now) and
+-- scheduled ones the next: each count stops after cap + 1 rows in all.
+ready AS (
+    SELECT count(*) AS ready FROM (
+        SELECT 1 FROM levels p CROSS JOIN LATERAL (
+            SELECT 1 FROM leaseq.jobs j
+             WHERE j.status = 'pending' AND j.queue = %(queue)s AND j.priority = p.priority
+               AND j.available_at <= (SELECT now FROM t)
+             LIMIT %(cap)s + 1) x
+        LIMIT %(cap)s + 1) s
+),
+scheduled AS (
+    SELECT count(*) AS scheduled FROM (
+        SELECT 1 FROM levels p CROSS JOIN LATERAL (
+            SELECT 1 FROM leaseq.jobs j
+             WHERE j.status = 'pending' AND j.queue = %(queue)s AND j.priority = p.priority
+               AND j.available_at > (SELECT now FROM t)
+             LIMIT %(cap)s + 1) x
+        LIMIT %(cap)s + 1) s
+),
 oldest AS (
     SELECT min(f.available_at) AS available_at
-      FROM (SELECT p.priority FROM priorities p WHERE p.priority IS NOT NULL LIMIT 1000) p
+      FROM levels p
       CROSS JOIN LATERAL (
           SELECT j.available_at FROM leaseq.jobs j
            WHERE j.status = 'pending' AND j.queue = %(queue)s AND j.priority = p.priority
@@ -92,11 +104,11 @@ live AS (
      WHERE %(queue)s = ANY(w.queues)
        AND w.heartbeat_at > (SELECT now FROM t) - make_interval(secs => %(live_seconds)s)
 )
-SELECT %(queue)s::text AS queue, p.ready, p.scheduled, p.pending, r.running, d.dead,
+SELECT %(queue)s::text AS queue, r.ready, s.scheduled, x.running, d.dead,
        extract(epoch FROM (SELECT now FROM t) - o.available_at)::float8 AS oldest_ready_age,
-       extract(epoch FROM (SELECT now FROM t) - r.oldest_heartbeat)::float8 AS oldest_heartbeat_age,
+       extract(epoch FROM (SELECT now FROM t) - x.oldest_heartbeat)::float8 AS oldest_heartbeat_age,
        l.workers, l.in_flight
-  FROM pending p, oldest o, running r, dead d, live l;
+  FROM ready r, scheduled s, oldest o, running x, dead d, live l;
 
 -- name: console_id_bounds
 -- The lowest and highest job id in the hot table (two index probes).

@@ -145,12 +145,11 @@ class Console:
                 r = self._store.console_queue_panel(
                     c, queue=queue, cap=COUNT_CAP, live_seconds=SILENT_AFTER_SECONDS, now=now
                 )
-                pending_capped = r["pending"] > COUNT_CAP
                 panels.append(
                     QueuePanel(
                         queue=queue,
-                        ready=_sampled(r["ready"], pending_capped),
-                        scheduled=_sampled(r["scheduled"], pending_capped),
+                        ready=Count.of(r["ready"], COUNT_CAP),
+                        scheduled=Count.of(r["scheduled"], COUNT_CAP),
                         running=r["running"],
                         dead=Count.of(r["dead"], COUNT_CAP),
                         oldest_ready_age=r["oldest_ready_age"],
@@ -311,11 +310,6 @@ class Console:
         with self._tx("console: audit") as c:
             self._store.console_bounds(c, seconds=self._timeout)
             return self._store.console_audit(c, limit=limit)
-
-
-def _sampled(value: int, capped: bool) -> Count:
-    # Counted among the first COUNT_CAP + 1 pending jobs: with more, a part is a lower bound.
-    return Count(min(value, COUNT_CAP), capped and value > 0)
 
 
 def _check_action(ids: Sequence[int], actor: str, reason: str) -> None:

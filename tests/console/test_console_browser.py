@@ -174,3 +174,46 @@ def test_a_read_only_console_refuses_in_the_page(
         console.stop()
     with leaseq.connect(console_db.owner_url, action="test") as conn:
         assert leaseq.Queue(conn).get(dead_id).status == "dead"
+
+
+# Counts the page's refreshes (each is one fetch of the page) and lets the test hide the tab.
+COUNT_FETCHES = """
+window.__fetches = 0;
+const realFetch = window.fetch.bind(window);
+window.fetch = (...args) => { window.__fetches += 1; return realFetch(...args); };
+let hidden = false;
+Object.defineProperty(document, "visibilityState", {get: () => hidden ? "hidden" : "visible"});
+window.__setHidden = (value) => {
+  hidden = value;
+  document.dispatchEvent(new Event("visibilitychange"));
+};
+"""
+
+
+def test_refresh_pauses_in_a_hidden_tab(console_db: ConsoleDb, tmp_path: Path) -> None:
+    """The overview refreshes every second (--refresh 1) while visible, sends nothing while
+    hidden, and refreshes at once when shown again; the page's clock is Playwright's fake
+    one, so no test time passes waiting."""
+    sync_playwright = _browser()
+    console = ConsoleProcess(console_db.admin_url, tmp_path / "console.log")
+    try:
+        with sync_playwright() as p:
+            browser = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
+            page = browser.new_page()
+            page.add_init_script(COUNT_FETCHES)
+            page.clock.install()
+            page.goto(console.base + "/")
+            fetches = lambda: page.evaluate("window.__fetches")  # noqa: E731
+            page.clock.run_for(3500)
+            visible = fetches()
+            assert visible >= 3
+            page.evaluate("window.__setHidden(true)")
+            page.clock.run_for(60_000)
+            assert fetches() == visible  # a minute hidden: not one query
+            page.evaluate("window.__setHidden(false)")
+            assert fetches() == visible + 1  # shown again: refreshed at once
+            page.clock.run_for(2500)
+            assert fetches() >= visible + 3
+            browser.close()
+    finally:
+        console.stop()

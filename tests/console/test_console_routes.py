@@ -7,6 +7,7 @@ import psycopg
 from starlette.testclient import TestClient
 
 import leaseq
+from leaseq.core.history import History
 from support.consoledb import ConsoleDb, grant_readonly, make_dead, post
 
 PAGES = ["/", "/jobs", "/dead", "/workers", "/pools", "/schedules", "/audit"]
@@ -176,3 +177,18 @@ def test_a_reason_is_required(console_db: ConsoleDb, client_for) -> None:
     client: TestClient = client_for(console_db.admin_url)
     answer = post(client, f"/jobs/{job_id}/retry", {"reason": "  "})
     assert answer.status_code == 400 and "say why" in answer.text
+
+
+def test_a_job_moved_to_history_keeps_its_page(console_db: ConsoleDb, client_for) -> None:
+    """The job page reads the hot table, the history or the ledger, wherever the job is."""
+    with leaseq.connect(console_db.owner_url, action="test") as conn:
+        q = leaseq.Queue(conn)
+        job = q.enqueue("ocr", "page", {"doc": "old"}, max_attempts=1).job_id
+        claimed = q.claim(["ocr"], owner="w-old", lease_seconds=30)[0]
+        q.fail(claimed.lease, "ancient error", error_code="E_OLD")
+        history = History(conn)
+        history.ensure_partitions(ahead=2, timeout=10)
+        assert history.move(hot_retention=0, batch=100, timeout=30).moved == 1
+    client: TestClient = client_for(console_db.admin_url)
+    page = client.get(f"/jobs/{job}").text
+    assert "history" in page and "w-old" in page and "ancient error" in page

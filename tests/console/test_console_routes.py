@@ -192,3 +192,16 @@ def test_a_job_moved_to_history_keeps_its_page(console_db: ConsoleDb, client_for
     client: TestClient = client_for(console_db.admin_url)
     page = client.get(f"/jobs/{job}").text
     assert "history" in page and "w-old" in page and "ancient error" in page
+
+
+def test_every_page_is_bounded_by_the_statement_timeout(console_db: ConsoleDb, client_for) -> None:
+    """A page whose statement cannot finish (here: the jobs table locked by a migration-like
+    lock) ends at the console's timeout with a page saying so, never a hung request."""
+    client: TestClient = client_for(console_db.admin_url, timeout=0.5)
+    with psycopg.connect(console_db.owner_url) as locker:
+        locker.execute("LOCK TABLE leaseq.jobs IN ACCESS EXCLUSIVE MODE")
+        for path in ("/", "/jobs", "/dead", "/workers"):
+            answer = client.get(path)
+            assert answer.status_code == 503, (path, answer.text)
+            assert "did not answer within 0.5 s" in answer.text
+    assert client.get("/").status_code == 200

@@ -14,6 +14,7 @@ import pytest
 from psycopg.conninfo import make_conninfo
 
 import leaseq
+from bench.console_pages import generate_history
 from leaseq.core._store import statements
 from leaseq.core.schema import ConsoleRole
 from support.roles import login_roles
@@ -25,48 +26,6 @@ JOBS = 2_000_000
 BUDGET = 3000
 # The history tables are empty here (no partitions yet), so their plans mean nothing.
 WATCHED = ("jobs", "job_attempts")
-
-GENERATE = """
-INSERT INTO leaseq.jobs (queue, job_type, payload, status, priority, attempt_count, max_attempts,
-                         created_at, available_at, started_at, finished_at, lease_owner,
-                         lease_token, lease_expires_at, heartbeat_at, last_error,
-                         last_error_code, idempotency_key)
-SELECT 'q' || (g % 5), 't' || (g % 7), jsonb_build_object('doc', g, 'pages', g % 40),
-       s.status::leaseq.job_status, (g % 3) * 50,
-       CASE WHEN s.status = 'pending' THEN 0 ELSE 1 END, 3, c.at,
-       CASE WHEN s.status = 'pending' AND g % 2 = 0 THEN now() + interval '1 hour' ELSE c.at END,
-       CASE WHEN s.status <> 'pending' THEN c.at END,
-       CASE WHEN s.status IN ('succeeded', 'dead') THEN c.at + interval '1 minute' END,
-       CASE WHEN s.status <> 'pending' THEN 'w-' || (g % 50) END,
-       CASE WHEN s.status = 'pending' THEN 0 ELSE 1 END,
-       CASE WHEN s.status = 'running' THEN now() + interval '30 seconds' END,
-       CASE WHEN s.status = 'running' THEN now() - interval '2 seconds' END,
-       CASE WHEN s.status = 'dead' THEN 'page ' || (g % 40) || ' is blank' END,
-       CASE WHEN s.status = 'dead' THEN 'E' || (g % 4) END,
-       CASE WHEN g % 10 = 0 THEN 'doc-' || g END
-  FROM generate_series(1, %(n)s) g
- CROSS JOIN LATERAL (SELECT now() - (%(n)s - g) * interval '1 second' AS at) c
- CROSS JOIN LATERAL (SELECT CASE WHEN g % 10000 = 0 THEN 'running'
-                                 WHEN g % 100 < 80 THEN 'succeeded'
-                                 WHEN g % 100 < 95 THEN 'dead'
-                                 ELSE 'pending' END AS status) s
-"""
-ATTEMPTS = """
-INSERT INTO leaseq.job_attempts (job_id, attempt, lease_token, worker, started_at, ended_at,
-                                 outcome, error)
-SELECT j.id, 1, 1, j.lease_owner, j.started_at, j.finished_at,
-       CASE WHEN j.status = 'dead' THEN 'failed' ELSE 'succeeded' END::leaseq.attempt_outcome,
-       j.last_error
-  FROM leaseq.jobs j WHERE j.status IN ('succeeded', 'dead')
-"""
-WORKERS = """
-INSERT INTO leaseq.workers (worker_id, queues, concurrency, in_flight, job_types)
-SELECT 'w-' || g, ARRAY['q' || (g % 5)], 8, 4, NULL FROM generate_series(0, 49) g
-"""
-SCHEDULES = """
-INSERT INTO leaseq.schedules (name, cron, queue, job_type, declared_by)
-SELECT 'nightly-' || g, '0 3 * * *', 'q' || g, 't1', 'runtime' FROM generate_series(0, 4) g
-"""
 
 
 def _params(conn: psycopg.Connection[Any]) -> dict[str, dict[str, Any]]:
@@ -131,16 +90,7 @@ def big_history(server_url: str, template_db: str) -> Any:
         admin.execute(f'CREATE DATABASE "{name}" TEMPLATE "{template_db}"')
     url = make_conninfo(server_url, dbname=name)
     try:
-        with psycopg.connect(url, autocommit=True) as conn:
-            conn.execute("SET synchronous_commit = off")
-            with conn.transaction():
-                conn.execute(GENERATE.replace("%(n)s", str(JOBS)).encode())
-                conn.execute(ATTEMPTS)
-                conn.execute(WORKERS)
-                conn.execute(SCHEDULES)
-            conn.execute("VACUUM (ANALYZE) leaseq.jobs")
-            conn.execute("VACUUM (ANALYZE) leaseq.job_attempts")
-            conn.execute("ANALYZE")
+        generate_history(url, JOBS)
         with login_roles(url, "console") as roles:
             with leaseq.connect(url, action="test") as conn:
                 leaseq.migrate(conn, console=ConsoleRole(roles.names["console"], admin=True))

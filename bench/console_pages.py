@@ -104,7 +104,8 @@ def pages(url: str, repeats: int) -> dict[str, tuple[float, float]]:
         "/schedules",
     ]
     out = {}
-    with TestClient(create_app(url), client=("127.0.0.1", 50000)) as client:
+    local = {"client": ("127.0.0.1", 50000), "base_url": "http://127.0.0.1:8089"}
+    with TestClient(create_app(url), **local) as client:
         for path in paths:
             took = []
             for _ in range(repeats):

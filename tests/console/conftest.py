@@ -16,6 +16,7 @@ from support.consoledb import ConsoleDb
 from support.roles import login_roles
 
 LOCAL = ("127.0.0.1", 50000)
+BASE = "http://127.0.0.1:8089"
 
 
 @pytest.fixture
@@ -40,7 +41,7 @@ def client_for() -> Iterator[Callable[..., TestClient]]:
     made: list[TestClient] = []
 
     def make(url: str, **kwargs: Any) -> TestClient:
-        client = TestClient(create_app(url, **kwargs), client=LOCAL)
+        client = TestClient(create_app(url, **kwargs), client=LOCAL, base_url=BASE)
         client.__enter__()
         made.append(client)
         return client

@@ -20,6 +20,7 @@ from leaseq.core.errors import ConfigError
 from support.consoledb import ConsoleDb, make_dead, post
 
 LOCAL = ("127.0.0.1", 50000)
+BASE = "http://127.0.0.1:8089"  # what a browser on this machine sends as Host
 REMOTE = ("10.1.2.3", 50000)
 
 
@@ -47,8 +48,21 @@ def test_no_auth_answers_only_loopback(console_db: ConsoleDb) -> None:
     with TestClient(create_app(console_db.admin_url, auth=LocalOnly()), client=REMOTE) as remote:
         answer = remote.get("/")
         assert answer.status_code == 403 and "only this machine" in answer.text
-    with TestClient(create_app(console_db.admin_url), client=LOCAL) as local:
+    with TestClient(create_app(console_db.admin_url), client=LOCAL, base_url=BASE) as local:
         assert local.get("/").status_code == 200
+
+
+def test_no_auth_refuses_a_rebound_host_name(console_db: ConsoleDb) -> None:
+    """DNS rebinding: another site's name pointed at 127.0.0.1 reaches a loopback console
+    from the victim's browser, same-origin with itself; the Host header is refused."""
+    with TestClient(
+        create_app(console_db.admin_url), client=LOCAL, base_url="http://evil.example:8089"
+    ) as client:
+        answer = client.get("/")
+        assert answer.status_code == 403 and "loopback" in answer.text
+    for base in ("http://127.0.0.1:8089", "http://localhost:8089", "http://[::1]:8089"):
+        with TestClient(create_app(console_db.admin_url), client=LOCAL, base_url=base) as ok:
+            assert ok.get("/").status_code == 200, base
 
 
 def test_no_auth_is_refused_on_a_public_address() -> None:
@@ -107,7 +121,7 @@ def test_proxy_header_only_from_the_trusted_proxy(console_db: ConsoleDb) -> None
 
 def test_a_post_from_another_origin_is_refused(console_db: ConsoleDb) -> None:
     job_id = _dead_job(console_db)
-    with TestClient(create_app(console_db.admin_url), client=LOCAL) as client:
+    with TestClient(create_app(console_db.admin_url), client=LOCAL, base_url=BASE) as client:
         client.get("/")
         token = client.cookies["leaseq_console_csrf"]
         form = {"reason": "x", "csrf": token}
@@ -115,16 +129,16 @@ def test_a_post_from_another_origin_is_refused(console_db: ConsoleDb) -> None:
             answer = client.post(f"/jobs/{job_id}/retry", data=form, headers=headers)
             assert answer.status_code == 403, headers
             assert "another site" in answer.text
-        referer = {"Referer": f"http://testserver/jobs/{job_id}"}
+        referer = {"Referer": f"{BASE}/jobs/{job_id}"}
         assert client.post(f"/jobs/{job_id}/retry", data=form, headers=referer).status_code == 200
     assert _status(console_db, job_id) == "pending"
 
 
 def test_a_post_without_the_csrf_token_is_refused(console_db: ConsoleDb) -> None:
     job_id = _dead_job(console_db)
-    with TestClient(create_app(console_db.admin_url), client=LOCAL) as client:
+    with TestClient(create_app(console_db.admin_url), client=LOCAL, base_url=BASE) as client:
         client.get("/")
-        origin = {"Origin": "http://testserver"}
+        origin = {"Origin": BASE}
         for form in ({"reason": "x"}, {"reason": "x", "csrf": "forged"}):
             answer = client.post(f"/jobs/{job_id}/retry", data=form, headers=origin)
             assert answer.status_code == 403 and "CSRF" in answer.text
@@ -141,7 +155,7 @@ def test_a_post_without_the_csrf_token_is_refused(console_db: ConsoleDb) -> None
 def test_an_allowed_origin_behind_an_ingress(console_db: ConsoleDb) -> None:
     job_id = _dead_job(console_db)
     app = create_app(console_db.admin_url, allowed_origins=["https://leaseq.example.com"])
-    with TestClient(app, client=LOCAL) as client:
+    with TestClient(app, client=LOCAL, base_url=BASE) as client:
         client.get("/")
         answer = client.post(
             f"/jobs/{job_id}/retry",
@@ -152,7 +166,7 @@ def test_an_allowed_origin_behind_an_ingress(console_db: ConsoleDb) -> None:
 
 
 def test_the_csrf_cookie_is_strict_and_http_only(console_db: ConsoleDb) -> None:
-    with TestClient(create_app(console_db.admin_url), client=LOCAL) as client:
+    with TestClient(create_app(console_db.admin_url), client=LOCAL, base_url=BASE) as client:
         cookie = client.get("/").headers["set-cookie"].lower()
         assert "httponly" in cookie and "samesite=strict" in cookie
 
@@ -177,7 +191,7 @@ def _secret_job(db: ConsoleDb) -> int:
 
 def test_the_default_redaction_masks_secret_looking_keys(console_db: ConsoleDb) -> None:
     job_id = _secret_job(console_db)
-    with TestClient(create_app(console_db.admin_url), client=LOCAL) as client:
+    with TestClient(create_app(console_db.admin_url), client=LOCAL, base_url=BASE) as client:
         page = client.get(f"/jobs/{job_id}").text
     assert "invoice-7" in page
     for secret in ("sk-live-123", "hunter2", "pgpass99"):
@@ -192,7 +206,9 @@ def test_a_registered_redaction_hook_decides(console_db: ConsoleDb) -> None:
         seen.append((job_type, field))
         return {"shown": "only this"}
 
-    with TestClient(create_app(console_db.admin_url, redact=hook), client=LOCAL) as client:
+    with TestClient(
+        create_app(console_db.admin_url, redact=hook), client=LOCAL, base_url=BASE
+    ) as client:
         page = client.get(f"/jobs/{job_id}").text
     assert ("page", "payload") in seen
     assert "only this" in page and "invoice-7" not in page
@@ -204,7 +220,9 @@ def test_a_failing_hook_hides_the_value(console_db: ConsoleDb) -> None:
     def hook(job_type: str, field: str, value: Any) -> Any:
         raise RuntimeError("hook bug")
 
-    with TestClient(create_app(console_db.admin_url, redact=hook), client=LOCAL) as client:
+    with TestClient(
+        create_app(console_db.admin_url, redact=hook), client=LOCAL, base_url=BASE
+    ) as client:
         page = client.get(f"/jobs/{job_id}").text
     assert "invoice-7" not in page and "hidden" in page
 
@@ -214,7 +232,7 @@ def test_no_secret_reaches_a_log_line(
 ) -> None:
     job_id = _secret_job(console_db)
     caplog.set_level(logging.DEBUG)
-    with TestClient(create_app(console_db.admin_url), client=LOCAL) as client:
+    with TestClient(create_app(console_db.admin_url), client=LOCAL, base_url=BASE) as client:
         for path in ("/", "/jobs", f"/jobs/{job_id}", "/dead", "/workers", "/jobs?status=x"):
             client.get(path)
         post(client, f"/jobs/{job_id}/cancel", {"reason": "done"})
@@ -225,7 +243,7 @@ def test_no_secret_reaches_a_log_line(
 
 def test_a_database_error_is_a_page_not_a_traceback(console_db: ConsoleDb) -> None:
     app = create_app("postgresql://nobody:pw@127.0.0.1:1/none", timeout=1)
-    with TestClient(app, client=LOCAL, raise_server_exceptions=False) as client:
+    with TestClient(app, client=LOCAL, base_url=BASE, raise_server_exceptions=False) as client:
         answer = client.get("/")
     assert answer.status_code == 503
     assert "Traceback" not in answer.text and "pw@" not in answer.text

@@ -34,7 +34,9 @@ def post(client: TestClient, path: str, data: dict[str, str]) -> Any:
         client.get("/")
         token = client.cookies.get("leaseq_console_csrf")
     return client.post(
-        path, data={**data, "csrf": token or ""}, headers={"Origin": "http://testserver"}
+        path,
+        data={**data, "csrf": token or ""},
+        headers={"Origin": str(client.base_url).rstrip("/")},
     )
 
 

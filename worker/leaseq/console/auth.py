@@ -32,6 +32,13 @@ def is_loopback(host: str | None) -> bool:
         return False
 
 
+def _hostname(host: str) -> str:
+    """The name part of a Host header: ``127.0.0.1:8089`` -> 127.0.0.1, ``[::1]:80`` -> ::1."""
+    if host.startswith("["):
+        return host[1:].split("]", 1)[0]
+    return host.rsplit(":", 1)[0] if host.count(":") == 1 else host
+
+
 @dataclass(frozen=True)
 class Refusal:
     """Why a request was refused: the status, a short message for the page, and headers."""
@@ -61,6 +68,11 @@ class LocalOnly(Auth):
     def identify(self, client: str | None, headers: Mapping[str, str]) -> str | Refusal:
         if not is_loopback(client):
             return Refusal(403, "this console has no authentication and answers only this machine")
+        # A page of another site whose name was re-pointed at 127.0.0.1 (DNS rebinding) would
+        # be "this machine" too, and same-origin with the console: its Host header gives it
+        # away.
+        if not is_loopback(_hostname(headers.get("host", ""))):
+            return Refusal(403, "this console answers only to a loopback address (127.0.0.1)")
         return "local"
 
 

@@ -7,6 +7,7 @@ import psycopg
 from starlette.testclient import TestClient
 
 import leaseq
+from leaseq.console import Panel
 from leaseq.core.history import History
 from support.consoledb import ConsoleDb, grant_readonly, make_dead, post
 
@@ -205,3 +206,30 @@ def test_every_page_is_bounded_by_the_statement_timeout(console_db: ConsoleDb, c
             assert answer.status_code == 503, (path, answer.text)
             assert "did not answer within 0.5 s" in answer.text
     assert client.get("/").status_code == 200
+
+
+def test_worker_pools_when_readable_and_when_not(console_db: ConsoleDb, client_for) -> None:
+    pool = {
+        "metadata": {"namespace": "jobs", "name": "ocr-pool"},
+        "spec": {"queue": "ocr", "minReplicas": 0, "maxReplicas": 8},
+        "status": {"desiredReplicas": 3, "conditions": [{"type": "Scaling"}]},
+    }
+    readable: TestClient = client_for(console_db.admin_url, pools=lambda: ([pool], None))
+    page = readable.get("/pools").text
+    assert "ocr-pool" in page and "0-8" in page and "Scaling" in page
+    denied: TestClient = client_for(
+        console_db.admin_url, pools=lambda: (None, "cannot read WorkerPools: Forbidden")
+    )
+    answer = denied.get("/pools")
+    assert answer.status_code == 200 and "not shown: cannot read WorkerPools" in answer.text
+
+
+def test_more_overview_panels_plug_in(console_db: ConsoleDb, client_for) -> None:
+    """The place later features (keys, limits, pipelines) add their overview panels."""
+    panel = Panel(
+        "Pipelines", "<p id='pipelines'>{{ n }} running</p>", lambda console: {"n": "<b>2"}
+    )
+    client: TestClient = client_for(console_db.admin_url, panels=[panel])
+    page = client.get("/").text
+    assert "<h2>Pipelines</h2>" in page
+    assert "<p id='pipelines'>&lt;b&gt;2 running</p>" in page  # autoescaped

@@ -146,6 +146,7 @@ def test_a_read_only_role_gets_a_clear_refusal(console_db: ConsoleDb, client_for
     answer = post(client, f"/jobs/{job_id}/retry", {"reason": "try"})
     assert answer.status_code == 403
     assert "Refused by the database" in answer.text and "read-only" in answer.text
+    assert "permission denied for function console_retry_dead." in answer.text
     assert "Traceback" not in answer.text and "psycopg" not in answer.text
     with psycopg.connect(console_db.owner_url) as conn:
         assert conn.execute("SELECT status FROM leaseq.jobs").fetchone() == ("dead",)

@@ -138,6 +138,12 @@ def _json(value: Any) -> str:
     return json.dumps(value, indent=2, sort_keys=True, default=str)
 
 
+def _privilege(text: str) -> str:
+    """The database's words in a PermissionDenied message ("permission denied for ...")."""
+    found = re.search(r"lacks a privilege \((.*?)\);", text)
+    return found.group(1) if found else "permission denied"
+
+
 def _blank(value: str | None) -> str | None:
     value = (value or "").strip()
     return value or None
@@ -497,12 +503,12 @@ def create_app(
                 request, "error.html", {"title": "Form refused", "message": str(exc)}, 403
             )
         if isinstance(exc, PermissionDenied):
-            role = "the console's database role"
             title, status = "Refused by the database", 403
             message = (
-                f"{role} may not do this: it was granted read-only access "
-                "(leaseq migrate --console-role ROLE --console-admin false). Ask for an admin "
-                "console, or use `leaseq retry` / `leaseq cancel` with a role that may."
+                "the console's database role may not do this: a read-only console's role has "
+                "no admin grants (leaseq migrate --console-role ROLE --console-admin false). "
+                "Ask for an admin console, or use `leaseq retry` / `leaseq cancel` with a role "
+                f"that may. The database said: {_privilege(_text(exc))}."
             )
         elif isinstance(exc, StatementTimeout):
             title, status = "Too slow", 503

@@ -1,6 +1,6 @@
 -- Named statements of the web console (leaseq.console). Every one is bounded by construction:
 -- index probes, LIMITed scans and capped counts, never an exact count over leaseq.jobs or an
--- attempt table, never OFFSET. tests/integration/test_console_plans.py EXPLAINs each against
+-- attempt table, never OFFSET. tests/console/test_console_plans.py EXPLAINs each against
 -- 2,000,000 jobs. Each runs after console_bounds, in the same short transaction.
 
 -- name: console_bounds

@@ -115,3 +115,24 @@ def test_the_console_env_is_what_leaseq_console_reads(helm: Helm) -> None:
     config = ConsoleSettings.from_args(build_parser().parse_args(["console"]), env)
     assert config.auth == "basic" and config.address == "0.0.0.0" and config.port == 8089
     assert config.statement_timeout == 3.0 and config.allowed_origin == ("https://a.b",)
+
+
+def test_no_api_token_unless_it_reads_worker_pools(helm: Helm) -> None:
+    objs = helm.render(sets=ON)
+    spec = _console(objs)["spec"]["template"]["spec"]
+    assert spec["automountServiceAccountToken"] is False
+    assert not [o for o in of_kind(objs, "Role") if o["metadata"]["name"] == "rel-leaseq-console"]
+    objs = helm.render(sets={**ON, "console.readWorkerPools": "true"})
+    spec = _console(objs)["spec"]["template"]["spec"]
+    assert spec["automountServiceAccountToken"] is True
+    assert spec["serviceAccountName"] == "rel-leaseq-console"
+    (role,) = [o for o in of_kind(objs, "Role") if o["metadata"]["name"] == "rel-leaseq-console"]
+    assert role["rules"] == [
+        {"apiGroups": ["leaseq.dev"], "resources": ["workerpools"], "verbs": ["get", "list"]}
+    ]
+    (binding,) = [
+        o for o in of_kind(objs, "RoleBinding") if o["metadata"]["name"] == "rel-leaseq-console"
+    ]
+    assert binding["subjects"][0]["name"] == "rel-leaseq-console"
+    env = _env(spec["containers"][0])
+    assert env["LEASEQ_CONSOLE_POOLS_NAMESPACE"] == "jobs"

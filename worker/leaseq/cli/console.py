@@ -28,7 +28,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         import uvicorn
 
-        from leaseq.console.app import create_app
+        from leaseq.console.app import create_app, kube_pools
         from leaseq.console.auth import Auth, BasicAuth, LocalOnly, ProxyAuth
         from leaseq.console.settings import ConsoleSettings
     except ModuleNotFoundError as exc:
@@ -60,6 +60,7 @@ def run(args: argparse.Namespace) -> int:
         timeout=config.statement_timeout,
         refresh_seconds=config.refresh,
         allowed_origins=config.allowed_origin,
+        pools=kube_pools(config.pools_namespace),
     )
     uvicorn.run(
         app,

@@ -79,6 +79,14 @@ REDACT_HOOK = settings.Option(
     "module:function(job_type, field, value) deciding what a page shows of payloads, results, "
     "checkpoints and progress (default: mask secret-looking keys)",
 )
+POOLS_NAMESPACE = settings.Option(
+    "pools_namespace",
+    "LEASEQ_CONSOLE_POOLS_NAMESPACE",
+    str,
+    None,
+    "namespace whose WorkerPools the WorkerPools page lists (default: every namespace the "
+    "Kubernetes credentials may read)",
+)
 OPTIONS = (
     settings.DATABASE_URL,
     PORT,
@@ -91,6 +99,7 @@ OPTIONS = (
     TIMEOUT,
     REFRESH,
     REDACT_HOOK,
+    POOLS_NAMESPACE,
     settings.LOG_LEVEL,
     settings.LOG_FORMAT,
 )
@@ -110,6 +119,7 @@ class ConsoleSettings:
     statement_timeout: float
     refresh: float
     redact_hook: str | None
+    pools_namespace: str | None
     log_level: str
     log_format: str
 
@@ -148,6 +158,7 @@ class ConsoleSettings:
             statement_timeout=v["statement_timeout"],
             refresh=v["refresh"],
             redact_hook=v["redact_hook"],
+            pools_namespace=v["pools_namespace"],
             log_level=v["log_level"],
             log_format=v["log_format"],
         )

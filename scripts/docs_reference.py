@@ -21,6 +21,7 @@ from pathlib import Path
 
 from leaseq import config as settings
 from leaseq.cli.main import build_parser
+from leaseq.console import settings as console_settings
 from leaseq.runtime import settings as worker_settings
 from leaseq_operator import config, standalone
 from leaseq_operator.cli import build_parser as operator_parser
@@ -58,6 +59,12 @@ def tables() -> str:
             "After migrating, `leaseq migrate` grants each component's role "
             "([security](../guides/security.md)).",
             settings.docs_table(settings.GRANT_OPTIONS),
+            "With `--console-role` it grants the web console's role too "
+            "([console](../guides/console.md)).",
+            settings.docs_table(settings.CONSOLE_GRANT_OPTIONS),
+            "## `leaseq console`",
+            "The web console ([guide](../guides/console.md)); needs the `console` extra.",
+            settings.docs_table([o for o in console_settings.OPTIONS if o not in COMMON]),
         ]
     )
 

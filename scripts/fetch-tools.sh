@@ -55,7 +55,7 @@ PY
 
 # Debian packages some tests run, as command:package. Best effort: without root (or sudo)
 # or apt-get, say what is missing and go on; the tests needing it skip with the reason.
-APT_TOOLS="promtool:prometheus pgbouncer:pgbouncer podman:podman runc:runc mmdebstrap:mmdebstrap newuidmap:uidmap"
+APT_TOOLS="promtool:prometheus pgbouncer:pgbouncer podman:podman runc:runc mmdebstrap:mmdebstrap newuidmap:uidmap chromium:chromium"
 
 fetch_apt_tools() {
     local entry missing=() sudo=""

@@ -12,6 +12,7 @@ from chartkit import Helm, Obj, env_names, of_kind, one, pod_specs, values_files
 
 from leaseq import config as settings
 from leaseq.cli import main as cli
+from leaseq.console import settings as console_settings
 from leaseq.runtime import settings as worker_settings
 from leaseq.runtime.settings import WorkerSettings
 from leaseq_operator import cli as operator_cli
@@ -25,7 +26,12 @@ OPERATOR_ENV = {o.env for o in operator_config.OPTIONS}
 READS = {
     "worker": WORKER_ENV,
     "operator": OPERATOR_ENV,
-    "migrate": {settings.DATABASE_URL.env, *(o.env for o in settings.GRANT_OPTIONS)},
+    "migrate": {
+        settings.DATABASE_URL.env,
+        *(o.env for o in settings.GRANT_OPTIONS),
+        *(o.env for o in settings.CONSOLE_GRANT_OPTIONS),
+    },
+    "console": {o.env for o in console_settings.OPTIONS},
 }
 # Read by the worker but deliberately not set: its default (hostname-pid) is unique per pod
 # and process, and one value for every replica would make them all the same worker.

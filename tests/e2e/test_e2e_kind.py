@@ -10,7 +10,9 @@ its hooks run before the release's own objects exist), enqueue 100 slow jobs, wa
 WorkerPool scale the workers to maxReplicas, force-delete a busy worker pod and see the
 reaper take its job back, `helm upgrade` (a rolling restart) while jobs run, so that draining
 pods release jobs longer than their drain window, watch the pool scale back to zero, check
-every job succeeded with exactly one effect and none went dead, `helm test`, and finally
+every job succeeded with exactly one effect and none went dead, retry a dead job through the
+web console (port-forwarded, basic auth from a Secret, its form's CSRF token and Origin) and
+see a worker the pool scales up make it succeed, `helm test`, and finally
 `helm uninstall` and deleting the namespace, which must both finish and leave nothing behind.
 
 LEASEQ_E2E_KEEP_CLUSTER=1 keeps (and reuses) the cluster; LEASEQ_E2E_NODE_IMAGE picks the
@@ -19,7 +21,9 @@ node image (e.g. the oldest Kubernetes the chart claims).
 
 from __future__ import annotations
 
+import contextlib
 import os
+import re
 import shutil
 import socket
 import subprocess
@@ -29,6 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
+import httpx
 import psycopg
 import pytest
 
@@ -49,6 +54,10 @@ MAX_REPLICAS = 4  # ci/kind-values.yaml: worker.pool.maxReplicas
 CLEANUP_TIMEOUT = "3m"  # uninstall and namespace deletion: a hang is a failure, not a wait
 WORKER = f"{RELEASE}-worker"
 POSTGRES = f"{RELEASE}-postgresql"
+CONSOLE = f"{RELEASE}-console"
+# ci/kind-values.yaml: console.basicAuth.existingSecret, created here before the install.
+CONSOLE_USERS = "leaseq-console-users"
+CONSOLE_USER, CONSOLE_PASSWORD = "oncall", "e2e-console-pass"
 
 T = TypeVar("T")
 
@@ -139,6 +148,12 @@ def installed(cluster: Cluster) -> Cluster:
     subprocess.run(["docker", "build", "-t", IMAGE, str(REPO)], check=True, timeout=1200)
     subprocess.run(["kind", "load", "docker-image", IMAGE, "--name", CLUSTER], check=True)
     uninstall(cluster)  # a kept cluster's earlier run
+    # The console's users: a Secret of user:password lines, as an operator team would make.
+    cluster.run("kubectl", "create", "namespace", NAMESPACE)
+    cluster.kubectl(
+        "create", "secret", "generic", CONSOLE_USERS,
+        f"--from-literal=users={CONSOLE_USER}:{CONSOLE_PASSWORD}",
+    )  # fmt: skip
     cluster.helm(
         "install",
         RELEASE,
@@ -198,6 +213,51 @@ def database_url(installed: Cluster) -> Iterator[str]:
     finally:
         forward.terminate()
         forward.wait(timeout=10)
+
+
+@contextlib.contextmanager
+def console_forward(cluster: Cluster) -> Iterator[str]:
+    """The console's Service, port-forwarded to this machine: its base URL."""
+    port = free_port()
+    forward = subprocess.Popen(
+        ["kubectl", "-n", NAMESPACE, "port-forward", f"svc/{CONSOLE}", f"{port}:80"],
+        env=cluster.env(),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    base = f"http://127.0.0.1:{port}"
+
+    def answers() -> bool:
+        try:
+            return httpx.get(base + "/healthz", timeout=3).status_code == 200
+        except httpx.HTTPError:
+            return False
+
+    try:
+        wait_for("the port-forward to the console", answers, timeout=60)
+        yield base
+    finally:
+        forward.terminate()
+        forward.wait(timeout=10)
+
+
+def retry_through_console(base: str, job_id: int) -> str:
+    """Retry a dead job the way a browser does: sign in, open its page (the CSRF cookie and
+    the form's token), post the form with the page's Origin. Returns the answer page."""
+    auth = (CONSOLE_USER, CONSOLE_PASSWORD)
+    with httpx.Client(base_url=base, auth=auth, timeout=10) as http:
+        assert http.get("/", auth=None).status_code == 401  # never without credentials
+        page = http.get(f"/jobs/{job_id}")
+        assert page.status_code == 200, page.text
+        token = re.search(r'name="csrf" value="([^"]+)"', page.text)
+        assert token, "the job page has no retry form"
+        answer = http.post(
+            f"/jobs/{job_id}/retry",
+            data={"csrf": token.group(1), "reason": "e2e: retried through the console"},
+            headers={"Origin": base},
+        )
+        assert answer.status_code == 200, answer.text
+        return answer.text
 
 
 def replicas(cluster: Cluster) -> tuple[int, int]:
@@ -319,6 +379,28 @@ def test_scale_crash_upgrade_scale_down(installed: Cluster, database_url: str) -
         assert len(attempts) >= 2
         assert any(victim_pod in a.worker for a in attempts)
         assert any(victim_pod not in a.worker for a in attempts)
+
+        # The web console: a dead job retried through it runs again (the pool scales a
+        # worker back up for it), and the audit says who did it and why.
+        [dead_id] = conn.execute(
+            "INSERT INTO leaseq.jobs (queue, job_type, payload, status, attempt_count,"
+            " max_attempts, finished_at, last_error, last_error_code)"
+            " VALUES (%s, 'infer', '{\"seconds\": 1}', 'dead', 1, 1, now(), 'e2e', 'E2E')"
+            " RETURNING id",
+            (QUEUE,),
+        ).fetchone()
+        with console_forward(cluster) as base:
+            assert "1 of 1 job(s) retried" in retry_through_console(base, dead_id)
+        wait_for(
+            "the job retried through the console to succeed",
+            lambda: queue.get(dead_id).status == "succeeded" or None,
+            timeout=600,
+            every=5,
+        )
+        actor = conn.execute(
+            "SELECT actor FROM leaseq.console_audit WHERE %s = ANY(job_ids)", (dead_id,)
+        ).fetchone()
+        assert actor == (CONSOLE_USER,)
 
     cluster.helm("test", RELEASE, "--timeout", "5m")
 

@@ -47,3 +47,11 @@ def test_the_upgrade_check_polls_until_a_draining_pod_released() -> None:
     assert [a.worker for a in e2e.released_by(drained, old)] == ["leaseq-worker-abc-2-1"]
     assert not e2e.gone(old, "leaseq-worker-abc-2 leaseq-worker-def-1")
     assert e2e.gone(old, "leaseq-worker-def-1 leaseq-worker-def-2")
+
+
+def test_the_console_users_secret_is_the_one_the_kind_values_mount() -> None:
+    """The e2e creates the console's users Secret before installing: the same name the kind
+    values give console.basicAuth (a pod waiting for a missing Secret would hang helm --wait)."""
+    console = yaml.safe_load(KIND_VALUES.read_text())["console"]
+    assert console["enabled"] is True and console["auth"] == "basic"
+    assert console["basicAuth"]["existingSecret"] == e2e.CONSOLE_USERS

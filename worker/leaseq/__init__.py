@@ -73,6 +73,7 @@ from leaseq.core.schedule_models import (
 from leaseq.core.schedules import Schedules
 from leaseq.core.schema import (
     ComponentRoles,
+    ConsoleRole,
     MigrationReport,
     Schema,
     check_schema,
@@ -94,6 +95,7 @@ __all__ = [
     "Completed",
     "ComponentRoles",
     "ConfigError",
+    "ConsoleRole",
     "DatabaseError",
     "DatabaseMissing",
     "DatabaseUnavailable",

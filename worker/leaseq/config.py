@@ -215,6 +215,33 @@ WORKER_ROLE, OPERATOR_ROLE, PRODUCER_ROLE = (
 )
 GRANT_OPTIONS = (WORKER_ROLE, OPERATOR_ROLE, PRODUCER_ROLE)
 
+
+def boolean(text: str) -> bool:
+    lowered = text.strip().lower()
+    if lowered not in ("true", "false"):
+        raise ValueError("must be true or false")
+    return lowered == "true"
+
+
+CONSOLE_ROLE = Option(
+    "console_role",
+    "LEASEQ_CONSOLE_ROLE",
+    role_name,
+    None,
+    "database role `leaseq console` runs as: `leaseq migrate` grants it read access and, "
+    "unless --console-admin false, only the console's audited retry and cancel "
+    "(docs/guides/console.md); unset: no console grants",
+)
+CONSOLE_ADMIN = Option(
+    "console_admin",
+    "LEASEQ_CONSOLE_ADMIN",
+    boolean,
+    True,
+    "with --console-role: true grants the console its admin actions (retry dead jobs, cancel "
+    "jobs, each audited), false makes it read-only",
+)
+CONSOLE_GRANT_OPTIONS = (CONSOLE_ROLE, CONSOLE_ADMIN)
+
 HOT_RETENTION = Option(
     "hot_retention",
     "LEASEQ_HOT_RETENTION",

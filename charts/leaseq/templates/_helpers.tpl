@@ -82,11 +82,12 @@ app.kubernetes.io/component: {{ .component }}
      reads. Each component reads its own Secret when database.<component>.existingSecret
      names one (production: one database role per component), else the shared database
      Secret (demos). The component is the including template's file: migration-job.yaml is
-     the migration, operator.yaml the operator, anything else (worker.yaml, the test Pod)
+     the migration, operator.yaml the operator, console.yaml the console, anything else (worker.yaml, the test Pod)
      the worker. */}}
 {{- define "leaseq.databaseEnv" -}}
 {{- $file := base .Template.Name -}}
-{{- $component := ternary "migration" (ternary "operator" "worker" (eq $file "operator.yaml")) (eq $file "migration-job.yaml") -}}
+{{- $byFile := dict "migration-job.yaml" "migration" "operator.yaml" "operator" "console.yaml" "console" -}}
+{{- $component := get $byFile $file | default "worker" -}}
 {{- $own := (index .Values.database $component).existingSecret -}}
 - name: LEASEQ_DATABASE_URL
   valueFrom:
@@ -103,6 +104,10 @@ app.kubernetes.io/component: {{ .component }}
 - name: LEASEQ_{{ upper $component }}_ROLE
   value: {{ $role | quote }}
 {{- end }}
+{{- end }}
+{{- if .Values.database.roles.console }}
+- name: LEASEQ_CONSOLE_ADMIN
+  value: {{ .Values.console.admin | quote }}
 {{- end }}
 {{- end -}}
 

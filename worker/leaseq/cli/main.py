@@ -16,20 +16,25 @@ from leaseq.core import redact
 from leaseq.core.db import connect
 from leaseq.core.errors import ConfigError, LeaseqError
 from leaseq.core.history import History
-from leaseq.core.schema import ComponentRoles, known_migrations, migrate
+from leaseq.core.schema import ComponentRoles, ConsoleRole, known_migrations, migrate
 from leaseq.runtime import settings as worker_settings
 
 
 def _cmd_migrate(args: argparse.Namespace) -> int:
-    values = settings.resolve(args, [settings.DATABASE_URL, *settings.GRANT_OPTIONS])
+    values = settings.resolve(
+        args, [settings.DATABASE_URL, *settings.GRANT_OPTIONS, *settings.CONSOLE_GRANT_OPTIONS]
+    )
     url = settings.require(values, settings.DATABASE_URL)
     roles = ComponentRoles(
         worker=values["worker_role"],
         operator=values["operator_role"],
         producer=values["producer_role"],
     )
+    console = None
+    if values["console_role"]:
+        console = ConsoleRole(values["console_role"], admin=values["console_admin"])
     with connect(url, action="migrate") as conn:
-        report = migrate(conn, roles)
+        report = migrate(conn, roles, console)
     done = ", ".join(f"{v:04d}" for v in report.applied) or "nothing to apply"
     print(f"leaseq schema at version {report.version} ({done})")
     for statement in report.grants:
@@ -143,7 +148,9 @@ def build_parser() -> argparse.ArgumentParser:
         "Safe to run again and from several places at once; refuses, changing nothing, a "
         "database migrated by a newer leaseq.",
     )
-    settings.add_options(p, [settings.DATABASE_URL, *settings.GRANT_OPTIONS])
+    settings.add_options(
+        p, [settings.DATABASE_URL, *settings.GRANT_OPTIONS, *settings.CONSOLE_GRANT_OPTIONS]
+    )
     p.set_defaults(func=_cmd_migrate)
 
     p = sub.add_parser(
@@ -207,6 +214,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
     settings.add_options(p, standalone.OPTIONS)
     p.set_defaults(func=_cmd_reaper)
+
+    from leaseq.cli import console as console_cli
+
+    console_cli.add_command(sub)
 
     p = sub.add_parser("operator", add_help=False, help="run the Kubernetes operator")
     p.add_argument("rest", nargs=argparse.REMAINDER)

@@ -8,6 +8,7 @@ import re
 from dataclasses import dataclass, field
 from importlib import resources
 
+from leaseq.core._store.console import ConsoleStore
 from leaseq.core._store.store import Store
 from leaseq.core.db import Conn, Db, borrow
 from leaseq.core.errors import SchemaNotReady, SchemaTooNew, WrongEncoding
@@ -47,6 +48,16 @@ class ComponentRoles:
 
     def __bool__(self) -> bool:
         return any((self.worker, self.operator, self.producer))
+
+
+@dataclass(frozen=True)
+class ConsoleRole:
+    """The database role the web console runs as (docs/guides/console.md): read access,
+    plus, with ``admin``, only its two audited actions (retry dead jobs, cancel jobs).
+    An ordinary role, not a component's, nor the owner."""
+
+    role: str
+    admin: bool = True
 
 
 @functools.cache
@@ -98,20 +109,26 @@ class Schema:
         self._db = db
         self._store = Store()
 
-    def migrate(self, roles: ComponentRoles | None = None) -> MigrationReport:
+    def migrate(
+        self, roles: ComponentRoles | None = None, console: ConsoleRole | None = None
+    ) -> MigrationReport:
         """Apply every missing migration, each in its own transaction, and report what was done;
         then, when ``roles`` names any, grant each component's role exactly its privileges
         (one transaction; everything on leaseq's objects is revoked from the previous and the
         given roles first, so a rerun converges to the same grants).
 
         Idempotent; safe to run from many pods at once (a session advisory lock serialises
-        them). Refuses, changing nothing, a database migrated by a newer leaseq. A given
-        connection must be in autocommit mode and not used by anyone else meanwhile.
+        them). ``console``, when given, grants the web console's role its privileges the
+        same way (after the components'). Refuses, changing nothing, a database migrated by a
+        newer leaseq. A given connection must be in autocommit mode and not used by anyone
+        else meanwhile.
         """
         with borrow(self._db, "migrate") as conn:
-            return self._migrate(conn, roles or ComponentRoles())
+            return self._migrate(conn, roles or ComponentRoles(), console)
 
-    def _migrate(self, conn: Conn, roles: ComponentRoles) -> MigrationReport:
+    def _migrate(
+        self, conn: Conn, roles: ComponentRoles, console: ConsoleRole | None
+    ) -> MigrationReport:
         store = self._store
         _require_utf8(conn, store)
         store.migration_lock(conn)
@@ -135,8 +152,13 @@ class Schema:
                     grants = store.grants_apply(
                         conn, worker=roles.worker, operator=roles.operator, producer=roles.producer
                     )
-                for statement in grants:
-                    log.info("granted: %s", statement)
+            if console is not None:
+                with conn.transaction():
+                    grants += ConsoleStore().console_grants_apply(
+                        conn, role=console.role, admin=console.admin
+                    )
+            for statement in grants:
+                log.info("granted: %s", statement)
             return MigrationReport(applied=done, version=code_version(), grants=grants)
         finally:
             store.migration_unlock(conn)
@@ -163,9 +185,11 @@ class Schema:
         return current
 
 
-def migrate(conn: Conn, roles: ComponentRoles | None = None) -> MigrationReport:
+def migrate(
+    conn: Conn, roles: ComponentRoles | None = None, console: ConsoleRole | None = None
+) -> MigrationReport:
     """:meth:`Schema.migrate` on ``conn`` (autocommit, not shared meanwhile)."""
-    return Schema(conn).migrate(roles)
+    return Schema(conn).migrate(roles, console)
 
 
 def check_schema(conn: Conn) -> int:

@@ -1,0 +1,268 @@
+-- Named statements of the web console (leaseq.console). Every one is bounded by construction:
+-- index probes, LIMITed scans and capped counts, never an exact count over leaseq.jobs or an
+-- attempt table, never OFFSET. tests/console/test_console_plans.py EXPLAINs each against
+-- 2,000,000 jobs. Each runs after console_bounds, in the same short transaction.
+
+-- name: console_bounds
+-- Bounds the console's transaction (milliseconds) and plans every statement for its actual parameters (a generic plan of an `x IS NULL OR col = x` filter could scan).
+SELECT set_config('statement_timeout', %(ms)s::text, true),
+       set_config('lock_timeout', %(ms)s::text, true),
+       set_config('idle_in_transaction_session_timeout', %(ms)s::text, true),
+       set_config('plan_cache_mode', 'force_custom_plan', true);
+
+-- name: console_role
+-- The console's database role, the admin actions it may take, and the planner's estimate of the hot table's rows.
+SELECT session_user::text AS role,
+       has_function_privilege('leaseq.console_retry_dead(bigint[], text, text, jsonb)', 'EXECUTE') AS can_retry,
+       has_function_privilege('leaseq.console_cancel(bigint[], text, text, jsonb)', 'EXECUTE') AS can_cancel,
+       greatest((SELECT c.reltuples FROM pg_class c WHERE c.oid = 'leaseq.jobs'::regclass), 0)::bigint AS jobs_estimate;
+
+-- name: console_queues
+-- The queues that have pending, running or dead jobs, a worker or a schedule (at most %(limit)s): a skip scan over the pending and dead indexes, one probe per queue.
+WITH RECURSIVE pending AS (
+    (SELECT j.queue FROM leaseq.jobs j WHERE j.status = 'pending' ORDER BY j.queue LIMIT 1)
+    UNION ALL
+    SELECT (SELECT j.queue FROM leaseq.jobs j
+             WHERE j.status = 'pending' AND j.queue > p.queue ORDER BY j.queue LIMIT 1)
+      FROM pending p WHERE p.queue IS NOT NULL
+),
+dead AS (
+    (SELECT j.queue FROM leaseq.jobs j WHERE j.status = 'dead' ORDER BY j.queue LIMIT 1)
+    UNION ALL
+    SELECT (SELECT j.queue FROM leaseq.jobs j
+             WHERE j.status = 'dead' AND j.queue > d.queue ORDER BY j.queue LIMIT 1)
+      FROM dead d WHERE d.queue IS NOT NULL
+)
+SELECT queue FROM (
+    SELECT queue FROM (SELECT queue FROM pending LIMIT %(limit)s) p
+    UNION SELECT queue FROM (SELECT queue FROM dead LIMIT %(limit)s) d
+    -- Running jobs are at most the workers' total concurrency.
+    UNION SELECT j.queue FROM leaseq.jobs j WHERE j.status = 'running'
+    UNION SELECT unnest(w.queues) FROM leaseq.workers w
+    UNION SELECT s.queue FROM leaseq.schedules s
+) q
+ WHERE queue IS NOT NULL
+ ORDER BY queue
+ LIMIT %(limit)s;
+
+-- name: console_queue_panel
+-- One queue's overview: ready, scheduled and dead jobs, each counted up to %(cap)s + 1 (more shows as "cap+"), ready and scheduled as ranges of the claim index per priority; running jobs and the oldest heartbeat (bounded by the workers' concurrency); the oldest ready age (one probe per priority); live workers.
+WITH RECURSIVE t AS (SELECT coalesce(%(now)s::timestamptz, now()) AS now),
+priorities AS (
+    (SELECT j.priority FROM leaseq.jobs j
+      WHERE j.status = 'pending' AND j.queue = %(queue)s ORDER BY j.priority LIMIT 1)
+    UNION ALL
+    SELECT (SELECT j.priority FROM leaseq.jobs j
+             WHERE j.status = 'pending' AND j.queue = %(queue)s AND j.priority > p.priority
+             ORDER BY j.priority LIMIT 1)
+      FROM priorities p WHERE p.priority IS NOT NULL
+),
+levels AS (SELECT p.priority FROM priorities p WHERE p.priority IS NOT NULL LIMIT 1000),
+-- Per priority, ready jobs are one range of the claim index (available_at <= now) and
+-- scheduled ones the next: each count stops after cap + 1 rows in all.
+ready AS (
+    SELECT count(*) AS ready FROM (
+        SELECT 1 FROM levels p CROSS JOIN LATERAL (
+            SELECT 1 FROM leaseq.jobs j
+             WHERE j.status = 'pending' AND j.queue = %(queue)s AND j.priority = p.priority
+               AND j.available_at <= (SELECT now FROM t)
+             LIMIT %(cap)s + 1) x
+        LIMIT %(cap)s + 1) s
+),
+scheduled AS (
+    SELECT count(*) AS scheduled FROM (
+        SELECT 1 FROM levels p CROSS JOIN LATERAL (
+            SELECT 1 FROM leaseq.jobs j
+             WHERE j.status = 'pending' AND j.queue = %(queue)s AND j.priority = p.priority
+               AND j.available_at > (SELECT now FROM t)
+             LIMIT %(cap)s + 1) x
+        LIMIT %(cap)s + 1) s
+),
+oldest AS (
+    SELECT min(f.available_at) AS available_at
+      FROM levels p
+      CROSS JOIN LATERAL (
+          SELECT j.available_at FROM leaseq.jobs j
+           WHERE j.status = 'pending' AND j.queue = %(queue)s AND j.priority = p.priority
+           ORDER BY j.available_at LIMIT 1) f
+     WHERE f.available_at <= (SELECT now FROM t)
+),
+running AS (
+    SELECT count(*) AS running, min(j.heartbeat_at) AS oldest_heartbeat
+      FROM leaseq.jobs j
+     WHERE j.status = 'running' AND j.queue = %(queue)s
+),
+dead AS (
+    SELECT count(*) AS dead
+      FROM (SELECT 1 FROM leaseq.jobs j
+             WHERE j.status = 'dead' AND j.queue = %(queue)s
+             ORDER BY j.finished_at, j.id LIMIT %(cap)s + 1) s
+),
+live AS (
+    SELECT count(*) AS workers, coalesce(sum(w.in_flight), 0)::bigint AS in_flight
+      FROM leaseq.workers w
+     WHERE %(queue)s = ANY(w.queues)
+       AND w.heartbeat_at > (SELECT now FROM t) - make_interval(secs => %(live_seconds)s)
+)
+SELECT %(queue)s::text AS queue, r.ready, s.scheduled, x.running, d.dead,
+       extract(epoch FROM (SELECT now FROM t) - o.available_at)::float8 AS oldest_ready_age,
+       extract(epoch FROM (SELECT now FROM t) - x.oldest_heartbeat)::float8 AS oldest_heartbeat_age,
+       l.workers, l.in_flight
+  FROM ready r, scheduled s, oldest o, running x, dead d, live l;
+
+-- name: console_id_bounds
+-- The lowest and highest job id in the hot table (two index probes).
+SELECT (SELECT min(j.id) FROM leaseq.jobs j) AS low, (SELECT max(j.id) FROM leaseq.jobs j) AS high;
+
+-- name: console_id_below
+-- The highest job id below a given one (one probe): where the next window of ids starts, skipping gaps.
+SELECT max(j.id) AS id FROM leaseq.jobs j WHERE j.id < %(before)s;
+
+-- name: console_jobs
+-- Jobs in one window of ids (at most %(window)s ids below %(before)s, newest first) matching the filters, at most %(limit)s: a range of the primary key, so a rare filter costs one window, never the table.
+SELECT j.id, j.queue, j.job_type, j.status::text AS status, j.priority, j.attempt_count,
+       j.max_attempts, j.created_at, j.available_at, j.finished_at, j.lease_owner,
+       j.last_error_code, left(j.last_error, 200) AS last_error, j.idempotency_key
+  FROM leaseq.jobs j
+ WHERE j.id < %(before)s AND j.id >= %(before)s - %(window)s
+   AND (%(status)s::text IS NULL OR j.status = %(status)s::leaseq.job_status)
+   AND (%(queue)s::text IS NULL OR j.queue = %(queue)s)
+   AND (%(job_type)s::text IS NULL OR j.job_type = %(job_type)s)
+   AND (%(error_code)s::text IS NULL OR j.last_error_code = %(error_code)s)
+   AND (%(key)s::text IS NULL OR j.idempotency_key = %(key)s OR j.dedup_key = %(key)s)
+   AND (%(created_from)s::timestamptz IS NULL OR j.created_at >= %(created_from)s)
+   AND (%(created_to)s::timestamptz IS NULL OR j.created_at < %(created_to)s)
+ ORDER BY j.id DESC
+ LIMIT %(limit)s;
+
+-- name: console_job
+-- One job by id wherever it is (hot table, history, or only the ledger), with the effect its idempotency key wrote, if any.
+SELECT w.place, w.id, w.queue, w.job_type, w.payload, w.status, w.priority, w.attempt_count,
+       w.max_attempts, w.created_at, w.available_at, w.started_at, w.finished_at,
+       w.lease_owner, w.lease_token, w.lease_expires_at, w.heartbeat_at, w.progress,
+       w.timeout_seconds, w.last_error, w.last_error_code, w.idempotency_key, w.dedup_key,
+       w.result, w.checkpoint,
+       (SELECT r.job_id FROM leaseq.job_results r
+         WHERE r.queue = w.queue AND r.job_type = w.job_type AND r.idempotency_key = w.idempotency_key) AS effect_job_id
+  FROM leaseq.job_whereabouts w
+ WHERE w.id = %(id)s
+ LIMIT 1;
+
+-- name: console_job_attempts
+-- A job's attempt timeline, in the hot table or in history, oldest first (at most %(limit)s).
+SELECT a.attempt, a.lease_token, a.worker, a.started_at, a.ended_at, a.outcome::text AS outcome,
+       a.error, a.traceback, 'hot'::text AS place
+  FROM leaseq.job_attempts a
+ WHERE a.job_id = %(id)s
+UNION ALL
+SELECT a.attempt, a.lease_token, a.worker, a.started_at, a.ended_at, a.outcome::text,
+       a.error, a.traceback, 'history'
+  FROM leaseq.job_ledger l
+  -- LATERAL with OFFSET 0: the ledger's values prune the history to one partition.
+  CROSS JOIN LATERAL (
+      SELECT * FROM leaseq.job_attempt_history x
+       WHERE x.job_id = l.id AND x.finished_at = l.finished_at AND x.keep_days = l.keep_days
+      OFFSET 0
+  ) a
+ WHERE l.id = %(id)s
+ ORDER BY lease_token
+ LIMIT %(limit)s;
+
+-- name: console_dead
+-- The newest dead jobs (at most %(scan)s looked at, newest first, in one queue or all) that match the type and error code filters, at most %(limit)s of them, with how many of those looked at matched and how many were looked at.
+-- The scan reads only the dead indexes (they include type and error code); the shown rows are
+-- fetched by id.
+WITH recent AS (
+    SELECT j.id, j.finished_at, j.job_type, j.last_error_code
+      FROM leaseq.jobs j
+     WHERE j.status = 'dead' AND (%(queue)s::text IS NULL OR j.queue = %(queue)s)
+     ORDER BY j.finished_at DESC, j.id DESC
+     LIMIT %(scan)s
+),
+matching AS (
+    SELECT r.id, r.finished_at FROM recent r
+     WHERE (%(job_type)s::text IS NULL OR r.job_type = %(job_type)s)
+       AND (%(error_code)s::text IS NULL OR r.last_error_code = %(error_code)s)
+),
+shown AS (SELECT m.id FROM matching m ORDER BY m.finished_at DESC, m.id DESC LIMIT %(limit)s)
+SELECT j.id, j.queue, j.job_type, j.attempt_count, j.finished_at, j.last_error_code,
+       left(j.last_error, 200) AS last_error,
+       (SELECT count(*) FROM matching) AS matched, (SELECT count(*) FROM recent) AS scanned
+  FROM shown s JOIN leaseq.jobs j ON j.id = s.id
+ ORDER BY j.finished_at DESC, j.id DESC;
+
+-- name: console_dead_count
+-- How many dead jobs match the filters among the newest %(scan)s dead jobs (of one queue or all), and how many were looked at.
+WITH recent AS (
+    SELECT j.job_type, j.last_error_code
+      FROM leaseq.jobs j
+     WHERE j.status = 'dead' AND (%(queue)s::text IS NULL OR j.queue = %(queue)s)
+     ORDER BY j.finished_at DESC, j.id DESC
+     LIMIT %(scan)s
+)
+SELECT count(*) FILTER (WHERE (%(job_type)s::text IS NULL OR r.job_type = %(job_type)s)
+                          AND (%(error_code)s::text IS NULL OR r.last_error_code = %(error_code)s)) AS matched,
+       count(*) AS scanned
+  FROM recent r;
+
+-- name: console_pending
+-- Pending jobs of one queue (at most %(scan)s looked at, in claim order) that match the type filter: at most %(limit)s ids, with how many matched and how many were looked at.
+WITH recent AS (
+    SELECT j.id, j.job_type
+      FROM leaseq.jobs j
+     WHERE j.status = 'pending' AND j.queue = %(queue)s
+     ORDER BY j.priority, j.available_at, j.id
+     LIMIT %(scan)s
+),
+matching AS (
+    SELECT r.id FROM recent r WHERE %(job_type)s::text IS NULL OR r.job_type = %(job_type)s
+)
+SELECT coalesce((SELECT array_agg(x.id) FROM (SELECT id FROM matching ORDER BY id LIMIT %(limit)s) x), '{}') AS ids,
+       (SELECT count(*) FROM matching) AS matched, (SELECT count(*) FROM recent) AS scanned;
+
+-- name: console_retry_dead
+-- Retries the given dead jobs and writes the audit row, in one transaction (leaseq.console_retry_dead); returns the ids retried.
+SELECT id FROM leaseq.console_retry_dead(%(ids)s::bigint[], %(actor)s, %(reason)s, %(filter)s::jsonb);
+
+-- name: console_cancel
+-- Cancels the given pending or running jobs and writes the audit row, in one transaction (leaseq.console_cancel); returns the ids cancelled.
+SELECT id FROM leaseq.console_cancel(%(ids)s::bigint[], %(actor)s, %(reason)s, %(filter)s::jsonb);
+
+-- name: console_workers
+-- Registered workers (at most %(limit)s) with their heartbeat age and jobs in flight (running jobs they hold, from the running jobs: at most the workers' concurrency).
+WITH t AS (SELECT coalesce(%(now)s::timestamptz, now()) AS now),
+held AS (
+    SELECT j.lease_owner, count(*) AS running, min(j.started_at) AS oldest_started
+      FROM leaseq.jobs j
+     WHERE j.status = 'running'
+     GROUP BY j.lease_owner
+)
+SELECT w.worker_id, w.pod, w.node, w.queues, w.concurrency, w.state, w.in_flight, w.job_types,
+       extract(epoch FROM (SELECT now FROM t) - w.heartbeat_at)::float8 AS heartbeat_age,
+       extract(epoch FROM (SELECT now FROM t) - w.started_at)::float8 AS age,
+       coalesce(h.running, 0) AS running,
+       extract(epoch FROM (SELECT now FROM t) - h.oldest_started)::float8 AS oldest_running_age
+  FROM leaseq.workers w
+  LEFT JOIN held h ON h.lease_owner = w.worker_id
+ ORDER BY w.worker_id
+ LIMIT %(limit)s;
+
+-- name: console_schedules
+-- Schedules (at most %(limit)s) with their next and last slots.
+SELECT s.name, s.cron, s.timezone, s.queue, s.job_type, s.payload, s.paused, s.enabled,
+       s.disabled_reason, s.overlap::text AS overlap, s.fire_after, s.last_slot, s.last_job_id,
+       s.missed_slots, s.declared_by::text AS declared_by
+  FROM leaseq.schedules s
+ ORDER BY s.name
+ LIMIT %(limit)s;
+
+-- name: console_audit
+-- The newest console audit rows (at most %(limit)s).
+SELECT a.id, a.at, a.db_role, a.actor, a.action, a.job_ids, a.asked, a.reason, a.filter
+  FROM leaseq.console_audit a
+ ORDER BY a.at DESC, a.id DESC
+ LIMIT %(limit)s;
+
+-- name: console_grants_apply
+-- Grants the console's database role read access and, with admin, the console's two admin functions (revoking everything from the previous console roles first; NULL role: revoke only); returns every statement run.
+SELECT statement FROM leaseq.apply_console_grants(%(role)s, %(admin)s) AS statement;

@@ -1,0 +1,138 @@
+"""The chart's web console (issue 25): off by default; when on, a Deployment and Service (and
+an Ingress when asked) locked down like every workload, never without authentication, its
+own database Secret, and the migration granting its role."""
+
+from __future__ import annotations
+
+import pytest
+from chartkit import Helm, Obj, of_kind, one
+
+ON = {"console.enabled": "true", "console.basicAuth.existingSecret": "console-users"}
+
+
+def _console(objs: list[Obj]) -> Obj:
+    return one(objs, "Deployment", "console")
+
+
+def _env(container: Obj) -> dict[str, str | None]:
+    return {e["name"]: e.get("value") for e in container["env"]}
+
+
+def test_off_by_default(helm: Helm) -> None:
+    objs = helm.render()
+    labels = [o["metadata"].get("labels", {}).get("app.kubernetes.io/component") for o in objs]
+    assert "console" not in labels
+    migrate = one(objs, "Job", "migrate")["spec"]["template"]["spec"]["containers"][0]
+    assert "LEASEQ_CONSOLE_ROLE" not in _env(migrate)
+
+
+def test_deployment_and_service(helm: Helm) -> None:
+    objs = helm.render(sets=ON)
+    spec = _console(objs)["spec"]["template"]["spec"]
+    worker = one(objs, "Deployment", "worker")["spec"]["template"]["spec"]
+    assert spec["securityContext"] == worker["securityContext"]
+    assert spec["automountServiceAccountToken"] is False
+    (c,) = spec["containers"]
+    assert c["args"] == ["console"]
+    assert c["securityContext"] == worker["containers"][0]["securityContext"]
+    env = _env(c)
+    assert env["LEASEQ_CONSOLE_AUTH"] == "basic"
+    assert env["LEASEQ_CONSOLE_ADDRESS"] == "0.0.0.0"
+    assert env["LEASEQ_CONSOLE_BASIC_AUTH_FILE"] == "/etc/leaseq-console/users"
+    assert c["readinessProbe"]["httpGet"] == {"path": "/healthz", "port": "http"}
+    (users,) = [v for v in spec["volumes"] if v["name"] == "users"]
+    assert users["secret"]["secretName"] == "console-users"
+    service = one(objs, "Service", "console")
+    assert service["spec"]["ports"][0]["targetPort"] == "http"
+    assert not of_kind(objs, "Ingress")
+
+
+def test_never_without_authentication(helm: Helm) -> None:
+    out = helm.template_raw(sets={"console.enabled": "true"}, check=False)
+    assert out.returncode != 0 and "basicAuth.existingSecret" in out.stderr
+    out = helm.template_raw(sets={"console.enabled": "true", "console.auth": "proxy"}, check=False)
+    assert out.returncode != 0 and "trustedProxies" in out.stderr
+    out = helm.template_raw(sets={**ON, "console.auth": "none"}, check=False)
+    assert out.returncode != 0  # the schema allows basic and proxy only
+
+
+def test_proxy_mode(helm: Helm) -> None:
+    sets = {
+        "console.enabled": "true",
+        "console.auth": "proxy",
+        "console.trustedProxies[0]": "10.0.0.0/8",
+        "console.proxyHeader": "X-Auth-Request-User",
+    }
+    c = _console(helm.render(sets=sets))["spec"]["template"]["spec"]["containers"][0]
+    env = _env(c)
+    assert env["LEASEQ_CONSOLE_TRUSTED_PROXY"] == "10.0.0.0/8"
+    assert env["LEASEQ_CONSOLE_PROXY_HEADER"] == "X-Auth-Request-User"
+    assert "LEASEQ_CONSOLE_BASIC_AUTH_FILE" not in env
+
+
+def test_ingress(helm: Helm) -> None:
+    sets = {
+        **ON,
+        "console.ingress.enabled": "true",
+        "console.ingress.host": "leaseq.example.com",
+        "console.ingress.tlsSecret": "tls",
+    }
+    ingress = one(helm.render(sets=sets), "Ingress", "console")
+    rule = ingress["spec"]["rules"][0]
+    assert rule["host"] == "leaseq.example.com"
+    assert rule["http"]["paths"][0]["backend"]["service"]["name"] == "rel-leaseq-console"
+    assert ingress["spec"]["tls"] == [{"hosts": ["leaseq.example.com"], "secretName": "tls"}]
+
+
+@pytest.mark.parametrize("admin", ["true", "false"])
+def test_the_migration_grants_the_console_role(helm: Helm, admin: str) -> None:
+    sets = {**ON, "database.roles.console": "leaseq_console", "console.admin": admin}
+    objs = helm.render(sets=sets)
+    migrate = one(objs, "Job", "migrate")["spec"]["template"]["spec"]["containers"][0]
+    env = _env(migrate)
+    assert env["LEASEQ_CONSOLE_ROLE"] == "leaseq_console"
+    assert env["LEASEQ_CONSOLE_ADMIN"] == admin
+
+
+def test_its_own_database_secret(helm: Helm) -> None:
+    sets = {**ON, "database.existingSecret": "shared", "database.console.existingSecret": "c"}
+    c = _console(helm.render(sets=sets))["spec"]["template"]["spec"]["containers"][0]
+    (url,) = [e for e in c["env"] if e["name"] == "LEASEQ_DATABASE_URL"]
+    assert url["valueFrom"]["secretKeyRef"]["name"] == "c"
+
+
+def test_the_console_env_is_what_leaseq_console_reads(helm: Helm) -> None:
+    """The rendered env goes through the real settings code and comes out as set."""
+    from test_chart_env import environ
+
+    from leaseq.cli.main import build_parser
+    from leaseq.console.settings import ConsoleSettings
+
+    sets = {**ON, "console.statementTimeout": "3s", "console.allowedOrigins[0]": "https://a.b"}
+    c = _console(helm.render(sets=sets))["spec"]["template"]["spec"]["containers"][0]
+    env = environ(c)
+    env["LEASEQ_CONSOLE_BASIC_AUTH_FILE"] = "/etc/leaseq-console/users"
+    config = ConsoleSettings.from_args(build_parser().parse_args(["console"]), env)
+    assert config.auth == "basic" and config.address == "0.0.0.0" and config.port == 8089
+    assert config.statement_timeout == 3.0 and config.allowed_origin == ("https://a.b",)
+
+
+def test_no_api_token_unless_it_reads_worker_pools(helm: Helm) -> None:
+    objs = helm.render(sets=ON)
+    spec = _console(objs)["spec"]["template"]["spec"]
+    assert spec["automountServiceAccountToken"] is False
+    assert not [o for o in of_kind(objs, "Role") if o["metadata"]["name"] == "rel-leaseq-console"]
+    objs = helm.render(sets={**ON, "console.readWorkerPools": "true"})
+    spec = _console(objs)["spec"]["template"]["spec"]
+    assert spec["automountServiceAccountToken"] is True
+    assert spec["serviceAccountName"] == "rel-leaseq-console"
+    (role,) = [o for o in of_kind(objs, "Role") if o["metadata"]["name"] == "rel-leaseq-console"]
+    assert role["rules"] == [
+        {"apiGroups": ["leaseq.dev"], "resources": ["workerpools"], "verbs": ["get", "list"]}
+    ]
+    (binding,) = [
+        o for o in of_kind(objs, "RoleBinding") if o["metadata"]["name"] == "rel-leaseq-console"
+    ]
+    assert binding["subjects"][0]["name"] == "rel-leaseq-console"
+    env = _env(spec["containers"][0])
+    assert env["LEASEQ_CONSOLE_POOLS_NAMESPACE"] == "jobs"

@@ -1,0 +1,219 @@
+"""The console in a real headless Chromium (Debian's, driven by Playwright; no browser is
+downloaded): load the overview, filter the jobs, open a dead job, retry it, and see a real
+worker process make it succeed; a read-only console role gets a clear refusal in the page.
+A screenshot of each page is written under the test's tmp path (and LEASEQ_ARTIFACTS_DIR
+when set)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import leaseq
+from support import net
+from support.consoledb import ConsoleDb, grant_readonly, make_dead
+from support.polling import wait_for
+from support.workers import Workers
+
+pytestmark = pytest.mark.process
+
+CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
+PROCESS_APPS = Path(__file__).resolve().parents[1] / "process"
+
+
+def _browser() -> Any:
+    if not os.path.exists(CHROMIUM):
+        pytest.skip(
+            "no chromium: scripts/fetch-tools.sh installs Debian's (apt-get install chromium)"
+        )
+    try:
+        from playwright.sync_api import sync_playwright
+    except ImportError:
+        pytest.skip("playwright is not installed (pip install 'leaseq[test]')")
+    return sync_playwright
+
+
+class ConsoleProcess:
+    def __init__(self, url: str, log: Path) -> None:
+        self.port = net.free_port()
+        self.base = f"http://127.0.0.1:{self.port}"
+        env = {**os.environ, "LEASEQ_DATABASE_URL": url}
+        with log.open("wb") as out:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "leaseq.cli", "console", "--port", str(self.port),
+                 "--refresh", "1"],
+                env=env, stdout=out, stderr=subprocess.STDOUT,
+            )  # fmt: skip
+        self.log = log
+        wait_for(self._up, "the console to answer /healthz")
+
+    def _up(self) -> bool:
+        assert self.proc.poll() is None, self.log.read_text()
+        try:
+            return net.get(self.base + "/healthz")[0] == 200
+        except OSError:
+            return False
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            self.proc.wait(timeout=20)
+
+
+@pytest.fixture
+def artifacts(tmp_path: Path) -> Iterator[Path]:
+    folder = tmp_path / "screenshots"
+    folder.mkdir()
+    yield folder
+    extra = os.environ.get("LEASEQ_ARTIFACTS_DIR")
+    if extra:
+        dest = Path(extra) / "console"
+        dest.mkdir(parents=True, exist_ok=True)
+        for shot in folder.glob("*.png"):
+            shutil.copy(shot, dest / shot.name)
+
+
+def test_retry_a_dead_job_in_a_real_browser(
+    console_db: ConsoleDb, tmp_path: Path, artifacts: Path
+) -> None:
+    sync_playwright = _browser()
+    with leaseq.connect(console_db.owner_url, action="test") as conn:
+        q = leaseq.Queue(conn)
+        for i in range(5):
+            q.enqueue("ocr", "work", {"seconds": 0, "doc": i}, delay=3600)
+        [dead_id] = make_dead(conn, "ocr", "work", 1, "E_SCANNER")
+        make_dead(conn, "mail", "send", 2, "E_SMTP")
+    workers = Workers(console_db.owner_url, tmp_path, pythonpath=[PROCESS_APPS])
+    console = ConsoleProcess(console_db.admin_url, tmp_path / "console.log")
+    try:
+        workers.start(
+            "w-browser", "--app", "apps:registry", "--queue", "ocr", "--poll-seconds", "0.5"
+        )
+        with sync_playwright() as p:
+            browser = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
+            page = browser.new_page(viewport={"width": 1280, "height": 800})
+            page.goto(console.base + "/")
+            page.wait_for_selector('tr[data-queue="ocr"]')
+            assert page.locator('tr[data-queue="mail"]').count() == 1
+            page.screenshot(path=artifacts / "overview.png", full_page=True)
+
+            page.click("#nav-jobs")
+            page.fill('input[name="queue"]', "ocr")
+            page.select_option('select[name="status"]', "dead")
+            page.click("#apply-filters")
+            page.wait_for_url("**/jobs?*status=dead*")
+            rows = page.locator("tr[data-job]")
+            assert rows.count() == 1
+            page.screenshot(path=artifacts / "jobs-filtered.png", full_page=True)
+
+            page.click(f'tr[data-job="{dead_id}"] a')
+            page.wait_for_selector("#retry")
+            assert page.inner_text("#job-status") == "dead"
+            payload = page.inner_text("#payload")
+            assert "sk-live-123" not in payload and "***" in payload
+            page.screenshot(path=artifacts / "job-dead.png", full_page=True)
+
+            page.fill('#retry-form input[name="reason"]', "scanner fixed")
+            page.click("#retry")
+            page.wait_for_selector("#done")
+            assert "1 of 1 job(s) retried" in page.inner_text("#done")
+            page.screenshot(path=artifacts / "retried.png", full_page=True)
+
+            def succeeded() -> bool:
+                page.goto(f"{console.base}/jobs/{dead_id}")
+                return page.inner_text("#job-status") == "succeeded"
+
+            wait_for(succeeded, "the retried job to succeed on the real worker")
+            assert "w-browser" in page.inner_text("#attempts")
+            page.screenshot(path=artifacts / "job-succeeded.png", full_page=True)
+
+            page.goto(console.base + "/dead")
+            page.screenshot(path=artifacts / "dead.png", full_page=True)
+            for name in ("workers", "schedules", "audit", "pools"):
+                page.goto(f"{console.base}/{name}")
+                page.screenshot(path=artifacts / f"{name}.png", full_page=True)
+            page.goto(console.base + "/audit")
+            assert "scanner fixed" in page.inner_text("#audit")
+            browser.close()
+    finally:
+        console.stop()
+        workers.stop_all()
+    assert "sk-live-123" not in console.log.read_text()
+
+
+def test_a_read_only_console_refuses_in_the_page(
+    console_db: ConsoleDb, tmp_path: Path, artifacts: Path
+) -> None:
+    sync_playwright = _browser()
+    grant_readonly(console_db)
+    with leaseq.connect(console_db.owner_url, action="test") as conn:
+        [dead_id] = make_dead(conn, "ocr", "work", 1, "E_SCANNER")
+    console = ConsoleProcess(console_db.readonly_url, tmp_path / "console.log")
+    try:
+        with sync_playwright() as p:
+            browser = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
+            page = browser.new_page(viewport={"width": 1280, "height": 800})
+            page.goto(f"{console.base}/jobs/{dead_id}")
+            assert "Read-only console" in page.inner_text("#read-only")
+            page.fill('#retry-form input[name="reason"]', "try anyway")
+            page.click("#retry")
+            page.wait_for_selector("#refusal")
+            text = page.inner_text("main")
+            assert "Refused by the database" in text and "read-only" in text
+            assert "Traceback" not in page.content()
+            page.screenshot(path=artifacts / "read-only-refusal.png", full_page=True)
+            browser.close()
+    finally:
+        console.stop()
+    with leaseq.connect(console_db.owner_url, action="test") as conn:
+        assert leaseq.Queue(conn).get(dead_id).status == "dead"
+
+
+# Counts the page's refreshes (each is one fetch of the page) and lets the test hide the tab.
+COUNT_FETCHES = """
+window.__fetches = 0;
+const realFetch = window.fetch.bind(window);
+window.fetch = (...args) => { window.__fetches += 1; return realFetch(...args); };
+let hidden = false;
+Object.defineProperty(document, "visibilityState", {get: () => hidden ? "hidden" : "visible"});
+window.__setHidden = (value) => {
+  hidden = value;
+  document.dispatchEvent(new Event("visibilitychange"));
+};
+"""
+
+
+def test_refresh_pauses_in_a_hidden_tab(console_db: ConsoleDb, tmp_path: Path) -> None:
+    """The overview refreshes every second (--refresh 1) while visible, sends nothing while
+    hidden, and refreshes at once when shown again; the page's clock is Playwright's fake
+    one, so no test time passes waiting."""
+    sync_playwright = _browser()
+    console = ConsoleProcess(console_db.admin_url, tmp_path / "console.log")
+    try:
+        with sync_playwright() as p:
+            browser = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
+            page = browser.new_page()
+            page.add_init_script(COUNT_FETCHES)
+            page.clock.install()
+            page.goto(console.base + "/")
+            fetches = lambda: page.evaluate("window.__fetches")  # noqa: E731
+            page.clock.run_for(3500)
+            visible = fetches()
+            assert visible >= 3
+            page.evaluate("window.__setHidden(true)")
+            page.clock.run_for(60_000)
+            assert fetches() == visible  # a minute hidden: not one query
+            page.evaluate("window.__setHidden(false)")
+            assert fetches() == visible + 1  # shown again: refreshed at once
+            page.clock.run_for(2500)
+            assert fetches() >= visible + 3
+            browser.close()
+    finally:
+        console.stop()

@@ -1,0 +1,129 @@
+"""Every console statement EXPLAINed (ANALYZE, BUFFERS) against a generated history of
+2,000,000 jobs and their attempts, as the console's own role: no sequential scan of the jobs
+or attempt tables, and a budget of buffers per statement. A test of plans, not of times."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from datetime import UTC, datetime
+from typing import Any
+
+import psycopg
+import pytest
+from psycopg.conninfo import make_conninfo
+
+import leaseq
+from bench.console_pages import generate_history
+from leaseq.core._store import statements
+from leaseq.core.schema import ConsoleRole
+from support.roles import login_roles
+
+pytestmark = pytest.mark.slow
+
+JOBS = 2_000_000
+#: Shared buffers (8 kB pages, hit or read) one statement may touch: 3000 is 24 MB.
+BUDGET = 3000
+# The history tables are empty here (no partitions yet), so their plans mean nothing.
+WATCHED = ("jobs", "job_attempts")
+
+
+def _params(conn: psycopg.Connection[Any]) -> dict[str, dict[str, Any]]:
+    dead_id = conn.execute(
+        "SELECT id FROM leaseq.jobs WHERE status = 'dead' ORDER BY id DESC LIMIT 1"
+    ).fetchone()[0]
+    pending_id = conn.execute(
+        "SELECT id FROM leaseq.jobs WHERE status = 'pending' ORDER BY id DESC LIMIT 1"
+    ).fetchone()[0]
+    high = conn.execute("SELECT max(id) FROM leaseq.jobs").fetchone()[0]
+    jobs = {
+        "before": high + 1, "window": 5000, "limit": 50, "status": None, "queue": None,
+        "job_type": None, "error_code": None, "key": None, "created_from": None,
+        "created_to": None,
+    }  # fmt: skip
+    dead = {"queue": None, "job_type": None, "error_code": None, "limit": 100, "scan": 10000}
+    action = {"ids": [dead_id], "actor": "plan-test", "reason": "plan", "filter": None}
+    return {
+        "console_bounds": {"ms": 5000},
+        "console_role": {},
+        "console_queues": {"limit": 200},
+        "console_queue_panel": {"queue": "q1", "cap": 1000, "live_seconds": 60.0, "now": None},
+        "console_id_bounds": {},
+        "console_id_below": {"before": high - 5000},
+        "console_jobs": jobs,
+        "console_jobs/rare filters": {
+            **jobs,
+            "status": "dead",
+            "queue": "q3",
+            "job_type": "t5",
+            "error_code": "E2",
+            "key": "doc-1999990",
+            "created_from": datetime(2020, 1, 1, tzinfo=UTC),
+        },
+        "console_jobs/middle": {**jobs, "before": high // 2, "status": "succeeded"},
+        "console_job": {"id": dead_id},
+        "console_job_attempts": {"id": dead_id, "limit": 200},
+        "console_dead": dead,
+        "console_dead/queue and type": {**dead, "queue": "q2", "job_type": "t3"},
+        "console_dead_count": dead,
+        "console_dead_count/queue": {**dead, "queue": "q4", "error_code": "E1"},
+        "console_pending": {"queue": "q1", "job_type": "t2", "scan": 2000, "limit": 1000},
+        "console_retry_dead": action,
+        "console_cancel": {**action, "ids": [pending_id]},
+        "console_workers": {"limit": 500, "now": None},
+        "console_schedules": {"limit": 500},
+        "console_audit": {"limit": 50},
+    }
+
+
+def _nodes(plan: dict[str, Any]) -> list[dict[str, Any]]:
+    found = [plan]
+    for child in plan.get("Plans", []):
+        found += _nodes(child)
+    return found
+
+
+@pytest.fixture(scope="module")
+def big_history(server_url: str, template_db: str) -> Any:
+    name = f"leaseq_big_{uuid.uuid4().hex[:10]}"
+    with psycopg.connect(server_url, autocommit=True) as admin:
+        admin.execute(f'CREATE DATABASE "{name}" TEMPLATE "{template_db}"')
+    url = make_conninfo(server_url, dbname=name)
+    try:
+        generate_history(url, JOBS)
+        with login_roles(url, "console") as roles:
+            with leaseq.connect(url, action="test") as conn:
+                leaseq.migrate(conn, console=ConsoleRole(roles.names["console"], admin=True))
+            yield url, roles.urls["console"]
+    finally:
+        with psycopg.connect(server_url, autocommit=True) as admin:
+            admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+def test_every_console_statement_is_bounded_at_two_million_jobs(big_history: Any) -> None:
+    owner_url, console_url = big_history
+    named = {n: s for n, s in statements.load().items() if n.startswith("console_")}
+    with psycopg.connect(owner_url) as conn:
+        cases = _params(conn)
+    assert {c.split("/")[0] for c in cases} == set(named) - {"console_grants_apply"}
+    report = []
+    with psycopg.connect(console_url) as conn:
+        for case, params in cases.items():
+            statement = named[case.split("/")[0]]
+            with conn.transaction(force_rollback=True):
+                conn.execute("SET LOCAL plan_cache_mode = force_custom_plan")
+                row = conn.execute(
+                    b"EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) " + statement.query,
+                    {**params, "ids": params.get("ids")} if "ids" in params else params,
+                ).fetchone()
+            plan = (row[0] if isinstance(row[0], list) else json.loads(row[0]))[0]["Plan"]
+            nodes = _nodes(plan)
+            seq = sorted(
+                {n.get("Relation Name", "") for n in nodes if n["Node Type"] == "Seq Scan"}
+                & set(WATCHED)
+            )
+            buffers = plan.get("Shared Hit Blocks", 0) + plan.get("Shared Read Blocks", 0)
+            report.append((case, buffers, seq))
+            print(f"{case:34} {buffers:6d} buffers  seq scans: {seq or '-'}")
+    bad = [r for r in report if r[2] or r[1] > BUDGET]
+    assert not bad, f"unbounded console statements (budget {BUDGET} buffers): {bad}"

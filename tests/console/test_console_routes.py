@@ -1,0 +1,236 @@
+"""The console's pages against a real PostgreSQL, as its own database role: empty, small and
+large (capped) data; the admin actions and their audit rows; the read-only refusal."""
+
+from __future__ import annotations
+
+import psycopg
+from starlette.testclient import TestClient
+
+import leaseq
+from leaseq.console import Panel
+from leaseq.core.history import History
+from support.consoledb import ConsoleDb, grant_readonly, make_dead, post
+
+PAGES = ["/", "/jobs", "/dead", "/workers", "/pools", "/schedules", "/audit"]
+
+
+def test_every_page_renders_on_an_empty_database(console_db: ConsoleDb, client_for) -> None:
+    client: TestClient = client_for(console_db.admin_url)
+    for page in PAGES:
+        answer = client.get(page)
+        assert answer.status_code == 200, (page, answer.text)
+    assert "No queue has jobs" in client.get("/").text
+    assert "No job in this window matches" in client.get("/jobs").text
+
+
+def test_overview_counts_a_small_queue(console_db: ConsoleDb, client_for) -> None:
+    with leaseq.connect(console_db.owner_url, action="test") as conn:
+        q = leaseq.Queue(conn)
+        for i in range(3):
+            q.enqueue("ocr", "page", {"i": i})
+        q.enqueue("ocr", "page", {"later": True}, delay=3600)
+        make_dead(conn, "ocr", "page", 2, "E_BLANK")
+    client: TestClient = client_for(console_db.admin_url)
+    page = client.get("/").text
+    row = page[page.index('data-queue="ocr"') :].split("</tr>")[0]
+    cells = [c.split(">", 1)[1].split("<")[0] for c in row.split('<td class="n')[1:]]
+    assert cells[:2] == ["3", "1"], row  # ready, scheduled
+    assert ">2</a>" in row  # dead
+
+
+def test_counts_stop_at_the_cap(console_db: ConsoleDb, client_for) -> None:
+    with leaseq.connect(console_db.owner_url, action="test") as conn:
+        conn.execute(
+            "INSERT INTO leaseq.jobs (queue, job_type)"
+            " SELECT 'big', 't' FROM generate_series(1, 1500)"
+        )
+        make_dead(conn, "big", "t", 1200, "E")
+    client: TestClient = client_for(console_db.admin_url)
+    row = client.get("/").text.split('data-queue="big"')[1].split("</tr>")[0]
+    assert row.count("1000+") == 2, row  # ready and dead are capped, never counted whole
+    assert ">0<" in row  # nothing scheduled, exactly
+    dead = client.get("/dead", params={"queue": "big"}).text
+    assert "1000" in dead
+
+
+def test_jobs_filters_and_keyset_pages(console_db: ConsoleDb, client_for) -> None:
+    with leaseq.connect(console_db.owner_url, action="test") as conn:
+        q = leaseq.Queue(conn)
+        ids = [q.enqueue("mail", "send", {"i": i}).job_id for i in range(120)]
+        other = q.enqueue("mail", "bounce", {}, idempotency_key="k-7").job_id
+        dead = make_dead(conn, "mail", "send", 3, "E_SMTP")
+    client: TestClient = client_for(console_db.admin_url)
+    first = client.get("/jobs", params={"queue": "mail", "job_type": "send"}).text
+    assert f'data-job="{dead[-1]}"' in first
+    assert f'data-job="{other}"' not in first
+    assert "OFFSET" not in first
+    older = first.split('id="older" href="')[0] if False else first
+    assert 'id="older"' in older
+    href = first.split('href="')[-1]  # the last link on the page is "Older"
+    second = client.get(href.split('"')[0].replace("&amp;", "&")).text
+    shown = {int(x.split('"')[0]) for x in second.split('data-job="')[1:]}
+    assert shown and max(shown) < min(dead) and shown <= set(ids)
+    by_key = client.get("/jobs", params={"key": "k-7"}).text
+    assert f'data-job="{other}"' in by_key and by_key.count("data-job=") == 1
+    by_code = client.get("/jobs", params={"error_code": "E_SMTP", "status": "dead"}).text
+    assert by_code.count("data-job=") == 3
+    bad = client.get("/jobs", params={"status": "lost"})
+    assert bad.status_code == 400 and "Traceback" not in bad.text
+
+
+def test_job_page_shows_the_attempt_timeline(console_db: ConsoleDb, client_for) -> None:
+    with leaseq.connect(console_db.owner_url, action="test") as conn:
+        q = leaseq.Queue(conn)
+        job = q.enqueue("ocr", "page", {"doc": 1}, max_attempts=1).job_id
+        claimed = q.claim(["ocr"], owner="w-1", lease_seconds=30)[0]
+        q.fail(claimed.lease, "scanner jammed", error_code="E_JAM")
+    client: TestClient = client_for(console_db.admin_url)
+    page = client.get(f"/jobs/{job}").text
+    assert "dead" in page and "w-1" in page and "scanner jammed" in page and "E_JAM" in page
+    assert client.get("/jobs/999999").status_code == 404
+
+
+def test_retry_one_dead_job_writes_the_audit(console_db: ConsoleDb, client_for) -> None:
+    with leaseq.connect(console_db.owner_url, action="test") as conn:
+        [job_id] = make_dead(conn, "ocr", "page", 1, "E")
+    client: TestClient = client_for(console_db.admin_url)
+    answer = post(client, f"/jobs/{job_id}/retry", {"reason": "scanner fixed"})
+    assert answer.status_code == 200, answer.text
+    assert "1 of 1 job(s) retried" in answer.text
+    with psycopg.connect(console_db.owner_url) as conn:
+        status = conn.execute("SELECT status FROM leaseq.jobs WHERE id = %s", (job_id,)).fetchone()
+        audit = conn.execute(
+            "SELECT actor, db_role, action, job_ids, reason FROM leaseq.console_audit"
+        ).fetchall()
+    assert status == ("pending",)
+    assert audit == [("local", console_db.admin_role, "retry_dead", [job_id], "scanner fixed")]
+    assert "scanner fixed" in client.get("/audit").text
+
+
+def test_bulk_retry_by_filter_shows_the_count_first(console_db: ConsoleDb, client_for) -> None:
+    with leaseq.connect(console_db.owner_url, action="test") as conn:
+        jam = make_dead(conn, "ocr", "page", 4, "E_JAM")
+        make_dead(conn, "ocr", "page", 2, "E_OTHER")
+    client: TestClient = client_for(console_db.admin_url)
+    preview = client.get("/dead", params={"queue": "ocr", "error_code": "E_JAM"}).text
+    assert "<strong>4</strong> dead job(s) match" in preview
+    answer = post(client, "/dead/retry", {"queue": "ocr", "error_code": "E_JAM", "reason": "fix"})
+    assert "4 of 4 job(s) retried" in answer.text, answer.text
+    with psycopg.connect(console_db.owner_url) as conn:
+        left = conn.execute("SELECT count(*) FROM leaseq.jobs WHERE status = 'dead'").fetchone()
+        [(ids, flt)] = conn.execute("SELECT job_ids, filter FROM leaseq.console_audit").fetchall()
+    assert left == (2,)
+    assert sorted(ids) == sorted(jam) and flt == {"queue": "ocr", "error_code": "E_JAM"}
+
+
+def test_bulk_cancel_of_pending_jobs(console_db: ConsoleDb, client_for) -> None:
+    with leaseq.connect(console_db.owner_url, action="test") as conn:
+        q = leaseq.Queue(conn)
+        for _ in range(3):
+            q.enqueue("ocr", "page", {})
+        q.enqueue("ocr", "other", {})
+    client: TestClient = client_for(console_db.admin_url)
+    preview = client.get("/cancel", params={"queue": "ocr", "job_type": "page"}).text
+    assert "<strong>3</strong> pending job(s) match" in preview
+    answer = post(client, "/cancel", {"queue": "ocr", "job_type": "page", "reason": "bad batch"})
+    assert "3 of 3 job(s) cancelled" in answer.text, answer.text
+
+
+def test_a_read_only_role_gets_a_clear_refusal(console_db: ConsoleDb, client_for) -> None:
+    grant_readonly(console_db)
+    with leaseq.connect(console_db.owner_url, action="test") as conn:
+        [job_id] = make_dead(conn, "ocr", "page", 1, "E")
+    client: TestClient = client_for(console_db.readonly_url)
+    page = client.get(f"/jobs/{job_id}").text
+    assert 'id="read-only"' in page
+    answer = post(client, f"/jobs/{job_id}/retry", {"reason": "try"})
+    assert answer.status_code == 403
+    assert "Refused by the database" in answer.text and "read-only" in answer.text
+    assert "permission denied for function console_retry_dead." in answer.text
+    assert "Traceback" not in answer.text and "psycopg" not in answer.text
+    with psycopg.connect(console_db.owner_url) as conn:
+        assert conn.execute("SELECT status FROM leaseq.jobs").fetchone() == ("dead",)
+        assert conn.execute("SELECT count(*) FROM leaseq.console_audit").fetchone() == (0,)
+
+
+def test_the_console_role_cannot_write_tables_directly(console_db: ConsoleDb) -> None:
+    with psycopg.connect(console_db.admin_url) as conn:
+        try:
+            conn.execute("UPDATE leaseq.jobs SET status = 'pending'")
+        except psycopg.errors.InsufficientPrivilege:
+            pass
+        else:
+            raise AssertionError("the console role could update leaseq.jobs")
+        conn.rollback()
+        try:
+            conn.execute(
+                "INSERT INTO leaseq.console_audit (actor, action, job_ids, asked, reason)"
+                " VALUES ('x', 'cancel', '{}', 0, 'forged')"
+            )
+        except psycopg.errors.InsufficientPrivilege:
+            pass
+        else:
+            raise AssertionError("the console role could forge an audit row")
+
+
+def test_a_reason_is_required(console_db: ConsoleDb, client_for) -> None:
+    with leaseq.connect(console_db.owner_url, action="test") as conn:
+        [job_id] = make_dead(conn, "ocr", "page", 1, "E")
+    client: TestClient = client_for(console_db.admin_url)
+    answer = post(client, f"/jobs/{job_id}/retry", {"reason": "  "})
+    assert answer.status_code == 400 and "say why" in answer.text
+
+
+def test_a_job_moved_to_history_keeps_its_page(console_db: ConsoleDb, client_for) -> None:
+    """The job page reads the hot table, the history or the ledger, wherever the job is."""
+    with leaseq.connect(console_db.owner_url, action="test") as conn:
+        q = leaseq.Queue(conn)
+        job = q.enqueue("ocr", "page", {"doc": "old"}, max_attempts=1).job_id
+        claimed = q.claim(["ocr"], owner="w-old", lease_seconds=30)[0]
+        q.fail(claimed.lease, "ancient error", error_code="E_OLD")
+        history = History(conn)
+        history.ensure_partitions(ahead=2, timeout=10)
+        assert history.move(hot_retention=0, batch=100, timeout=30).moved == 1
+    client: TestClient = client_for(console_db.admin_url)
+    page = client.get(f"/jobs/{job}").text
+    assert "history" in page and "w-old" in page and "ancient error" in page
+
+
+def test_every_page_is_bounded_by_the_statement_timeout(console_db: ConsoleDb, client_for) -> None:
+    """A page whose statement cannot finish (here: the jobs table locked by a migration-like
+    lock) ends at the console's timeout with a page saying so, never a hung request."""
+    client: TestClient = client_for(console_db.admin_url, timeout=0.5)
+    with psycopg.connect(console_db.owner_url) as locker:
+        locker.execute("LOCK TABLE leaseq.jobs IN ACCESS EXCLUSIVE MODE")
+        for path in ("/", "/jobs", "/dead", "/workers"):
+            answer = client.get(path)
+            assert answer.status_code == 503, (path, answer.text)
+            assert "did not answer within 0.5 s" in answer.text
+    assert client.get("/").status_code == 200
+
+
+def test_worker_pools_when_readable_and_when_not(console_db: ConsoleDb, client_for) -> None:
+    pool = {
+        "metadata": {"namespace": "jobs", "name": "ocr-pool"},
+        "spec": {"queue": "ocr", "minReplicas": 0, "maxReplicas": 8},
+        "status": {"desiredReplicas": 3, "conditions": [{"type": "Scaling"}]},
+    }
+    readable: TestClient = client_for(console_db.admin_url, pools=lambda: ([pool], None))
+    page = readable.get("/pools").text
+    assert "ocr-pool" in page and "0-8" in page and "Scaling" in page
+    denied: TestClient = client_for(
+        console_db.admin_url, pools=lambda: (None, "cannot read WorkerPools: Forbidden")
+    )
+    answer = denied.get("/pools")
+    assert answer.status_code == 200 and "not shown: cannot read WorkerPools" in answer.text
+
+
+def test_more_overview_panels_plug_in(console_db: ConsoleDb, client_for) -> None:
+    """The place later features (keys, limits, pipelines) add their overview panels."""
+    panel = Panel(
+        "Pipelines", "<p id='pipelines'>{{ n }} running</p>", lambda console: {"n": "<b>2"}
+    )
+    client: TestClient = client_for(console_db.admin_url, panels=[panel])
+    page = client.get("/").text
+    assert "<h2>Pipelines</h2>" in page
+    assert "<p id='pipelines'>&lt;b&gt;2 running</p>" in page  # autoescaped

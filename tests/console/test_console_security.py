@@ -1,0 +1,249 @@
+"""Who may open the console and post its forms: auth modes, Origin and CSRF checks; what a
+page may show of a payload (the redaction hook); no secret in a page or a log line."""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import logging
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+from starlette.testclient import TestClient
+
+import leaseq
+from leaseq.console import BasicAuth, LocalOnly, ProxyAuth, create_app
+from leaseq.console.settings import ConsoleSettings
+from leaseq.core.errors import ConfigError
+from support.consoledb import ConsoleDb, make_dead, post
+
+LOCAL = ("127.0.0.1", 50000)
+BASE = "http://127.0.0.1:8089"  # what a browser on this machine sends as Host
+REMOTE = ("10.1.2.3", 50000)
+
+
+def _basic(user: str, password: str) -> dict[str, str]:
+    token = base64.b64encode(f"{user}:{password}".encode()).decode()
+    return {"Authorization": f"Basic {token}"}
+
+
+def _dead_job(db: ConsoleDb, payload_secret: str = "sk-live-123") -> int:
+    with leaseq.connect(db.owner_url, action="test") as conn:
+        return make_dead(conn, "ocr", "page", 1, "E")[0]
+
+
+def _status(db: ConsoleDb, job_id: int) -> str:
+    with psycopg.connect(db.owner_url) as conn:
+        row = conn.execute("SELECT status FROM leaseq.jobs WHERE id = %s", (job_id,)).fetchone()
+    assert row is not None
+    return str(row[0])
+
+
+# -- authentication ------------------------------------------------------------------------
+
+
+def test_no_auth_answers_only_loopback(console_db: ConsoleDb) -> None:
+    with TestClient(create_app(console_db.admin_url, auth=LocalOnly()), client=REMOTE) as remote:
+        answer = remote.get("/")
+        assert answer.status_code == 403 and "only this machine" in answer.text
+    with TestClient(create_app(console_db.admin_url), client=LOCAL, base_url=BASE) as local:
+        assert local.get("/").status_code == 200
+
+
+def test_no_auth_refuses_a_rebound_host_name(console_db: ConsoleDb) -> None:
+    """DNS rebinding: another site's name pointed at 127.0.0.1 reaches a loopback console
+    from the victim's browser, same-origin with itself; the Host header is refused."""
+    with TestClient(
+        create_app(console_db.admin_url), client=LOCAL, base_url="http://evil.example:8089"
+    ) as client:
+        answer = client.get("/")
+        assert answer.status_code == 403 and "loopback" in answer.text
+    for base in ("http://127.0.0.1:8089", "http://localhost:8089", "http://[::1]:8089"):
+        with TestClient(create_app(console_db.admin_url), client=LOCAL, base_url=base) as ok:
+            assert ok.get("/").status_code == 200, base
+
+
+def test_no_auth_is_refused_on_a_public_address() -> None:
+    args = argparse.Namespace(
+        database_url="postgresql://console@db/app", address="0.0.0.0", auth="none"
+    )
+    with pytest.raises(ConfigError, match="not loopback"):
+        ConsoleSettings.from_args(args, environ={})
+    args.auth = "basic"
+    with pytest.raises(ConfigError, match="basic-auth-file"):
+        ConsoleSettings.from_args(args, environ={})
+    env = {"LEASEQ_CONSOLE_USERNAME": "ann", "LEASEQ_CONSOLE_PASSWORD": "pw"}
+    assert ConsoleSettings.from_args(args, environ=env).basic_users == {"ann": "pw"}
+
+
+def test_basic_auth(console_db: ConsoleDb, tmp_path: Path) -> None:
+    secret = tmp_path / "users"
+    secret.write_text("# a mounted Secret\nann:correct horse\n")
+    app = create_app(console_db.admin_url, auth=BasicAuth.from_file(secret))
+    with TestClient(app, client=REMOTE) as client:
+        anonymous = client.get("/")
+        assert anonymous.status_code == 401
+        assert anonymous.headers["www-authenticate"].startswith("Basic")
+        assert client.get("/", headers=_basic("ann", "wrong")).status_code == 401
+        assert client.get("/", headers=_basic("bob", "correct horse")).status_code == 401
+        good = client.get("/", headers=_basic("ann", "correct horse"))
+        assert good.status_code == 200 and "signed in as ann" in good.text
+        assert "correct horse" not in good.text
+        assert client.get("/healthz").status_code == 200  # probes need no credentials
+
+
+def test_basic_auth_actions_are_audited_under_the_user(console_db: ConsoleDb) -> None:
+    job_id = _dead_job(console_db)
+    app = create_app(console_db.admin_url, auth=BasicAuth({"ann": "pw"}))
+    with TestClient(app, client=REMOTE, headers=_basic("ann", "pw")) as client:
+        answer = post(client, f"/jobs/{job_id}/retry", {"reason": "fixed"})
+        assert answer.status_code == 200, answer.text
+    with psycopg.connect(console_db.owner_url) as conn:
+        assert conn.execute("SELECT actor FROM leaseq.console_audit").fetchall() == [("ann",)]
+
+
+def test_proxy_header_only_from_the_trusted_proxy(console_db: ConsoleDb) -> None:
+    auth = ProxyAuth("X-Forwarded-User", ["10.1.2.0/24"])
+    app = create_app(console_db.admin_url, auth=auth)
+    with TestClient(app, client=REMOTE) as proxied:
+        assert proxied.get("/").status_code == 401  # the proxy named nobody
+        ok = proxied.get("/", headers={"X-Forwarded-User": "carol@example.com"})
+        assert ok.status_code == 200 and "carol@example.com" in ok.text
+    with TestClient(app, client=("192.0.2.9", 40000)) as forged:
+        answer = forged.get("/", headers={"X-Forwarded-User": "carol@example.com"})
+        assert answer.status_code == 403 and "trusted proxy" in answer.text
+
+
+# -- form posts: Origin and CSRF -----------------------------------------------------------
+
+
+def test_a_post_from_another_origin_is_refused(console_db: ConsoleDb) -> None:
+    job_id = _dead_job(console_db)
+    with TestClient(create_app(console_db.admin_url), client=LOCAL, base_url=BASE) as client:
+        client.get("/")
+        token = client.cookies["leaseq_console_csrf"]
+        form = {"reason": "x", "csrf": token}
+        for headers in ({"Origin": "https://evil.example"}, {"Origin": "null"}, {}):
+            answer = client.post(f"/jobs/{job_id}/retry", data=form, headers=headers)
+            assert answer.status_code == 403, headers
+            assert "another site" in answer.text
+        referer = {"Referer": f"{BASE}/jobs/{job_id}"}
+        assert client.post(f"/jobs/{job_id}/retry", data=form, headers=referer).status_code == 200
+    assert _status(console_db, job_id) == "pending"
+
+
+def test_a_post_without_the_csrf_token_is_refused(console_db: ConsoleDb) -> None:
+    job_id = _dead_job(console_db)
+    with TestClient(create_app(console_db.admin_url), client=LOCAL, base_url=BASE) as client:
+        client.get("/")
+        origin = {"Origin": BASE}
+        for form in ({"reason": "x"}, {"reason": "x", "csrf": "forged"}):
+            answer = client.post(f"/jobs/{job_id}/retry", data=form, headers=origin)
+            assert answer.status_code == 403 and "CSRF" in answer.text
+        client.cookies.clear()
+        answer = client.post(
+            f"/jobs/{job_id}/retry", data={"reason": "x", "csrf": "forged"}, headers=origin
+        )
+        assert answer.status_code == 403
+    assert _status(console_db, job_id) == "dead"
+    with psycopg.connect(console_db.owner_url) as conn:
+        assert conn.execute("SELECT count(*) FROM leaseq.console_audit").fetchone() == (0,)
+
+
+def test_an_allowed_origin_behind_an_ingress(console_db: ConsoleDb) -> None:
+    job_id = _dead_job(console_db)
+    app = create_app(console_db.admin_url, allowed_origins=["https://leaseq.example.com"])
+    with TestClient(app, client=LOCAL, base_url=BASE) as client:
+        client.get("/")
+        answer = client.post(
+            f"/jobs/{job_id}/retry",
+            data={"reason": "x", "csrf": client.cookies["leaseq_console_csrf"]},
+            headers={"Origin": "https://leaseq.example.com"},
+        )
+        assert answer.status_code == 200
+
+
+def test_the_csrf_cookie_is_strict_and_http_only(console_db: ConsoleDb) -> None:
+    with TestClient(create_app(console_db.admin_url), client=LOCAL, base_url=BASE) as client:
+        cookie = client.get("/").headers["set-cookie"].lower()
+        assert "httponly" in cookie and "samesite=strict" in cookie
+
+
+# -- redaction -----------------------------------------------------------------------------
+
+
+def _secret_job(db: ConsoleDb) -> int:
+    with leaseq.connect(db.owner_url, action="test") as conn:
+        job = leaseq.Queue(conn).enqueue(
+            "ocr",
+            "page",
+            {
+                "doc": "invoice-7",
+                "api_key": "sk-live-123",
+                "nested": {"password": "hunter2"},
+                "dsn": "postgresql://app:pgpass99@db/app",
+            },
+        )
+    return job.job_id
+
+
+def test_the_default_redaction_masks_secret_looking_keys(console_db: ConsoleDb) -> None:
+    job_id = _secret_job(console_db)
+    with TestClient(create_app(console_db.admin_url), client=LOCAL, base_url=BASE) as client:
+        page = client.get(f"/jobs/{job_id}").text
+    assert "invoice-7" in page
+    for secret in ("sk-live-123", "hunter2", "pgpass99"):
+        assert secret not in page
+
+
+def test_a_registered_redaction_hook_decides(console_db: ConsoleDb) -> None:
+    job_id = _secret_job(console_db)
+    seen: list[tuple[str, str]] = []
+
+    def hook(job_type: str, field: str, value: Any) -> Any:
+        seen.append((job_type, field))
+        return {"shown": "only this"}
+
+    with TestClient(
+        create_app(console_db.admin_url, redact=hook), client=LOCAL, base_url=BASE
+    ) as client:
+        page = client.get(f"/jobs/{job_id}").text
+    assert ("page", "payload") in seen
+    assert "only this" in page and "invoice-7" not in page
+
+
+def test_a_failing_hook_hides_the_value(console_db: ConsoleDb) -> None:
+    job_id = _secret_job(console_db)
+
+    def hook(job_type: str, field: str, value: Any) -> Any:
+        raise RuntimeError("hook bug")
+
+    with TestClient(
+        create_app(console_db.admin_url, redact=hook), client=LOCAL, base_url=BASE
+    ) as client:
+        page = client.get(f"/jobs/{job_id}").text
+    assert "invoice-7" not in page and "hidden" in page
+
+
+def test_no_secret_reaches_a_log_line(
+    console_db: ConsoleDb, caplog: pytest.LogCaptureFixture
+) -> None:
+    job_id = _secret_job(console_db)
+    caplog.set_level(logging.DEBUG)
+    with TestClient(create_app(console_db.admin_url), client=LOCAL, base_url=BASE) as client:
+        for path in ("/", "/jobs", f"/jobs/{job_id}", "/dead", "/workers", "/jobs?status=x"):
+            client.get(path)
+        post(client, f"/jobs/{job_id}/cancel", {"reason": "done"})
+    text = caplog.text
+    for secret in ("sk-live-123", "hunter2", "pgpass99"):
+        assert secret not in text
+
+
+def test_a_database_error_is_a_page_not_a_traceback(console_db: ConsoleDb) -> None:
+    app = create_app("postgresql://nobody:pw@127.0.0.1:1/none", timeout=1)
+    with TestClient(app, client=LOCAL, base_url=BASE, raise_server_exceptions=False) as client:
+        answer = client.get("/")
+    assert answer.status_code == 503
+    assert "Traceback" not in answer.text and "pw@" not in answer.text

@@ -1,0 +1,120 @@
+"""The store's methods for sql/queries/console.sql: one typed method per statement."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from datetime import datetime
+from typing import Any
+
+from psycopg.rows import DictRow
+from psycopg.types.json import Jsonb
+
+from leaseq.core._store.store import Conn, Store
+
+Row = dict[str, Any]
+
+
+def _rows(rows: list[DictRow]) -> list[Row]:
+    return [dict(r) for r in rows]
+
+
+class ConsoleStore(Store):
+    """The store, with the console's statements."""
+
+    def console_bounds(self, conn: Conn, *, seconds: float) -> None:
+        """Bound the current transaction (statement, lock and idle waits) to ``seconds``."""
+        ms = max(1, round(seconds * 1000))
+        self._dicts(conn, "console_bounds", {"ms": ms}, "console")
+
+    def console_role(self, conn: Conn) -> Row:
+        return dict(self._dicts(conn, "console_role", {}, "console")[0])
+
+    def console_queues(self, conn: Conn, *, limit: int) -> list[str]:
+        rows = self._dicts(conn, "console_queues", {"limit": limit}, "console: list queues")
+        return [str(r["queue"]) for r in rows]
+
+    def console_queue_panel(
+        self, conn: Conn, *, queue: str, cap: int, live_seconds: float, now: datetime | None
+    ) -> Row:
+        params = {"queue": queue, "cap": cap, "live_seconds": live_seconds, "now": now}
+        return dict(self._dicts(conn, "console_queue_panel", params, "console: overview")[0])
+
+    def console_id_bounds(self, conn: Conn) -> tuple[int | None, int | None]:
+        row = self._dicts(conn, "console_id_bounds", {}, "console: jobs")[0]
+        return row["low"], row["high"]
+
+    def console_id_below(self, conn: Conn, *, before: int) -> int | None:
+        row = self._dicts(conn, "console_id_below", {"before": before}, "console: jobs")[0]
+        value: int | None = row["id"]
+        return value
+
+    def console_jobs(self, conn: Conn, params: Mapping[str, Any]) -> list[Row]:
+        return _rows(self._dicts(conn, "console_jobs", params, "console: jobs"))
+
+    def console_job(self, conn: Conn, *, job_id: int) -> Row | None:
+        rows = self._dicts(conn, "console_job", {"id": job_id}, "console: job")
+        return dict(rows[0]) if rows else None
+
+    def console_job_attempts(self, conn: Conn, *, job_id: int, limit: int) -> list[Row]:
+        params = {"id": job_id, "limit": limit}
+        return _rows(self._dicts(conn, "console_job_attempts", params, "console: attempts"))
+
+    def console_dead(self, conn: Conn, params: Mapping[str, Any]) -> list[Row]:
+        return _rows(self._dicts(conn, "console_dead", params, "console: dead jobs"))
+
+    def console_dead_count(self, conn: Conn, params: Mapping[str, Any]) -> Row:
+        return dict(self._dicts(conn, "console_dead_count", params, "console: dead jobs")[0])
+
+    def console_pending(self, conn: Conn, params: Mapping[str, Any]) -> Row:
+        return dict(self._dicts(conn, "console_pending", params, "console: pending jobs")[0])
+
+    def console_retry_dead(
+        self,
+        conn: Conn,
+        *,
+        ids: Sequence[int],
+        actor: str,
+        reason: str,
+        filter: Mapping[str, Any] | None,
+    ) -> list[int]:
+        params = {
+            "ids": list(ids),
+            "actor": actor,
+            "reason": reason,
+            "filter": None if filter is None else Jsonb(dict(filter)),
+        }
+        rows = self._dicts(conn, "console_retry_dead", params, "console: retry dead jobs")
+        return [int(r["id"]) for r in rows]
+
+    def console_cancel(
+        self,
+        conn: Conn,
+        *,
+        ids: Sequence[int],
+        actor: str,
+        reason: str,
+        filter: Mapping[str, Any] | None,
+    ) -> list[int]:
+        params = {
+            "ids": list(ids),
+            "actor": actor,
+            "reason": reason,
+            "filter": None if filter is None else Jsonb(dict(filter)),
+        }
+        rows = self._dicts(conn, "console_cancel", params, "console: cancel jobs")
+        return [int(r["id"]) for r in rows]
+
+    def console_workers(self, conn: Conn, *, limit: int, now: datetime | None) -> list[Row]:
+        params = {"limit": limit, "now": now}
+        return _rows(self._dicts(conn, "console_workers", params, "console: workers"))
+
+    def console_schedules(self, conn: Conn, *, limit: int) -> list[Row]:
+        return _rows(self._dicts(conn, "console_schedules", {"limit": limit}, "console: schedules"))
+
+    def console_audit(self, conn: Conn, *, limit: int) -> list[Row]:
+        return _rows(self._dicts(conn, "console_audit", {"limit": limit}, "console: audit"))
+
+    def console_grants_apply(self, conn: Conn, *, role: str | None, admin: bool) -> list[str]:
+        params = {"role": role, "admin": admin}
+        rows = self._dicts(conn, "console_grants_apply", params, "grant console")
+        return [str(r["statement"]) for r in rows]

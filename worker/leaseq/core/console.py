@@ -1,0 +1,321 @@
+"""The web console's face on the database: every read the console's pages make and its two
+admin actions, each one short transaction under a statement timeout.
+
+Everything here is bounded by construction (see sql/queries/console.sql): counts are capped
+(:class:`Count` says when the cap was reached), lists are windows of an index, and the admin
+actions go through SECURITY DEFINER functions that write their audit row in the same
+transaction. What the console's role may do is the database's decision
+(``leaseq.apply_console_grants``); a refusal surfaces as :class:`PermissionDenied`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from leaseq.core import validation
+from leaseq.core._store.console import ConsoleStore, Row
+from leaseq.core.db import Db, transaction
+from leaseq.core.errors import InvalidJob
+from leaseq.core.models import SILENT_AFTER_SECONDS, JobStatus
+
+#: Counts stop here: a queue with more shows ``1000+``.
+COUNT_CAP = 1000
+#: Ids examined per jobs page: a filter that matches nothing costs one window.
+JOBS_WINDOW = 5000
+#: Dead jobs looked at for a bulk retry's count and selection (index only: cheap).
+BULK_SCAN = 10000
+#: Pending jobs looked at for a bulk cancel's count (the claim index has no job type, so
+#: each is a heap fetch).
+PENDING_SCAN = 2000
+#: Jobs one bulk action changes at most (the admin functions refuse more).
+BULK_LIMIT = 1000
+
+
+@dataclass(frozen=True)
+class Count:
+    """A count that stopped at ``cap``: ``capped`` means there are more than ``value``."""
+
+    value: int
+    capped: bool = False
+
+    def __str__(self) -> str:
+        return f"{self.value}+" if self.capped else str(self.value)
+
+    @classmethod
+    def of(cls, value: int, cap: int) -> Count:
+        return cls(cap, True) if value > cap else cls(value, False)
+
+
+@dataclass(frozen=True)
+class QueuePanel:
+    """One queue on the overview."""
+
+    queue: str
+    ready: Count
+    scheduled: Count
+    running: int
+    dead: Count
+    oldest_ready_age: float | None
+    oldest_heartbeat_age: float | None
+    workers: int
+    in_flight: int
+
+
+@dataclass(frozen=True)
+class RoleInfo:
+    """The console's database role and the admin actions the database lets it take."""
+
+    role: str
+    can_retry: bool
+    can_cancel: bool
+    jobs_estimate: int
+
+    @property
+    def read_only(self) -> bool:
+        return not (self.can_retry or self.can_cancel)
+
+
+@dataclass(frozen=True)
+class JobFilter:
+    """The jobs page's filters (None: any)."""
+
+    status: JobStatus | None = None
+    queue: str | None = None
+    job_type: str | None = None
+    error_code: str | None = None
+    key: str | None = None
+    created_from: datetime | None = None
+    created_to: datetime | None = None
+
+
+@dataclass(frozen=True)
+class JobsPage:
+    """One window of the jobs list: its rows, newest first, and the cursor of the next
+    (older) window, None at the oldest job."""
+
+    rows: list[Row]
+    before: int | None
+    next_before: int | None
+    window: int
+
+
+@dataclass(frozen=True)
+class BulkSelection:
+    """The jobs a bulk action would change: matched among ``scanned`` looked at (``capped``:
+    the scan stopped at its bound, so more may match beyond it), and their ids (at most
+    :data:`BULK_LIMIT`)."""
+
+    matched: int
+    scanned: int
+    capped: bool
+    ids: list[int] = field(default_factory=list)
+
+    def describe(self) -> str:
+        more = "+" if self.capped else ""
+        return f"{self.matched}{more}"
+
+
+class Console:
+    """The console's reads and actions, over one connection or a pool."""
+
+    def __init__(self, db: Db, *, timeout: float = 5.0) -> None:
+        validation.positive("timeout", timeout)
+        self._db = db
+        self._store = ConsoleStore()
+        self._timeout = timeout
+
+    def _tx(self, action: str) -> Any:
+        return transaction(self._db, action)
+
+    def role(self) -> RoleInfo:
+        with self._tx("console") as c:
+            self._store.console_bounds(c, seconds=self._timeout)
+            row = self._store.console_role(c)
+        return RoleInfo(row["role"], row["can_retry"], row["can_cancel"], row["jobs_estimate"])
+
+    def overview(self, *, limit: int = 200, now: datetime | None = None) -> list[QueuePanel]:
+        """Every queue with work, workers or a schedule (at most ``limit``), one panel each."""
+        panels = []
+        with self._tx("console: overview") as c:
+            self._store.console_bounds(c, seconds=self._timeout)
+            for queue in self._store.console_queues(c, limit=limit):
+                r = self._store.console_queue_panel(
+                    c, queue=queue, cap=COUNT_CAP, live_seconds=SILENT_AFTER_SECONDS, now=now
+                )
+                panels.append(
+                    QueuePanel(
+                        queue=queue,
+                        ready=Count.of(r["ready"], COUNT_CAP),
+                        scheduled=Count.of(r["scheduled"], COUNT_CAP),
+                        running=r["running"],
+                        dead=Count.of(r["dead"], COUNT_CAP),
+                        oldest_ready_age=r["oldest_ready_age"],
+                        oldest_heartbeat_age=r["oldest_heartbeat_age"],
+                        workers=r["workers"],
+                        in_flight=r["in_flight"],
+                    )
+                )
+        return panels
+
+    def jobs(
+        self,
+        filters: JobFilter,
+        *,
+        before: int | None = None,
+        limit: int = 50,
+        window: int = JOBS_WINDOW,
+    ) -> JobsPage:
+        """One window of ids below ``before`` (from the newest job when None), newest first."""
+        validation.at_least("limit", limit, 1)
+        validation.at_least("window", window, 1)
+        with self._tx("console: jobs") as c:
+            self._store.console_bounds(c, seconds=self._timeout)
+            low, high = self._store.console_id_bounds(c)
+            if high is None or low is None:
+                return JobsPage([], before, None, window)
+            start = high + 1 if before is None else before
+            params = {
+                "before": start,
+                "window": window,
+                "limit": limit,
+                "status": None if filters.status is None else str(filters.status),
+                "queue": filters.queue,
+                "job_type": filters.job_type,
+                "error_code": filters.error_code,
+                "key": filters.key,
+                "created_from": filters.created_from,
+                "created_to": filters.created_to,
+            }
+            rows = self._store.console_jobs(c, params)
+            if len(rows) == limit:
+                next_before: int | None = int(rows[-1]["id"])
+            else:
+                below = self._store.console_id_below(c, before=start - window)
+                next_before = None if below is None else below + 1
+        if next_before is not None and next_before <= low:
+            next_before = None
+        return JobsPage(rows, before, next_before, window)
+
+    def job(self, job_id: int, *, attempts: int = 200) -> tuple[Row | None, list[Row]]:
+        """One job wherever it is, and its attempt timeline (None, [] when unknown)."""
+        with self._tx("console: job") as c:
+            self._store.console_bounds(c, seconds=self._timeout)
+            job = self._store.console_job(c, job_id=job_id)
+            timeline = (
+                self._store.console_job_attempts(c, job_id=job_id, limit=attempts) if job else []
+            )
+        return job, timeline
+
+    def dead(
+        self,
+        *,
+        queue: str | None = None,
+        job_type: str | None = None,
+        error_code: str | None = None,
+        limit: int = 100,
+        scan: int = BULK_SCAN,
+    ) -> tuple[list[Row], BulkSelection]:
+        """The newest dead jobs matching the filters (among the newest ``scan`` dead jobs)."""
+        params = {
+            "queue": queue,
+            "job_type": job_type,
+            "error_code": error_code,
+            "limit": limit,
+            "scan": scan,
+        }
+        with self._tx("console: dead jobs") as c:
+            self._store.console_bounds(c, seconds=self._timeout)
+            rows = self._store.console_dead(c, params)
+            if rows:
+                matched, scanned = int(rows[0]["matched"]), int(rows[0]["scanned"])
+            else:
+                counted = self._store.console_dead_count(c, params)
+                matched, scanned = int(counted["matched"]), int(counted["scanned"])
+        selection = BulkSelection(matched, scanned, scanned >= scan, [int(r["id"]) for r in rows])
+        return rows, selection
+
+    def select_dead(
+        self,
+        *,
+        queue: str | None,
+        job_type: str | None,
+        error_code: str | None,
+        scan: int = BULK_SCAN,
+    ) -> BulkSelection:
+        """The dead jobs a bulk retry by these filters takes (at most :data:`BULK_LIMIT`)."""
+        _, selection = self.dead(
+            queue=queue, job_type=job_type, error_code=error_code, limit=BULK_LIMIT, scan=scan
+        )
+        return selection
+
+    def select_pending(
+        self, *, queue: str, job_type: str | None, scan: int = PENDING_SCAN
+    ) -> BulkSelection:
+        """The pending jobs of ``queue`` a bulk cancel by these filters takes (at most
+        :data:`BULK_LIMIT`, in claim order, among the first ``scan``)."""
+        if not queue:
+            raise InvalidJob("queue", "a bulk cancel needs a queue")
+        params = {"queue": queue, "job_type": job_type, "scan": scan, "limit": BULK_LIMIT}
+        with self._tx("console: pending jobs") as c:
+            self._store.console_bounds(c, seconds=self._timeout)
+            row = self._store.console_pending(c, params)
+        scanned = int(row["scanned"])
+        return BulkSelection(int(row["matched"]), scanned, scanned >= scan, list(row["ids"]))
+
+    def retry_dead(
+        self,
+        ids: Sequence[int],
+        *,
+        actor: str,
+        reason: str,
+        filter: Mapping[str, Any] | None = None,
+    ) -> list[int]:
+        """Retry these dead jobs (those still dead) and audit it, in one transaction."""
+        _check_action(ids, actor, reason)
+        with self._tx("console: retry dead jobs") as c:
+            self._store.console_bounds(c, seconds=self._timeout)
+            return self._store.console_retry_dead(
+                c, ids=ids, actor=actor, reason=reason, filter=filter
+            )
+
+    def cancel(
+        self,
+        ids: Sequence[int],
+        *,
+        actor: str,
+        reason: str,
+        filter: Mapping[str, Any] | None = None,
+    ) -> list[int]:
+        """Cancel these jobs (those still pending or running) and audit it, in one
+        transaction."""
+        _check_action(ids, actor, reason)
+        with self._tx("console: cancel jobs") as c:
+            self._store.console_bounds(c, seconds=self._timeout)
+            return self._store.console_cancel(c, ids=ids, actor=actor, reason=reason, filter=filter)
+
+    def workers(self, *, limit: int = 500, now: datetime | None = None) -> list[Row]:
+        with self._tx("console: workers") as c:
+            self._store.console_bounds(c, seconds=self._timeout)
+            return self._store.console_workers(c, limit=limit, now=now)
+
+    def schedules(self, *, limit: int = 500) -> list[Row]:
+        with self._tx("console: schedules") as c:
+            self._store.console_bounds(c, seconds=self._timeout)
+            return self._store.console_schedules(c, limit=limit)
+
+    def audit(self, *, limit: int = 50) -> list[Row]:
+        with self._tx("console: audit") as c:
+            self._store.console_bounds(c, seconds=self._timeout)
+            return self._store.console_audit(c, limit=limit)
+
+
+def _check_action(ids: Sequence[int], actor: str, reason: str) -> None:
+    if len(ids) > BULK_LIMIT:
+        raise InvalidJob("ids", f"at most {BULK_LIMIT} jobs per action, {len(ids)} given")
+    if not actor.strip():
+        raise InvalidJob("actor", "an action needs the name of who takes it")
+    if not reason.strip():
+        raise InvalidJob("reason", "say why (it goes into leaseq.console_audit)")

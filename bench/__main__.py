@@ -18,6 +18,7 @@ from bench import (
     crash,
     history,
     history_partitions,
+    lease_renewal,
     ocr,
     peers,
     pipelines,
@@ -42,6 +43,7 @@ SCENARIOS: dict[str, Callable[[Context], None]] = {
     ocr.NAME: ocr.run,
     batching.NAME: batching.run,
     pipelines.NAME: pipelines.run,
+    lease_renewal.NAME: lease_renewal.run,
 }
 # Run only when named with --only: a repeated, interleaved comparison for proposals; OCR
 # inference (minutes of CPU per repeat on a loaded 2-core machine; needs the ocr extra).

@@ -726,6 +726,26 @@ def _pipelines(folder: Path) -> str:
     return "\n".join(parts) if parts else "_not run_\n"
 
 
+def _lease_renewal(folder: Path) -> str:
+    rows = read(folder / "lease_renewal.csv")
+    if not rows:
+        return "_not run_\n"
+    return _table(
+        rows,
+        [
+            "leases",
+            "statistics",
+            "arm",
+            "statements_per_round",
+            "cpu_ms_per_round_min",
+            "cpu_ms_per_round_p50",
+            "cpu_ms_per_round_max",
+            "cpu_us_per_lease",
+            "core_pct_at_10s",
+        ],
+    )
+
+
 SECTIONS: list[tuple[str, Callable[[Path], str]]] = [
     ("1. Claim correctness and scaling (400 jobs x 200 ms)", _claim_scaling),
     ("2. Transaction scope (8 workers)", _txn_scope),
@@ -735,6 +755,7 @@ SECTIONS: list[tuple[str, Callable[[Path], str]]] = [
     ("5. Crash timeline", _crash),
     ("6. Peers, same server, same run", _peers),
     ("8. Enqueue to result(), no-op job, one at a time", _result_latency),
+    ("10. Keeping leases alive: server CPU per round of renewals", _lease_renewal),
     ("A/B: no-op throughput, interleaved rounds", _ab),
     ("7. OCR inference: pages/s one page vs micro-batched, model load", _ocr),
     ("8. Micro-batching from a backlog: jobs per model call", _batching),

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from bench import batching, claim_scaling, report, result_latency
+from bench import batching, claim_scaling, lease_renewal, report, result_latency
 from bench.__main__ import main
 from bench.context import Context
 from bench.env import machine, scratch_database, server_info
@@ -60,3 +60,17 @@ def test_tiny_result_latency_run_reports_both_faces(server_url: str, tmp_path: P
     assert [(r["face"], r["jobs"]) for r in rows] == [("sync", 3), ("async", 3)]
     ctx.recorder(result_latency.NAME).table(result_latency.NAME, rows)
     assert "8. Enqueue to result()" in report.generate(tmp_path).read_text()
+
+
+def test_tiny_lease_renewal_run_reports_every_arm(server_url: str, tmp_path: Path) -> None:
+    ctx = Context(server_url, True, tmp_path, {**machine(), **server_info(server_url)})
+    with scratch_database(server_url, "smoke") as url:
+        rows = lease_renewal.measure(url, [16], renewals=16)
+    assert [(r["statistics"], r["arm"], r["statements_per_round"]) for r in rows] == [
+        ("stale", "per_lease", 16),
+        ("stale", "per_worker", 2),
+        ("fresh", "per_lease", 16),
+        ("fresh", "per_worker", 2),
+    ]
+    ctx.recorder(lease_renewal.NAME).table(lease_renewal.NAME, rows)
+    assert "10. Keeping leases alive" in report.generate(tmp_path).read_text()

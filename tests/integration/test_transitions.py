@@ -141,6 +141,52 @@ def test_heartbeat_on_a_lost_lease_is_fenced(
     assert [a.outcome for a in queue.attempts(job.id)] == ["fenced"]
 
 
+def test_heartbeat_many_renews_each_held_lease_and_answers_each_lost_one(
+    queue: leaseq.Queue, conn: leaseq.core.db.Conn
+) -> None:
+    """One statement for all: each lease fenced by its own token; a lost one is recorded and
+    answered as heartbeat() answers it; bad progress is left out, its lease still renewed."""
+    now = db_now(conn)
+    for n in range(4):
+        queue.enqueue("q", "t", priority=n, now=now)
+    held, expired, cancelled, bad = (claim_one(queue, lease_seconds=20, now=now) for _ in range(4))
+    conn.execute(
+        "UPDATE leaseq.jobs SET lease_expires_at = %s WHERE id = %s",
+        (now + timedelta(seconds=5), expired.id),
+    )
+    queue.cancel(cancelled.id)
+    later = now + timedelta(seconds=10)
+    beats = queue.heartbeat_many(
+        [held.lease, expired.lease, cancelled.lease, bad.lease],
+        lease_seconds=20,
+        progresses=[{"page": 3}, {"page": 1}, None, {"x": float("nan")}],
+        now=later,
+    )
+    assert [b.status for b in beats] == [
+        HeartbeatStatus.RENEWED,
+        HeartbeatStatus.LOST,
+        HeartbeatStatus.LOST,
+        HeartbeatStatus.RENEWED,
+    ]
+    assert beats[0].lease_expires_at == later + timedelta(seconds=20)
+    assert beats[2].job_status == "cancelled"
+    assert queue.get(held.id).progress == {"page": 3}
+    assert queue.get(expired.id).progress is None
+    assert queue.get(bad.id).lease_expires_at == later + timedelta(seconds=20)
+    assert [a.outcome for a in queue.attempts(expired.id)] == ["fenced"]
+    assert queue.heartbeat_many([]) == []
+
+
+def test_a_lease_exists_only_while_its_job_runs(queue: leaseq.Queue, database_url: str) -> None:
+    """The fenced statements rely on it (they do not name the status)."""
+    job = queue.enqueue("q", "t")
+    with (
+        psycopg.connect(database_url) as c,
+        pytest.raises(psycopg.errors.CheckViolation, match="jobs_lease_only_while_running"),
+    ):
+        c.execute("UPDATE leaseq.jobs SET lease_expires_at = now() WHERE id = %s", (job.job_id,))
+
+
 def test_complete_writes_the_effect_once(queue: leaseq.Queue) -> None:
     queue.enqueue("q", "t", idempotency_key="invoice-2026-000412")
     job = claim_one(queue)

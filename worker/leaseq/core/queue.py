@@ -611,6 +611,53 @@ class Queue:
 
         return self._write("heartbeat", run)
 
+    def heartbeat_many(
+        self,
+        leases: Sequence[Lease],
+        *,
+        lease_seconds: float = DEFAULT_LEASE_SECONDS,
+        progresses: Sequence[Any] | None = None,
+        now: datetime | None = None,
+    ) -> list[Heartbeat]:
+        """:meth:`heartbeat` for many leases in one statement (answers in the order of
+        ``leases``): each is fenced by its own token, and each lost one is recorded and
+        answered LOST (with the job's status) as :meth:`heartbeat` answers it. A progress
+        that cannot be stored is logged (an ERROR naming the job) and left out, and that
+        lease is renewed all the same: bad progress never costs a lease."""
+        progresses = list(progresses) if progresses is not None else [None] * len(leases)
+        if len(progresses) != len(leases):
+            raise InvalidJob("progresses", "need one progress (or None) per lease")
+        if len({lease.job_id for lease in leases}) != len(leases):
+            raise InvalidJob("leases", "name each job once")
+        stored = []
+        for lease, progress in zip(leases, progresses, strict=True):
+            if progress is not None:
+                try:
+                    validation.json_value("progress", progress, limit=65536)
+                    progress = _storable(progress, "progress", lease)
+                except InvalidJob as exc:
+                    log.error("progress not stored: %s", exc, extra=_lease_fields(lease))
+                    progress = None
+            stored.append(progress)
+        if not leases:
+            return []
+
+        def run(c: Conn, repeat: bool) -> list[Heartbeat]:
+            held = self._store.job_heartbeat_many(
+                c, leases, lease_seconds=lease_seconds, progresses=stored, now=now
+            )
+            answers = []
+            for lease in leases:
+                expires = held.get(lease.job_id)
+                if expires is None:
+                    fenced = self._fenced(c, lease, Call.HEARTBEAT, now)
+                    answers.append(Heartbeat(HeartbeatStatus.LOST, None, fenced.status))
+                else:
+                    answers.append(Heartbeat(HeartbeatStatus.RENEWED, expires))
+            return answers
+
+        return self._write("heartbeat", run)
+
     def checkpoint(self, lease: Lease, state: Any, *, now: datetime | None = None) -> bool:
         """Store durable state that the job's next attempt receives; False if the lease is lost."""
         validation.json_value("checkpoint", state)

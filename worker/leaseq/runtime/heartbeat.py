@@ -27,13 +27,14 @@ jobs). It logs a WARNING naming the cause and remedy (``hint``) and counts it in
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 import time
 from collections.abc import Callable
 
 from leaseq.core.backoff import Backoff
-from leaseq.core.errors import DatabaseUnavailable, InvalidJob, LeaseqError
+from leaseq.core.errors import DatabaseUnavailable, LeaseqError
 from leaseq.core.models import HeartbeatStatus, JobStatus
 from leaseq.core.queue import Queue
 from leaseq.runtime.context import StopReason
@@ -158,19 +159,24 @@ class HeartbeatLoop:
                 job.context.request_stop(StopReason.LEASE_LOST)
 
     def renew_due(self, now: float) -> None:
-        """Renew the leases of attempts that have run for a heartbeat interval since their
-        claim or last renewal; younger ones still hold a lease longer than that."""
-        for job in self.jobs.running():
-            if self.stopping.is_set():
-                return
-            if now >= job.renew_at:
-                job.renew_at = now + self.interval
-                if self.renew(job):
-                    self._reached()
-                else:
-                    if self.unreachable_since is None:
-                        self.unreachable_since = now
-                    job.renew_at = time.monotonic() + min(self.interval, self._retry.next())
+        """Renew, in one statement, the leases of attempts that have run for a heartbeat
+        interval since their claim or last renewal; younger ones still hold a lease longer
+        than that."""
+        if self.stopping.is_set():
+            return
+        due = [job for job in self.jobs.running() if now >= job.renew_at]
+        if not due:
+            return
+        for job in due:
+            job.renew_at = now + self.interval
+        if self.renew(due):
+            self._reached()
+        else:
+            if self.unreachable_since is None:
+                self.unreachable_since = now
+            retry_at = time.monotonic() + min(self.interval, self._retry.next())
+            for job in due:
+                job.renew_at = retry_at
 
     def _reached(self) -> None:
         self._retry.reset()
@@ -179,42 +185,57 @@ class HeartbeatLoop:
                      time.monotonic() - self.unreachable_since)  # fmt: skip
             self.unreachable_since = None
 
-    def renew(self, job: InFlight) -> bool:
-        """One renewal; False only when PostgreSQL could not be reached. Holds the attempt's
-        lock so the slot cannot settle it meanwhile."""
-        with job.lock:
-            if not job.running:
+    def renew(self, due: list[InFlight]) -> bool:
+        """One renewal statement for ``due``; False only when PostgreSQL could not be
+        reached. Holds each attempt's lock meanwhile, so no slot can settle its attempt
+        during it (only this thread ever holds more than one of them: no lock cycle)."""
+        with contextlib.ExitStack() as held:
+            jobs, progresses, versions = [], [], []
+            for job in due:
+                held.enter_context(job.lock)
+                if not job.running:
+                    continue
+                value, version = job.context.pending_progress()
+                jobs.append(job)
+                progresses.append(value if version > job.sent_progress_version else None)
+                versions.append(version)
+            if not jobs:
                 return True
-            value, version = job.context.pending_progress()
-            progress = value if version > job.sent_progress_version else None
             sent = time.monotonic()
             try:
-                beat = self.queue.heartbeat(
-                    job.job.lease, lease_seconds=self.lease_seconds, progress=progress
+                beats = self.queue.heartbeat_many(
+                    [job.job.lease for job in jobs],
+                    lease_seconds=self.lease_seconds,
+                    progresses=progresses,
                 )
-            except InvalidJob as exc:
-                log.error("progress not stored: %s", exc, extra=job.fields())
-                job.sent_progress_version = version
-                return True
             except DatabaseUnavailable as exc:
                 self.health.db_failed(exc)
                 # Once per outage at WARNING: the retries every RETRY_SECONDS are DEBUG.
                 level = logging.WARNING if self.unreachable_since is None else logging.DEBUG
-                log.log(level, "lease renewal failed, will retry: %s", exc, extra=job.fields())
+                log.log(level, "lease renewal of %d job(s) failed, will retry: %s",
+                        len(jobs), exc)  # fmt: skip
                 return False
             except LeaseqError as exc:
-                log.error("lease renewal failed: %s", exc, extra=job.fields())
+                log.error("lease renewal of %d job(s) failed: %s", len(jobs), exc)
                 return True
             self.health.db_ok()
-            if beat.status is HeartbeatStatus.RENEWED:
-                job.lease_bound = time.monotonic() + self.lease_seconds
-                job.renewed(sent, self.lease_seconds)
-                job.sent_progress_version = version
-                self.metrics.renewals.labels(job.job.queue).inc()
+            lost = []
+            for job, version, beat in zip(jobs, versions, beats, strict=True):
+                if beat.status is HeartbeatStatus.RENEWED:
+                    job.lease_bound = time.monotonic() + self.lease_seconds
+                    job.renewed(sent, self.lease_seconds)
+                    job.sent_progress_version = version
+                    self.metrics.renewals.labels(job.job.queue).inc()
+                else:
+                    lost.append((job, beat))
+            if len(lost) < len(jobs):
                 self.metrics.last_heartbeat.set_to_current_time()
-            elif beat.job_status is JobStatus.CANCELLED:
+        # Outside the locks: giving up may stop or kill a handler, and take() decides
+        # between it and a slot settling the same attempt.
+        for job, beat in lost:
+            if beat.job_status is JobStatus.CANCELLED:
                 self.give_up(job, StopReason.CANCELLED)
             else:
                 self.metrics.fenced.labels(job.job.queue).inc()
                 self.give_up(job, StopReason.LEASE_LOST)
-            return True
+        return True

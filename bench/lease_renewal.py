@@ -1,0 +1,138 @@
+"""Scenario (issue 19): the server CPU spent keeping N leases alive.
+
+N running jobs (N = 100, 1,000, 10,000), held by N / SLOTS simulated workers of SLOTS slots
+each, are renewed once per round on one worker session (``tune_worker_session``: generic
+plans, as every worker plans). Two ways:
+
+* ``per_lease``: one ``heartbeat()`` statement per lease (how workers renewed before);
+* ``per_worker``: one ``heartbeat_many()`` statement per worker for all its leases.
+
+Each with statistics ``stale`` (taken while the jobs were pending, as right after a backlog
+is enqueued and analyzed) or ``fresh`` (taken once they run). The CPU is the serving
+backend's own (user + system, from /proc/<pid>/stat, so the server must be on this host),
+per round; ``core_pct_at_10s`` is that as a share of one core when every lease is renewed
+every 10 s (the default heartbeat interval).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+import psycopg
+
+import leaseq
+from bench.context import Context
+from bench.env import reset_leaseq, scratch_database
+from bench.stats import percentile
+
+NAME = "lease_renewal"
+SLOTS = 8
+ROUNDS = 3
+RENEWALS = 10_000
+ARMS = ("per_lease", "per_worker")
+HEARTBEAT_SECONDS = 10.0
+TICK = os.sysconf("SC_CLK_TCK")
+
+
+def backend_cpu(pid: int) -> float:
+    """Seconds of CPU (user + system) the backend ``pid`` has used."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / TICK
+
+
+def hold(url: str, leases: int, *, fresh: bool) -> list[list[leaseq.Lease]]:
+    """``leases`` running jobs, claimed SLOTS at a time by one owner each; their leases by
+    owner. Statistics are taken before the claims, and again after them when ``fresh``."""
+    reset_leaseq(url)
+    with leaseq.connect(url, action="bench") as conn:
+        queue = leaseq.Queue(conn)
+        queue.enqueue_many([leaseq.JobSpec("q", "noop") for _ in range(leases)])
+        conn.execute("ANALYZE leaseq.jobs")
+        held = []
+        for w in range(leases // SLOTS):
+            claimed = queue.claim(["q"], f"w{w}", limit=SLOTS, lease_seconds=3600)
+            held.append([job.lease for job in claimed])
+        if fresh:
+            conn.execute("ANALYZE leaseq.jobs")
+    return held
+
+
+def rounds(url: str, held: list[list[leaseq.Lease]], arm: str, renewals: int) -> list[float]:
+    """CPU seconds of the serving backend per round of renewing every lease once (each
+    measured over enough rounds for at least ``renewals`` renewals: the clock ticks at 10 ms)."""
+    leases = sum(len(h) for h in held)
+    repeat = max(1, renewals // leases)
+    spent = []
+    with leaseq.connect(url, action="bench") as conn:
+        leaseq.Queue.tune_worker_session(conn)
+        queue = leaseq.Queue(conn)
+        pid = conn.info.backend_pid
+        for _ in range(ROUNDS + 1):  # the first round prepares the statements: not counted
+            before = backend_cpu(pid)
+            for _ in range(repeat):
+                for mine in held:
+                    if arm == "per_lease":
+                        for lease in mine:
+                            queue.heartbeat(lease, lease_seconds=3600)
+                    else:
+                        queue.heartbeat_many(mine, lease_seconds=3600)
+            spent.append((backend_cpu(pid) - before) / repeat)
+    return spent[1:]
+
+
+def measure(
+    url: str, sizes: list[int], arms: tuple[str, ...] = ARMS, renewals: int = RENEWALS
+) -> list[dict[str, Any]]:
+    """One row per size, statistics and arm."""
+    rows = []
+    for leases in sizes:
+        for stats in ("stale", "fresh"):
+            held = hold(url, leases, fresh=stats == "fresh")
+            for arm in arms:
+                cpu = rounds(url, held, arm, renewals)
+                mid = percentile(cpu, 50)
+                rows.append(
+                    {
+                        "leases": leases,
+                        "statistics": stats,
+                        "arm": arm,
+                        "statements_per_round": len(held) * (SLOTS if arm == "per_lease" else 1),
+                        "cpu_ms_per_round_min": round(min(cpu) * 1000, 1),
+                        "cpu_ms_per_round_p50": round(mid * 1000, 1),
+                        "cpu_ms_per_round_max": round(max(cpu) * 1000, 1),
+                        "cpu_us_per_lease": round(mid / leases * 1e6, 2),
+                        "core_pct_at_10s": round(mid / HEARTBEAT_SECONDS * 100, 3),
+                    }
+                )
+    return rows
+
+
+def run(ctx: Context) -> None:
+    sizes = [100, 1000] if ctx.quick else [100, 1000, 10000]
+    renewals = 2000 if ctx.quick else RENEWALS
+    with scratch_database(ctx.server_url, "renewal") as url:
+        with psycopg.connect(url) as probe:
+            if not Path(f"/proc/{probe.info.backend_pid}/stat").exists():
+                ctx.log("lease renewal: the server is not on this host; skipped")
+                return
+        started = time.monotonic()
+        rows = measure(url, sizes, renewals=renewals)
+    for r in rows:
+        ctx.log(
+            f"lease renewal {r['leases']} {r['statistics']} {r['arm']}: "
+            f"{r['cpu_ms_per_round_p50']} ms CPU per round, {r['core_pct_at_10s']}% of a core"
+        )
+    recorder = ctx.recorder(NAME)
+    recorder.params(
+        {
+            "slots_per_worker": SLOTS,
+            "rounds": ROUNDS,
+            "renewals_per_measurement": renewals,
+            "heartbeat_seconds": HEARTBEAT_SECONDS,
+            "seconds": round(time.monotonic() - started, 1),
+        }
+    )
+    recorder.table(NAME, rows)

@@ -78,6 +78,24 @@ def test_a_job_after_parents_waits_outside_the_claim_until_the_last_one_succeeds
     ]
 
 
+def test_a_waiter_on_a_job_after_parents_is_woken_when_it_finishes(
+    face: Face, queue: leaseq.Queue
+) -> None:
+    """enqueue(after=..., wait=True) flags the child in the enqueue's transaction, so
+    result() on it is woken by its completion (the poll is far longer than the case)."""
+    parent = face.call("enqueue", "q", "split").job_id
+    child = face.call("enqueue", "q", "merge", after=[parent], wait=True).job_id
+    with psycopg.connect(face.url) as c:
+        flagged = c.execute("SELECT notify_done FROM leaseq.jobs WHERE id = %s", (child,))
+        assert flagged.fetchone() == (True,)
+    done = threading.Thread(target=lambda: (run(queue, parent), run(queue, child, "merged")))
+    done.start()
+    try:
+        assert face.call("result", child, timeout=30, poll=3600) == "merged"
+    finally:
+        done.join()
+
+
 def test_a_parent_given_by_id_must_exist_and_be_able_to_succeed(
     face: Face, queue: leaseq.Queue
 ) -> None:

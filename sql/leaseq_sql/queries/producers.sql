@@ -9,7 +9,8 @@ LISTEN leaseq_done;
 -- Flags each given unfinished job notify_done, so its final transition notifies leaseq_done (run autocommit, after LISTEN and before the read: the row lock orders it against a completion in flight, see migration 0011); jobs already flagged or finished are left alone.
 UPDATE leaseq.jobs j
    SET notify_done = true
- WHERE j.id = ANY (%(ids)s::bigint[]) AND j.status IN ('pending', 'running') AND NOT j.notify_done;
+ WHERE j.id = ANY (%(ids)s::bigint[]) AND j.status NOT IN ('succeeded', 'dead', 'cancelled')
+   AND NOT j.notify_done;
 
 -- name: job_outcomes
 -- Status, result, last error and attempts of the given jobs (those that exist), for waiters.

@@ -87,7 +87,7 @@ class AsyncQueue:
             async with atransaction(self._db, "enqueue", conn) as c:
                 job_id = (await self._write_plan(c, plan, JOIN_PIPELINE))["job"]
                 if wait:
-                    await self._store.job_watch_enqueued(c, [job_id])
+                    await self._store.job_watch(c, [job_id])
             return Enqueued(job_id, True)
         return (await self.enqueue_many([spec], conn=conn))[0]
 

@@ -347,7 +347,7 @@ class Queue:
             with transaction(self._db, "enqueue", conn) as c:
                 job_id = write_plan(self._store, c, plan, JOIN_PIPELINE, now)["job"]
                 if wait:
-                    self._store.job_watch_enqueued(c, [job_id])
+                    self._store.job_watch(c, [job_id])
             return Enqueued(job_id, True)
         return self.enqueue_many([spec], conn=conn, now=now)[0]
 

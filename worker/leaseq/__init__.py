@@ -20,6 +20,8 @@ from leaseq.core.errors import (
     SchemaTooNew,
     WaitInHandler,
 )
+from leaseq.core.flow import FlowControl
+from leaseq.core.flow_models import BlockedAggregate, FlowKeyStatus, FlowLimit
 from leaseq.core.leadership import Leadership
 from leaseq.core.models import (
     AttemptOutcome,
@@ -78,6 +80,7 @@ __all__ = [
     "AttemptOutcome",
     "AttemptRecord",
     "AuthenticationFailed",
+    "BlockedAggregate",
     "Call",
     "Cancelled",
     "ClaimedJob",
@@ -93,6 +96,9 @@ __all__ = [
     "Failed",
     "Fenced",
     "FiredSlot",
+    "FlowControl",
+    "FlowKeyStatus",
+    "FlowLimit",
     "Heartbeat",
     "HeartbeatStatus",
     "Interrupted",

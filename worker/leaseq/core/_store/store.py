@@ -181,6 +181,35 @@ class Store:
         )
         return _claimed(rows, owner)
 
+    def job_claim_keyed(
+        self,
+        conn: Conn,
+        *,
+        queues: Sequence[str],
+        owner: str,
+        limit: int,
+        lease_seconds: float,
+        claim_id: UUID,
+        job_types: Sequence[str] | None = None,
+        now: datetime | None = None,
+    ) -> list[ClaimedJob]:
+        """Keyed jobs, at most one per key, each within its key's limit (flow.sql)."""
+        rows = self._dicts(
+            conn,
+            "job_claim_keyed",
+            {
+                "queues": list(queues),
+                "job_types": None if job_types is None else list(job_types),
+                "owner": owner,
+                "limit": limit,
+                "lease_seconds": lease_seconds,
+                "claim_id": claim_id,
+                "now": now,
+            },
+            "claim",
+        )
+        return _claimed(rows, owner)
+
     def job_claim_recover(
         self, conn: Conn, *, owner: str, claim_ids: Sequence[UUID]
     ) -> list[ClaimedJob]:

@@ -1,0 +1,133 @@
+-- Named statements of flow control (migration 11): the keyed claim, limits, repairs, status.
+
+-- name: job_claim_keyed
+-- Leases up to %(limit)s ready keyed jobs, at most one per key, walking the active keys of the given queues by fair turn (vtime); a limited key's job is taken only with a free slot of its limit, locked and written in the same statement; bumps attempt and token.
+WITH t AS (SELECT coalesce(%(now)s::timestamptz, now()) AS now),
+candidate AS (
+    SELECT c.id, c.queue, c.key, c.slot, c.lease_token
+      FROM unnest(%(queues)s::text[]) AS q(queue)
+      CROSS JOIN t
+      CROSS JOIN LATERAL (
+          SELECT k.queue, k.key, s.slot, j.id, j.lease_token
+            FROM leaseq.flow_keys k
+            -- The slot first: a saturated key's pending rows are never read.
+            LEFT JOIN LATERAL (
+                SELECT x.slot FROM leaseq.flow_slots x
+                 WHERE x.queue = k.queue AND x.key = k.key AND x.job_id IS NULL AND NOT x.retired
+                 LIMIT 1
+                   FOR UPDATE SKIP LOCKED
+            ) s ON k.max_running IS NOT NULL
+            CROSS JOIN LATERAL (
+                SELECT j.id, j.lease_token
+                  FROM leaseq.jobs j
+                 WHERE j.status = 'pending' AND j.key IS NOT NULL AND NOT j.ordering_waiting
+                   AND j.queue = k.queue AND j.key = k.key AND j.available_at <= t.now
+                   AND (%(job_types)s::text[] IS NULL OR j.job_type = ANY(%(job_types)s::text[]))
+                 ORDER BY j.priority, j.available_at, j.id
+                 LIMIT 1
+                   FOR UPDATE SKIP LOCKED
+            ) j
+           WHERE k.queue = q.queue AND k.active AND (k.max_running IS NULL OR s.slot IS NOT NULL)
+           ORDER BY k.vtime, k.key
+           LIMIT %(limit)s
+      ) c
+     LIMIT %(limit)s
+),
+taken AS (
+    UPDATE leaseq.flow_slots s
+       SET job_id = c.id, lease_token = c.lease_token + 1, taken_at = t.now
+      FROM candidate c, t
+     WHERE c.slot IS NOT NULL AND s.queue = c.queue AND s.key = c.key AND s.slot = c.slot
+    RETURNING s.job_id
+),
+claimed AS (
+    UPDATE leaseq.jobs j
+       SET status = 'running',
+           attempt_count = j.attempt_count + 1,
+           lease_token = j.lease_token + 1,
+           lease_owner = %(owner)s,
+           claim_id = %(claim_id)s,
+           started_at = t.now,
+           heartbeat_at = t.now,
+           lease_expires_at = t.now + least(make_interval(secs => %(lease_seconds)s),
+                                            coalesce(j.timeout, make_interval(secs => %(lease_seconds)s)))
+      FROM t
+     WHERE j.id = ANY (ARRAY(SELECT candidate.id FROM candidate))
+    RETURNING j.id, j.queue, j.job_type, j.payload, j.priority, j.available_at, j.attempt_count,
+              j.max_attempts, j.lease_token, j.lease_expires_at, j.started_at,
+              extract(epoch FROM j.timeout)::float8 AS timeout_seconds,
+              j.idempotency_key, j.checkpoint
+)
+SELECT claimed.*, (SELECT count(*) FROM taken) AS slots_taken
+  FROM claimed ORDER BY priority, available_at, id;
+
+-- name: flow_limit_set
+-- Sets a queue's limit for a key or key pattern (max running jobs, NULL for none; fair-share weight) and applies it to every key it governs at once; returns how many keys it updated.
+SELECT leaseq.flow_limit_set(%(queue)s, %(pattern)s, %(max_running)s, %(weight)s, false) AS keys;
+
+-- name: flow_limit_remove
+-- Removes a queue's limit for a key or key pattern; the keys it governed fall back to the next matching limit (or none); returns how many keys it updated.
+SELECT leaseq.flow_limit_set(%(queue)s, %(pattern)s, NULL, NULL, true) AS keys,
+       EXISTS (SELECT 1 FROM leaseq.flow_limits l
+                WHERE l.queue = %(queue)s AND l.key_pattern = %(pattern)s) AS still_there;
+
+-- name: flow_limit_list
+-- The limits set, per queue (all when %(queue)s is NULL) and pattern, with how many known keys each governs and how many slots they hold.
+SELECT l.queue, l.key_pattern, l.max_running, l.weight, l.updated_at
+  FROM leaseq.flow_limits l
+ WHERE %(queue)s::text IS NULL OR l.queue = %(queue)s::text
+ ORDER BY l.queue, l.key_pattern;
+
+-- name: flow_repair
+-- The reaper's check: frees up to %(batch)s slots whose holder is not a running attempt with the same token (each re-checked under its lock); returns the slots freed per queue.
+SELECT r.queue, r.repaired FROM leaseq.flow_repair(%(batch)s) r ORDER BY r.queue;
+
+-- name: flow_repairs_total
+-- Slots the reaper's check has freed so far, per queue (expected 0).
+SELECT f.queue, f.repaired FROM leaseq.flow_repairs f ORDER BY f.queue;
+
+-- name: flow_unblock
+-- Skips the dead head of a blocked aggregate: its next job becomes claimable; returns that job's id (NULL if none is left).
+SELECT leaseq.flow_unblock(%(queue)s, %(ordering_key)s) AS head;
+
+-- name: flow_status
+-- Per queue and key with unfinished jobs: the limit, running and ready jobs, whether it is saturated (no free slot), its weight and virtual time; at most %(limit)s keys, saturated first.
+WITH t AS (SELECT coalesce(%(now)s::timestamptz, now()) AS now)
+SELECT k.queue, k.key, k.max_running, k.weight, k.vtime,
+       r.running, p.ready,
+       (k.max_running IS NOT NULL AND f.free = 0) AS saturated,
+       CASE WHEN k.max_running IS NULL THEN p.ready ELSE least(p.ready, f.free) END AS claimable
+  FROM leaseq.flow_keys k
+  CROSS JOIN t
+  CROSS JOIN LATERAL (
+      SELECT count(*) AS free FROM leaseq.flow_slots s
+       WHERE s.queue = k.queue AND s.key = k.key AND s.job_id IS NULL AND NOT s.retired
+  ) f
+  CROSS JOIN LATERAL (
+      SELECT count(*) AS running FROM leaseq.jobs j
+       WHERE j.status = 'running' AND j.key IS NOT NULL AND j.queue = k.queue AND j.key = k.key
+  ) r
+  CROSS JOIN LATERAL (
+      SELECT count(*) AS ready FROM leaseq.jobs j
+       WHERE j.status = 'pending' AND j.key IS NOT NULL AND NOT j.ordering_waiting
+         AND j.queue = k.queue AND j.key = k.key AND j.available_at <= t.now
+  ) p
+ WHERE k.active AND (%(queues)s::text[] IS NULL OR k.queue = ANY(%(queues)s::text[]))
+ ORDER BY saturated DESC, k.queue, k.key
+ LIMIT %(limit)s;
+
+-- name: flow_blocked
+-- Aggregates blocked by a dead head, per queue (all when %(queues)s is NULL): the head's id, since when, and how many jobs wait behind it; at most %(limit)s.
+SELECT a.queue, a.ordering_key, a.blocked_by AS head, a.blocked_at,
+       (SELECT count(*) FROM leaseq.jobs j
+         WHERE j.queue = a.queue AND j.ordering_key = a.ordering_key
+           AND j.status = 'pending' AND j.ordering_waiting) AS waiting
+  FROM leaseq.flow_aggregates a
+ WHERE a.blocked_by IS NOT NULL AND (%(queues)s::text[] IS NULL OR a.queue = ANY(%(queues)s::text[]))
+ ORDER BY a.queue, a.blocked_at
+ LIMIT %(limit)s;
+
+-- name: flow_active
+-- Whether any of the given queues has a key with unfinished jobs (the keyed claim has something to look at).
+SELECT EXISTS (SELECT 1 FROM leaseq.flow_keys k
+                WHERE k.queue = ANY(%(queues)s::text[]) AND k.active) AS active;

@@ -30,6 +30,11 @@ DENIED = pg_errors.InsufficientPrivilege
 EXPECTED = {
     "worker": [
         "USAGE on schema leaseq",
+        # The keyed claim reads the keys and takes slots (migration 0011's apply_grants).
+        "SELECT on flow_aggregates",
+        "SELECT on flow_keys",
+        "SELECT on flow_limits",
+        "SELECT on flow_slots",
         "SELECT on job_attempts",
         "INSERT on job_attempts",
         "SELECT on job_results",
@@ -48,6 +53,7 @@ EXPECTED = {
         "INSERT on workers",
         "UPDATE on workers",
         "DELETE on workers",
+        "UPDATE (job_id, lease_token, taken_at) on flow_slots",
         "UPDATE (ended_at, outcome, error) on job_attempts",
         "UPDATE (status, attempt_count, available_at, started_at, finished_at, lease_owner, "
         "lease_token, lease_expires_at, heartbeat_at, progress, last_error, last_error_code, "
@@ -55,6 +61,12 @@ EXPECTED = {
     ],
     "operator": [
         "USAGE on schema leaseq",
+        # Limits, slot repairs and blocked aggregates (migration 0011's apply_grants).
+        "SELECT on flow_aggregates",
+        "SELECT on flow_keys",
+        "SELECT on flow_limits",
+        "SELECT on flow_repairs",
+        "SELECT on flow_slots",
         # The leader's history duties (migration 0009's apply_grants).
         "SELECT on history_counts",
         "INSERT on history_counts",
@@ -113,7 +125,7 @@ EXPECTED = {
         "SELECT on schema_migrations",
         "INSERT (job_id) on job_waiters",
         "INSERT (queue, job_type, payload, priority, max_attempts, created_at, available_at, "
-        "timeout, idempotency_key, dedup_key) on jobs",
+        "timeout, idempotency_key, dedup_key, key, ordering_key) on jobs",
     ],
 }
 
@@ -420,7 +432,8 @@ def test_the_claim_as_the_worker_role_still_walks_the_claim_index(roles: Roles) 
             str(r[0])
             for r in w.execute(
                 "EXPLAIN SELECT id FROM leaseq.jobs WHERE status = 'pending' AND queue = 'q'"
-                " AND available_at <= now() ORDER BY priority, available_at, id LIMIT 1"
+                " AND available_at <= now() AND key IS NULL AND NOT ordering_waiting"
+                " ORDER BY priority, available_at, id LIMIT 1"
                 " FOR UPDATE SKIP LOCKED"
             )
         )

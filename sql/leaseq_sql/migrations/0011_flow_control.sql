@@ -133,6 +133,41 @@ AS $$
      LIMIT 1
 $$;
 
+-- Keeps the units past a lowered limit last: while a unit within the limit is free and one
+-- past it is still held, the holder moves into the free unit and the extra unit goes. So a
+-- key is claimable only once fewer jobs run than its limit (running ones drain, never cut).
+CREATE FUNCTION leaseq.flow_compact(q text, k text)
+RETURNS void
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    free integer;
+    extra record;
+BEGIN
+    DELETE FROM leaseq.flow_slots s
+     WHERE s.queue = q AND s.key = k AND s.retired AND s.job_id IS NULL;
+    LOOP
+        SELECT s.slot INTO free FROM leaseq.flow_slots s
+         WHERE s.queue = q AND s.key = k AND s.job_id IS NULL AND NOT s.retired
+         ORDER BY s.slot LIMIT 1 FOR UPDATE SKIP LOCKED;
+        EXIT WHEN free IS NULL;
+        DELETE FROM leaseq.flow_slots s
+         WHERE (s.queue, s.key, s.slot) = (
+             SELECT x.queue, x.key, x.slot FROM leaseq.flow_slots x
+              WHERE x.queue = q AND x.key = k AND x.retired AND x.job_id IS NOT NULL
+              ORDER BY x.slot DESC LIMIT 1 FOR UPDATE SKIP LOCKED)
+        RETURNING s.job_id, s.lease_token, s.taken_at INTO extra;
+        EXIT WHEN extra IS NULL;
+        UPDATE leaseq.flow_slots s
+           SET job_id = extra.job_id, lease_token = extra.lease_token, taken_at = extra.taken_at
+         WHERE s.queue = q AND s.key = k AND s.slot = free;
+        free := NULL;
+        extra := NULL;
+    END LOOP;
+END
+$fn$;
+
 -- Brings a key's row and slots in line with its limit (call with the key's row locked or
 -- about to be): adds missing slots, un-retires or retires slots past the limit (waiting
 -- for claims in flight that hold them), drops slots of a key that became unlimited, and
@@ -161,8 +196,6 @@ BEGIN
     ON CONFLICT (queue, key, slot) DO UPDATE SET retired = false WHERE leaseq.flow_slots.retired;
     UPDATE leaseq.flow_slots s SET retired = true
      WHERE s.queue = q AND s.key = k AND s.slot > n AND NOT s.retired;
-    DELETE FROM leaseq.flow_slots s
-     WHERE s.queue = q AND s.key = k AND s.slot > n AND s.job_id IS NULL;
     IF was IS NULL THEN
         -- Running jobs took no slot while the key was unlimited: each holds one now (past
         -- the limit: a retired extra slot), so the limit counts them.
@@ -182,6 +215,7 @@ BEGIN
             END IF;
         END LOOP;
     END IF;
+    PERFORM leaseq.flow_compact(q, k);
 END
 $fn$;
 
@@ -286,6 +320,11 @@ BEGIN
     UPDATE leaseq.flow_slots s SET job_id = NULL, lease_token = NULL, taken_at = NULL
      WHERE s.job_id = OLD.id AND s.lease_token = OLD.lease_token
        AND s.queue = OLD.queue AND s.key = OLD.key;
+    -- A lowered limit still draining: keep its extra units last.
+    IF EXISTS (SELECT 1 FROM leaseq.flow_slots s
+                WHERE s.queue = OLD.queue AND s.key = OLD.key AND s.retired) THEN
+        PERFORM leaseq.flow_compact(OLD.queue, OLD.key);
+    END IF;
     IF NEW.status <> 'pending' THEN
         UPDATE leaseq.flow_keys f SET active = false
          WHERE f.queue = OLD.queue AND f.key = OLD.key AND f.active
@@ -434,10 +473,12 @@ ALTER FUNCTION leaseq.flow_on_head_done() SECURITY DEFINER;
 ALTER FUNCTION leaseq.flow_on_head_revived() SECURITY DEFINER;
 ALTER FUNCTION leaseq.flow_promote(text, text) SECURITY DEFINER;
 ALTER FUNCTION leaseq.flow_apply(text, text) SECURITY DEFINER;
+ALTER FUNCTION leaseq.flow_compact(text, text) SECURITY DEFINER;
 ALTER FUNCTION leaseq.flow_limit_set(text, text, integer, double precision, boolean) SECURITY DEFINER;
 ALTER FUNCTION leaseq.flow_unblock(text, text) SECURITY DEFINER;
 ALTER FUNCTION leaseq.flow_repair(integer) SECURITY DEFINER;
 REVOKE ALL ON FUNCTION leaseq.flow_promote(text, text), leaseq.flow_apply(text, text),
+    leaseq.flow_compact(text, text),
     leaseq.flow_limit_set(text, text, integer, double precision, boolean),
     leaseq.flow_unblock(text, text), leaseq.flow_repair(integer) FROM PUBLIC;
 

@@ -47,7 +47,10 @@ claimed AS (
            lease_token = j.lease_token + 1,
            lease_owner = %(owner)s,
            claim_id = %(claim_id)s,
-           started_at = t.now,
+           -- The moment the claim holds its unit (its locks are taken before any row is
+           -- updated), not the transaction's start: the attempts of one key never overlap
+           -- beyond its limit, even for a claim that started before the unit was given back.
+           started_at = CASE WHEN %(now)s::timestamptz IS NULL THEN clock_timestamp() ELSE t.now END,
            heartbeat_at = t.now,
            lease_expires_at = t.now + least(make_interval(secs => %(lease_seconds)s),
                                             coalesce(j.timeout, make_interval(secs => %(lease_seconds)s)))

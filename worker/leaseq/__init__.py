@@ -21,7 +21,7 @@ from leaseq.core.errors import (
     WaitInHandler,
 )
 from leaseq.core.flow import FlowControl
-from leaseq.core.flow_models import BlockedAggregate, FlowKeyStatus, FlowLimit
+from leaseq.core.flow_models import BlockedAggregate, FlowKeyStatus, FlowLimit, FlowQueueSummary
 from leaseq.core.leadership import Leadership
 from leaseq.core.models import (
     AttemptOutcome,
@@ -99,6 +99,7 @@ __all__ = [
     "FlowControl",
     "FlowKeyStatus",
     "FlowLimit",
+    "FlowQueueSummary",
     "Heartbeat",
     "HeartbeatStatus",
     "Interrupted",

@@ -1,33 +1,40 @@
 -- Named statements of flow control (migration 11): the keyed claim, limits, repairs, status.
 
 -- name: job_claim_keyed
--- Leases up to %(limit)s ready keyed jobs, at most one per key, walking the active keys of the given queues by fair turn (vtime); a limited key's job is taken only with a free slot of its limit, locked and written in the same statement; bumps attempt and token.
+-- Leases up to %(limit)s ready keyed jobs, walking the active keys of the given queues by fair turn (vtime); a limited key's jobs are taken only with free slots of its limit (never more jobs than slots), locked and written in the same statement; bumps attempt and token.
 WITH t AS (SELECT coalesce(%(now)s::timestamptz, now()) AS now),
 candidate AS (
     SELECT c.id, c.queue, c.key, c.slot, c.lease_token
       FROM unnest(%(queues)s::text[]) AS q(queue)
       CROSS JOIN t
       CROSS JOIN LATERAL (
-          SELECT k.queue, k.key, s.slot, j.id, j.lease_token
+          SELECT k.queue, k.key, s.slots[j.n] AS slot, j.id, j.lease_token
             FROM leaseq.flow_keys k
-            -- The slot first: a saturated key's pending rows are never read.
-            LEFT JOIN LATERAL (
-                SELECT x.slot FROM leaseq.flow_slots x
-                 WHERE x.queue = k.queue AND x.key = k.key AND x.job_id IS NULL AND NOT x.retired
-                 LIMIT 1
-                   FOR UPDATE SKIP LOCKED
-            ) s ON k.max_running IS NOT NULL
+            -- The slots first: a saturated key's pending rows are never read.
             CROSS JOIN LATERAL (
-                SELECT j.id, j.lease_token
-                  FROM leaseq.jobs j
-                 WHERE j.status = 'pending' AND j.key IS NOT NULL AND NOT j.ordering_waiting
-                   AND j.queue = k.queue AND j.key = k.key AND j.available_at <= t.now
-                   AND (%(job_types)s::text[] IS NULL OR j.job_type = ANY(%(job_types)s::text[]))
-                 ORDER BY j.priority, j.available_at, j.id
-                 LIMIT 1
-                   FOR UPDATE SKIP LOCKED
+                SELECT array_agg(x.slot) AS slots FROM (
+                    SELECT x.slot FROM leaseq.flow_slots x
+                     WHERE k.max_running IS NOT NULL
+                       AND x.queue = k.queue AND x.key = k.key AND x.job_id IS NULL AND NOT x.retired
+                     LIMIT %(limit)s
+                       FOR UPDATE SKIP LOCKED
+                ) x
+            ) s
+            CROSS JOIN LATERAL (
+                SELECT r.id, r.lease_token, row_number() OVER () AS n FROM (
+                    SELECT j.id, j.lease_token
+                      FROM leaseq.jobs j
+                     WHERE j.status = 'pending' AND j.key IS NOT NULL AND NOT j.ordering_waiting
+                       AND j.queue = k.queue AND j.key = k.key AND j.available_at <= t.now
+                       AND (%(job_types)s::text[] IS NULL OR j.job_type = ANY(%(job_types)s::text[]))
+                     ORDER BY j.priority, j.available_at, j.id
+                     LIMIT CASE WHEN k.max_running IS NULL THEN %(limit)s
+                                ELSE coalesce(cardinality(s.slots), 0) END
+                       FOR UPDATE SKIP LOCKED
+                ) r
             ) j
-           WHERE k.queue = q.queue AND k.active AND (k.max_running IS NULL OR s.slot IS NOT NULL)
+           WHERE k.queue = q.queue AND k.active
+             AND (k.max_running IS NULL OR s.slots IS NOT NULL)
            ORDER BY k.vtime, k.key
            LIMIT %(limit)s
       ) c
@@ -134,3 +141,44 @@ SELECT a.queue, a.ordering_key, a.blocked_by AS head, a.blocked_at,
 -- Whether any of the given queues has a key with unfinished jobs (the keyed claim has something to look at).
 SELECT EXISTS (SELECT 1 FROM leaseq.flow_keys k
                 WHERE k.queue = ANY(%(queues)s::text[]) AND k.active) AS active;
+
+-- name: flow_queue_summary
+-- Per queue (all when %(queues)s is NULL): jobs workers could claim now (keyless ready, plus per key the smaller of its ready jobs and free units), keys with ready work but no free unit, and aggregates blocked by a dead head.
+WITH t AS (SELECT coalesce(%(now)s::timestamptz, now()) AS now),
+ready AS (
+    SELECT j.queue, j.key, count(*) AS ready
+      FROM leaseq.jobs j, t
+     WHERE j.status = 'pending' AND NOT j.ordering_waiting AND j.available_at <= t.now
+       AND (%(queues)s::text[] IS NULL OR j.queue = ANY(%(queues)s::text[]))
+     GROUP BY j.queue, j.key
+),
+per_key AS (
+    SELECT r.queue, r.key, r.ready,
+           CASE WHEN r.key IS NULL OR f.max_running IS NULL THEN r.ready
+                ELSE least(r.ready, f.free) END AS claimable,
+           (r.key IS NOT NULL AND f.max_running IS NOT NULL AND f.free = 0) AS saturated
+      FROM ready r
+      LEFT JOIN LATERAL (
+          SELECT k.max_running,
+                 (SELECT count(*) FROM leaseq.flow_slots s
+                   WHERE s.queue = k.queue AND s.key = k.key AND s.job_id IS NULL
+                     AND NOT s.retired) AS free
+            FROM leaseq.flow_keys k
+           WHERE r.key IS NOT NULL AND k.queue = r.queue AND k.key = r.key
+      ) f ON true
+),
+blocked AS (
+    SELECT a.queue, count(*) AS blocked FROM leaseq.flow_aggregates a
+     WHERE a.blocked_by IS NOT NULL
+       AND (%(queues)s::text[] IS NULL OR a.queue = ANY(%(queues)s::text[]))
+     GROUP BY a.queue
+),
+per_queue AS (
+    SELECT p.queue, sum(p.claimable)::bigint AS claimable,
+           count(*) FILTER (WHERE p.saturated) AS saturated_keys
+      FROM per_key p GROUP BY p.queue
+)
+SELECT queue, coalesce(q.claimable, 0) AS claimable, coalesce(q.saturated_keys, 0) AS saturated_keys,
+       coalesce(b.blocked, 0) AS blocked_aggregates
+  FROM per_queue q FULL JOIN blocked b USING (queue)
+ ORDER BY queue;

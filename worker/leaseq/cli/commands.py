@@ -15,6 +15,7 @@ from typing import Any
 from leaseq import config as settings
 from leaseq.cli.tables import age, key_values, printable, table, to_json, when
 from leaseq.core.db import Conn, connect
+from leaseq.core.flow import FlowControl
 from leaseq.core.history import EVERY_QUEUE, History
 from leaseq.core.models import (
     FINISHED_STATUSES,
@@ -33,6 +34,8 @@ from leaseq.core.workers import Workers
 
 #: `status` counts succeeded and cancelled jobs over this window (seconds), not all history.
 FINISHED_WINDOW = 3600.0
+#: Flow-control keys and blocked aggregates `leaseq status` lists at most (saturated first).
+STATUS_KEYS = 20
 
 
 def duration(text: str) -> float:
@@ -80,26 +83,34 @@ def _connect(args: argparse.Namespace, action: str) -> Conn:
 
 def status(args: argparse.Namespace) -> int:
     """Depth per queue and the registered workers; ``--watch`` refreshes until Ctrl-C."""
+    from leaseq.cli import limits  # it imports this module's helpers
+
     with _connect(args, "status") as conn:
-        queue, registry = Queue(conn), Workers(conn)
+        queue, registry, flow = Queue(conn), Workers(conn), FlowControl(conn)
         try:
             while True:
                 stats = queue.stats(args.queue or None)
                 finished = queue.finished(args.queue or None, window=FINISHED_WINDOW)
                 workers = registry.list(args.queue or None)
                 unserved = queue.unserved(args.queue or None)
+                keys = flow.status(args.queue or None, limit=STATUS_KEYS)
+                blocked = flow.blocked(args.queue or None, limit=STATUS_KEYS)
                 if args.json:
                     shown = {
                         "queues": stats,
                         "finished_last_hour": finished,
                         "workers": workers,
                         "unserved": unserved,
+                        "keys": keys,
+                        "blocked_aggregates": blocked,
                     }
                     print(to_json(shown), flush=True)
                 else:
                     if args.watch and sys.stdout.isatty():
                         print("\033[2J\033[H", end="")
-                    print(_status_text(stats, finished, workers, unserved), flush=True)
+                    text = _status_text(stats, finished, workers, unserved)
+                    extra = limits.flow_text(keys, blocked)
+                    print(text + (f"\n\n{extra}" if extra else ""), flush=True)
                 if not args.watch:
                     return 0
                 time.sleep(args.watch)
@@ -427,6 +438,8 @@ def enqueue(args: argparse.Namespace) -> int:
             timeout=args.timeout,
             idempotency_key=args.idempotency_key,
             dedup_key=args.dedup_key,
+            key=args.key,
+            ordering_key=args.ordering_key,
         )
     text = (
         f"enqueued job {result.job_id}"
@@ -543,7 +556,10 @@ def add_commands(sub: Any) -> None:
     p.add_argument("--timeout", type=float, help="max runtime of one attempt, seconds")
     p.add_argument("--idempotency-key", help="effect key derived from the work")
     p.add_argument("--dedup-key", help="refuse a second unfinished job with this key")
+    p.add_argument("--key", help="flow-control key (e.g. a tenant): its queue's limits apply")
+    p.add_argument("--ordering-key", help="run one at a time, in enqueue order, with this key")
 
-    from leaseq.cli import schedules  # it imports this module's helpers
+    from leaseq.cli import limits, schedules  # they import this module's helpers
 
     schedules.add_commands(sub, command)
+    limits.add_commands(sub, command)

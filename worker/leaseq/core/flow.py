@@ -37,7 +37,7 @@ from leaseq.core import validation
 from leaseq.core._store.flow import FlowStore
 from leaseq.core.db import Db, borrow, transaction
 from leaseq.core.errors import InvalidJob
-from leaseq.core.flow_models import BlockedAggregate, FlowKeyStatus, FlowLimit
+from leaseq.core.flow_models import BlockedAggregate, FlowKeyStatus, FlowLimit, FlowQueueSummary
 
 #: Slots one repair pass checks at most.
 REPAIR_BATCH = 1000
@@ -127,6 +127,23 @@ class FlowControl:
         """Skip the dead head of a blocked aggregate; returns the new head's id, if any."""
         with transaction(self._db, "unblock") as c:
             return self._store.flow_unblock(c, queue=queue, ordering_key=ordering_key)
+
+    def summary(
+        self, queues: Sequence[str] | None = None, *, now: datetime | None = None
+    ) -> list[FlowQueueSummary]:
+        """Per queue: jobs workers could claim now (keyless ready, plus per key the smaller
+        of its ready jobs and free units), saturated keys, blocked aggregates."""
+        with borrow(self._db, "flow summary") as c:
+            rows = self._store.flow_queue_summary(c, queues=queues, now=now)
+        return [
+            FlowQueueSummary(
+                r["queue"],
+                int(r["claimable"]),
+                int(r["saturated_keys"]),
+                int(r["blocked_aggregates"]),
+            )
+            for r in rows
+        ]
 
     def repair(self, *, batch: int = REPAIR_BATCH) -> dict[str, int]:
         """The reaper's check: free slots whose holder is not a running attempt with the same

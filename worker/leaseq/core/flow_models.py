@@ -42,3 +42,14 @@ class BlockedAggregate:
     head: int
     blocked_at: datetime | None
     waiting: int
+
+
+@dataclass(frozen=True)
+class FlowQueueSummary:
+    """Flow control in one queue: jobs workers could claim now, keys with ready work but no
+    free unit of their limit, aggregates blocked by a dead head."""
+
+    queue: str
+    claimable: int
+    saturated_keys: int
+    blocked: int

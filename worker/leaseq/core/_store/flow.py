@@ -70,3 +70,13 @@ class FlowStore(Store):
             {"queues": None if queues is None else list(queues), "limit": limit},
             "blocked aggregates",
         )
+
+    def flow_queue_summary(
+        self, conn: Conn, *, queues: Sequence[str] | None, now: datetime | None = None
+    ) -> list[DictRow]:
+        return self._dicts(
+            conn,
+            "flow_queue_summary",
+            {"queues": None if queues is None else list(queues), "now": now},
+            "flow summary",
+        )

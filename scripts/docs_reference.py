@@ -238,6 +238,8 @@ API_GROUPS = {
     "leaseq.core.waiters": "The queue",
     "leaseq.core.schedules": "Schedules",
     "leaseq.core.schedule_models": "Schedules",
+    "leaseq.core.flow": "Flow control",
+    "leaseq.core.flow_models": "Flow control",
     "leaseq.core.errors": "Errors",
 }
 

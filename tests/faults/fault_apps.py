@@ -58,3 +58,13 @@ def huge_error(payload: dict[str, Any], ctx: leaseq.JobContext) -> None:
 def interrupt(payload: dict[str, Any], ctx: leaseq.JobContext) -> None:
     """Always hands the job back, whether or not the worker is shutting down."""
     raise leaseq.Interrupted("not now")
+
+
+@registry.job("throttled")
+def throttled(payload: dict[str, Any], ctx: leaseq.JobContext) -> dict[str, Any]:
+    """The service it calls answers 429 the first time (``<dir>/<job>.429`` marks it)."""
+    marker = Path(payload["dir"]) / f"{ctx.job_id}.429"
+    if not marker.exists():
+        marker.write_text(repr(time.time()))
+        raise leaseq.BackOff(float(payload.get("retry_after", 1.0)), "429 Too Many Requests")
+    return {"token": ctx.lease_token}

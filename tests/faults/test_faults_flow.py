@@ -8,6 +8,7 @@ from __future__ import annotations
 import signal
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 import psycopg
 import pytest
@@ -88,3 +89,39 @@ def test_sigkill_and_stale_workers_keep_key_limits(
     assert outcomes.get("lease_expired", 0) + outcomes.get("fenced", 0) >= 1, "leases were reaped"
     assert held == (0,)
     assert flow.repair() == {}
+
+
+def test_a_handler_told_to_back_off_pauses_its_key_without_spending_an_attempt(
+    database_url: str,
+    conn: leaseq.core.db.Conn,
+    spawn_on: Callable[..., WorkerProcess],
+    tmp_path: Path,
+) -> None:
+    queue = leaseq.Queue(conn)
+    first = queue.enqueue(
+        "q", "throttled", {"dir": str(tmp_path), "retry_after": 2.0}, key="api", max_attempts=1
+    ).job_id
+    spawn_on(database_url, "w", concurrency=2)
+    wait_for(lambda: (tmp_path / f"{first}.429").exists(), "the first call to be told 429")
+    # Enqueued while the key is paused (its call would succeed): it waits for the pause too.
+    second = queue.enqueue("q", "throttled", {"dir": str(tmp_path)}, key="api", delay=3600).job_id
+    (tmp_path / f"{second}.429").write_text("")
+    conn.execute("UPDATE leaseq.jobs SET available_at = now() WHERE id = %s", (second,))
+    wait_for(lambda: queue.get(first).status == "succeeded", "the job to run after the pause")
+    job = queue.get(first)
+    outcomes = [a.outcome for a in queue.attempts(first)]
+    assert job.attempt_count == 1, "backing off spent no attempt (max_attempts=1 survived)"
+    assert outcomes == ["released", "succeeded"]
+    paused, ran = conn.execute(
+        "SELECT a.ended_at, b.started_at FROM leaseq.job_attempts a, leaseq.job_attempts b"
+        " WHERE a.job_id = %s AND a.outcome = 'released' AND b.job_id = %s"
+        " AND b.outcome = 'succeeded'",
+        (first, first),
+    ).fetchone()  # type: ignore[misc]
+    assert (ran - paused).total_seconds() >= 2.0, "not claimed again before Retry-After"
+    wait_for(lambda: queue.get(second).status == "succeeded", "the other job of the key")
+    second_started = conn.execute(
+        "SELECT min(started_at) FROM leaseq.job_attempts WHERE job_id = %s", (second,)
+    ).fetchone()
+    assert second_started is not None
+    assert (second_started[0] - paused).total_seconds() >= 2.0, "the key was paused"  # type: ignore[operator]

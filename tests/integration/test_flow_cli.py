@@ -55,3 +55,15 @@ def test_limits_commands_and_status(
     assert len(q.claim(["ocr"], "w", limit=10)) == 1
     assert run(capsys, "limits", "remove", "ocr", "tenant-*", *db)[0] == 0
     assert run(capsys, "limits", "list", *db)[1] == "no limits\n"
+
+
+def test_rate_limit_flags(database_url: str, capsys: pytest.CaptureFixture[str]) -> None:
+    db = ["--database-url", database_url]
+    code, out, _ = run(capsys, "limits", "set", "api", "openai", "--per-second", "10",
+                       "--burst", "20", *db)  # fmt: skip
+    assert (code, out) == (
+        0, "api openai: no limit, 10 starts/s (burst 20), weight 1 (applied to 0 key(s))\n"
+    )  # fmt: skip
+    [limit] = json.loads(run(capsys, "limits", "list", "--json", *db)[1])
+    assert (limit["per_second"], limit["burst"]) == (10, 20)
+    assert "10/s burst 20" in run(capsys, "limits", "list", *db)[1]

@@ -32,6 +32,7 @@ EXPECTED = {
         "USAGE on schema leaseq",
         # The keyed claim reads the keys and takes slots (migration 0011's apply_grants).
         "SELECT on flow_aggregates",
+        "SELECT on flow_buckets",
         "SELECT on flow_keys",
         "SELECT on flow_limits",
         "SELECT on flow_slots",
@@ -53,6 +54,7 @@ EXPECTED = {
         "INSERT on workers",
         "UPDATE on workers",
         "DELETE on workers",
+        "UPDATE (tokens, tokens_at) on flow_buckets",
         "UPDATE (job_id, lease_token, taken_at) on flow_slots",
         "UPDATE (ended_at, outcome, error) on job_attempts",
         "UPDATE (status, attempt_count, available_at, started_at, finished_at, lease_owner, "
@@ -63,6 +65,7 @@ EXPECTED = {
         "USAGE on schema leaseq",
         # Limits, slot repairs and blocked aggregates (migration 0011's apply_grants).
         "SELECT on flow_aggregates",
+        "SELECT on flow_buckets",
         "SELECT on flow_keys",
         "SELECT on flow_limits",
         "SELECT on flow_repairs",

@@ -73,13 +73,14 @@ from leaseq.core.schema import (
 )
 from leaseq.core.waiters import unwrap
 from leaseq.core.workers import Workers
-from leaseq.runtime.context import Interrupted, JobContext, PermanentError, StopReason
+from leaseq.runtime.context import BackOff, Interrupted, JobContext, PermanentError, StopReason
 from leaseq.runtime.registry import Registry
 
 __all__ = [
     "AttemptOutcome",
     "AttemptRecord",
     "AuthenticationFailed",
+    "BackOff",
     "BlockedAggregate",
     "Call",
     "Cancelled",

@@ -65,6 +65,9 @@ CREATE TABLE leaseq.flow_limits (
     key_pattern text NOT NULL CONSTRAINT flow_limits_pattern CHECK (length(key_pattern) BETWEEN 1 AND 200),
     max_running integer CONSTRAINT flow_limits_max_running CHECK (max_running IS NULL OR max_running BETWEEN 0 AND 10000),
     weight      double precision NOT NULL DEFAULT 1 CONSTRAINT flow_limits_weight CHECK (weight > 0),
+    -- Rate limit: starts per second, with a burst (the bucket's size); NULL: none.
+    per_second  double precision CONSTRAINT flow_limits_rate CHECK (per_second IS NULL OR per_second > 0),
+    burst       double precision CONSTRAINT flow_limits_burst CHECK (burst IS NULL OR burst >= 1),
     updated_at  timestamptz NOT NULL DEFAULT now(),
     PRIMARY KEY (queue, key_pattern)
 );
@@ -79,8 +82,24 @@ CREATE TABLE leaseq.flow_keys (
     -- Has unfinished jobs (set by enqueue, cleared when its last attempt leaves running
     -- with nothing pending): the claim walks only active keys.
     active      boolean NOT NULL DEFAULT true,
+    -- Has a rate limit (a row in leaseq.flow_buckets).
+    rated       boolean NOT NULL DEFAULT false,
+    -- Paused by a handler told to back off (leaseq.flow_pause): not claimed before then.
+    paused_until timestamptz,
     PRIMARY KEY (queue, key)
 ) WITH (fillfactor = 70);
+
+-- A rate-limited key's token bucket, taken and updated by the keyed claim in the statement
+-- that starts its jobs (locked SKIP LOCKED: exact across workers).
+CREATE TABLE leaseq.flow_buckets (
+    queue      text NOT NULL,
+    key        text NOT NULL,
+    per_second double precision NOT NULL,
+    burst      double precision NOT NULL,
+    tokens     double precision NOT NULL,
+    tokens_at  timestamptz NOT NULL,
+    PRIMARY KEY (queue, key)
+) WITH (fillfactor = 50);
 
 CREATE INDEX flow_keys_turn_idx ON leaseq.flow_keys (queue, vtime, key) WHERE active;
 
@@ -185,8 +204,18 @@ DECLARE
 BEGIN
     SELECT f.max_running INTO was FROM leaseq.flow_keys f WHERE f.queue = q AND f.key = k FOR UPDATE;
     n := lim.max_running;
-    UPDATE leaseq.flow_keys f SET max_running = n, weight = coalesce(lim.weight, 1)
+    UPDATE leaseq.flow_keys f SET max_running = n, weight = coalesce(lim.weight, 1),
+                                  rated = lim.per_second IS NOT NULL
      WHERE f.queue = q AND f.key = k;
+    IF lim.per_second IS NULL THEN
+        DELETE FROM leaseq.flow_buckets b WHERE b.queue = q AND b.key = k;
+    ELSE
+        INSERT INTO leaseq.flow_buckets AS b (queue, key, per_second, burst, tokens, tokens_at)
+        VALUES (q, k, lim.per_second, coalesce(lim.burst, 1), coalesce(lim.burst, 1), now())
+        ON CONFLICT (queue, key) DO UPDATE
+           SET per_second = EXCLUDED.per_second, burst = EXCLUDED.burst,
+               tokens = least(b.tokens, EXCLUDED.burst);
+    END IF;
     IF n IS NULL THEN
         DELETE FROM leaseq.flow_slots s WHERE s.queue = q AND s.key = k;
         RETURN;
@@ -222,7 +251,8 @@ $fn$;
 -- Sets (or, with remove, deletes) a limit and applies it to every key it now governs.
 -- Returns how many keys were updated.
 CREATE FUNCTION leaseq.flow_limit_set(q text, pattern text, max_running integer,
-                                      weight double precision, remove boolean)
+                                      weight double precision, per_second double precision,
+                                      burst double precision, remove boolean)
 RETURNS integer
 LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
@@ -234,10 +264,13 @@ BEGIN
     IF remove THEN
         DELETE FROM leaseq.flow_limits l WHERE l.queue = q AND l.key_pattern = pattern;
     ELSE
-        INSERT INTO leaseq.flow_limits AS l (queue, key_pattern, max_running, weight, updated_at)
-        VALUES (q, pattern, max_running, coalesce(weight, 1), now())
+        INSERT INTO leaseq.flow_limits AS l (queue, key_pattern, max_running, weight, per_second,
+                                             burst, updated_at)
+        VALUES (q, pattern, max_running, coalesce(weight, 1), per_second,
+                CASE WHEN per_second IS NULL THEN NULL ELSE coalesce(burst, 1) END, now())
         ON CONFLICT (queue, key_pattern) DO UPDATE
-           SET max_running = EXCLUDED.max_running, weight = EXCLUDED.weight, updated_at = now();
+           SET max_running = EXCLUDED.max_running, weight = EXCLUDED.weight,
+               per_second = EXCLUDED.per_second, burst = EXCLUDED.burst, updated_at = now();
     END IF;
     FOR k IN SELECT f.key FROM leaseq.flow_keys f
               WHERE f.queue = q
@@ -396,6 +429,18 @@ BEGIN
 END
 $fn$;
 
+-- A handler told to back off (HTTP 429, Retry-After) pauses its key until `until`: no job of
+-- the key is claimed before then (a later pause wins; an earlier one never shortens it).
+CREATE FUNCTION leaseq.flow_pause(q text, k text, until timestamptz)
+RETURNS timestamptz
+LANGUAGE sql
+SET search_path = pg_catalog, pg_temp
+AS $$
+    UPDATE leaseq.flow_keys f SET paused_until = greatest(f.paused_until, until)
+     WHERE f.queue = q AND f.key = k
+    RETURNING f.paused_until
+$$;
+
 -- Skips a blocked aggregate's dead head: the next job runs. Returns the new head, if any.
 CREATE FUNCTION leaseq.flow_unblock(q text, ok text)
 RETURNS bigint
@@ -474,13 +519,15 @@ ALTER FUNCTION leaseq.flow_on_head_revived() SECURITY DEFINER;
 ALTER FUNCTION leaseq.flow_promote(text, text) SECURITY DEFINER;
 ALTER FUNCTION leaseq.flow_apply(text, text) SECURITY DEFINER;
 ALTER FUNCTION leaseq.flow_compact(text, text) SECURITY DEFINER;
-ALTER FUNCTION leaseq.flow_limit_set(text, text, integer, double precision, boolean) SECURITY DEFINER;
+ALTER FUNCTION leaseq.flow_limit_set(text, text, integer, double precision, double precision, double precision, boolean) SECURITY DEFINER;
 ALTER FUNCTION leaseq.flow_unblock(text, text) SECURITY DEFINER;
+ALTER FUNCTION leaseq.flow_pause(text, text, timestamptz) SECURITY DEFINER;
 ALTER FUNCTION leaseq.flow_repair(integer) SECURITY DEFINER;
 REVOKE ALL ON FUNCTION leaseq.flow_promote(text, text), leaseq.flow_apply(text, text),
     leaseq.flow_compact(text, text),
-    leaseq.flow_limit_set(text, text, integer, double precision, boolean),
-    leaseq.flow_unblock(text, text), leaseq.flow_repair(integer) FROM PUBLIC;
+    leaseq.flow_limit_set(text, text, integer, double precision, double precision, double precision, boolean),
+    leaseq.flow_unblock(text, text), leaseq.flow_repair(integer),
+    leaseq.flow_pause(text, text, timestamptz) FROM PUBLIC;
 
 -- Component roles: apply_grants of version 10 does everything it did, then:
 -- worker:   the keyed claim reads the keys and takes slots (SELECT, UPDATE on flow_slots).
@@ -503,17 +550,19 @@ BEGIN
     RETURN QUERY SELECT s FROM leaseq.apply_grants_v10(worker, operator, producer) s;
     FOR r IN SELECT DISTINCT g FROM unnest(previous || ARRAY[worker, operator, producer]) g
               WHERE g IS NOT NULL LOOP
-        stmts := stmts || format('REVOKE ALL ON FUNCTION leaseq.flow_limit_set(text, text, integer, double precision, boolean), leaseq.flow_unblock(text, text), leaseq.flow_repair(integer) FROM %s', r);
+        stmts := stmts || format('REVOKE ALL ON FUNCTION leaseq.flow_limit_set(text, text, integer, double precision, double precision, double precision, boolean), leaseq.flow_unblock(text, text), leaseq.flow_repair(integer), leaseq.flow_pause(text, text, timestamptz) FROM %s', r);
     END LOOP;
     IF worker IS NOT NULL THEN
         stmts := stmts || ARRAY[
             format('GRANT SELECT ON leaseq.flow_keys, leaseq.flow_limits, leaseq.flow_aggregates TO %s', worker),
-            format('GRANT SELECT, UPDATE (job_id, lease_token, taken_at) ON leaseq.flow_slots TO %s', worker)];
+            format('GRANT SELECT, UPDATE (job_id, lease_token, taken_at) ON leaseq.flow_slots TO %s', worker),
+            format('GRANT SELECT, UPDATE (tokens, tokens_at) ON leaseq.flow_buckets TO %s', worker),
+            format('GRANT EXECUTE ON FUNCTION leaseq.flow_pause(text, text, timestamptz) TO %s', worker)];
     END IF;
     IF operator IS NOT NULL THEN
         stmts := stmts || ARRAY[
-            format('GRANT SELECT ON leaseq.flow_keys, leaseq.flow_limits, leaseq.flow_slots, leaseq.flow_aggregates, leaseq.flow_repairs TO %s', operator),
-            format('GRANT EXECUTE ON FUNCTION leaseq.flow_limit_set(text, text, integer, double precision, boolean), leaseq.flow_unblock(text, text), leaseq.flow_repair(integer) TO %s', operator)];
+            format('GRANT SELECT ON leaseq.flow_keys, leaseq.flow_limits, leaseq.flow_slots, leaseq.flow_aggregates, leaseq.flow_repairs, leaseq.flow_buckets TO %s', operator),
+            format('GRANT EXECUTE ON FUNCTION leaseq.flow_limit_set(text, text, integer, double precision, double precision, double precision, boolean), leaseq.flow_unblock(text, text), leaseq.flow_repair(integer) TO %s', operator)];
     END IF;
     IF producer IS NOT NULL THEN
         stmts := stmts || format('GRANT INSERT (key, ordering_key) ON leaseq.jobs TO %s', producer);

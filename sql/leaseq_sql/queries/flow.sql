@@ -4,11 +4,11 @@
 -- Leases up to %(limit)s ready keyed jobs, walking the active keys of the given queues by fair turn (vtime); a limited key's jobs are taken only with free slots of its limit (never more jobs than slots), locked and written in the same statement; bumps attempt and token.
 WITH t AS (SELECT coalesce(%(now)s::timestamptz, now()) AS now),
 candidate AS (
-    SELECT c.id, c.queue, c.key, c.slot, c.lease_token
+    SELECT c.id, c.queue, c.key, c.slot, c.lease_token, c.rated
       FROM unnest(%(queues)s::text[]) AS q(queue)
       CROSS JOIN t
       CROSS JOIN LATERAL (
-          SELECT k.queue, k.key, s.slots[j.n] AS slot, j.id, j.lease_token
+          SELECT k.queue, k.key, s.slots[j.n] AS slot, j.id, j.lease_token, k.rated
             FROM leaseq.flow_keys k
             -- The slots first: a saturated key's pending rows are never read.
             CROSS JOIN LATERAL (
@@ -20,6 +20,14 @@ candidate AS (
                        FOR UPDATE SKIP LOCKED
                 ) x
             ) s
+            -- A rate-limited key's bucket, locked: the starts it allows now.
+            LEFT JOIN LATERAL (
+                SELECT floor(least(b.burst, b.tokens + b.per_second
+                                   * greatest(extract(epoch FROM t.now - b.tokens_at), 0)))::int AS allows
+                  FROM leaseq.flow_buckets b
+                 WHERE k.rated AND b.queue = k.queue AND b.key = k.key
+                   FOR UPDATE SKIP LOCKED
+            ) r ON true
             CROSS JOIN LATERAL (
                 SELECT r.id, r.lease_token, row_number() OVER () AS n FROM (
                     SELECT j.id, j.lease_token
@@ -28,17 +36,30 @@ candidate AS (
                        AND j.queue = k.queue AND j.key = k.key AND j.available_at <= t.now
                        AND (%(job_types)s::text[] IS NULL OR j.job_type = ANY(%(job_types)s::text[]))
                      ORDER BY j.priority, j.available_at, j.id
-                     LIMIT CASE WHEN k.max_running IS NULL THEN %(limit)s
-                                ELSE coalesce(cardinality(s.slots), 0) END
+                     LIMIT least(CASE WHEN k.max_running IS NULL THEN %(limit)s
+                                      ELSE coalesce(cardinality(s.slots), 0) END,
+                                 CASE WHEN k.rated THEN r.allows ELSE %(limit)s END)
                        FOR UPDATE SKIP LOCKED
                 ) r
             ) j
            WHERE k.queue = q.queue AND k.active
+             AND (k.paused_until IS NULL OR k.paused_until <= t.now)
              AND (k.max_running IS NULL OR s.slots IS NOT NULL)
+             AND (NOT k.rated OR r.allows >= 1)
            ORDER BY k.vtime, k.key
            LIMIT %(limit)s
       ) c
      LIMIT %(limit)s
+),
+spent AS (
+    UPDATE leaseq.flow_buckets b
+       SET tokens = least(b.burst, b.tokens + b.per_second
+                                   * greatest(extract(epoch FROM t.now - b.tokens_at), 0)) - c.n,
+           tokens_at = greatest(b.tokens_at, t.now)
+      FROM (SELECT x.queue, x.key, count(*) AS n FROM candidate x WHERE x.rated
+             GROUP BY x.queue, x.key) c, t
+     WHERE b.queue = c.queue AND b.key = c.key
+    RETURNING b.key
 ),
 taken AS (
     UPDATE leaseq.flow_slots s
@@ -68,22 +89,23 @@ claimed AS (
               extract(epoch FROM j.timeout)::float8 AS timeout_seconds,
               j.idempotency_key, j.checkpoint
 )
-SELECT claimed.*, (SELECT count(*) FROM taken) AS slots_taken
+SELECT claimed.*, (SELECT count(*) FROM taken) AS slots_taken, (SELECT count(*) FROM spent) AS buckets
   FROM claimed ORDER BY priority, available_at, id;
 
 -- name: flow_limit_set
--- Sets a queue's limit for a key or key pattern (max running jobs, NULL for none; fair-share weight) and applies it to every key it governs at once; returns how many keys it updated.
-SELECT leaseq.flow_limit_set(%(queue)s, %(pattern)s, %(max_running)s, %(weight)s, false) AS keys;
+-- Sets a queue's limit for a key or key pattern (max running jobs, NULL for none; fair-share weight; starts per second with a burst, NULL for none) and applies it to every key it governs at once; returns how many keys it updated.
+SELECT leaseq.flow_limit_set(%(queue)s, %(pattern)s, %(max_running)s, %(weight)s, %(per_second)s,
+                             %(burst)s, false) AS keys;
 
 -- name: flow_limit_remove
 -- Removes a queue's limit for a key or key pattern; the keys it governed fall back to the next matching limit (or none); returns how many keys it updated.
-SELECT leaseq.flow_limit_set(%(queue)s, %(pattern)s, NULL, NULL, true) AS keys,
+SELECT leaseq.flow_limit_set(%(queue)s, %(pattern)s, NULL, NULL, NULL, NULL, true) AS keys,
        EXISTS (SELECT 1 FROM leaseq.flow_limits l
                 WHERE l.queue = %(queue)s AND l.key_pattern = %(pattern)s) AS still_there;
 
 -- name: flow_limit_list
--- The limits set, per queue (all when %(queue)s is NULL) and pattern, with how many known keys each governs and how many slots they hold.
-SELECT l.queue, l.key_pattern, l.max_running, l.weight, l.updated_at
+-- The limits set, per queue (all when %(queue)s is NULL) and key pattern.
+SELECT l.queue, l.key_pattern, l.max_running, l.weight, l.per_second, l.burst, l.updated_at
   FROM leaseq.flow_limits l
  WHERE %(queue)s::text IS NULL OR l.queue = %(queue)s::text
  ORDER BY l.queue, l.key_pattern;
@@ -182,3 +204,35 @@ SELECT queue, coalesce(q.claimable, 0) AS claimable, coalesce(q.saturated_keys, 
        coalesce(b.blocked, 0) AS blocked_aggregates
   FROM per_queue q FULL JOIN blocked b USING (queue)
  ORDER BY queue;
+
+-- name: flow_pause
+-- Pauses a key until %(until)s (a handler told to back off): none of its jobs is claimed before then; returns the pause in force (NULL: the key has no unfinished job).
+SELECT leaseq.flow_pause(%(queue)s, %(key)s, %(until)s) AS paused_until;
+
+-- name: job_back_off
+-- A handler told to back off (HTTP 429, Retry-After): hands a held job back without spending an attempt, not before %(seconds)s from now, and pauses its key (if any) until then, in one statement; token bumped; the attempt is recorded as released.
+WITH t AS (SELECT coalesce(%(now)s::timestamptz, now()) AS now),
+released AS (
+    UPDATE leaseq.jobs j
+       SET status = 'pending',
+           available_at = greatest(j.available_at, t.now + make_interval(secs => %(seconds)s)),
+           attempt_count = j.attempt_count - 1,
+           last_error = %(reason)s, last_error_code = 'BACK_OFF',
+           lease_token = j.lease_token + 1, lease_expires_at = NULL,
+           started_at = NULL, heartbeat_at = NULL
+      FROM t
+     WHERE j.id = %(id)s AND j.status = 'running' AND j.lease_owner = %(owner)s
+       AND j.lease_token = %(token)s AND j.lease_expires_at > t.now
+    RETURNING j.id, j.queue, j.key, j.available_at, j.attempt_count + 1 AS attempt
+),
+paused AS (
+    SELECT leaseq.flow_pause(r.queue, r.key, r.available_at) AS until
+      FROM released r WHERE r.key IS NOT NULL
+),
+attempt AS (
+    INSERT INTO leaseq.job_attempts (job_id, attempt, lease_token, worker, started_at, ended_at, outcome, error)
+    SELECT r.id, r.attempt, %(token)s, %(owner)s, %(started_at)s, t.now, 'released', %(reason)s
+      FROM released r, t
+)
+SELECT r.id, 'pending' AS status, r.available_at, (SELECT max(p.until) FROM paused p) AS paused_until
+  FROM released r;

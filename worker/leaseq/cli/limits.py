@@ -14,9 +14,16 @@ from leaseq.core.flow import FlowControl
 def set_limit(args: argparse.Namespace) -> int:
     with _connect(args, "set limit") as conn:
         keys = FlowControl(conn).set_limit(
-            args.queue, args.key, max_running=args.max_running, weight=args.weight
+            args.queue,
+            args.key,
+            max_running=args.max_running,
+            weight=args.weight,
+            per_second=args.per_second,
+            burst=args.burst,
         )
     limit = "no limit" if args.max_running is None else f"at most {args.max_running} running"
+    if args.per_second is not None:
+        limit += f", {args.per_second:g} starts/s (burst {args.burst or 1:g})"
     text = f"{args.queue} {args.key}: {limit}, weight {args.weight:g} (applied to {keys} key(s))"
     _say(args, {"queue": args.queue, "key": args.key, "keys": keys}, text)
     return 0
@@ -38,12 +45,13 @@ def list_limits(args: argparse.Namespace) -> int:
         return 0
     rows = [
         [lim.queue, lim.key_pattern, "-" if lim.max_running is None else lim.max_running,
-         f"{lim.weight:g}", when(lim.updated_at)]
+         f"{lim.weight:g}",
+         "-" if lim.per_second is None else f"{lim.per_second:g}/s burst {lim.burst or 1:g}",
+         when(lim.updated_at)]
         for lim in limits
     ]  # fmt: skip
-    print(
-        table(["QUEUE", "KEY", "MAX RUNNING", "WEIGHT", "UPDATED"], rows) if rows else "no limits"
-    )
+    headers = ["QUEUE", "KEY", "MAX RUNNING", "WEIGHT", "RATE", "UPDATED"]
+    print(table(headers, rows) if rows else "no limits")
     return 0
 
 
@@ -119,6 +127,10 @@ def add_commands(sub: Any, command: Any) -> None:
     p.add_argument("key", help="a key, or a pattern with * (an exact key beats a pattern)")
     p.add_argument("--max-running", type=int, help="at most N of its jobs running (default: none)")
     p.add_argument("--weight", type=float, default=1.0, help="fair-share weight (default 1)")
+    p.add_argument("--per-second", type=float, help="at most R job starts a second (default: none)")
+    p.add_argument(
+        "--burst", type=float, help="with --per-second: starts allowed at once (default 1)"
+    )
     p = command("remove", "remove the limit set for a key or pattern", remove_limit, group)
     p.add_argument("queue")
     p.add_argument("key")

@@ -57,20 +57,40 @@ class FlowControl:
         *,
         max_running: int | None = None,
         weight: float = 1.0,
+        per_second: float | None = None,
+        burst: float | None = None,
     ) -> int:
         """Set the limit of ``key`` (or a pattern with ``*``) in ``queue``: at most
-        ``max_running`` of its jobs running at once (None: no limit), and its fair-share
-        ``weight``. Applies at once to every key it governs (returned: how many are known)."""
+        ``max_running`` of its jobs running at once (None: no limit), its fair-share
+        ``weight``, and at most ``per_second`` starts a second with bursts of ``burst``
+        (default 1; a token bucket taken in the claim, exact across workers). Applies at
+        once to every key it governs (returned: how many are known)."""
         validation.queue_name(queue)
         validation.flow_key("key", key)
         if max_running is not None and not 0 <= max_running <= 10000:
             raise InvalidJob("max_running", f"must be in [0, 10000], got {max_running}")
         if not weight > 0:
             raise InvalidJob("weight", f"must be positive, got {weight}")
+        if per_second is not None and not per_second > 0:
+            raise InvalidJob("per_second", f"must be positive, got {per_second}")
+        if burst is not None and (per_second is None or not burst >= 1):
+            raise InvalidJob("burst", "needs per_second, and must be at least 1")
         with transaction(self._db, "set limit") as c:
             return self._store.flow_limit_set(
-                c, queue=queue, pattern=key, max_running=max_running, weight=weight
+                c,
+                queue=queue,
+                pattern=key,
+                max_running=max_running,
+                weight=weight,
+                per_second=per_second,
+                burst=burst,
             )
+
+    def pause(self, queue: str, key: str, until: datetime) -> datetime | None:
+        """Claim none of ``key``'s jobs before ``until`` (a later pause wins). Returns the
+        pause in force; None when the key has no unfinished job."""
+        with transaction(self._db, "pause key") as c:
+            return self._store.flow_pause(c, queue=queue, key=key, until=until)
 
     def remove_limit(self, queue: str, key: str) -> int:
         """Remove the limit set for exactly ``key`` (or pattern); the keys it governed take
@@ -85,7 +105,15 @@ class FlowControl:
         with borrow(self._db, "list limits") as c:
             rows = self._store.flow_limit_list(c, queue=queue)
         return [
-            FlowLimit(r["queue"], r["key_pattern"], r["max_running"], r["weight"], r["updated_at"])
+            FlowLimit(
+                r["queue"],
+                r["key_pattern"],
+                r["max_running"],
+                r["weight"],
+                r["updated_at"],
+                r["per_second"],
+                r["burst"],
+            )
             for r in rows
         ]
 

@@ -15,6 +15,8 @@ class FlowLimit:
     max_running: int | None
     weight: float
     updated_at: datetime
+    per_second: float | None = None
+    burst: float | None = None
 
 
 @dataclass(frozen=True)

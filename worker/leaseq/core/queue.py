@@ -675,6 +675,31 @@ class Queue:
 
         return self._write("release", run)
 
+    def back_off(
+        self,
+        lease: Lease,
+        seconds: float,
+        *,
+        reason: str = "told to back off",
+        now: datetime | None = None,
+    ) -> Released | Fenced:
+        """Hand the job back without spending an attempt, not to run before ``seconds`` from
+        now, and pause its key (if it has one) until then: what a handler does when the
+        service it calls answers 429 / Retry-After (``raise leaseq.BackOff(seconds)``)."""
+        validation.non_negative("seconds", seconds)
+        text = bounded.text(reason).value
+
+        def run(c: Conn, repeat: bool) -> Released | Fenced:
+            row = self._store.job_back_off(
+                c, lease, seconds=seconds, reason=text, now=now
+            ) or self._ended(c, lease, repeat, {AttemptOutcome.RELEASED})
+            if row is None:
+                return self._fenced(c, lease, Call.RELEASE, now)
+            log.info("job backed off until %s", row["available_at"], extra=_lease_fields(lease))
+            return Released(lease.job_id, JobStatus(row["status"]))
+
+        return self._write("back off", run)
+
     # -- operations -----------------------------------------------------------------------
 
     def reap(

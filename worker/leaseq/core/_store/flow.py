@@ -14,12 +14,27 @@ class FlowStore(Store):
     """The store, with the flow-control statements."""
 
     def flow_limit_set(
-        self, conn: Conn, *, queue: str, pattern: str, max_running: int | None, weight: float
+        self,
+        conn: Conn,
+        *,
+        queue: str,
+        pattern: str,
+        max_running: int | None,
+        weight: float,
+        per_second: float | None,
+        burst: float | None,
     ) -> int:
         rows = self._dicts(
             conn,
             "flow_limit_set",
-            {"queue": queue, "pattern": pattern, "max_running": max_running, "weight": weight},
+            {
+                "queue": queue,
+                "pattern": pattern,
+                "max_running": max_running,
+                "weight": weight,
+                "per_second": per_second,
+                "burst": burst,
+            },
             "set limit",
         )
         return int(rows[0]["keys"])
@@ -80,3 +95,9 @@ class FlowStore(Store):
             {"queues": None if queues is None else list(queues), "now": now},
             "flow summary",
         )
+
+    def flow_pause(self, conn: Conn, *, queue: str, key: str, until: datetime) -> datetime | None:
+        rows = self._dicts(
+            conn, "flow_pause", {"queue": queue, "key": key, "until": until}, "pause key"
+        )
+        return rows[0]["paused_until"] if rows else None

@@ -355,6 +355,32 @@ class Store:
         )
         return rows[0] if rows else None
 
+    def job_back_off(
+        self,
+        conn: Conn,
+        lease: Lease,
+        *,
+        seconds: float,
+        reason: str,
+        now: datetime | None = None,
+    ) -> DictRow | None:
+        """Row with ``id``, ``status``, ``available_at`` and ``paused_until``; None when fenced."""
+        rows = self._dicts(
+            conn,
+            "job_back_off",
+            {
+                "id": lease.job_id,
+                "owner": lease.owner,
+                "token": lease.token,
+                "started_at": lease.started_at,
+                "seconds": seconds,
+                "reason": reason,
+                "now": now,
+            },
+            "back off",
+        )
+        return rows[0] if rows else None
+
     def job_attempt_outcome(self, conn: Conn, lease: Lease) -> DictRow | None:
         """How the attempt of ``lease`` ended (``outcome``, the job's ``status`` and
         ``available_at``, ``effect_key``, ``effect_written``); None while it has not."""

@@ -118,6 +118,16 @@ CREATE TABLE leaseq.flow_slots (
 
 CREATE INDEX flow_slots_free_idx ON leaseq.flow_slots (queue, key, slot)
     WHERE job_id IS NULL AND NOT retired;
+
+-- Every keyed claim and release rewrites a slot row and (charging run time) its key's row,
+-- whose indexes the claim walks: vacuum both after a fixed number of changes, unthrottled,
+-- as leaseq.jobs is (migration 1), so a hot key's dead index entries stay few.
+ALTER TABLE leaseq.flow_slots SET (
+    autovacuum_vacuum_scale_factor = 0, autovacuum_vacuum_threshold = 1000,
+    autovacuum_vacuum_cost_delay = 0);
+ALTER TABLE leaseq.flow_keys SET (
+    autovacuum_vacuum_scale_factor = 0, autovacuum_vacuum_threshold = 1000,
+    autovacuum_vacuum_cost_delay = 0);
 CREATE INDEX flow_slots_held_idx ON leaseq.flow_slots (job_id) WHERE job_id IS NOT NULL;
 
 CREATE TABLE leaseq.flow_aggregates (

@@ -94,7 +94,7 @@ def flow_text(status: list[Any], blocked: list[Any]) -> str:
     if blocked:
         rows = [[b.queue, b.ordering_key, b.head, when(b.blocked_at), b.waiting] for b in blocked]
         parts.append(
-            "aggregates blocked by a dead head (retry it with `leaseq jobs retry ID`, or skip "
+            "aggregates blocked by a dead head (retry it with `leaseq retry ID`, or skip "
             "it with `leaseq limits unblock QUEUE ORDERING_KEY`):\n"
             + table(["QUEUE", "ORDERING KEY", "DEAD HEAD", "SINCE", "WAITING"], rows)
         )
@@ -117,7 +117,7 @@ def add_commands(sub: Any, command: Any) -> None:
     """Add ``limits`` and its subcommands to the ``leaseq`` subparsers."""
     group = sub.add_parser(
         "limits",
-        help="flow control: per-key concurrency limits and fair-share weights",
+        help="flow control: per-key concurrency and rate limits, fair-share weights",
         description="Limits per queue and key (or key pattern with *), applied at once to "
         "running workers. A lowered limit drains: running jobs finish, no new one starts "
         "past it.",

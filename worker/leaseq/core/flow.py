@@ -22,7 +22,7 @@ Guarantees (migration 11 says how):
 * **Keyless jobs pay nothing**: their claim reads no flow table.
 * **Strict order per aggregate**: only the lowest unfinished sequence number of an
   ``ordering_key`` is claimable. A dead head blocks its aggregate (listed by
-  :meth:`FlowControl.blocked`) until it is retried (``leaseq jobs retry``) or skipped
+  :meth:`FlowControl.blocked`) until it is retried (``leaseq retry``) or skipped
   (:meth:`FlowControl.unblock`).
 * **Fair shares**: keys with work are served in order of the seconds their jobs ran divided
   by their weight; a key back from idle starts level with the least-served active key.

@@ -56,9 +56,10 @@ CREATE INDEX jobs_key_claim_idx ON leaseq.jobs (queue, key, priority, available_
 -- The next head of an aggregate: one probe.
 CREATE INDEX jobs_ordering_idx ON leaseq.jobs (queue, ordering_key, ordering_seq)
     WHERE ordering_key IS NOT NULL AND status IN ('pending', 'running');
--- Running keyed jobs, for the reaper's slot check.
-CREATE INDEX jobs_key_running_idx ON leaseq.jobs (queue, key)
-    WHERE status = 'running' AND key IS NOT NULL;
+-- Unfinished keyed jobs: whether a key still has work (the release trigger, once per
+-- finished attempt), its running jobs (status, limits applied to a key that runs).
+CREATE INDEX jobs_key_unfinished_idx ON leaseq.jobs (queue, key)
+    WHERE key IS NOT NULL AND status IN ('pending', 'running');
 
 CREATE TABLE leaseq.flow_limits (
     queue       text NOT NULL,
@@ -373,7 +374,7 @@ BEGIN
          WHERE f.queue = OLD.queue AND f.key = OLD.key AND f.active
            AND NOT EXISTS (SELECT 1 FROM leaseq.jobs j
                             WHERE j.queue = OLD.queue AND j.key = OLD.key
-                              AND j.status IN ('pending', 'running'));
+                              AND j.key IS NOT NULL AND j.status IN ('pending', 'running'));
     END IF;
     PERFORM pg_notify('leaseq_jobs', OLD.queue);
     RETURN NULL;

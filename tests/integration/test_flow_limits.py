@@ -318,3 +318,20 @@ def test_keyless_claim_reads_no_flow_table(database_url: str) -> None:
         ).fetchone()
         # Every 16th round probes the keyed claim (it may find keyed work); 5 rounds do not.
         assert before == after
+
+
+def test_a_batch_never_takes_more_jobs_of_a_key_than_its_free_units(database_url: str) -> None:
+    with leaseq.connect(database_url, action="test") as conn:
+        leaseq.FlowControl(conn).set_limit(Q, "a-limited", max_running=3)
+        q = leaseq.Queue(conn)
+        q.enqueue_many([leaseq.JobSpec(Q, "t", key="a-limited") for _ in range(10)])
+        q.enqueue_many([leaseq.JobSpec(Q, "t", key="z-free") for _ in range(10)])
+        got = q.claim([Q], "w", limit=10)
+        keys = dict(conn.execute("SELECT id, key FROM leaseq.jobs").fetchall())
+        taken = [keys[j.id] for j in got]
+        assert taken.count("a-limited") == 3, taken
+        # The limited key is served first (same virtual time, first by name): 3, then the
+        # rest of the batch from the next key.
+        assert len(got) == 10
+        again = q.claim([Q], "w", limit=10)
+        assert [keys[j.id] for j in again].count("a-limited") == 0

@@ -58,14 +58,21 @@ spent AS (
            tokens_at = greatest(b.tokens_at, t.now)
       FROM (SELECT x.queue, x.key, count(*) AS n FROM candidate x WHERE x.rated
              GROUP BY x.queue, x.key) c, t
-     WHERE b.queue = c.queue AND b.key = c.key
+     -- Arrays, not only a join: the generic plan cannot see how few candidates there are
+     -- and would hash-join a sequential scan of the table; this is an index scan either way.
+     WHERE b.queue = ANY (ARRAY(SELECT x.queue FROM candidate x WHERE x.rated))
+       AND b.key = ANY (ARRAY(SELECT x.key FROM candidate x WHERE x.rated))
+       AND b.queue = c.queue AND b.key = c.key
     RETURNING b.key
 ),
 taken AS (
     UPDATE leaseq.flow_slots s
        SET job_id = c.id, lease_token = c.lease_token + 1, taken_at = t.now
       FROM candidate c, t
-     WHERE c.slot IS NOT NULL AND s.queue = c.queue AND s.key = c.key AND s.slot = c.slot
+     WHERE s.queue = ANY (ARRAY(SELECT x.queue FROM candidate x WHERE x.slot IS NOT NULL))
+       AND s.key = ANY (ARRAY(SELECT x.key FROM candidate x WHERE x.slot IS NOT NULL))
+       AND s.slot = ANY (ARRAY(SELECT x.slot FROM candidate x WHERE x.slot IS NOT NULL))
+       AND c.slot IS NOT NULL AND s.queue = c.queue AND s.key = c.key AND s.slot = c.slot
     RETURNING s.job_id
 ),
 claimed AS (

@@ -16,6 +16,7 @@ from bench import (
     batching,
     claim_scaling,
     crash,
+    flow,
     history,
     history_partitions,
     lease_renewal,
@@ -44,10 +45,12 @@ SCENARIOS: dict[str, Callable[[Context], None]] = {
     batching.NAME: batching.run,
     pipelines.NAME: pipelines.run,
     lease_renewal.NAME: lease_renewal.run,
+    flow.NAME: flow.run,
 }
 # Run only when named with --only: a repeated, interleaved comparison for proposals; OCR
-# inference (minutes of CPU per repeat on a loaded 2-core machine; needs the ocr extra).
-OPT_IN = {ab.NAME, ocr.NAME}
+# inference (minutes of CPU per repeat on a loaded 2-core machine; needs the ocr extra);
+# flow control (issue 20: keyed against keyless claims, a hot key's limit, the plan).
+OPT_IN = {ab.NAME, ocr.NAME, flow.NAME}
 
 RESULTS = Path(__file__).parent / "results"
 # The documentation page that shows the headline of the committed results.

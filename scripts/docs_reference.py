@@ -246,6 +246,8 @@ API_GROUPS = {
     "leaseq.core.schedules": "Schedules",
     "leaseq.core.schedule_models": "Schedules",
     "leaseq.core.graph": "Pipelines",
+    "leaseq.core.flow": "Flow control",
+    "leaseq.core.flow_models": "Flow control",
     "leaseq.core.errors": "Errors",
 }
 

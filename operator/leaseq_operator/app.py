@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from leaseq.core.db import open_pool
+from leaseq.core.flow import FlowControl
 from leaseq.core.history import History
 from leaseq.core.leadership import Leadership
 from leaseq.core.pool import Pool
@@ -65,6 +66,10 @@ class Databases:
         """The queue in the database at ``url`` (default: the operator's own)."""
         return Queue(self.pool(url))
 
+    def flow(self, url: str | None = None) -> FlowControl:
+        """Flow control in the database at ``url`` (default: the operator's own)."""
+        return FlowControl(self.pool(url))
+
     def workers(self, url: str | None = None) -> Workers:
         """The worker registry in the database at ``url`` (default: the operator's own)."""
         return Workers(self.pool(url))
@@ -103,6 +108,7 @@ class OperatorApp:
         workers = self.databases.workers()
         self.metrics = OperatorMetrics()
         self.metrics.watch_queues(self.queue, workers, max_queues=config.metrics_max_queues)
+        self.metrics.watch_flow(FlowControl(self.databases.pool()))
         schedules = Schedules(self.databases.pool())
         self.metrics.watch_schedules(schedules)
         self.reaper = Reaper(
@@ -120,6 +126,8 @@ class OperatorApp:
                 HistoryMetrics(self.metrics.registry),
             ),
             on_reaped=self.metrics.count_reaped,
+            flow=FlowControl(self.databases.pool()),
+            on_repaired=self.metrics.count_repairs,
             on_leading=lambda leading: self.metrics.leader.set(1 if leading else 0),
             schedules=schedules,
             on_ticked=self.metrics.count_tick,

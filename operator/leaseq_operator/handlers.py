@@ -148,6 +148,8 @@ class PoolTick:
             stats = self.queue.stats(pool.queues, horizon=pool.poll_seconds)
             # Work no live worker of the pool can do is not a reason for more replicas.
             unserved = self.queue.unserved(pool.queues, live_seconds=SILENT_AFTER_SECONDS)
+            # Ready jobs of keys at their concurrency limit are not work a new pod could take.
+            claimable = sum(f.claimable for f in self.app.databases.flow(url).summary(pool.queues))
             self.status.update(_depth(stats))
             work = None
             if pool.scale_on is ScaleOn.WORK:
@@ -157,7 +159,8 @@ class PoolTick:
             return exc
         self.condition(conditions.DATABASE_REACHABLE, True, "DepthRead", "queue depth read")
         depth = self.status
-        ready = max(0, depth["ready"] - sum(u.ready for u in unserved))
+        self.status["claimable"] = claimable
+        ready = max(0, min(depth["ready"], claimable) - sum(u.ready for u in unserved))
         return scaling.Demand(ready, depth["scheduledSoon"], depth["running"], work)
 
     def read_work(

@@ -21,6 +21,7 @@ from prometheus_client.registry import Collector
 
 from leaseq import config as settings
 from leaseq.core.errors import ConfigError, LeaseqError
+from leaseq.core.flow import FlowControl
 from leaseq.core.models import SILENT_AFTER_SECONDS, QueueStats, Reaped, UnservedWork
 from leaseq.core.queue import Queue
 from leaseq.core.schedule_models import Tick
@@ -215,6 +216,58 @@ class ScheduleCollector(Collector):
         yield late
 
 
+class FlowCollector(Collector):
+    """Flow control per queue, read from the database at every scrape: the jobs workers
+    could claim now (``leaseq_queue_claimable_jobs``, next to the ready count: keyless ready
+    jobs plus, per key, the smaller of its ready jobs and free units of its limit), keys with
+    ready work and no free unit, and aggregates blocked by a dead head. At most
+    ``max_queues`` queues one by one (those with the most claimable work), the rest summed
+    under ``_other``."""
+
+    def __init__(self, flow: FlowControl, *, max_queues: int = DEFAULT_MAX_QUEUES) -> None:
+        self._flow = flow
+        self._max_queues = max_queues
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        try:
+            rows = self._flow.summary()
+        except LeaseqError as exc:  # leaseq_operator_database_up already says so
+            log.debug("metrics scrape could not read flow control: %s", exc)
+            return
+        rows.sort(key=lambda r: (-r.claimable, r.queue))
+        kept, rest = rows[: self._max_queues], rows[self._max_queues :]
+        families = (
+            GaugeMetricFamily(
+                "leaseq_queue_claimable_jobs",
+                "Ready jobs workers could claim now: keyless ones, plus per key the smaller of"
+                " its ready jobs and its free units of limit (what the operator scales on)",
+                labels=["queue"],
+            ),
+            GaugeMetricFamily(
+                "leaseq_flow_saturated_keys",
+                "Keys with ready jobs and no free unit of their concurrency limit",
+                labels=["queue"],
+            ),
+            GaugeMetricFamily(
+                "leaseq_flow_blocked_aggregates",
+                "Aggregates (ordering keys) whose head job is dead: nothing behind it runs",
+                labels=["queue"],
+            ),
+        )
+        sums = [0, 0, 0]
+        for r in rest:
+            sums = [sums[0] + r.claimable, sums[1] + r.saturated_keys, sums[2] + r.blocked]
+        for r in kept:
+            for family, value in zip(
+                families, (r.claimable, r.saturated_keys, r.blocked), strict=True
+            ):
+                family.add_metric([r.queue], value)
+        if rest:
+            for family, value in zip(families, sums, strict=True):
+                family.add_metric([OTHER_QUEUE], value)
+        yield from families
+
+
 @dataclass
 class OperatorMetrics:
     """The operator's metric series, in a registry of their own (one per operator instance)."""
@@ -264,6 +317,12 @@ class OperatorMetrics:
         )
         for outcome in SCHEDULE_OUTCOMES:
             self.schedule_slots.labels(outcome)
+        self.flow_repairs = Counter(
+            "leaseq_flow_repairs",
+            "Units of per-key limits the reaper found held by no running attempt with the same"
+            " token, and freed (expected 0)",
+            registry=self.registry,
+        )
         self._reaped_queues: set[str] = set()
         self._server: WSGIServer | None = None
         self._thread: threading.Thread | None = None
@@ -277,6 +336,10 @@ class OperatorMetrics:
         self.registry.register(
             QueueCollector(queue, workers, max_queues=max_queues, pinned=self.pinned)
         )
+
+    def watch_flow(self, flow: FlowControl) -> None:
+        """Export flow control per queue at every scrape (:class:`FlowCollector`)."""
+        self.registry.register(FlowCollector(flow, max_queues=self.max_queues))
 
     def watch_schedules(self, schedules: Schedules) -> None:
         """Export how late the schedules are at every scrape (:class:`ScheduleCollector`)."""
@@ -292,6 +355,10 @@ class OperatorMetrics:
             else:
                 self._reaped_queues.add(queue)
         self.reaped.labels(queue, REAP_OUTCOMES.get(job.status, job.status)).inc()
+
+    def count_repairs(self, repaired: dict[str, int]) -> None:
+        """Count the units the reaper's flow-control check freed."""
+        self.flow_repairs.inc(sum(repaired.values()))
 
     def count_tick(self, tick: Tick | None) -> None:
         """Count one schedule tick's slots (None: the tick failed)."""

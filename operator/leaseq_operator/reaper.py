@@ -48,6 +48,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 from leaseq.core.errors import LeaseqError
+from leaseq.core.flow import FlowControl
 from leaseq.core.leadership import Leadership
 from leaseq.core.models import Reaped
 from leaseq.core.queue import Queue
@@ -159,6 +160,10 @@ class Reaper:
     schedules: Schedules | None = None
     #: Called with each schedule tick's outcome, or None when the tick failed.
     on_ticked: Callable[[Tick | None], None] = lambda tick: None
+    #: Flow control's check after every pass: every held unit of a limit belongs to a
+    #: running attempt with the same token; others are freed and counted (expected: none).
+    flow: FlowControl | None = None
+    on_repaired: Callable[[dict[str, int]], None] = lambda repaired: None
     _stop: threading.Event = field(default_factory=threading.Event, init=False)
     _thread: threading.Thread | None = field(default=None, init=False)
     _failing: bool = field(default=False, init=False)  # in a database outage
@@ -196,6 +201,7 @@ class Reaper:
         for job in reaped:
             self.on_reaped(job)
         self.workers.forget_silent(silent_for=FORGET_WORKERS_AFTER, now=now)
+        self._repair_flow()
         self._tick_schedules(now)
         if self.vacuum_dead_tuples:
             self.queue.vacuum(min_dead_tuples=self.vacuum_dead_tuples)
@@ -206,6 +212,23 @@ class Reaper:
                 extra={"holder": self.lease.holder, "term": self.lease.term},
             )
         return Pass(leading=True, locked=True, reaped=tuple(reaped))
+
+    def _repair_flow(self) -> None:
+        if self.flow is None:
+            return
+        try:
+            repaired = self.flow.repair()
+        except LeaseqError as exc:  # a duty's failure must not stop the reaper's others
+            log.warning("flow-control slot check failed: %s", exc)
+            return
+        if repaired:
+            log.warning(
+                "freed %d unit(s) of per-key limits held by no running attempt (a bug: "
+                "please report it)",
+                sum(repaired.values()),
+                extra={"repaired": repaired},
+            )
+        self.on_repaired(repaired)
 
     def _tick_schedules(self, now: datetime | None) -> None:
         if self.schedules is None:

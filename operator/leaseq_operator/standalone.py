@@ -23,6 +23,7 @@ from dataclasses import dataclass
 
 from leaseq import config as settings
 from leaseq.core.db import open_pool
+from leaseq.core.flow import FlowControl
 from leaseq.core.history import History
 from leaseq.core.leadership import Leadership
 from leaseq.core.queue import Queue
@@ -95,6 +96,7 @@ def serve(config: ReaperConfig, until: Callable[[], object]) -> None:
         queue, workers = Queue(pool), Workers(pool)
         metrics = OperatorMetrics()
         metrics.watch_queues(queue, workers, max_queues=config.metrics_max_queues)
+        metrics.watch_flow(FlowControl(pool))
         schedules = Schedules(pool)
         metrics.watch_schedules(schedules)
         reaper = Reaper(
@@ -104,6 +106,8 @@ def serve(config: ReaperConfig, until: Callable[[], object]) -> None:
             config.reap_interval_seconds,
             vacuum_dead_tuples=config.vacuum_dead_tuples,
             on_reaped=metrics.count_reaped,
+            flow=FlowControl(pool),
+            on_repaired=metrics.count_repairs,
             on_leading=lambda leading: metrics.leader.set(1 if leading else 0),
             schedules=schedules,
             on_ticked=metrics.count_tick,

@@ -79,6 +79,7 @@ def operator_samples(database_url: str) -> Iterator[dict[str, Exported]]:
         )
         metrics.watch_queues(queue, leaseq.Workers(pool))
         metrics.watch_schedules(leaseq.Schedules(pool))
+        metrics.watch_flow(leaseq.FlowControl(pool))
         metrics.known_queues(("backlog",))
         metrics.pool("jobs/leaseq-worker", desired=1, current=0)
         metrics.leader.set(1)

@@ -109,3 +109,13 @@ def merge(payload: dict[str, Any], ctx: leaseq.JobContext) -> dict[str, Any]:
     (folder / f"merge-{ctx.job_id}-{ctx.lease_token}").write_text("")
     texts = [r.result["text"] for r in ctx.parent_results(page=2)]
     return {"text": " ".join(texts)}
+
+
+@registry.job("throttled")
+def throttled(payload: dict[str, Any], ctx: leaseq.JobContext) -> dict[str, Any]:
+    """The service it calls answers 429 the first time (``<dir>/<job>.429`` marks it)."""
+    marker = Path(payload["dir"]) / f"{ctx.job_id}.429"
+    if not marker.exists():
+        marker.write_text(repr(time.time()))
+        raise leaseq.BackOff(float(payload.get("retry_after", 1.0)), "429 Too Many Requests")
+    return {"token": ctx.lease_token}

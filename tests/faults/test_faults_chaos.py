@@ -15,6 +15,7 @@ import sys
 import time
 from collections import defaultdict
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 
 import psycopg
@@ -22,6 +23,7 @@ import pytest
 from faultkit import HERE, worker_args
 
 import leaseq
+from support.flowcheck import max_running
 from support.pgserver import RestartablePostgres
 from support.polling import wait_for
 from support.workers import WorkerProcess, Workers
@@ -260,13 +262,50 @@ def check_invariants(url: str, chaos: Chaos) -> dict[str, float]:
     return {"failed": len(failed), "unexplained": len(unexplained)}
 
 
+#: The keyed run's keys and their limit (small: the keyed run is the shorter one).
+KEYS = ("t0", "t1", "t2")
+KEY_LIMIT = 2
+
+
+def check_key_limits(url: str) -> None:
+    """Keyed run: no unit of a limit leaked, the reaper's check finds nothing to repair, and
+    no key ever ran more than its limit. Attempts later rewritten `fenced` are left out of
+    the count: their row's end is when a stopped worker woke and called in, long after the
+    reaper took the lease (and the unit) back."""
+    with psycopg.connect(url, autocommit=True) as conn:
+        held = conn.execute(
+            "SELECT count(*) FROM leaseq.flow_slots WHERE job_id IS NOT NULL"
+        ).fetchone()
+        assert held == (0,), "a unit of a limit leaked"
+        rows = conn.execute(
+            "SELECT j.key, a.started_at, a.ended_at FROM leaseq.job_attempts a"
+            " JOIN leaseq.jobs j ON j.id = a.job_id"
+            " WHERE j.key IS NOT NULL AND a.outcome <> 'fenced' AND a.started_at IS NOT NULL"
+        ).fetchall()
+    spans: dict[str, list[tuple[datetime, datetime | None]]] = defaultdict(list)
+    for key, start, end in rows:
+        spans[str(key)].append((start, end))  # type: ignore[arg-type]
+    seen = {key: max_running(spans[key]) for key in KEYS}
+    print(f"most running at once per key (limit {KEY_LIMIT}): {seen}")
+    assert all(n <= KEY_LIMIT for n in seen.values()), seen
+    with leaseq.connect(url, action="test") as c:
+        assert leaseq.FlowControl(c).repair() == {}
+
+
+@pytest.mark.parametrize("keyed", [False, True], ids=["keyless", "keyed"])
 def test_random_faults_keep_every_invariant(
-    restartable: RestartablePostgres, restartable_url: str, tmp_path: Path
+    restartable: RestartablePostgres, restartable_url: str, tmp_path: Path, keyed: bool
 ) -> None:
     rng = random.Random(SEED)
     url = restartable_url
+    # The keyed run is half as long, on a quarter of the jobs, each with one of three keys limited
+    # to KEY_LIMIT running jobs.
+    jobs, chaos_seconds = (JOBS // 4, CHAOS_SECONDS / 2) if keyed else (JOBS, CHAOS_SECONDS)
     with leaseq.connect(url, action="test") as conn:
         queue = leaseq.Queue(conn)
+        if keyed:
+            for key in KEYS:
+                leaseq.FlowControl(conn).set_limit("q", key, max_running=KEY_LIMIT)
         queue.enqueue_many(
             [
                 leaseq.JobSpec(
@@ -274,8 +313,9 @@ def test_random_faults_keep_every_invariant(
                     "step",
                     {"seconds": rng.uniform(0.5, 4.0), "checkpoint_every": rng.choice([None, 0.3])},
                     max_attempts=25,
+                    key=rng.choice(KEYS) if keyed else None,
                 )
-                for _ in range(JOBS)
+                for _ in range(jobs)
             ]
         )
     chaos = Chaos(url, tmp_path, Workers(url, tmp_path, pythonpath=[HERE]), rng)
@@ -284,10 +324,10 @@ def test_random_faults_keep_every_invariant(
             chaos.spawn_reaper(f"reaper-{n}")
         for n in range(WORKERS):
             chaos.spawn_worker(f"w{n}")
-        end = time.monotonic() + CHAOS_SECONDS
-        restarts = {CHAOS_SECONDS * 0.3: "fast", CHAOS_SECONDS * 0.7: "immediate"}
+        end = time.monotonic() + chaos_seconds
+        restarts = {chaos_seconds * 0.3: "fast", chaos_seconds * 0.7: "immediate"}
         while time.monotonic() < end:
-            elapsed = CHAOS_SECONDS - (end - time.monotonic())
+            elapsed = chaos_seconds - (end - time.monotonic())
             for at, mode in list(restarts.items()):
                 if elapsed >= at:
                     restart(restartable, mode, chaos)
@@ -306,6 +346,8 @@ def test_random_faults_keep_every_invariant(
                 timeout=240,
             )
         check_invariants(url, chaos)
+        if keyed:
+            check_key_limits(url)
     finally:
         print("\n".join(chaos.log))
         for reaper in chaos.reapers.values():

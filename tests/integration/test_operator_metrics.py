@@ -107,3 +107,28 @@ def test_queue_series_are_capped_with_the_rest_summed_and_counted(
     reaped = {s.labels["queue"] for f in metrics.registry.collect() if f.name == "leaseq_reaped"
               for s in f.samples}  # fmt: skip
     assert reaped == {"quiet", "r0", "r1", "r2", "_other"}
+
+
+def test_flow_series_come_from_the_database(queue: leaseq.Queue, conn: leaseq.core.db.Conn) -> None:
+    metrics = OperatorMetrics()
+    metrics.watch_flow(leaseq.FlowControl(conn))
+    flow = leaseq.FlowControl(conn)
+    flow.set_limit("ocr", "t1", max_running=1)
+    for _ in range(3):
+        queue.enqueue("ocr", "extract", key="t1")
+    queue.enqueue("ocr", "extract")
+    queue.enqueue("ocr", "extract", ordering_key="o")
+    queue.enqueue("ocr", "extract", ordering_key="o")
+    assert _value(metrics, "leaseq_queue_claimable_jobs", queue="ocr") == 3  # 1 + t1's 1 + o's head
+    assert _value(metrics, "leaseq_flow_saturated_keys", queue="ocr") == 0
+    got = queue.claim(["ocr"], "w", limit=10)
+    by_id = {j.id: j for j in got}
+    assert len(got) == 3
+    assert _value(metrics, "leaseq_queue_claimable_jobs", queue="ocr") == 0
+    assert _value(metrics, "leaseq_flow_saturated_keys", queue="ocr") == 1
+    head = next(j for j in by_id.values() if j.id == 5)
+    queue.fail(head.lease, "poison", retryable=False)
+    assert _value(metrics, "leaseq_flow_blocked_aggregates", queue="ocr") == 1
+    assert metrics.registry.get_sample_value("leaseq_flow_repairs_total") == 0
+    metrics.count_repairs({"ocr": 2})
+    assert metrics.registry.get_sample_value("leaseq_flow_repairs_total") == 2

@@ -30,6 +30,12 @@ DENIED = pg_errors.InsufficientPrivilege
 EXPECTED = {
     "worker": [
         "USAGE on schema leaseq",
+        # The keyed claim reads the keys and takes slots (migration 0011's apply_grants).
+        "SELECT on flow_aggregates",
+        "SELECT on flow_buckets",
+        "SELECT on flow_keys",
+        "SELECT on flow_limits",
+        "SELECT on flow_slots",
         "SELECT on job_attempts",
         "INSERT on job_attempts",
         # Pipelines: a fan-out from a handler (migration 0012's apply_grants).
@@ -53,6 +59,8 @@ EXPECTED = {
         "INSERT on workers",
         "UPDATE on workers",
         "DELETE on workers",
+        "UPDATE (tokens, tokens_at) on flow_buckets",
+        "UPDATE (job_id, lease_token, taken_at) on flow_slots",
         "UPDATE (ended_at, outcome, error) on job_attempts",
         "INSERT (id, queue, job_type, payload, status, priority, max_attempts, created_at, "
         "available_at, timeout, idempotency_key, deps_left, has_children, pipeline_id) on jobs",
@@ -63,6 +71,13 @@ EXPECTED = {
     ],
     "operator": [
         "USAGE on schema leaseq",
+        # Limits, slot repairs and blocked aggregates (migration 0011's apply_grants).
+        "SELECT on flow_aggregates",
+        "SELECT on flow_buckets",
+        "SELECT on flow_keys",
+        "SELECT on flow_limits",
+        "SELECT on flow_repairs",
+        "SELECT on flow_slots",
         # The leader's history duties (migration 0009's apply_grants).
         "SELECT on history_counts",
         "INSERT on history_counts",
@@ -128,7 +143,7 @@ EXPECTED = {
         "SELECT on schema_migrations",
         "INSERT (id, queue, job_type, payload, status, priority, max_attempts, created_at, "
         "available_at, timeout, idempotency_key, dedup_key, notify_done, deps_left, "
-        "has_children, pipeline_id) on jobs",
+        "has_children, pipeline_id, key, ordering_key) on jobs",
         # Waiting for a job it enqueued: its completion notifies (migration 0011).
         "UPDATE (notify_done, has_children) on jobs",
         "UPDATE (total, finished_at) on pipelines",
@@ -440,7 +455,8 @@ def test_the_claim_as_the_worker_role_still_walks_the_claim_index(roles: Roles) 
             str(r[0])
             for r in w.execute(
                 "EXPLAIN SELECT id FROM leaseq.jobs WHERE status = 'pending' AND queue = 'q'"
-                " AND available_at <= now() ORDER BY priority, available_at, id LIMIT 1"
+                " AND available_at <= now() AND key IS NULL AND NOT ordering_waiting"
+                " ORDER BY priority, available_at, id LIMIT 1"
                 " FOR UPDATE SKIP LOCKED"
             )
         )

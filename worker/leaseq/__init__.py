@@ -21,6 +21,8 @@ from leaseq.core.errors import (
     SchemaTooNew,
     WaitInHandler,
 )
+from leaseq.core.flow import FlowControl
+from leaseq.core.flow_models import BlockedAggregate, FlowKeyStatus, FlowLimit, FlowQueueSummary
 from leaseq.core.graph import Dep, Graph, Node
 from leaseq.core.leadership import Leadership
 from leaseq.core.models import (
@@ -81,7 +83,7 @@ from leaseq.core.schema import (
 )
 from leaseq.core.waiters import unwrap
 from leaseq.core.workers import Workers
-from leaseq.runtime.context import Interrupted, JobContext, PermanentError, StopReason
+from leaseq.runtime.context import BackOff, Interrupted, JobContext, PermanentError, StopReason
 from leaseq.runtime.registry import Registry
 
 __all__ = [
@@ -89,6 +91,8 @@ __all__ = [
     "AttemptOutcome",
     "AttemptRecord",
     "AuthenticationFailed",
+    "BackOff",
+    "BlockedAggregate",
     "Call",
     "Cancelled",
     "ClaimedJob",
@@ -106,6 +110,10 @@ __all__ = [
     "Failed",
     "Fenced",
     "FiredSlot",
+    "FlowControl",
+    "FlowKeyStatus",
+    "FlowLimit",
+    "FlowQueueSummary",
     "Graph",
     "GraphEnqueued",
     "Heartbeat",

@@ -274,6 +274,44 @@ def build() -> dashboard.Dashboard:
                 query(f"max(leaseq_schedule_late_seconds{{{NS}}})", "late"),
             )
         )
+        .with_row(dashboard.Row("Flow control"))
+        .with_panel(
+            graph(
+                "Claimable vs ready jobs",
+                "Ready jobs per queue, and those workers could claim now (keyless, plus per"
+                " key the smaller of its ready jobs and free units of its limit): the operator"
+                " scales on claimable. A wide gap is a backlog of keys at their limits.",
+                "short",
+                query(
+                    f"sum by (queue) (leaseq_queue_claimable_jobs{{{SEL}}})", "{{queue}} claimable"
+                ),
+                query(
+                    f'sum by (queue) (leaseq_queue_jobs{{{SEL}, state="ready"}})', "{{queue}} ready"
+                ),
+            )
+        )
+        .with_panel(
+            graph(
+                "Saturated keys and blocked aggregates",
+                "Keys with ready jobs and no free unit of their limit; aggregates whose head"
+                " job is dead (nothing behind it runs: retry or skip it, leaseq limits keys).",
+                "short",
+                query(
+                    f"sum by (queue) (leaseq_flow_saturated_keys{{{SEL}}})", "{{queue}} saturated"
+                ),
+                query(
+                    f"sum by (queue) (leaseq_flow_blocked_aggregates{{{SEL}}})", "{{queue}} blocked"
+                ),
+            )
+        )
+        .with_panel(
+            single(
+                "Limit units repaired",
+                "Units of per-key limits the reaper found held by no running attempt, and freed"
+                " (expected 0: anything else is a bug to report).",
+                f"sum(increase(leaseq_flow_repairs_total{{{NS}}}[1h]))",
+            )
+        )
         .with_row(dashboard.Row("Latency"))
         .with_panel(
             graph(

@@ -13,11 +13,12 @@
 WITH t AS (SELECT coalesce(%(now)s::timestamptz, now()) AS now),
 ins AS (
     INSERT INTO leaseq.jobs (queue, job_type, payload, priority, max_attempts, available_at,
-                             timeout, idempotency_key, dedup_key, created_at, notify_done)
+                             timeout, idempotency_key, dedup_key, created_at, notify_done, key,
+                             ordering_key)
     SELECT %(queue)s, %(job_type)s, %(payload)s, %(priority)s, %(max_attempts)s,
            coalesce(%(run_at)s::timestamptz, t.now + make_interval(secs => %(delay)s)),
            make_interval(secs => %(timeout)s), %(idempotency_key)s, %(dedup_key)s, t.now,
-           %(wait)s
+           %(wait)s, %(key)s, %(ordering_key)s
       FROM t
     ON CONFLICT (queue, dedup_key) WHERE dedup_key IS NOT NULL AND status IN ('pending', 'running')
     DO NOTHING
@@ -41,6 +42,8 @@ candidate AS (
           SELECT j.id, j.priority, j.available_at
             FROM leaseq.jobs j
            WHERE j.status = 'pending' AND j.queue = q.queue AND j.available_at <= t.now
+             -- Keyed and waiting ordered jobs are claimed by job_claim_keyed (flow.sql).
+             AND j.key IS NULL AND NOT j.ordering_waiting
              -- A filter on the claim index's scan, not a key of it: the index stays the one
              -- every claimer walks; jobs of types this worker does not serve are stepped over.
              AND (%(job_types)s::text[] IS NULL OR j.job_type = ANY(%(job_types)s::text[]))

@@ -15,6 +15,7 @@ from typing import Any
 from leaseq import config as settings
 from leaseq.cli.tables import age, key_values, printable, table, to_json, when
 from leaseq.core.db import Conn, connect
+from leaseq.core.flow import FlowControl
 from leaseq.core.history import EVERY_QUEUE, History
 from leaseq.core.models import (
     FINISHED_STATUSES,
@@ -35,6 +36,8 @@ from leaseq.core.workers import Workers
 
 #: `status` counts succeeded and cancelled jobs over this window (seconds), not all history.
 FINISHED_WINDOW = 3600.0
+#: Flow-control keys and blocked aggregates `leaseq status` lists at most (saturated first).
+STATUS_KEYS = 20
 
 
 def duration(text: str) -> float:
@@ -82,8 +85,10 @@ def _connect(args: argparse.Namespace, action: str) -> Conn:
 
 def status(args: argparse.Namespace) -> int:
     """Depth per queue and the registered workers; ``--watch`` refreshes until Ctrl-C."""
+    from leaseq.cli import limits  # it imports this module's helpers
+
     with _connect(args, "status") as conn:
-        queue, registry = Queue(conn), Workers(conn)
+        queue, registry, flow = Queue(conn), Workers(conn), FlowControl(conn)
         try:
             while True:
                 stats = queue.stats(args.queue or None)
@@ -91,6 +96,8 @@ def status(args: argparse.Namespace) -> int:
                 workers = registry.list(args.queue or None)
                 unserved = queue.unserved(args.queue or None)
                 waiting = queue.waiting(args.queue or None)
+                keys = flow.status(args.queue or None, limit=STATUS_KEYS)
+                blocked = flow.blocked(args.queue or None, limit=STATUS_KEYS)
                 if args.json:
                     shown = {
                         "queues": stats,
@@ -98,13 +105,17 @@ def status(args: argparse.Namespace) -> int:
                         "workers": workers,
                         "unserved": unserved,
                         "waiting": waiting,
+                        "keys": keys,
+                        "blocked_aggregates": blocked,
                     }
                     print(to_json(shown), flush=True)
                 else:
                     if args.watch and sys.stdout.isatty():
                         print("\033[2J\033[H", end="")
                     text = _status_text(stats, finished, workers, unserved)
-                    print(text + _waiting_text(waiting), flush=True)
+                    extra = limits.flow_text(keys, blocked)
+                    print(text + _waiting_text(waiting) + (f"\n\n{extra}" if extra else ""),
+                          flush=True)  # fmt: skip
                 if not args.watch:
                     return 0
                 time.sleep(args.watch)
@@ -474,6 +485,8 @@ def enqueue(args: argparse.Namespace) -> int:
             dedup_key=args.dedup_key,
             after=args.after,
             when=After.FINISHED if args.after_finished else After.SUCCEEDED,
+            key=args.key,
+            ordering_key=args.ordering_key,
         )
     text = (
         f"enqueued job {result.job_id}"
@@ -603,7 +616,11 @@ def add_commands(sub: Any) -> None:
         help="with --after: wait for the parents to finish in any state, not to succeed",
     )
 
-    from leaseq.cli import pipelines, schedules  # they import this module's helpers
+    p.add_argument("--key", help="flow-control key (e.g. a tenant): its queue's limits apply")
+    p.add_argument("--ordering-key", help="run one at a time, in enqueue order, with this key")
+
+    from leaseq.cli import limits, pipelines, schedules  # they import this module's helpers
 
     schedules.add_commands(sub, command)
     pipelines.add_commands(sub, command)
+    limits.add_commands(sub, command)

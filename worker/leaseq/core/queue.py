@@ -119,6 +119,10 @@ class JobSpec:
     dedup_key: str | None = None
     #: A producer will wait for it: its final transition notifies (see Queue.result).
     wait: bool = False
+    #: Flow-control key (e.g. a tenant): the queue's limits for it apply (leaseq.FlowControl).
+    key: str | None = None
+    #: Aggregate whose jobs run one at a time in enqueue order (only the head is claimable).
+    ordering_key: str | None = None
 
     def validated(self) -> JobSpec:
         """This spec, checked: raises InvalidJob naming the first bad field."""
@@ -132,6 +136,8 @@ class JobSpec:
             validation.positive("timeout", self.timeout)
         validation.optional_key("idempotency_key", self.idempotency_key)
         validation.optional_key("dedup_key", self.dedup_key)
+        validation.flow_key("key", self.key)
+        validation.flow_key("ordering_key", self.ordering_key)
         if self.run_at is not None and self.run_at.tzinfo is None:
             raise InvalidJob("run_at", "must be timezone-aware")
         return self
@@ -283,6 +289,9 @@ class Queue:
         # Claim calls whose answer was lost, by owner (see :meth:`claim`).
         self._lost_claims: dict[str, list[UUID]] = {}
         self._lock = threading.Lock()
+        # Claim rounds, and whether the last keyed claim found work (see _claim_both).
+        self._rounds = 0
+        self._keyed_seen = False
 
     @staticmethod
     def tune_worker_session(conn: Conn) -> None:
@@ -310,6 +319,8 @@ class Queue:
         wait: bool = False,
         after: Iterable[int | Dep] | None = None,
         when: After = After.SUCCEEDED,
+        key: str | None = None,
+        ordering_key: str | None = None,
         conn: Conn | None = None,
         now: datetime | None = None,
     ) -> Enqueued:
@@ -328,6 +339,9 @@ class Queue:
         in any state); a parent that goes dead or is cancelled cancels it (undone when the
         parent is retried). Each parent must exist (InvalidGraph). The job joins its first
         parent's pipeline, if any.
+        ``key``: the flow-control key (a tenant, an endpoint): the queue's limits and fair
+        shares for it apply (see :class:`leaseq.FlowControl`). ``ordering_key``: the jobs of
+        one aggregate run one at a time, in enqueue order, across retries.
         """
         spec = JobSpec(
             queue,
@@ -341,6 +355,8 @@ class Queue:
             idempotency_key,
             dedup_key,
             wait,
+            key,
+            ordering_key,
         )
         if after:
             plan = single_plan(spec, after, when)
@@ -514,22 +530,43 @@ class Queue:
                     if len(found) > limit:
                         self._remember_lost(owner, ids)
                     return found[:limit]
-            return self._store.job_claim(
-                c,
-                queues=queues,
-                owner=owner,
-                limit=limit,
-                lease_seconds=lease_seconds,
-                claim_id=claim_id,
-                job_types=job_types,
-                now=now,
-            )
+            args = {
+                "queues": queues,
+                "owner": owner,
+                "lease_seconds": lease_seconds,
+                "claim_id": claim_id,
+                "job_types": job_types,
+                "now": now,
+            }
+            return self._claim_both(c, limit, args)
 
         try:
             return self._write("claim", run)
         except DatabaseUnavailable:
             self._remember_lost(owner, [*lost, claim_id])
             raise
+
+    def _claim_both(self, c: Conn, limit: int, args: dict[str, Any]) -> list[ClaimedJob]:
+        """Keyless jobs by job_claim, keyed ones by job_claim_keyed (one per key per call,
+        each within its key's limit). While no keyed work has been seen, only job_claim runs
+        (keyless queues pay nothing), with the keyed claim as the filler of a short batch and
+        first in every 16th round; once keyed work shows, the two alternate going first."""
+        with self._lock:
+            self._rounds += 1
+            keyed_first = (self._keyed_seen and self._rounds % 2 == 0) or self._rounds % 16 == 0
+        got: list[ClaimedJob] = []
+        for keyed in (keyed_first, not keyed_first):
+            room = limit - len(got)
+            if room <= 0:
+                break
+            if keyed:
+                found = self._store.job_claim_keyed(c, limit=room, **args)
+                with self._lock:
+                    self._keyed_seen = bool(found)
+            else:
+                found = self._store.job_claim(c, limit=room, **args)
+            got += found
+        return got
 
     def _remember_lost(self, owner: str, claim_ids: list[UUID]) -> None:
         with self._lock:
@@ -838,6 +875,31 @@ class Queue:
             return Released(lease.job_id, row["status"])
 
         return self._write("release", run)
+
+    def back_off(
+        self,
+        lease: Lease,
+        seconds: float,
+        *,
+        reason: str = "told to back off",
+        now: datetime | None = None,
+    ) -> Released | Fenced:
+        """Hand the job back without spending an attempt, not to run before ``seconds`` from
+        now, and pause its key (if it has one) until then: what a handler does when the
+        service it calls answers 429 / Retry-After (``raise leaseq.BackOff(seconds)``)."""
+        validation.non_negative("seconds", seconds)
+        text = bounded.text(reason).value
+
+        def run(c: Conn, repeat: bool) -> Released | Fenced:
+            row = self._store.job_back_off(
+                c, lease, seconds=seconds, reason=text, now=now
+            ) or self._ended(c, lease, repeat, {AttemptOutcome.RELEASED})
+            if row is None:
+                return self._fenced(c, lease, Call.RELEASE, now)
+            log.info("job backed off until %s", row["available_at"], extra=_lease_fields(lease))
+            return Released(lease.job_id, JobStatus(row["status"]))
+
+        return self._write("back off", run)
 
     # -- operations -----------------------------------------------------------------------
 

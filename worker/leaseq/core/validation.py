@@ -89,3 +89,14 @@ def optional_key(field: str, value: str | None) -> str | None:
     if len(value) > 512:
         raise InvalidJob(field, f"is {len(value)} characters long; the limit is 512")
     return value
+
+
+def flow_key(field: str, value: str | None) -> str | None:
+    """A flow-control key or ordering key: None, or 1-200 characters."""
+    if value is None:
+        return None
+    if not isinstance(value, str) or not value:
+        raise InvalidJob(field, "must be a non-empty string or None")
+    if len(value) > 200:
+        raise InvalidJob(field, f"is {len(value)} characters long; the limit is 200")
+    return value

@@ -27,6 +27,18 @@ class Interrupted(Exception):
     given the job up (``should_stop``), nothing more is reported."""
 
 
+class BackOff(Interrupted):
+    """Raise from a handler when the service it calls says to back off (HTTP 429,
+    Retry-After): the job is handed back without spending an attempt, to run no sooner than
+    ``seconds`` from now, and its flow-control key (if it has one) is paused until then, so no
+    worker starts another job of that key meanwhile."""
+
+    def __init__(self, seconds: float, reason: str = "told to back off") -> None:
+        super().__init__(f"{reason} for {seconds:g}s")
+        self.seconds = float(seconds)
+        self.reason = reason
+
+
 class StopReason(enum.Enum):
     """Why a handler should stop; after any of these its result is not reported."""
 

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from leaseq.core.waiters import handler_running
-from leaseq.runtime.context import Interrupted, PermanentError, StopReason
+from leaseq.runtime.context import BackOff, Interrupted, PermanentError, StopReason
 from leaseq.runtime.inflight import InFlight
 from leaseq.runtime.registry import batch_results
 
@@ -43,6 +43,8 @@ class Ending(enum.StrEnum):
     PERMANENT = "permanent"
     #: It raised :class:`Interrupted`: the job is handed back without spending an attempt.
     INTERRUPTED = "interrupted"
+    #: It raised :class:`BackOff`: handed back for ``value`` seconds, its key paused as long.
+    BACK_OFF = "back_off"
     #: What ran it died (a child process killed or crashed); only a process executor says so.
     CRASHED = "crashed"
 
@@ -74,6 +76,8 @@ class HandlerOutcome:
     @classmethod
     def of_exception(cls, exc: BaseException, seconds: float) -> HandlerOutcome:
         """The outcome of a handler that raised ``exc``."""
+        if isinstance(exc, BackOff):
+            return cls(Ending.BACK_OFF, exc.seconds, error=exc.reason, seconds=seconds)
         if isinstance(exc, Interrupted):
             return cls(Ending.INTERRUPTED, seconds=seconds)
         ending = Ending.PERMANENT if isinstance(exc, PermanentError) else Ending.ERROR

@@ -458,7 +458,15 @@ class Worker:
                     successes.append(done)
                 continue
             try:
-                if outcome.ending is Ending.INTERRUPTED:
+                if outcome.ending is Ending.BACK_OFF:
+                    back_off = partial(
+                        self.queue.back_off,
+                        job.job.lease,
+                        float(outcome.value),
+                        reason=outcome.error or "told to back off",
+                    )
+                    self.settlement.settle(job, Call.RELEASE, back_off)
+                elif outcome.ending is Ending.INTERRUPTED:
                     # Free only while the worker shuts down; otherwise it counts (bounded).
                     release = partial(
                         self.queue.release,

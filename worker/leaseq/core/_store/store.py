@@ -268,6 +268,35 @@ class Store:
         )
         return _claimed(rows, owner)
 
+    def job_claim_keyed(
+        self,
+        conn: Conn,
+        *,
+        queues: Sequence[str],
+        owner: str,
+        limit: int,
+        lease_seconds: float,
+        claim_id: UUID,
+        job_types: Sequence[str] | None = None,
+        now: datetime | None = None,
+    ) -> list[ClaimedJob]:
+        """Keyed jobs, at most one per key, each within its key's limit (flow.sql)."""
+        rows = self._dicts(
+            conn,
+            "job_claim_keyed",
+            {
+                "queues": list(queues),
+                "job_types": None if job_types is None else list(job_types),
+                "owner": owner,
+                "limit": limit,
+                "lease_seconds": lease_seconds,
+                "claim_id": claim_id,
+                "now": now,
+            },
+            "claim",
+        )
+        return _claimed(rows, owner)
+
     def job_claim_recover(
         self, conn: Conn, *, owner: str, claim_ids: Sequence[UUID]
     ) -> list[ClaimedJob]:
@@ -435,6 +464,32 @@ class Store:
                 "now": now,
             },
             "release",
+        )
+        return rows[0] if rows else None
+
+    def job_back_off(
+        self,
+        conn: Conn,
+        lease: Lease,
+        *,
+        seconds: float,
+        reason: str,
+        now: datetime | None = None,
+    ) -> DictRow | None:
+        """Row with ``id``, ``status``, ``available_at`` and ``paused_until``; None when fenced."""
+        rows = self._dicts(
+            conn,
+            "job_back_off",
+            {
+                "id": lease.job_id,
+                "owner": lease.owner,
+                "token": lease.token,
+                "started_at": lease.started_at,
+                "seconds": seconds,
+                "reason": reason,
+                "now": now,
+            },
+            "back off",
         )
         return rows[0] if rows else None
 

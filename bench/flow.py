@@ -1,0 +1,232 @@
+"""Flow control (issue 20): what per-key limits cost and keep.
+
+* ``flow_claim``: claim + complete throughput of keyed jobs (no limit, and a limit per key)
+  against keyless jobs, with 1, 1,000 and 100,000 keys (quick: 1, 100, 1,000), 4 claimer
+  threads on their own connections. The target is a ratio of at least 0.8.
+* ``flow_hot_key``: one hot key with a limit of 40 and 4 processes x 10 claimer threads,
+  each job "working" ``job_seconds`` (a sleep): jobs/s against what the limit allows
+  (40 / job_seconds), and the most jobs running at once (from the attempt history).
+* ``flow_explain``: the keyed claim's plan (EXPLAIN ANALYZE, generic plan) with a saturated
+  key holding a large backlog and a free key: the saturated key's pending rows are never
+  read (its job probe is never executed).
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import threading
+import time
+from typing import Any
+
+import psycopg
+
+import leaseq
+from bench.context import Context
+from bench.env import reset_leaseq, scratch_database
+
+NAME = "flow"
+QUEUE = "bench"
+
+
+def _reset(url: str) -> None:
+    reset_leaseq(url)
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute(
+            "TRUNCATE leaseq.flow_keys, leaseq.flow_slots, leaseq.flow_limits,"
+            " leaseq.flow_buckets, leaseq.flow_aggregates"
+        )
+
+
+def _enqueue(url: str, jobs: int, keys: int | None, limit: int | None) -> None:
+    with leaseq.connect(url, action="bench") as conn:
+        if keys is not None and limit is not None:
+            leaseq.FlowControl(conn).set_limit(QUEUE, "k*", max_running=limit)
+        q = leaseq.Queue(conn)
+        batch = 5000
+        for start in range(0, jobs, batch):
+            q.enqueue_many(
+                leaseq.JobSpec(QUEUE, "t", None, key=None if keys is None else f"k{n % keys}")
+                for n in range(start, min(jobs, start + batch))
+            )
+        conn.execute("VACUUM ANALYZE leaseq.jobs")
+        conn.execute("ANALYZE leaseq.flow_keys")
+        conn.execute("ANALYZE leaseq.flow_slots")
+
+
+def _drain(url: str, threads: int, jobs: int) -> float:
+    """Claim and complete ``jobs`` jobs with ``threads`` claimers; jobs per second."""
+    done = [0]
+    lock = threading.Lock()
+
+    def claimer(n: int) -> None:
+        with leaseq.connect(url, action="bench") as conn:
+            leaseq.Queue.tune_worker_session(conn)
+            q = leaseq.Queue(conn)
+            while True:
+                with lock:
+                    if done[0] >= jobs:
+                        return
+                got = q.claim([QUEUE], f"w{n}", limit=1)
+                if not got:
+                    continue
+                q.complete(got[0].lease, None)
+                with lock:
+                    done[0] += 1
+
+    pool = [threading.Thread(target=claimer, args=(n,)) for n in range(threads)]
+    t0 = time.perf_counter()
+    for t in pool:
+        t.start()
+    for t in pool:
+        t.join()
+    return jobs / (time.perf_counter() - t0)
+
+
+def claim_rows(url: str, key_counts: tuple[int, ...], jobs: int, ctx: Context) -> list[Any]:
+    rows = []
+    for keys, limit in [(None, None)] + [(k, lim) for k in key_counts for lim in (None, 4)]:
+        # At least one job per key, all enqueued first; ``jobs`` of them are drained.
+        total = max(jobs, keys or 0)
+        _reset(url)
+        _enqueue(url, total, keys, limit)
+        rate = _drain(url, 4, jobs)
+        rows.append(
+            {
+                "keys": keys or 0,
+                "limit_per_key": limit or "",
+                "enqueued": total,
+                "drained": jobs,
+                "jobs_per_s": round(rate, 1),
+            }
+        )
+        ctx.log(f"flow claim: keys={keys} limit={limit}: {rate:.0f} jobs/s")
+    base = rows[0]["jobs_per_s"]
+    for row in rows:
+        row["vs_keyless"] = round(row["jobs_per_s"] / base, 3)
+    return rows
+
+
+def _hot_process(url: str, threads: int, job_seconds: float, owner: str) -> None:
+    def claimer(n: int) -> None:
+        with leaseq.connect(url, action="bench") as conn:
+            leaseq.Queue.tune_worker_session(conn)
+            q = leaseq.Queue(conn)
+            idle = 0
+            while idle < 40:
+                got = q.claim([QUEUE], f"{owner}-{n}", limit=1)
+                if not got:
+                    idle += 1
+                    time.sleep(0.02)  # a worker's idle wait (no NOTIFY listener here)
+                    continue
+                idle = 0
+                time.sleep(job_seconds)
+                q.complete(got[0].lease, None)
+
+    pool = [threading.Thread(target=claimer, args=(n,)) for n in range(threads)]
+    for t in pool:
+        t.start()
+    for t in pool:
+        t.join()
+
+
+def hot_key_row(url: str, jobs: int, job_seconds: float, ctx: Context) -> dict[str, Any]:
+    limit, processes, threads = 40, 4, 10
+    _reset(url)
+    with leaseq.connect(url, action="bench") as conn:
+        leaseq.FlowControl(conn).set_limit(QUEUE, "hot", max_running=limit)
+        leaseq.Queue(conn).enqueue_many(leaseq.JobSpec(QUEUE, "t", key="hot") for _ in range(jobs))
+    mp = multiprocessing.get_context("spawn")
+    procs = [
+        mp.Process(target=_hot_process, args=(url, threads, job_seconds, f"p{p}"))
+        for p in range(processes)
+    ]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join()
+    with psycopg.connect(url, autocommit=True) as conn:
+        row = conn.execute(
+            "SELECT count(*), extract(epoch FROM max(ended_at) - min(started_at))::float8"
+            " FROM leaseq.job_attempts WHERE outcome = 'succeeded'"
+        ).fetchone()
+        assert row is not None
+        spans = conn.execute(
+            "SELECT started_at, ended_at FROM leaseq.job_attempts WHERE outcome = 'succeeded'"
+        ).fetchall()
+    events = sorted([(s, 1) for s, _ in spans] + [(e, -1) for _, e in spans])
+    running = peak = 0
+    for _, step in events:
+        running += step
+        peak = max(peak, running)
+    done, seconds = int(row[0]), float(row[1])  # type: ignore[call-overload, arg-type]
+    rate = done / seconds
+    allowed = limit / job_seconds
+    ctx.log(f"flow hot key: {rate:.0f} jobs/s of {allowed:.0f} allowed; peak {peak}")
+    return {
+        "limit": limit,
+        "workers": f"{processes}x{threads}",
+        "job_seconds": job_seconds,
+        "jobs": done,
+        "jobs_per_s": round(rate, 1),
+        "allowed_jobs_per_s": round(allowed, 1),
+        "share_of_allowed": round(rate / allowed, 3),
+        "peak_running": peak,
+    }
+
+
+def explain_rows(url: str, backlog: int) -> list[dict[str, Any]]:
+    """The keyed claim's generic plan with a saturated key (``backlog`` pending, walked first)
+    and a free key: the saturated key's slot probe finds nothing, so its job probe never runs
+    (the jobs index scan runs once, for the free key)."""
+    _reset(url)
+    with leaseq.connect(url, action="bench") as conn:
+        flow = leaseq.FlowControl(conn)
+        flow.set_limit(QUEUE, "a-saturated", max_running=1)
+        q = leaseq.Queue(conn)
+        q.enqueue_many(leaseq.JobSpec(QUEUE, "t", key="a-saturated") for _ in range(backlog))
+        # Take the saturated key's only unit, then give the free key work.
+        assert q.claim([QUEUE], "holder", limit=1)
+        q.enqueue_many(leaseq.JobSpec(QUEUE, "t", key="b-free") for _ in range(10))
+        conn.execute("VACUUM ANALYZE leaseq.jobs")
+        from leaseq.core._store import statements
+
+        text = statements.load()["job_claim_keyed"].query.decode()
+        params = {
+            "queues": [QUEUE],
+            "job_types": None,
+            "owner": "explainer",
+            "limit": 4,
+            "lease_seconds": 30.0,
+            "claim_id": "00000000-0000-0000-0000-000000000000",
+            "now": None,
+        }
+        conn.execute("SET plan_cache_mode = force_generic_plan")
+        conn.execute("BEGIN")
+        plan = [
+            str(r[0])
+            for r in conn.execute(
+                ("EXPLAIN (ANALYZE, BUFFERS, COSTS OFF) " + text).encode(), params
+            ).fetchall()
+        ]
+        conn.execute("ROLLBACK")
+    return [{"line": n, "plan": line} for n, line in enumerate(plan)]
+
+
+def run(ctx: Context) -> None:
+    key_counts = (1, 1000, 100_000) if not ctx.quick else (1, 100, 1000)
+    jobs = 2000 if ctx.quick else 10_000
+    hot_jobs, job_seconds = (240, 0.4) if ctx.quick else (2000, 0.4)
+    backlog = 2000 if ctx.quick else 100_000
+    with scratch_database(ctx.server_url, NAME) as url:
+        claims = claim_rows(url, key_counts, jobs, ctx)
+        hot = hot_key_row(url, hot_jobs, job_seconds, ctx)
+        plan = explain_rows(url, backlog)
+    recorder = ctx.recorder(NAME)
+    recorder.params(
+        {"keys": key_counts, "jobs": jobs, "claimers": 4, "hot_jobs": hot_jobs,
+         "backlog_of_saturated_key": backlog}
+    )  # fmt: skip
+    recorder.table("flow_claim", claims)
+    recorder.table("flow_hot_key", [hot])
+    recorder.table("flow_explain", plan)
+    ctx.log("flow explain:\n" + "\n".join(r["plan"] for r in plan))

@@ -1,0 +1,245 @@
+-- Named statements of flow control (migration 11): the keyed claim, limits, repairs, status.
+
+-- name: job_claim_keyed
+-- Leases up to %(limit)s ready keyed jobs, walking the active keys of the given queues by fair turn (vtime); a limited key's jobs are taken only with free slots of its limit (never more jobs than slots), locked and written in the same statement; bumps attempt and token.
+WITH t AS (SELECT coalesce(%(now)s::timestamptz, now()) AS now),
+candidate AS (
+    SELECT c.id, c.queue, c.key, c.slot, c.lease_token, c.rated
+      FROM unnest(%(queues)s::text[]) AS q(queue)
+      CROSS JOIN t
+      CROSS JOIN LATERAL (
+          SELECT k.queue, k.key, s.slots[j.n] AS slot, j.id, j.lease_token, k.rated
+            FROM leaseq.flow_keys k
+            -- The slots first: a saturated key's pending rows are never read.
+            CROSS JOIN LATERAL (
+                SELECT array_agg(x.slot) AS slots FROM (
+                    SELECT x.slot FROM leaseq.flow_slots x
+                     WHERE k.max_running IS NOT NULL
+                       AND x.queue = k.queue AND x.key = k.key AND x.job_id IS NULL AND NOT x.retired
+                     LIMIT %(limit)s
+                       FOR UPDATE SKIP LOCKED
+                ) x
+            ) s
+            -- A rate-limited key's bucket, locked: the starts it allows now.
+            LEFT JOIN LATERAL (
+                SELECT floor(least(b.burst, b.tokens + b.per_second
+                                   * greatest(extract(epoch FROM t.now - b.tokens_at), 0)))::int AS allows
+                  FROM leaseq.flow_buckets b
+                 WHERE k.rated AND b.queue = k.queue AND b.key = k.key
+                   FOR UPDATE SKIP LOCKED
+            ) r ON true
+            CROSS JOIN LATERAL (
+                SELECT r.id, r.lease_token, row_number() OVER () AS n FROM (
+                    SELECT j.id, j.lease_token
+                      FROM leaseq.jobs j
+                     WHERE j.status = 'pending' AND j.key IS NOT NULL AND NOT j.ordering_waiting
+                       AND j.queue = k.queue AND j.key = k.key AND j.available_at <= t.now
+                       AND (%(job_types)s::text[] IS NULL OR j.job_type = ANY(%(job_types)s::text[]))
+                     ORDER BY j.priority, j.available_at, j.id
+                     LIMIT least(CASE WHEN k.max_running IS NULL THEN %(limit)s
+                                      ELSE coalesce(cardinality(s.slots), 0) END,
+                                 CASE WHEN k.rated THEN r.allows ELSE %(limit)s END)
+                       FOR UPDATE SKIP LOCKED
+                ) r
+            ) j
+           WHERE k.queue = q.queue AND k.active
+             AND (k.paused_until IS NULL OR k.paused_until <= t.now)
+             AND (k.max_running IS NULL OR s.slots IS NOT NULL)
+             AND (NOT k.rated OR r.allows >= 1)
+           ORDER BY k.vtime, k.key
+           LIMIT %(limit)s
+      ) c
+     LIMIT %(limit)s
+),
+spent AS (
+    UPDATE leaseq.flow_buckets b
+       SET tokens = least(b.burst, b.tokens + b.per_second
+                                   * greatest(extract(epoch FROM t.now - b.tokens_at), 0)) - c.n,
+           tokens_at = greatest(b.tokens_at, t.now)
+      FROM (SELECT x.queue, x.key, count(*) AS n FROM candidate x WHERE x.rated
+             GROUP BY x.queue, x.key) c, t
+     -- Arrays, not only a join: the generic plan cannot see how few candidates there are
+     -- and would hash-join a sequential scan of the table; this is an index scan either way.
+     WHERE b.queue = ANY (ARRAY(SELECT x.queue FROM candidate x WHERE x.rated))
+       AND b.key = ANY (ARRAY(SELECT x.key FROM candidate x WHERE x.rated))
+       AND b.queue = c.queue AND b.key = c.key
+    RETURNING b.key
+),
+taken AS (
+    UPDATE leaseq.flow_slots s
+       SET job_id = c.id, lease_token = c.lease_token + 1, taken_at = t.now
+      FROM candidate c, t
+     WHERE s.queue = ANY (ARRAY(SELECT x.queue FROM candidate x WHERE x.slot IS NOT NULL))
+       AND s.key = ANY (ARRAY(SELECT x.key FROM candidate x WHERE x.slot IS NOT NULL))
+       AND s.slot = ANY (ARRAY(SELECT x.slot FROM candidate x WHERE x.slot IS NOT NULL))
+       AND c.slot IS NOT NULL AND s.queue = c.queue AND s.key = c.key AND s.slot = c.slot
+    RETURNING s.job_id
+),
+claimed AS (
+    UPDATE leaseq.jobs j
+       SET status = 'running',
+           attempt_count = j.attempt_count + 1,
+           lease_token = j.lease_token + 1,
+           lease_owner = %(owner)s,
+           claim_id = %(claim_id)s,
+           -- The moment the claim holds its unit (its locks are taken before any row is
+           -- updated), not the transaction's start: the attempts of one key never overlap
+           -- beyond its limit, even for a claim that started before the unit was given back.
+           started_at = CASE WHEN %(now)s::timestamptz IS NULL THEN clock_timestamp() ELSE t.now END,
+           heartbeat_at = t.now,
+           lease_expires_at = t.now + least(make_interval(secs => %(lease_seconds)s),
+                                            coalesce(j.timeout, make_interval(secs => %(lease_seconds)s)))
+      FROM t
+     WHERE j.id = ANY (ARRAY(SELECT candidate.id FROM candidate))
+    RETURNING j.id, j.queue, j.job_type, j.payload, j.priority, j.available_at, j.attempt_count,
+              j.max_attempts, j.lease_token, j.lease_expires_at, j.started_at,
+              extract(epoch FROM j.timeout)::float8 AS timeout_seconds,
+              j.idempotency_key, j.checkpoint
+)
+SELECT claimed.*, (SELECT count(*) FROM taken) AS slots_taken, (SELECT count(*) FROM spent) AS buckets
+  FROM claimed ORDER BY priority, available_at, id;
+
+-- name: flow_limit_set
+-- Sets a queue's limit for a key or key pattern (max running jobs, NULL for none; fair-share weight; starts per second with a burst, NULL for none) and applies it to every key it governs at once; returns how many keys it updated.
+SELECT leaseq.flow_limit_set(%(queue)s, %(pattern)s, %(max_running)s, %(weight)s, %(per_second)s,
+                             %(burst)s, false) AS keys;
+
+-- name: flow_limit_remove
+-- Removes a queue's limit for a key or key pattern; the keys it governed fall back to the next matching limit (or none); returns how many keys it updated.
+SELECT leaseq.flow_limit_set(%(queue)s, %(pattern)s, NULL, NULL, NULL, NULL, true) AS keys,
+       EXISTS (SELECT 1 FROM leaseq.flow_limits l
+                WHERE l.queue = %(queue)s AND l.key_pattern = %(pattern)s) AS still_there;
+
+-- name: flow_limit_list
+-- The limits set, per queue (all when %(queue)s is NULL) and key pattern.
+SELECT l.queue, l.key_pattern, l.max_running, l.weight, l.per_second, l.burst, l.updated_at
+  FROM leaseq.flow_limits l
+ WHERE %(queue)s::text IS NULL OR l.queue = %(queue)s::text
+ ORDER BY l.queue, l.key_pattern;
+
+-- name: flow_repair
+-- The reaper's check: frees up to %(batch)s slots whose holder is not a running attempt with the same token (each re-checked under its lock); returns the slots freed per queue.
+SELECT r.queue, r.repaired FROM leaseq.flow_repair(%(batch)s) r ORDER BY r.queue;
+
+-- name: flow_repairs_total
+-- Slots the reaper's check has freed so far, per queue (expected 0).
+SELECT f.queue, f.repaired FROM leaseq.flow_repairs f ORDER BY f.queue;
+
+-- name: flow_unblock
+-- Skips the dead head of a blocked aggregate: its next job becomes claimable; returns that job's id (NULL if none is left).
+SELECT leaseq.flow_unblock(%(queue)s, %(ordering_key)s) AS head;
+
+-- name: flow_status
+-- Per queue and key with unfinished jobs: the limit, running and ready jobs, whether it is saturated (no free slot), its weight and virtual time; at most %(limit)s keys, saturated first.
+WITH t AS (SELECT coalesce(%(now)s::timestamptz, now()) AS now)
+SELECT k.queue, k.key, k.max_running, k.weight, k.vtime,
+       r.running, p.ready,
+       (k.max_running IS NOT NULL AND f.free = 0) AS saturated,
+       CASE WHEN k.max_running IS NULL THEN p.ready ELSE least(p.ready, f.free) END AS claimable
+  FROM leaseq.flow_keys k
+  CROSS JOIN t
+  CROSS JOIN LATERAL (
+      SELECT count(*) AS free FROM leaseq.flow_slots s
+       WHERE s.queue = k.queue AND s.key = k.key AND s.job_id IS NULL AND NOT s.retired
+  ) f
+  CROSS JOIN LATERAL (
+      SELECT count(*) AS running FROM leaseq.jobs j
+       WHERE j.status = 'running' AND j.key IS NOT NULL AND j.queue = k.queue AND j.key = k.key
+  ) r
+  CROSS JOIN LATERAL (
+      SELECT count(*) AS ready FROM leaseq.jobs j
+       WHERE j.status = 'pending' AND j.key IS NOT NULL AND NOT j.ordering_waiting
+         AND j.queue = k.queue AND j.key = k.key AND j.available_at <= t.now
+  ) p
+ WHERE k.active AND (%(queues)s::text[] IS NULL OR k.queue = ANY(%(queues)s::text[]))
+ ORDER BY saturated DESC, k.queue, k.key
+ LIMIT %(limit)s;
+
+-- name: flow_blocked
+-- Aggregates blocked by a dead head, per queue (all when %(queues)s is NULL): the head's id, since when, and how many jobs wait behind it; at most %(limit)s.
+SELECT a.queue, a.ordering_key, a.blocked_by AS head, a.blocked_at,
+       (SELECT count(*) FROM leaseq.jobs j
+         WHERE j.queue = a.queue AND j.ordering_key = a.ordering_key
+           AND j.status = 'pending' AND j.ordering_waiting) AS waiting
+  FROM leaseq.flow_aggregates a
+ WHERE a.blocked_by IS NOT NULL AND (%(queues)s::text[] IS NULL OR a.queue = ANY(%(queues)s::text[]))
+ ORDER BY a.queue, a.blocked_at
+ LIMIT %(limit)s;
+
+-- name: flow_active
+-- Whether any of the given queues has a key with unfinished jobs (the keyed claim has something to look at).
+SELECT EXISTS (SELECT 1 FROM leaseq.flow_keys k
+                WHERE k.queue = ANY(%(queues)s::text[]) AND k.active) AS active;
+
+-- name: flow_queue_summary
+-- Per queue (all when %(queues)s is NULL): jobs workers could claim now (keyless ready, plus per key the smaller of its ready jobs and free units), keys with ready work but no free unit, and aggregates blocked by a dead head.
+WITH t AS (SELECT coalesce(%(now)s::timestamptz, now()) AS now),
+ready AS (
+    SELECT j.queue, j.key, count(*) AS ready
+      FROM leaseq.jobs j, t
+     WHERE j.status = 'pending' AND NOT j.ordering_waiting AND j.available_at <= t.now
+       AND (%(queues)s::text[] IS NULL OR j.queue = ANY(%(queues)s::text[]))
+     GROUP BY j.queue, j.key
+),
+per_key AS (
+    SELECT r.queue, r.key, r.ready,
+           CASE WHEN r.key IS NULL OR f.max_running IS NULL THEN r.ready
+                ELSE least(r.ready, f.free) END AS claimable,
+           (r.key IS NOT NULL AND f.max_running IS NOT NULL AND f.free = 0) AS saturated
+      FROM ready r
+      LEFT JOIN LATERAL (
+          SELECT k.max_running,
+                 (SELECT count(*) FROM leaseq.flow_slots s
+                   WHERE s.queue = k.queue AND s.key = k.key AND s.job_id IS NULL
+                     AND NOT s.retired) AS free
+            FROM leaseq.flow_keys k
+           WHERE r.key IS NOT NULL AND k.queue = r.queue AND k.key = r.key
+      ) f ON true
+),
+blocked AS (
+    SELECT a.queue, count(*) AS blocked FROM leaseq.flow_aggregates a
+     WHERE a.blocked_by IS NOT NULL
+       AND (%(queues)s::text[] IS NULL OR a.queue = ANY(%(queues)s::text[]))
+     GROUP BY a.queue
+),
+per_queue AS (
+    SELECT p.queue, sum(p.claimable)::bigint AS claimable,
+           count(*) FILTER (WHERE p.saturated) AS saturated_keys
+      FROM per_key p GROUP BY p.queue
+)
+SELECT queue, coalesce(q.claimable, 0) AS claimable, coalesce(q.saturated_keys, 0) AS saturated_keys,
+       coalesce(b.blocked, 0) AS blocked_aggregates
+  FROM per_queue q FULL JOIN blocked b USING (queue)
+ ORDER BY queue;
+
+-- name: flow_pause
+-- Pauses a key until %(until)s (a handler told to back off): none of its jobs is claimed before then; returns the pause in force (NULL: the key has no unfinished job).
+SELECT leaseq.flow_pause(%(queue)s, %(key)s, %(until)s) AS paused_until;
+
+-- name: job_back_off
+-- A handler told to back off (HTTP 429, Retry-After): hands a held job back without spending an attempt, not before %(seconds)s from now, and pauses its key (if any) until then, in one statement; token bumped; the attempt is recorded as released.
+WITH t AS (SELECT coalesce(%(now)s::timestamptz, now()) AS now),
+released AS (
+    UPDATE leaseq.jobs j
+       SET status = 'pending',
+           available_at = greatest(j.available_at, t.now + make_interval(secs => %(seconds)s)),
+           attempt_count = j.attempt_count - 1,
+           last_error = %(reason)s, last_error_code = 'BACK_OFF',
+           lease_token = j.lease_token + 1, lease_expires_at = NULL,
+           started_at = NULL, heartbeat_at = NULL
+      FROM t
+     WHERE j.id = %(id)s AND j.status = 'running' AND j.lease_owner = %(owner)s
+       AND j.lease_token = %(token)s AND j.lease_expires_at > t.now
+    RETURNING j.id, j.queue, j.key, j.available_at, j.attempt_count + 1 AS attempt
+),
+paused AS (
+    SELECT leaseq.flow_pause(r.queue, r.key, r.available_at) AS until
+      FROM released r WHERE r.key IS NOT NULL
+),
+attempt AS (
+    INSERT INTO leaseq.job_attempts (job_id, attempt, lease_token, worker, started_at, ended_at, outcome, error)
+    SELECT r.id, r.attempt, %(token)s, %(owner)s, %(started_at)s, t.now, 'released', %(reason)s
+      FROM released r, t
+)
+SELECT r.id, 'pending' AS status, r.available_at, (SELECT max(p.until) FROM paused p) AS paused_until
+  FROM released r;

@@ -1,0 +1,69 @@
+"""`leaseq enqueue --key/--ordering-key`, `leaseq limits ...` and the flow part of
+`leaseq status`, against a real database."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+import leaseq
+from leaseq.cli.main import main
+
+
+def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    code = main(list(argv))
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+def test_limits_commands_and_status(
+    database_url: str, conn: leaseq.core.db.Conn, capsys: pytest.CaptureFixture[str]
+) -> None:
+    db = ["--database-url", database_url]
+    code, out, _ = run(capsys, "limits", "set", "ocr", "tenant-*", "--max-running", "1", *db)
+    assert (code, out) == (0, "ocr tenant-*: at most 1 running, weight 1 (applied to 0 key(s))\n")
+    for _ in range(2):
+        assert run(capsys, "enqueue", "ocr", "extract", "--key", "tenant-42", *db)[0] == 0
+    assert run(capsys, "enqueue", "ocr", "extract", "--ordering-key", "order-17", *db)[0] == 0
+    [limit] = json.loads(run(capsys, "limits", "list", "--json", *db)[1])
+    assert (limit["key_pattern"], limit["max_running"]) == ("tenant-*", 1)
+    q = leaseq.Queue(conn)
+    got = q.claim(["ocr"], "w", limit=10)
+    assert len(got) == 2  # one of tenant-42 (its limit), the aggregate's head
+    code, out, _ = run(capsys, "status", *db)
+    assert code == 0
+    assert "tenant-42" in out and "yes" in out, out  # saturated
+    shown = json.loads(run(capsys, "limits", "keys", "--json", *db)[1])
+    [key] = shown["keys"]
+    assert (key["key"], key["saturated"], key["ready"], key["claimable"]) == (
+        "tenant-42",
+        True,
+        1,
+        0,
+    )
+    head = next(j for j in got if j.id == 3)
+    q.fail(head.lease, "poison", retryable=False)
+    code, out, _ = run(capsys, "limits", "keys", *db)
+    assert "blocked by a dead head" in out and "order-17" in out
+    assert (
+        run(capsys, "limits", "unblock", "ocr", "order-17", *db)[1]
+        == "ocr order-17: nothing left to run\n"
+    )
+    code, out, _ = run(capsys, "limits", "set", "ocr", "tenant-*", "--max-running", "2", *db)
+    assert out.endswith("(applied to 1 key(s))\n")
+    assert len(q.claim(["ocr"], "w", limit=10)) == 1
+    assert run(capsys, "limits", "remove", "ocr", "tenant-*", *db)[0] == 0
+    assert run(capsys, "limits", "list", *db)[1] == "no limits\n"
+
+
+def test_rate_limit_flags(database_url: str, capsys: pytest.CaptureFixture[str]) -> None:
+    db = ["--database-url", database_url]
+    code, out, _ = run(capsys, "limits", "set", "api", "openai", "--per-second", "10",
+                       "--burst", "20", *db)  # fmt: skip
+    assert (code, out) == (
+        0, "api openai: no limit, 10 starts/s (burst 20), weight 1 (applied to 0 key(s))\n"
+    )  # fmt: skip
+    [limit] = json.loads(run(capsys, "limits", "list", "--json", *db)[1])
+    assert (limit["per_second"], limit["burst"]) == (10, 20)
+    assert "10/s burst 20" in run(capsys, "limits", "list", *db)[1]

@@ -1,0 +1,145 @@
+"""``leaseq limits set/list/remove/keys/unblock``: flow control at run time through
+:class:`leaseq.FlowControl` (the same calls as in Python)."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from leaseq.cli.commands import _connect, _say
+from leaseq.cli.tables import table, to_json, when
+from leaseq.core.flow import FlowControl
+
+
+def set_limit(args: argparse.Namespace) -> int:
+    with _connect(args, "set limit") as conn:
+        keys = FlowControl(conn).set_limit(
+            args.queue,
+            args.key,
+            max_running=args.max_running,
+            weight=args.weight,
+            per_second=args.per_second,
+            burst=args.burst,
+        )
+    limit = "no limit" if args.max_running is None else f"at most {args.max_running} running"
+    if args.per_second is not None:
+        limit += f", {args.per_second:g} starts/s (burst {args.burst or 1:g})"
+    text = f"{args.queue} {args.key}: {limit}, weight {args.weight:g} (applied to {keys} key(s))"
+    _say(args, {"queue": args.queue, "key": args.key, "keys": keys}, text)
+    return 0
+
+
+def remove_limit(args: argparse.Namespace) -> int:
+    with _connect(args, "remove limit") as conn:
+        keys = FlowControl(conn).remove_limit(args.queue, args.key)
+    text = f"{args.queue} {args.key}: limit removed ({keys} key(s) updated)"
+    _say(args, {"queue": args.queue, "key": args.key, "keys": keys}, text)
+    return 0
+
+
+def list_limits(args: argparse.Namespace) -> int:
+    with _connect(args, "list limits") as conn:
+        limits = FlowControl(conn).limits(args.queue)
+    if args.json:
+        print(to_json(limits))
+        return 0
+    rows = [
+        [lim.queue, lim.key_pattern, "-" if lim.max_running is None else lim.max_running,
+         f"{lim.weight:g}",
+         "-" if lim.per_second is None else f"{lim.per_second:g}/s burst {lim.burst or 1:g}",
+         when(lim.updated_at)]
+        for lim in limits
+    ]  # fmt: skip
+    headers = ["QUEUE", "KEY", "MAX RUNNING", "WEIGHT", "RATE", "UPDATED"]
+    print(table(headers, rows) if rows else "no limits")
+    return 0
+
+
+def keys(args: argparse.Namespace) -> int:
+    with _connect(args, "flow status") as conn:
+        flow = FlowControl(conn)
+        status = flow.status(args.queue or None, limit=args.limit)
+        blocked = flow.blocked(args.queue or None, limit=args.limit)
+    if args.json:
+        print(to_json({"keys": status, "blocked": blocked}))
+        return 0
+    print(flow_text(status, blocked) or "no keys with unfinished jobs, no blocked aggregates")
+    return 0
+
+
+def flow_text(status: list[Any], blocked: list[Any]) -> str:
+    """The flow-control part of ``leaseq status`` ("" when no key has unfinished jobs)."""
+    parts = []
+    if status:
+        rows = [
+            [s.queue, s.key, "-" if s.max_running is None else s.max_running, s.running,
+             s.ready, s.claimable, "yes" if s.saturated else "", f"{s.vtime:.1f}"]
+            for s in status
+        ]  # fmt: skip
+        parts.append(
+            table(
+                [
+                    "QUEUE",
+                    "KEY",
+                    "LIMIT",
+                    "RUNNING",
+                    "READY",
+                    "CLAIMABLE",
+                    "SATURATED",
+                    "RUN S/WEIGHT",
+                ],
+                rows,
+            )
+        )
+    if blocked:
+        rows = [[b.queue, b.ordering_key, b.head, when(b.blocked_at), b.waiting] for b in blocked]
+        parts.append(
+            "aggregates blocked by a dead head (retry it with `leaseq retry ID`, or skip "
+            "it with `leaseq limits unblock QUEUE ORDERING_KEY`):\n"
+            + table(["QUEUE", "ORDERING KEY", "DEAD HEAD", "SINCE", "WAITING"], rows)
+        )
+    return "\n\n".join(parts)
+
+
+def unblock(args: argparse.Namespace) -> int:
+    with _connect(args, "unblock") as conn:
+        head = FlowControl(conn).unblock(args.queue, args.ordering_key)
+    text = (
+        f"{args.queue} {args.ordering_key}: next job {head} is claimable"
+        if head is not None
+        else f"{args.queue} {args.ordering_key}: nothing left to run"
+    )
+    _say(args, {"queue": args.queue, "ordering_key": args.ordering_key, "head": head}, text)
+    return 0
+
+
+def add_commands(sub: Any, command: Any) -> None:
+    """Add ``limits`` and its subcommands to the ``leaseq`` subparsers."""
+    group = sub.add_parser(
+        "limits",
+        help="flow control: per-key concurrency and rate limits, fair-share weights",
+        description="Limits per queue and key (or key pattern with *), applied at once to "
+        "running workers. A lowered limit drains: running jobs finish, no new one starts "
+        "past it.",
+    ).add_subparsers(dest="limits_command", required=True)
+    p = command("set", "set a key's (or pattern's) limit and weight", set_limit, group)
+    p.add_argument("queue")
+    p.add_argument("key", help="a key, or a pattern with * (an exact key beats a pattern)")
+    p.add_argument("--max-running", type=int, help="at most N of its jobs running (default: none)")
+    p.add_argument("--weight", type=float, default=1.0, help="fair-share weight (default 1)")
+    p.add_argument("--per-second", type=float, help="at most R job starts a second (default: none)")
+    p.add_argument(
+        "--burst", type=float, help="with --per-second: starts allowed at once (default 1)"
+    )
+    p = command("remove", "remove the limit set for a key or pattern", remove_limit, group)
+    p.add_argument("queue")
+    p.add_argument("key")
+    p = command("list", "the limits set", list_limits, group)
+    p.add_argument("queue", nargs="?")
+    p = command("keys", "keys with unfinished jobs, saturated ones first; blocked aggregates",
+                keys, group)  # fmt: skip
+    p.add_argument("queue", nargs="*")
+    p.add_argument("--limit", type=int, default=50, help="at most this many rows (default 50)")
+    p = command("unblock", "skip an aggregate's dead head: its next job runs", unblock, group)
+    p.add_argument("queue")
+    p.add_argument("ordering_key")

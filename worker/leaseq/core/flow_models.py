@@ -1,0 +1,57 @@
+"""Typed values of flow control (:class:`leaseq.FlowControl`)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+
+
+@dataclass(frozen=True)
+class FlowLimit:
+    """A limit set for a queue and key (or key pattern with ``*``)."""
+
+    queue: str
+    key_pattern: str
+    max_running: int | None
+    weight: float
+    updated_at: datetime
+    per_second: float | None = None
+    burst: float | None = None
+
+
+@dataclass(frozen=True)
+class FlowKeyStatus:
+    """A key with unfinished jobs: its limit, what runs, what is ready and claimable now."""
+
+    queue: str
+    key: str
+    max_running: int | None
+    weight: float
+    vtime: float
+    running: int
+    ready: int
+    saturated: bool
+    claimable: int
+
+
+@dataclass(frozen=True)
+class BlockedAggregate:
+    """An aggregate whose head job is dead: nothing behind it runs until it is retried or
+    skipped."""
+
+    queue: str
+    ordering_key: str
+    head: int
+    blocked_at: datetime | None
+    waiting: int
+
+
+@dataclass(frozen=True)
+class FlowQueueSummary:
+    """Flow control in one queue: jobs workers could claim now, keys with ready work but no
+    free unit of their limit, aggregates blocked by a dead head."""
+
+    queue: str
+    claimable: int
+    saturated_keys: int
+    blocked: int

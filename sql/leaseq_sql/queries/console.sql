@@ -334,29 +334,13 @@ SELECT p.id, p.name, p.created_at, p.total, p.succeeded, p.dead, p.cancelled, p.
  WHERE p.id = %(id)s;
 
 -- name: console_pipeline_jobs
--- A pipeline's unfinished jobs in one window of its jobs (at most %(scan)s ids above %(after)s, a range of jobs_pipeline_idx), at most %(limit)s of them, with the last id looked at (the next window's start) and how many were looked at.
-WITH window_ AS (
-    SELECT j.id FROM leaseq.jobs j
-     WHERE j.pipeline_id = %(id)s AND j.id > %(after)s
-     ORDER BY j.id
-     LIMIT %(scan)s
-),
-shown AS (
-    SELECT j.id, j.queue, j.job_type, j.status::text AS status, j.deps_left, j.attempt_count,
-           j.lease_owner, j.created_at
-      FROM window_ w JOIN leaseq.jobs j ON j.id = w.id
-     WHERE j.finished_at IS NULL
-     ORDER BY j.id
-     LIMIT %(limit)s
-)
-SELECT s.*, (SELECT max(w.id) FROM window_ w) AS scanned_to, (SELECT count(*) FROM window_) AS scanned
-  FROM shown s
-UNION ALL
--- One row without a job when none in the window is unfinished: where the next window starts.
-SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
-       (SELECT max(w.id) FROM window_ w), (SELECT count(*) FROM window_)
- WHERE NOT EXISTS (SELECT 1 FROM shown)
- ORDER BY 1;
+-- A keyset page of a pipeline's unfinished jobs (ids above %(after)s, at most %(limit)s, in id order): a range of jobs_pipeline_unfinished_idx, which holds no finished job.
+SELECT j.id, j.queue, j.job_type, j.status::text AS status, j.deps_left, j.attempt_count,
+       j.lease_owner, j.created_at
+  FROM leaseq.jobs j
+ WHERE j.pipeline_id = %(id)s AND j.finished_at IS NULL AND j.id > %(after)s
+ ORDER BY j.id
+ LIMIT %(limit)s;
 
 -- name: console_cancel_pipeline
 -- Cancels every unfinished job of a pipeline, as pipeline_cancel does, and writes the audit row, in one transaction (leaseq.console_cancel_pipeline); returns how many and how many were running.

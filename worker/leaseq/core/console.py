@@ -34,8 +34,6 @@ PENDING_SCAN = 2000
 BULK_LIMIT = 1000
 #: Parents or children shown per page of a job's links.
 LINKS_PAGE = 50
-#: A pipeline's jobs looked at per page of its unfinished ones (a range of jobs_pipeline_idx).
-PIPELINE_WINDOW = 5000
 
 
 @dataclass(frozen=True)
@@ -126,12 +124,11 @@ class JobLinks:
 
 @dataclass(frozen=True)
 class PipelineJobs:
-    """One window of a pipeline's jobs (``scanned`` ids above ``after``): its unfinished ones,
-    and where the next window starts (None: this was the last)."""
+    """One keyset page of a pipeline's unfinished jobs (ids above ``after``), and the cursor
+    of the next page (None: this was the last)."""
 
     rows: list[Row]
     after: int
-    scanned: int
     next_after: int | None
 
 
@@ -396,35 +393,24 @@ class Console:
         return rows, None
 
     def pipeline(
-        self,
-        pipeline_id: int,
-        *,
-        after: int = 0,
-        limit: int = 100,
-        scan: int = PIPELINE_WINDOW,
+        self, pipeline_id: int, *, after: int = 0, limit: int = 100
     ) -> tuple[Row | None, PipelineJobs]:
-        """A pipeline's counters and one window of its unfinished jobs (ids above ``after``)."""
+        """A pipeline's counters and one keyset page of its unfinished jobs (ids above
+        ``after``, in id order)."""
         validation.at_least("limit", limit, 1)
-        validation.at_least("scan", scan, 1)
         with self._tx("console: pipeline") as c:
             self._store.console_bounds(c, seconds=self._timeout)
             row = self._store.console_pipeline(c, pipeline_id=pipeline_id)
             found = (
                 self._store.console_pipeline_jobs(
-                    c, pipeline_id=pipeline_id, after=after, scan=scan, limit=limit
+                    c, pipeline_id=pipeline_id, after=after, limit=limit + 1
                 )
                 if row is not None
                 else []
             )
-        jobs = [r for r in found if r["id"] is not None]
-        scanned = int(found[0]["scanned"]) if found else 0
-        scanned_to = found[0]["scanned_to"] if found else None
-        next_after: int | None = None
-        if len(jobs) == limit:
-            next_after = int(jobs[-1]["id"])
-        elif scanned >= scan and scanned_to is not None:
-            next_after = int(scanned_to)
-        return row, PipelineJobs(jobs, after, scanned, next_after)
+        if len(found) > limit:
+            return row, PipelineJobs(found[:limit], after, int(found[limit - 1]["id"]))
+        return row, PipelineJobs(found, after, None)
 
     def cancel_pipeline(self, pipeline_id: int, *, actor: str, reason: str) -> tuple[int, int]:
         """Cancel every unfinished job of the pipeline (as ``leaseq pipelines cancel``) and

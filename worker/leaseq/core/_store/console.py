@@ -137,9 +137,9 @@ class ConsoleStore(Store):
         return dict(rows[0]) if rows else None
 
     def console_pipeline_jobs(
-        self, conn: Conn, *, pipeline_id: int, after: int, scan: int, limit: int
+        self, conn: Conn, *, pipeline_id: int, after: int, limit: int
     ) -> list[Row]:
-        params = {"id": pipeline_id, "after": after, "scan": scan, "limit": limit}
+        params = {"id": pipeline_id, "after": after, "limit": limit}
         return _rows(self._dicts(conn, "console_pipeline_jobs", params, "console: pipeline jobs"))
 
     def console_cancel_pipeline(

@@ -286,3 +286,12 @@ def test_a_reason_is_required_to_cancel_a_pipeline(console_db: ConsoleDb, client
     client: TestClient = client_for(console_db.admin_url)
     answer = post(client, f"/pipelines/{made.pipeline_id}/cancel", {"reason": " "})
     assert answer.status_code == 400 and "say why" in answer.text
+
+
+def test_cancelling_an_unknown_pipeline_says_so(console_db: ConsoleDb, client_for) -> None:
+    client: TestClient = client_for(console_db.admin_url)
+    answer = post(client, "/pipelines/999999/cancel", {"reason": "typo"})
+    assert answer.status_code == 400 and "no pipeline 999999" in answer.text
+    assert "Traceback" not in answer.text
+    with psycopg.connect(console_db.owner_url) as conn:
+        assert conn.execute("SELECT count(*) FROM leaseq.console_audit").fetchone() == (0,)

@@ -26,7 +26,7 @@ JOBS = 2_000_000
 #: Shared buffers (8 kB pages, hit or read) one statement may touch: 3000 is 24 MB.
 BUDGET = 3000
 # The history tables are empty here (no partitions yet), so their plans mean nothing.
-WATCHED = ("jobs", "job_attempts", "job_deps")
+WATCHED = ("jobs", "job_attempts", "job_deps", "pipelines")
 
 
 def _params(conn: psycopg.Connection[Any]) -> dict[str, dict[str, Any]]:

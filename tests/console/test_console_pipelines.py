@@ -295,3 +295,22 @@ def test_cancelling_an_unknown_pipeline_says_so(console_db: ConsoleDb, client_fo
     assert "Traceback" not in answer.text
     with psycopg.connect(console_db.owner_url) as conn:
         assert conn.execute("SELECT count(*) FROM leaseq.console_audit").fetchone() == (0,)
+
+
+def test_cancel_a_waiting_job_from_its_page(console_db: ConsoleDb, client_for) -> None:
+    """As `leaseq cancel` does: the waiting job and its waiting descendants, audited."""
+    with leaseq.connect(console_db.owner_url, action="test") as conn:
+        made = leaseq.Queue(conn).enqueue_graph(ocr_graph(2))
+    client: TestClient = client_for(console_db.admin_url)
+    assert 'id="cancel-form"' in client.get(f"/jobs/{made['merge']}").text
+    answer = post(client, f"/jobs/{made['merge']}/cancel", {"reason": "not needed"})
+    assert "1 of 1 job(s) cancelled" in answer.text, answer.text
+    with leaseq.connect(console_db.owner_url, action="test") as conn:
+        q = leaseq.Queue(conn)
+        assert q.get(made["merge"]).status == "cancelled"
+        assert q.get(made["embed"]).status == "cancelled"  # its descendant, by the trigger
+        assert q.get(made["page-0"]).status == "pending"
+        audit = conn.execute("SELECT action, job_ids FROM leaseq.console_audit").fetchall()
+    assert audit == [("cancel", [made["merge"]])]
+    embed = client.get(f"/jobs/{made['embed']}").text
+    assert f'href="/jobs/{made["merge"]}"' in embed.split('id="cancelled-by"')[1].split("</td>")[0]

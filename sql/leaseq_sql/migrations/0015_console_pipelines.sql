@@ -75,6 +75,49 @@ $fn$;
 
 REVOKE ALL ON FUNCTION leaseq.console_cancel_pipeline(bigint, text, text) FROM PUBLIC;
 
+-- A job's cancel through the console takes a waiting job too, as `leaseq cancel` does (its
+-- waiting descendants follow, by the pipelines trigger, with cancelled_by naming it). The rest
+-- is 0013's function unchanged; CREATE OR REPLACE keeps its grants.
+CREATE OR REPLACE FUNCTION leaseq.console_cancel(job_ids bigint[], actor text, reason text, filter jsonb DEFAULT NULL)
+RETURNS TABLE (id bigint)
+LANGUAGE plpgsql
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    done bigint[];
+BEGIN
+    IF cardinality(job_ids) > 1000 THEN
+        RAISE EXCEPTION 'at most 1000 jobs per console action, % given', cardinality(job_ids)
+            USING ERRCODE = '22023';
+    END IF;
+    WITH cur AS (
+        SELECT j.id, j.status, j.lease_owner, j.lease_token, j.attempt_count, j.started_at
+          FROM leaseq.jobs j
+         WHERE j.id = ANY(job_ids) AND j.status IN ('waiting', 'pending', 'running')
+           FOR UPDATE
+    ),
+    cancelled AS (
+        UPDATE leaseq.jobs j
+           SET status = 'cancelled', finished_at = now(), lease_expires_at = NULL,
+               last_error = reason
+          FROM cur
+         WHERE j.id = cur.id
+        RETURNING j.id
+    ),
+    attempt AS (
+        INSERT INTO leaseq.job_attempts (job_id, attempt, lease_token, worker, started_at, ended_at, outcome, error)
+        SELECT cur.id, cur.attempt_count, cur.lease_token, cur.lease_owner, cur.started_at, now(), 'cancelled', reason
+          FROM cur JOIN cancelled USING (id)
+         WHERE cur.status = 'running'
+    )
+    SELECT coalesce(array_agg(c.id ORDER BY c.id), '{}') INTO done FROM cancelled c;
+    INSERT INTO leaseq.console_audit (actor, action, job_ids, asked, reason, filter)
+    VALUES (actor, 'cancel', done, coalesce(cardinality(job_ids), 0), reason, filter);
+    RETURN QUERY SELECT unnest(done);
+END
+$fn$;
+
 ALTER FUNCTION leaseq.apply_console_grants(regrole, boolean) RENAME TO apply_console_grants_v13;
 
 -- Version 13 (revoke everything from the previous console roles and the given one, grant

@@ -6,6 +6,7 @@
 -- cancels (statement pipeline_cancel in sql/queries/pipelines.sql: every waiting, pending or
 -- running job of the pipeline, a running holder fenced and its attempt recorded cancelled)
 -- and writes its leaseq.console_audit row in the same transaction.
+-- leaseq.console_cancel() takes waiting jobs too (as `leaseq cancel` does).
 -- apply_console_grants() of version 13 is wrapped the way 0010 wraps apply_grants().
 
 -- A pipeline's unfinished jobs, in id order: the pipeline page's list is one range of this

@@ -60,6 +60,35 @@ WORKERS = """
 INSERT INTO leaseq.workers (worker_id, queues, concurrency, in_flight, job_types)
 SELECT 'w-' || g, ARRAY['q' || (g % 5)], 8, 4, NULL FROM generate_series(0, 49) g
 """
+#: About 60,000 jobs (one in 33) in pipelines of about 100: pipeline 1 holds only finished
+#: jobs (about 15,000, the worst case for a page of its unfinished ones), the pending ones
+#: elsewhere wait for a parent; one job waits for 5,000 parents (a wide fan-in). Counters are
+#: set from the jobs, as the transitions would have kept them.
+PIPELINES = """
+UPDATE leaseq.jobs j
+   SET pipeline_id = CASE WHEN j.status = 'succeeded' AND j.id % 2 = 0 AND j.id < 1000000 THEN 1
+                          ELSE 2 + j.id / 3300 END,
+       status = CASE WHEN j.status = 'pending' AND j.id % 2 = 1 THEN 'waiting' ELSE j.status END,
+       deps_left = CASE WHEN j.status = 'pending' AND j.id % 2 = 1 THEN 1 ELSE 0 END
+ WHERE j.id % 33 = 0;
+INSERT INTO leaseq.job_deps (parent_id, child_id, after, counted)
+SELECT j.id - 33, j.id, 'succeeded', false FROM leaseq.jobs j WHERE j.status = 'waiting';
+INSERT INTO leaseq.job_deps (parent_id, child_id, after, counted)
+SELECT p.id, (SELECT max(w.id) FROM leaseq.jobs w WHERE w.status = 'waiting'), 'succeeded', true
+  FROM (SELECT id FROM leaseq.jobs WHERE pipeline_id = 1 ORDER BY id LIMIT 5000) p
+    ON CONFLICT DO NOTHING;
+UPDATE leaseq.jobs j SET has_children = true
+ WHERE j.id IN (SELECT d.parent_id FROM leaseq.job_deps d);
+INSERT INTO leaseq.pipelines (id, name, created_at, total, succeeded, dead, cancelled, finished_at)
+OVERRIDING SYSTEM VALUE
+SELECT j.pipeline_id, 'pipeline-' || j.pipeline_id, min(j.created_at), count(*),
+       count(*) FILTER (WHERE j.status = 'succeeded'), count(*) FILTER (WHERE j.status = 'dead'),
+       count(*) FILTER (WHERE j.status = 'cancelled'),
+       CASE WHEN bool_and(j.finished_at IS NOT NULL) THEN max(j.finished_at) END
+  FROM leaseq.jobs j WHERE j.pipeline_id IS NOT NULL GROUP BY j.pipeline_id;
+SELECT setval(pg_get_serial_sequence('leaseq.pipelines', 'id'),
+              (SELECT max(id) FROM leaseq.pipelines));
+"""
 SCHEDULES = """
 INSERT INTO leaseq.schedules (name, cron, queue, job_type, declared_by)
 SELECT 'nightly-' || g, '0 3 * * *', 'q' || g, 't1', 'runtime' FROM generate_series(0, 4) g
@@ -68,8 +97,9 @@ SELECT 'nightly-' || g, '0 3 * * *', 'q' || g, 't1', 'runtime' FROM generate_ser
 
 def generate_history(url: str, jobs: int) -> None:
     """``jobs`` jobs in every state over 5 queues (80% succeeded, 15% dead, 5% pending, one in
-    10,000 running), an attempt per finished job, 50 workers, 5 schedules; vacuumed and
-    analyzed. One INSERT ... SELECT generate_series per table."""
+    10,000 running), an attempt per finished job, 50 workers, 5 schedules, one job in 33 in
+    pipelines (:data:`PIPELINES`); vacuumed and analyzed. One INSERT ... SELECT
+    generate_series per table."""
     with psycopg.connect(url, autocommit=True) as conn:
         conn.execute("SET synchronous_commit = off")
         with conn.transaction():
@@ -77,8 +107,11 @@ def generate_history(url: str, jobs: int) -> None:
             conn.execute(ATTEMPTS.encode())
             conn.execute(WORKERS.encode())
             conn.execute(SCHEDULES.encode())
+            conn.execute(PIPELINES.encode())
         conn.execute("VACUUM (ANALYZE) leaseq.jobs")
         conn.execute("VACUUM (ANALYZE) leaseq.job_attempts")
+        conn.execute("VACUUM (ANALYZE) leaseq.job_deps")
+        conn.execute("VACUUM (ANALYZE) leaseq.pipelines")
         conn.execute("ANALYZE")
 
 
@@ -102,6 +135,9 @@ def pages(url: str, repeats: int) -> dict[str, tuple[float, float]]:
         "/cancel?queue=q1&job_type=t2",
         "/workers",
         "/schedules",
+        "/pipelines",
+        "/pipelines/1",
+        "/pipelines/2",
     ]
     out = {}
     local = {"client": ("127.0.0.1", 50000), "base_url": "http://127.0.0.1:8089"}

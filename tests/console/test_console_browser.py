@@ -1,6 +1,7 @@
 """The console in a real headless Chromium (Debian's, driven by Playwright; no browser is
 downloaded): load the overview, filter the jobs, open a dead job, retry it, and see a real
-worker process make it succeed; a read-only console role gets a clear refusal in the page.
+worker process make it succeed; open a pipeline, a job of it, and cancel the pipeline; a
+read-only console role gets a clear refusal in the page.
 A screenshot of each page is written under the test's tmp path (and LEASEQ_ARTIFACTS_DIR
 when set)."""
 
@@ -174,6 +175,64 @@ def test_a_read_only_console_refuses_in_the_page(
         console.stop()
     with leaseq.connect(console_db.owner_url, action="test") as conn:
         assert leaseq.Queue(conn).get(dead_id).status == "dead"
+
+
+def test_open_and_cancel_a_pipeline_in_a_real_browser(
+    console_db: ConsoleDb, tmp_path: Path, artifacts: Path
+) -> None:
+    """The overview's waiting count, the pipelines list, a pipeline's counters and jobs, a
+    job's parents and its link back to the pipeline, then "cancel pipeline" with a reason."""
+    sync_playwright = _browser()
+    with leaseq.connect(console_db.owner_url, action="test") as conn:
+        q = leaseq.Queue(conn)
+        g = leaseq.Graph("invoice-412")
+        pages = [g.add("ocr", "ocr.page", {"page": n}, key=f"page-{n}") for n in range(3)]
+        merge = g.add("ocr", "ocr.merge", key="merge", after=pages)
+        g.add("ocr", "embed", key="embed", after=[merge])
+        made = q.enqueue_graph(g)
+        done = q.claim(["ocr"], owner="w-1", lease_seconds=60, job_types=["ocr.page"])[0]
+        q.complete(done.lease, {"text": "ok"})
+        q.claim(["ocr"], owner="w-2", lease_seconds=60, job_types=["ocr.page"])
+    console = ConsoleProcess(console_db.admin_url, tmp_path / "console.log")
+    try:
+        with sync_playwright() as p:
+            browser = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
+            page = browser.new_page(viewport={"width": 1280, "height": 800})
+            page.goto(console.base + "/")
+            row = page.locator('tr[data-queue="ocr"]')
+            assert row.locator("a[href*='status=waiting']").inner_text() == "2"
+            page.click("#nav-pipelines")
+            page.wait_for_selector(f'tr[data-pipeline="{made.pipeline_id}"]')
+            page.screenshot(path=artifacts / "pipelines.png", full_page=True)
+            page.click(f'tr[data-pipeline="{made.pipeline_id}"] a')
+            page.wait_for_selector("#pipeline-counters")
+            assert page.inner_text("#count-total") == "5"
+            assert page.inner_text("#count-succeeded") == "1"
+            assert page.inner_text("#count-unfinished") == "4"
+            assert page.locator("#pipeline-jobs tr[data-job]").count() == 4
+            page.screenshot(path=artifacts / "pipeline.png", full_page=True)
+
+            page.click(f'#pipeline-jobs tr[data-job="{made["merge"]}"] a')
+            page.wait_for_selector("#job-parents")
+            assert page.locator("#job-parents tr[data-link]").count() == 3
+            assert page.inner_text("#job-status") == "waiting"
+            page.screenshot(path=artifacts / "job-in-pipeline.png", full_page=True)
+            page.click("#job-pipeline-link")
+            page.wait_for_selector("#cancel-pipeline-form")
+            page.fill('#cancel-pipeline-form input[name="reason"]', "customer withdrew")
+            page.click("#cancel-pipeline")
+            page.wait_for_selector("#done")
+            assert "4 job(s) cancelled (1 of them running" in page.inner_text("#done")
+            page.screenshot(path=artifacts / "pipeline-cancelled.png", full_page=True)
+            page.click("#back")
+            page.wait_for_selector("#pipeline-counters")
+            assert page.inner_text("#count-cancelled") == "4"
+            assert page.inner_text("#pipeline-state") == "finished"
+            page.goto(console.base + "/audit")
+            assert "customer withdrew" in page.inner_text("#audit")
+            browser.close()
+    finally:
+        console.stop()
 
 
 # Counts the page's refreshes (each is one fetch of the page) and lets the test hide the tab.

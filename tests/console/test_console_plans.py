@@ -1,5 +1,6 @@
 """Every console statement EXPLAINed (ANALYZE, BUFFERS) against a generated history of
-2,000,000 jobs and their attempts, as the console's own role: no sequential scan of the jobs
+2,000,000 jobs and their attempts (about 60,000 of them in pipelines, one waiting for 5,000
+parents), as the console's own role: no sequential scan of the jobs
 or attempt tables, and a budget of buffers per statement. A test of plans, not of times."""
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ JOBS = 2_000_000
 #: Shared buffers (8 kB pages, hit or read) one statement may touch: 3000 is 24 MB.
 BUDGET = 3000
 # The history tables are empty here (no partitions yet), so their plans mean nothing.
-WATCHED = ("jobs", "job_attempts")
+WATCHED = ("jobs", "job_attempts", "job_deps", "pipelines")
 
 
 def _params(conn: psycopg.Connection[Any]) -> dict[str, dict[str, Any]]:
@@ -36,6 +37,17 @@ def _params(conn: psycopg.Connection[Any]) -> dict[str, dict[str, Any]]:
         "SELECT id FROM leaseq.jobs WHERE status = 'pending' ORDER BY id DESC LIMIT 1"
     ).fetchone()[0]
     high = conn.execute("SELECT max(id) FROM leaseq.jobs").fetchone()[0]
+    # The wide fan-in's child (5,000 parents), one of its parents, an unfinished pipeline.
+    wide = conn.execute(
+        "SELECT child_id FROM leaseq.job_deps GROUP BY child_id ORDER BY count(*) DESC LIMIT 1"
+    ).fetchone()[0]
+    parent = conn.execute(
+        "SELECT parent_id FROM leaseq.job_deps WHERE child_id = %s LIMIT 1", (wide,)
+    ).fetchone()[0]
+    open_pipeline = conn.execute(
+        "SELECT min(id) FROM leaseq.pipelines WHERE finished_at IS NULL"
+    ).fetchone()[0]
+    assert wide and parent and open_pipeline, "the history has no pipelines"
     jobs = {
         "before": high + 1, "window": 5000, "limit": 50, "status": None, "queue": None,
         "job_type": None, "error_code": None, "key": None, "created_from": None,
@@ -73,6 +85,18 @@ def _params(conn: psycopg.Connection[Any]) -> dict[str, dict[str, Any]]:
         "console_workers": {"limit": 500, "now": None},
         "console_schedules": {"limit": 500},
         "console_audit": {"limit": 50},
+        "console_job_links": {"id": wide},
+        "console_job_parents": {"id": wide, "after": 0, "limit": 51},
+        "console_job_parents/last page": {"id": wide, "after": high, "limit": 51},
+        "console_job_children": {"id": parent, "after": 0, "limit": 51},
+        "console_pipelines": {"before": None, "unfinished": False, "limit": 51},
+        "console_pipelines/unfinished": {"before": None, "unfinished": True, "limit": 51},
+        "console_pipelines/older": {"before": 100, "unfinished": False, "limit": 51},
+        "console_pipeline": {"id": 1},
+        # Pipeline 1 has only finished jobs (about 15,000): none is in the page's index.
+        "console_pipeline_jobs/all finished": {"id": 1, "after": 0, "limit": 101},
+        "console_pipeline_jobs": {"id": open_pipeline, "after": 0, "limit": 101},
+        "console_cancel_pipeline": {"id": open_pipeline, "actor": "plan-test", "reason": "plan"},
     }
 
 

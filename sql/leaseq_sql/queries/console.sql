@@ -15,10 +15,11 @@ SELECT set_config('statement_timeout', %(ms)s::text, true),
 SELECT session_user::text AS role,
        has_function_privilege('leaseq.console_retry_dead(bigint[], text, text, jsonb)', 'EXECUTE') AS can_retry,
        has_function_privilege('leaseq.console_cancel(bigint[], text, text, jsonb)', 'EXECUTE') AS can_cancel,
+       has_function_privilege('leaseq.console_cancel_pipeline(bigint, text, text)', 'EXECUTE') AS can_cancel_pipeline,
        greatest((SELECT c.reltuples FROM pg_class c WHERE c.oid = 'leaseq.jobs'::regclass), 0)::bigint AS jobs_estimate;
 
 -- name: console_queues
--- The queues that have pending, running or dead jobs, a worker or a schedule (at most %(limit)s): a skip scan over the pending and dead indexes, one probe per queue.
+-- The queues that have pending, running, dead or waiting jobs, a worker or a schedule (at most %(limit)s): a skip scan over the pending and dead indexes, one probe per queue.
 WITH RECURSIVE pending AS (
     (SELECT j.queue FROM leaseq.jobs j WHERE j.status = 'pending' ORDER BY j.queue LIMIT 1)
     UNION ALL
@@ -32,10 +33,21 @@ dead AS (
     SELECT (SELECT j.queue FROM leaseq.jobs j
              WHERE j.status = 'dead' AND j.queue > d.queue ORDER BY j.queue LIMIT 1)
       FROM dead d WHERE d.queue IS NOT NULL
+),
+-- Waiting jobs (unmet parents): the same skip scan over jobs_waiting_idx.
+waiting AS (
+    (SELECT j.queue FROM leaseq.jobs j
+      WHERE j.deps_left > 0 AND j.finished_at IS NULL ORDER BY j.queue LIMIT 1)
+    UNION ALL
+    SELECT (SELECT j.queue FROM leaseq.jobs j
+             WHERE j.deps_left > 0 AND j.finished_at IS NULL AND j.queue > w.queue
+             ORDER BY j.queue LIMIT 1)
+      FROM waiting w WHERE w.queue IS NOT NULL
 )
 SELECT queue FROM (
     SELECT queue FROM (SELECT queue FROM pending LIMIT %(limit)s) p
     UNION SELECT queue FROM (SELECT queue FROM dead LIMIT %(limit)s) d
+    UNION SELECT queue FROM (SELECT queue FROM waiting LIMIT %(limit)s) w
     -- Running jobs are at most the workers' total concurrency.
     UNION SELECT j.queue FROM leaseq.jobs j WHERE j.status = 'running'
     UNION SELECT unnest(w.queues) FROM leaseq.workers w
@@ -46,7 +58,7 @@ SELECT queue FROM (
  LIMIT %(limit)s;
 
 -- name: console_queue_panel
--- One queue's overview: ready, scheduled and dead jobs, each counted up to %(cap)s + 1 (more shows as "cap+"), ready and scheduled as ranges of the claim index per priority; running jobs and the oldest heartbeat (bounded by the workers' concurrency); the oldest ready age (one probe per priority); live workers.
+-- One queue's overview: ready, scheduled, dead and waiting jobs (waiting: a range of jobs_waiting_idx), each counted up to %(cap)s + 1 (more shows as "cap+"), ready and scheduled as ranges of the claim index per priority; running jobs and the oldest heartbeat (bounded by the workers' concurrency); the oldest ready age (one probe per priority); live workers.
 WITH RECURSIVE t AS (SELECT coalesce(%(now)s::timestamptz, now()) AS now),
 priorities AS (
     (SELECT j.priority FROM leaseq.jobs j
@@ -98,17 +110,23 @@ dead AS (
              WHERE j.status = 'dead' AND j.queue = %(queue)s
              ORDER BY j.finished_at, j.id LIMIT %(cap)s + 1) s
 ),
+waiting AS (
+    SELECT count(*) AS waiting
+      FROM (SELECT 1 FROM leaseq.jobs j
+             WHERE j.deps_left > 0 AND j.finished_at IS NULL AND j.queue = %(queue)s
+             LIMIT %(cap)s + 1) s
+),
 live AS (
     SELECT count(*) AS workers, coalesce(sum(w.in_flight), 0)::bigint AS in_flight
       FROM leaseq.workers w
      WHERE %(queue)s = ANY(w.queues)
        AND w.heartbeat_at > (SELECT now FROM t) - make_interval(secs => %(live_seconds)s)
 )
-SELECT %(queue)s::text AS queue, r.ready, s.scheduled, x.running, d.dead,
+SELECT %(queue)s::text AS queue, r.ready, s.scheduled, x.running, d.dead, w.waiting,
        extract(epoch FROM (SELECT now FROM t) - o.available_at)::float8 AS oldest_ready_age,
        extract(epoch FROM (SELECT now FROM t) - x.oldest_heartbeat)::float8 AS oldest_heartbeat_age,
        l.workers, l.in_flight
-  FROM ready r, scheduled s, oldest o, running x, dead d, live l;
+  FROM ready r, scheduled s, oldest o, running x, dead d, waiting w, live l;
 
 -- name: console_id_bounds
 -- The lowest and highest job id in the hot table (two index probes).
@@ -258,11 +276,76 @@ SELECT s.name, s.cron, s.timezone, s.queue, s.job_type, s.payload, s.paused, s.e
 
 -- name: console_audit
 -- The newest console audit rows (at most %(limit)s).
-SELECT a.id, a.at, a.db_role, a.actor, a.action, a.job_ids, a.asked, a.reason, a.filter
+-- (At most the first 20 job ids of each row: a pipeline's cancel may name many.)
+SELECT a.id, a.at, a.db_role, a.actor, a.action, a.job_ids[1:20] AS job_ids,
+       cardinality(a.job_ids) AS n_jobs, a.asked, a.reason, a.filter
   FROM leaseq.console_audit a
  ORDER BY a.at DESC, a.id DESC
  LIMIT %(limit)s;
 
+-- name: console_job_links
+-- A job's pipeline, the job whose failure cancelled it (cancelled_by), its unmet parent count, and whether it has children; in the hot table or in history (by the ledger), one probe each.
+SELECT j.pipeline_id, j.cancelled_by, j.deps_left, j.has_children, 'hot'::text AS place
+  FROM leaseq.jobs j
+ WHERE j.id = %(id)s
+UNION ALL
+SELECT h.pipeline_id, h.cancelled_by, h.deps_left, h.has_children, 'history'
+  FROM leaseq.job_ledger l
+  CROSS JOIN LATERAL (
+      SELECT * FROM leaseq.job_history x
+       WHERE x.id = l.id AND x.finished_at = l.finished_at AND x.keep_days = l.keep_days
+      OFFSET 0
+  ) h
+ WHERE l.id = %(id)s
+ LIMIT 1;
+
+-- name: console_job_parents
+-- A keyset page of a job's parents (ids above %(after)s, at most %(limit)s, in id order: a range of job_deps_child_idx) with their status (NULL: no longer in the hot table).
+SELECT d.parent_id AS job_id, p.job_type, p.status::text AS status, d.after, d.counted
+  FROM leaseq.job_deps d
+  LEFT JOIN leaseq.jobs p ON p.id = d.parent_id
+ WHERE d.child_id = %(id)s AND d.parent_id > %(after)s
+ ORDER BY d.parent_id
+ LIMIT %(limit)s;
+
+-- name: console_job_children
+-- A keyset page of a job's children (ids above %(after)s, at most %(limit)s, in id order: a range of job_deps' primary key) with their status (NULL: no longer in the hot table).
+SELECT d.child_id AS job_id, c.job_type, c.status::text AS status, d.after, d.counted
+  FROM leaseq.job_deps d
+  LEFT JOIN leaseq.jobs c ON c.id = d.child_id
+ WHERE d.parent_id = %(id)s AND d.child_id > %(after)s
+ ORDER BY d.child_id
+ LIMIT %(limit)s;
+
+-- name: console_pipelines
+-- A keyset page of pipelines, newest first, below id %(before)s (NULL: from the newest), at most %(limit)s, unfinished only when %(unfinished)s: a range of the primary key (or of pipelines_unfinished_idx).
+SELECT p.id, p.name, p.created_at, p.total, p.succeeded, p.dead, p.cancelled, p.finished_at
+  FROM leaseq.pipelines p
+ WHERE (%(before)s::bigint IS NULL OR p.id < %(before)s::bigint)
+   AND (NOT %(unfinished)s::boolean OR p.finished_at IS NULL)
+ ORDER BY p.id DESC
+ LIMIT %(limit)s;
+
+-- name: console_pipeline
+-- One pipeline and its counters (kept by the jobs' transitions: no count over jobs), by primary key.
+SELECT p.id, p.name, p.created_at, p.total, p.succeeded, p.dead, p.cancelled, p.finished_at,
+       p.total - p.succeeded - p.dead - p.cancelled AS unfinished
+  FROM leaseq.pipelines p
+ WHERE p.id = %(id)s;
+
+-- name: console_pipeline_jobs
+-- A keyset page of a pipeline's unfinished jobs (ids above %(after)s, at most %(limit)s, in id order): a range of jobs_pipeline_unfinished_idx, which holds no finished job.
+SELECT j.id, j.queue, j.job_type, j.status::text AS status, j.deps_left, j.attempt_count,
+       j.lease_owner, j.created_at
+  FROM leaseq.jobs j
+ WHERE j.pipeline_id = %(id)s AND j.finished_at IS NULL AND j.id > %(after)s
+ ORDER BY j.id
+ LIMIT %(limit)s;
+
+-- name: console_cancel_pipeline
+-- Cancels every unfinished job of a pipeline, as pipeline_cancel does, and writes the audit row, in one transaction (leaseq.console_cancel_pipeline); returns how many and how many were running.
+SELECT cancelled, running FROM leaseq.console_cancel_pipeline(%(id)s, %(actor)s, %(reason)s);
+
 -- name: console_grants_apply
--- Grants the console's database role read access and, with admin, the console's two admin functions (revoking everything from the previous console roles first; NULL role: revoke only); returns every statement run.
+-- Grants the console's database role read access and, with admin, the console's three admin functions (revoking everything from the previous console roles first; NULL role: revoke only); returns every statement run.
 SELECT statement FROM leaseq.apply_console_grants(%(role)s, %(admin)s) AS statement;

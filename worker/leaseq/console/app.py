@@ -370,7 +370,70 @@ def create_app(
                 {"title": "No such job", "message": f"job {job_id} is not in this database"},
                 404,
             )
-        return render(request, "job.html", {**role_context(), "job": row, "timeline": timeline})
+        q = request.query_params
+        links = console.job_links(
+            job_id,
+            parents_after=_int("parents_after", q.get("parents_after")) or 0,
+            children_after=_int("children_after", q.get("children_after")) or 0,
+        )
+        return render(
+            request,
+            "job.html",
+            {**role_context(), "job": row, "timeline": timeline, "links": links},
+        )
+
+    def pipelines(request: Request) -> Response:
+        q = request.query_params
+        unfinished = _blank(q.get("unfinished")) is not None
+        rows, older = console.pipelines(
+            before=_int("before", q.get("before")), unfinished=unfinished
+        )
+        older_href = None
+        if older is not None:
+            older_href = "?" + urlencode(
+                {"before": older, **({"unfinished": "1"} if unfinished else {})}
+            )
+        return render(
+            request,
+            "pipelines.html",
+            {"rows": rows, "older": older_href, "unfinished": unfinished},
+        )
+
+    def pipeline(request: Request) -> Response:
+        pipeline_id = int(request.path_params["pipeline_id"])
+        row, jobs = console.pipeline(
+            pipeline_id, after=_int("after", request.query_params.get("after")) or 0
+        )
+        if row is None:
+            return render(
+                request,
+                "error.html",
+                {"title": "No such pipeline", "message": f"pipeline {pipeline_id} is not here"},
+                404,
+            )
+        return render(request, "pipeline.html", {**role_context(), "pipeline": row, "jobs": jobs})
+
+    async def pipeline_cancel(request: Request) -> Response:
+        pipeline_id = int(request.path_params["pipeline_id"])
+        form = await form_of(request)
+        actor = request.state.actor
+        cancelled, running = console.cancel_pipeline(
+            pipeline_id, actor=actor, reason=form.get("reason", "")
+        )
+        log.info(
+            "console action",
+            extra={
+                "actor": actor,
+                "action": "cancel_pipeline",
+                "pipeline": pipeline_id,
+                "jobs": cancelled,
+            },
+        )
+        return render(
+            request,
+            "pipeline_cancelled.html",
+            {"pipeline_id": pipeline_id, "cancelled": cancelled, "running": running},
+        )
 
     def dead_filters(source: Mapping[str, Any]) -> dict[str, str | None]:
         return {
@@ -539,6 +602,9 @@ def create_app(
         Route("/dead/retry", dead_retry, methods=["POST"]),
         Route("/cancel", cancel_preview),
         Route("/cancel", cancel_pending, methods=["POST"]),
+        Route("/pipelines", pipelines),
+        Route("/pipelines/{pipeline_id:int}", pipeline),
+        Route("/pipelines/{pipeline_id:int}/cancel", pipeline_cancel, methods=["POST"]),
         Route("/workers", workers),
         Route("/pools", worker_pools),
         Route("/schedules", schedules),

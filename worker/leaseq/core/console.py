@@ -32,6 +32,8 @@ BULK_SCAN = 10000
 PENDING_SCAN = 2000
 #: Jobs one bulk action changes at most (the admin functions refuse more).
 BULK_LIMIT = 1000
+#: Parents or children shown per page of a job's links.
+LINKS_PAGE = 50
 
 
 @dataclass(frozen=True)
@@ -58,6 +60,8 @@ class QueuePanel:
     scheduled: Count
     running: int
     dead: Count
+    #: Jobs waiting for their parents (a pipeline), from jobs_waiting_idx.
+    waiting: Count
     oldest_ready_age: float | None
     oldest_heartbeat_age: float | None
     workers: int
@@ -72,10 +76,11 @@ class RoleInfo:
     can_retry: bool
     can_cancel: bool
     jobs_estimate: int
+    can_cancel_pipeline: bool = False
 
     @property
     def read_only(self) -> bool:
-        return not (self.can_retry or self.can_cancel)
+        return not (self.can_retry or self.can_cancel or self.can_cancel_pipeline)
 
 
 @dataclass(frozen=True)
@@ -100,6 +105,31 @@ class JobsPage:
     before: int | None
     next_before: int | None
     window: int
+
+
+@dataclass(frozen=True)
+class JobLinks:
+    """A job's place in a pipeline: its pipeline, the job whose failure cancelled it, and one
+    keyset page each of its parents and children (``*_next``: the cursor of the next page,
+    None at the last)."""
+
+    pipeline_id: int | None
+    cancelled_by: int | None
+    deps_left: int
+    parents: list[Row]
+    parents_next: int | None
+    children: list[Row]
+    children_next: int | None
+
+
+@dataclass(frozen=True)
+class PipelineJobs:
+    """One keyset page of a pipeline's unfinished jobs (ids above ``after``), and the cursor
+    of the next page (None: this was the last)."""
+
+    rows: list[Row]
+    after: int
+    next_after: int | None
 
 
 @dataclass(frozen=True)
@@ -134,7 +164,13 @@ class Console:
         with self._tx("console") as c:
             self._store.console_bounds(c, seconds=self._timeout)
             row = self._store.console_role(c)
-        return RoleInfo(row["role"], row["can_retry"], row["can_cancel"], row["jobs_estimate"])
+        return RoleInfo(
+            row["role"],
+            row["can_retry"],
+            row["can_cancel"],
+            row["jobs_estimate"],
+            row["can_cancel_pipeline"],
+        )
 
     def overview(self, *, limit: int = 200, now: datetime | None = None) -> list[QueuePanel]:
         """Every queue with work, workers or a schedule (at most ``limit``), one panel each."""
@@ -152,6 +188,7 @@ class Console:
                         scheduled=Count.of(r["scheduled"], COUNT_CAP),
                         running=r["running"],
                         dead=Count.of(r["dead"], COUNT_CAP),
+                        waiting=Count.of(r["waiting"], COUNT_CAP),
                         oldest_ready_age=r["oldest_ready_age"],
                         oldest_heartbeat_age=r["oldest_heartbeat_age"],
                         workers=r["workers"],
@@ -295,6 +332,97 @@ class Console:
         with self._tx("console: cancel jobs") as c:
             self._store.console_bounds(c, seconds=self._timeout)
             return self._store.console_cancel(c, ids=ids, actor=actor, reason=reason, filter=filter)
+
+    def job_links(
+        self,
+        job_id: int,
+        *,
+        parents_after: int = 0,
+        children_after: int = 0,
+        limit: int = LINKS_PAGE,
+    ) -> JobLinks | None:
+        """A job's pipeline, ``cancelled_by``, and a keyset page of its parents and children
+        (None when the job is nowhere)."""
+        validation.at_least("limit", limit, 1)
+        with self._tx("console: job links") as c:
+            self._store.console_bounds(c, seconds=self._timeout)
+            row = self._store.console_job_links(c, job_id=job_id)
+            if row is None:
+                return None
+            parents = self._store.console_job_parents(
+                c, job_id=job_id, after=parents_after, limit=limit + 1
+            )
+            children = (
+                self._store.console_job_children(
+                    c, job_id=job_id, after=children_after, limit=limit + 1
+                )
+                if row["has_children"]
+                else []
+            )
+
+        def page(rows: list[Row]) -> tuple[list[Row], int | None]:
+            if len(rows) > limit:
+                return rows[:limit], int(rows[limit - 1]["job_id"])
+            return rows, None
+
+        shown_parents, parents_next = page(parents)
+        shown_children, children_next = page(children)
+        return JobLinks(
+            row["pipeline_id"],
+            row["cancelled_by"],
+            int(row["deps_left"] or 0),
+            shown_parents,
+            parents_next,
+            shown_children,
+            children_next,
+        )
+
+    def pipelines(
+        self, *, before: int | None = None, unfinished: bool = False, limit: int = 50
+    ) -> tuple[list[Row], int | None]:
+        """A keyset page of pipelines, newest first, below id ``before``; and the cursor of
+        the next (older) page, None at the oldest."""
+        validation.at_least("limit", limit, 1)
+        with self._tx("console: pipelines") as c:
+            self._store.console_bounds(c, seconds=self._timeout)
+            rows = self._store.console_pipelines(
+                c, before=before, unfinished=unfinished, limit=limit + 1
+            )
+        if len(rows) > limit:
+            return rows[:limit], int(rows[limit - 1]["id"])
+        return rows, None
+
+    def pipeline(
+        self, pipeline_id: int, *, after: int = 0, limit: int = 100
+    ) -> tuple[Row | None, PipelineJobs]:
+        """A pipeline's counters and one keyset page of its unfinished jobs (ids above
+        ``after``, in id order)."""
+        validation.at_least("limit", limit, 1)
+        with self._tx("console: pipeline") as c:
+            self._store.console_bounds(c, seconds=self._timeout)
+            row = self._store.console_pipeline(c, pipeline_id=pipeline_id)
+            found = (
+                self._store.console_pipeline_jobs(
+                    c, pipeline_id=pipeline_id, after=after, limit=limit + 1
+                )
+                if row is not None
+                else []
+            )
+        if len(found) > limit:
+            return row, PipelineJobs(found[:limit], after, int(found[limit - 1]["id"]))
+        return row, PipelineJobs(found, after, None)
+
+    def cancel_pipeline(self, pipeline_id: int, *, actor: str, reason: str) -> tuple[int, int]:
+        """Cancel every unfinished job of the pipeline (as ``leaseq pipelines cancel``) and
+        audit it, in one transaction; returns how many were cancelled and how many of those
+        were running (their holders are fenced)."""
+        _check_action([], actor, reason)
+        with self._tx("console: cancel pipeline") as c:
+            self._store.console_bounds(c, seconds=self._timeout)
+            row = self._store.console_cancel_pipeline(
+                c, pipeline_id=pipeline_id, actor=actor, reason=reason
+            )
+        return int(row["cancelled"]), int(row["running"])
 
     def workers(self, *, limit: int = 500, now: datetime | None = None) -> list[Row]:
         with self._tx("console: workers") as c:

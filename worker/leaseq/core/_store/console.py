@@ -114,6 +114,41 @@ class ConsoleStore(Store):
     def console_audit(self, conn: Conn, *, limit: int) -> list[Row]:
         return _rows(self._dicts(conn, "console_audit", {"limit": limit}, "console: audit"))
 
+    def console_job_links(self, conn: Conn, *, job_id: int) -> Row | None:
+        rows = self._dicts(conn, "console_job_links", {"id": job_id}, "console: job links")
+        return dict(rows[0]) if rows else None
+
+    def console_job_parents(self, conn: Conn, *, job_id: int, after: int, limit: int) -> list[Row]:
+        params = {"id": job_id, "after": after, "limit": limit}
+        return _rows(self._dicts(conn, "console_job_parents", params, "console: job parents"))
+
+    def console_job_children(self, conn: Conn, *, job_id: int, after: int, limit: int) -> list[Row]:
+        params = {"id": job_id, "after": after, "limit": limit}
+        return _rows(self._dicts(conn, "console_job_children", params, "console: job children"))
+
+    def console_pipelines(
+        self, conn: Conn, *, before: int | None, unfinished: bool, limit: int
+    ) -> list[Row]:
+        params = {"before": before, "unfinished": unfinished, "limit": limit}
+        return _rows(self._dicts(conn, "console_pipelines", params, "console: pipelines"))
+
+    def console_pipeline(self, conn: Conn, *, pipeline_id: int) -> Row | None:
+        rows = self._dicts(conn, "console_pipeline", {"id": pipeline_id}, "console: pipeline")
+        return dict(rows[0]) if rows else None
+
+    def console_pipeline_jobs(
+        self, conn: Conn, *, pipeline_id: int, after: int, limit: int
+    ) -> list[Row]:
+        params = {"id": pipeline_id, "after": after, "limit": limit}
+        return _rows(self._dicts(conn, "console_pipeline_jobs", params, "console: pipeline jobs"))
+
+    def console_cancel_pipeline(
+        self, conn: Conn, *, pipeline_id: int, actor: str, reason: str
+    ) -> Row:
+        params = {"id": pipeline_id, "actor": actor, "reason": reason}
+        rows = self._dicts(conn, "console_cancel_pipeline", params, "console: cancel pipeline")
+        return dict(rows[0])
+
     def console_grants_apply(self, conn: Conn, *, role: str | None, admin: bool) -> list[str]:
         params = {"role": role, "admin": admin}
         rows = self._dicts(conn, "console_grants_apply", params, "grant console")

@@ -1,0 +1,316 @@
+"""The console's pipeline pages against a real PostgreSQL, as its own database role: waiting
+counts and the waiting filter, a job's pipeline, parents, children and cancelled_by (keyset
+pages), the pipelines list (keyset, newest first), a pipeline's counters and unfinished jobs,
+and the "cancel pipeline" action: the same jobs `leaseq pipelines cancel` cancels, fenced,
+audited in the same transaction, refused by the database for a read-only role."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import psycopg
+from starlette.testclient import TestClient
+
+import leaseq
+from leaseq import Graph
+from support.consoledb import ConsoleDb, grant_readonly, post
+
+
+def ocr_graph(pages: int, name: str = "doc", queue: str = "ocr") -> Graph:
+    g = Graph(name)
+    parts = [g.add(queue, "page", {"page": n}, key=f"page-{n}") for n in range(pages)]
+    merge = g.add(queue, "merge", key="merge", after=parts)
+    g.add(queue, "embed", key="embed", after=[merge])
+    return g
+
+
+def _ids(page: str, attribute: str) -> list[int]:
+    return [int(x.split('"')[0]) for x in page.split(f'{attribute}="')[1:]]
+
+
+def test_overview_and_jobs_filter_know_waiting(console_db: ConsoleDb, client_for) -> None:
+    with leaseq.connect(console_db.owner_url, action="test") as conn:
+        made = leaseq.Queue(conn).enqueue_graph(ocr_graph(3))
+    client: TestClient = client_for(console_db.admin_url)
+    row = client.get("/").text.split('data-queue="ocr"')[1].split("</tr>")[0]
+    assert "status=waiting" in row and ">2</a>" in row, row  # merge and embed wait
+    waiting = client.get("/jobs", params={"queue": "ocr", "status": "waiting"}).text
+    assert sorted(_ids(waiting, "data-job")) == sorted([made["merge"], made["embed"]])
+
+
+def test_a_queue_with_only_waiting_jobs_is_on_the_overview(
+    console_db: ConsoleDb, client_for
+) -> None:
+    with leaseq.connect(console_db.owner_url, action="test") as conn:
+        q = leaseq.Queue(conn)
+        parent = q.enqueue("ocr", "page", {}).job_id
+        q.enqueue("later", "merge", {}, after=[parent])
+        claimed = q.claim(["ocr"], owner="w", lease_seconds=30)[0]
+        del claimed  # running: the ocr queue has no pending job any more
+    client: TestClient = client_for(console_db.admin_url)
+    row = client.get("/").text.split('data-queue="later"')[1].split("</tr>")[0]
+    assert "status=waiting" in row and ">1</a>" in row, row
+
+
+def test_a_job_page_shows_its_pipeline_parents_and_children(
+    console_db: ConsoleDb, client_for
+) -> None:
+    with leaseq.connect(console_db.owner_url, action="test") as conn:
+        made = leaseq.Queue(conn).enqueue_graph(ocr_graph(60))
+    client: TestClient = client_for(console_db.admin_url)
+    merge = client.get(f"/jobs/{made['merge']}").text
+    assert f'href="/pipelines/{made.pipeline_id}" id="job-pipeline-link"' in merge
+    parents = [made[f"page-{n}"] for n in range(60)]
+    first = _ids(merge.split('id="job-parents"')[1].split("</table>")[0], "data-link")
+    assert first == parents[:50]  # one page of 50, in id order
+    children = _ids(merge.split('id="job-children"')[1].split("</table>")[0], "data-link")
+    assert children == [made["embed"]]
+    more = merge.split('id="parents_after-next"')[0].rsplit('href="', 1)[1].split('"')[0]
+    rest = client.get(more.replace("&amp;", "&")).text
+    second = _ids(rest.split('id="job-parents"')[1].split("</table>")[0], "data-link")
+    assert second == parents[50:]
+    assert 'id="parents_after-next"' not in rest
+    page = client.get(f"/jobs/{made['page-0']}").text
+    assert _ids(page.split('id="job-children"')[1].split("</table>")[0], "data-link") == [
+        made["merge"]
+    ]
+    assert 'id="job-parents"' not in page  # a root has none
+    with leaseq.connect(console_db.owner_url, action="test") as conn:
+        plain = leaseq.Queue(conn).enqueue("ocr", "x", {}).job_id
+    assert 'id="pipeline-links"' not in client.get(f"/jobs/{plain}").text
+
+
+def test_a_cascade_cancelled_job_shows_what_cancelled_it(console_db: ConsoleDb, client_for) -> None:
+    with leaseq.connect(console_db.owner_url, action="test") as conn:
+        q = leaseq.Queue(conn)
+        g = Graph("fails")
+        bad = g.add("ocr", "page", {}, key="bad", max_attempts=1)
+        g.add("ocr", "merge", key="merge", after=[bad])
+        made = q.enqueue_graph(g)
+        claimed = q.claim(["ocr"], owner="w-1", lease_seconds=30)[0]
+        q.fail(claimed.lease, "blank page", error_code="E_BLANK")
+    client: TestClient = client_for(console_db.admin_url)
+    page = client.get(f"/jobs/{made['merge']}").text
+    assert 'id="cancelled-by"' in page
+    cause = page.split('id="cancelled-by"')[1].split("</td>")[0]
+    assert f'href="/jobs/{made["bad"]}"' in cause
+
+
+def test_pipelines_list_is_keyset_paged_newest_first(console_db: ConsoleDb, client_for) -> None:
+    with leaseq.connect(console_db.owner_url, action="test") as conn:
+        rows = conn.execute(
+            "INSERT INTO leaseq.pipelines (name, total) SELECT 'p' || g, 0"
+            " FROM generate_series(1, 70) g RETURNING id"
+        ).fetchall()
+        made = leaseq.Queue(conn).enqueue_graph(ocr_graph(2, name="live"))
+    ids = sorted([r[0] for r in rows] + [made.pipeline_id], reverse=True)
+    client: TestClient = client_for(console_db.admin_url)
+    first = client.get("/pipelines").text
+    assert _ids(first, "data-pipeline") == ids[:50]
+    href = first.split('id="older"')[0].rsplit('href="', 1)[1].split('"')[0]
+    assert "before=" in href and "offset" not in href.lower()
+    second = client.get(href.replace("&amp;", "&")).text
+    assert _ids(second, "data-pipeline") == ids[50:]
+    assert 'id="older"' not in second
+    unfinished = client.get("/pipelines", params={"unfinished": "1"}).text
+    assert made.pipeline_id in _ids(unfinished, "data-pipeline")
+
+
+def test_a_pipeline_page_shows_its_counters_and_unfinished_jobs(
+    console_db: ConsoleDb, client_for
+) -> None:
+    with leaseq.connect(console_db.owner_url, action="test") as conn:
+        q = leaseq.Queue(conn)
+        made = q.enqueue_graph(ocr_graph(3))
+        done = q.claim(["ocr"], owner="w-1", lease_seconds=30, job_types=["page"])[0]
+        q.complete(done.lease, {"text": "ok"})
+        running = q.claim(["ocr"], owner="w-2", lease_seconds=30, job_types=["page"])[0]
+    client: TestClient = client_for(console_db.admin_url)
+    page = client.get(f"/pipelines/{made.pipeline_id}").text
+    counters = {
+        k: page.split(f'id="count-{k}">')[1].split("<")[0]
+        for k in ("total", "succeeded", "dead", "cancelled", "unfinished")
+    }
+    assert counters == {
+        "total": "5",
+        "succeeded": "1",
+        "dead": "0",
+        "cancelled": "0",
+        "unfinished": "4",
+    }
+    shown = _ids(page.split('id="pipeline-jobs"')[1].split("</table>")[0], "data-job")
+    unfinished = {made[k] for k in ("page-0", "page-1", "page-2", "merge", "embed")} - {done.id}
+    assert set(shown) == unfinished
+    assert "w-2" in page and running.id in shown
+    assert 'id="cancel-pipeline"' in page
+    assert client.get("/pipelines/999999").status_code == 404
+
+
+def test_a_pipeline_page_pages_its_unfinished_jobs(console_db: ConsoleDb, client_for) -> None:
+    """Keyset pages of the unfinished jobs only, however many finished before them."""
+    with leaseq.connect(console_db.owner_url, action="test") as conn:
+        made = leaseq.Queue(conn).enqueue_graph(ocr_graph(130))
+        conn.execute(
+            "UPDATE leaseq.jobs SET status = 'succeeded', finished_at = now()"
+            " WHERE pipeline_id = %s AND job_type = 'page' AND id < %s",
+            (made.pipeline_id, made["page-25"]),
+        )
+    unfinished = [made[f"page-{n}"] for n in range(25, 130)] + [made["merge"], made["embed"]]
+    client: TestClient = client_for(console_db.admin_url)
+    first = client.get(f"/pipelines/{made.pipeline_id}").text
+    jobs = first.split('id="pipeline-jobs"')[1].split("</table>")[0]
+    assert _ids(jobs, "data-job") == unfinished[:100]
+    href = first.split('id="more-jobs"')[0].rsplit('href="', 1)[1].split('"')[0]
+    second = client.get(href).text
+    jobs = second.split('id="pipeline-jobs"')[1].split("</table>")[0]
+    assert _ids(jobs, "data-job") == unfinished[100:]
+    assert 'id="more-jobs"' not in second
+
+
+def _state(conn: psycopg.Connection[Any], ids: list[int]) -> list[tuple[Any, ...]]:
+    rows = conn.execute(
+        "SELECT j.status::text, j.last_error_code, j.finished_at IS NOT NULL,"
+        " j.lease_expires_at IS NULL, j.last_error,"
+        " (SELECT array_agg(a.outcome::text ORDER BY a.lease_token) FROM leaseq.job_attempts a"
+        "   WHERE a.job_id = j.id)"
+        " FROM unnest(%s::bigint[]) WITH ORDINALITY AS x(id, n)"
+        " JOIN leaseq.jobs j ON j.id = x.id ORDER BY x.n",
+        (ids,),
+    ).fetchall()
+    return [tuple(r) for r in rows]
+
+
+def test_cancel_pipeline_cancels_what_the_cli_cancels_and_is_audited(
+    console_db: ConsoleDb, client_for
+) -> None:
+    keys = ["page-0", "page-1", "page-2", "merge", "embed"]
+    with leaseq.connect(console_db.owner_url, action="test") as conn:
+        q = leaseq.Queue(conn)
+        states = {}
+        for name in ("console", "cli"):
+            made = q.enqueue_graph(ocr_graph(3, name=name, queue=name))
+            first = q.claim([name], owner=f"w-{name}", lease_seconds=30, job_types=["page"])[0]
+            q.complete(first.lease, {"ok": True})
+            running = q.claim([name], owner=f"w-{name}", lease_seconds=30, job_types=["page"])[0]
+            states[name] = (made, running)
+    console_made, console_running = states["console"]
+    cli_made, cli_running = states["cli"]
+    client: TestClient = client_for(console_db.admin_url)
+    answer = post(
+        client, f"/pipelines/{console_made.pipeline_id}/cancel", {"reason": "user gave up"}
+    )
+    assert answer.status_code == 200, answer.text
+    assert "4 job(s) cancelled (1 of them running" in answer.text
+    with leaseq.connect(console_db.owner_url, action="test") as conn:
+        q = leaseq.Queue(conn)
+        done = q.cancel_pipeline(cli_made.pipeline_id, reason="user gave up")
+        assert (done.cancelled, done.running) == (4, 1)
+        # The same jobs in the same states, columns and attempt records as the CLI's cancel.
+        assert _state(conn, [console_made[k] for k in keys]) == _state(
+            conn, [cli_made[k] for k in keys]
+        )
+        # The running holder is fenced.
+        assert isinstance(q.complete(console_running.lease, {}), leaseq.Fenced)
+        a, b = (q.pipeline(m.pipeline_id) for m in (console_made, cli_made))
+        assert (a.succeeded, a.cancelled, a.finished) == (b.succeeded, b.cancelled, b.finished)
+        assert (a.succeeded, a.cancelled, a.finished) == (1, 4, True)
+        audit = conn.execute(
+            "SELECT actor, db_role, action, job_ids, asked, reason, filter"
+            " FROM leaseq.console_audit"
+        ).fetchall()
+    cancelled = sorted(console_made[k] for k in keys[1:])
+    assert audit == [
+        (
+            "local",
+            console_db.admin_role,
+            "cancel_pipeline",
+            cancelled,
+            4,
+            "user gave up",
+            {"pipeline_id": console_made.pipeline_id},
+        )
+    ]
+    shown = client.get("/audit").text
+    assert "cancel_pipeline" in shown and "4 of 4" in shown
+    after = client.get(f"/pipelines/{console_made.pipeline_id}").text
+    assert 'id="cancel-pipeline"' not in after and 'id="no-pipeline-jobs"' in after
+    del cli_running
+
+
+def test_a_read_only_role_is_refused_the_pipeline_cancel(console_db: ConsoleDb, client_for) -> None:
+    grant_readonly(console_db)
+    with leaseq.connect(console_db.owner_url, action="test") as conn:
+        made = leaseq.Queue(conn).enqueue_graph(ocr_graph(2))
+    client: TestClient = client_for(console_db.readonly_url)
+    page = client.get(f"/pipelines/{made.pipeline_id}").text
+    assert 'id="read-only"' in page
+    answer = post(client, f"/pipelines/{made.pipeline_id}/cancel", {"reason": "try"})
+    assert answer.status_code == 403, answer.text
+    assert "Refused by the database" in answer.text
+    assert "permission denied for function console_cancel_pipeline." in answer.text
+    with psycopg.connect(console_db.owner_url) as conn:
+        statuses = conn.execute(
+            "SELECT count(*) FILTER (WHERE status = 'cancelled') FROM leaseq.jobs"
+        ).fetchone()
+        assert statuses == (0,)
+        assert conn.execute("SELECT count(*) FROM leaseq.console_audit").fetchone() == (0,)
+        # The previous console role (the admin one) lost its EXECUTE with the re-grant.
+        kept = conn.execute(
+            "SELECT has_function_privilege(%s, 'leaseq.console_cancel_pipeline(bigint, text,"
+            " text)', 'EXECUTE')",
+            (console_db.admin_role,),
+        ).fetchone()
+        assert kept == (False,)
+
+
+def test_the_console_role_reads_but_cannot_write_pipelines(console_db: ConsoleDb) -> None:
+    with leaseq.connect(console_db.owner_url, action="test") as conn:
+        leaseq.Queue(conn).enqueue_graph(ocr_graph(1))
+    with psycopg.connect(console_db.admin_url) as conn:
+        assert conn.execute("SELECT count(*) FROM leaseq.job_deps").fetchone() == (2,)
+        for statement in (
+            "UPDATE leaseq.pipelines SET cancelled = 0",
+            "DELETE FROM leaseq.job_deps",
+        ):
+            try:
+                conn.execute(statement)
+            except psycopg.errors.InsufficientPrivilege:
+                conn.rollback()
+            else:
+                raise AssertionError(f"the console role could run {statement}")
+
+
+def test_a_reason_is_required_to_cancel_a_pipeline(console_db: ConsoleDb, client_for) -> None:
+    with leaseq.connect(console_db.owner_url, action="test") as conn:
+        made = leaseq.Queue(conn).enqueue_graph(ocr_graph(1))
+    client: TestClient = client_for(console_db.admin_url)
+    answer = post(client, f"/pipelines/{made.pipeline_id}/cancel", {"reason": " "})
+    assert answer.status_code == 400 and "say why" in answer.text
+
+
+def test_cancelling_an_unknown_pipeline_says_so(console_db: ConsoleDb, client_for) -> None:
+    client: TestClient = client_for(console_db.admin_url)
+    answer = post(client, "/pipelines/999999/cancel", {"reason": "typo"})
+    assert answer.status_code == 400 and "no pipeline 999999" in answer.text
+    assert "Traceback" not in answer.text
+    with psycopg.connect(console_db.owner_url) as conn:
+        assert conn.execute("SELECT count(*) FROM leaseq.console_audit").fetchone() == (0,)
+
+
+def test_cancel_a_waiting_job_from_its_page(console_db: ConsoleDb, client_for) -> None:
+    """As `leaseq cancel` does: the waiting job and its waiting descendants, audited."""
+    with leaseq.connect(console_db.owner_url, action="test") as conn:
+        made = leaseq.Queue(conn).enqueue_graph(ocr_graph(2))
+    client: TestClient = client_for(console_db.admin_url)
+    assert 'id="cancel-form"' in client.get(f"/jobs/{made['merge']}").text
+    answer = post(client, f"/jobs/{made['merge']}/cancel", {"reason": "not needed"})
+    assert "1 of 1 job(s) cancelled" in answer.text, answer.text
+    with leaseq.connect(console_db.owner_url, action="test") as conn:
+        q = leaseq.Queue(conn)
+        assert q.get(made["merge"]).status == "cancelled"
+        assert q.get(made["embed"]).status == "cancelled"  # its descendant, by the trigger
+        assert q.get(made["page-0"]).status == "pending"
+        audit = conn.execute("SELECT action, job_ids FROM leaseq.console_audit").fetchall()
+    assert audit == [("cancel", [made["merge"]])]
+    embed = client.get(f"/jobs/{made['embed']}").text
+    assert f'href="/jobs/{made["merge"]}"' in embed.split('id="cancelled-by"')[1].split("</td>")[0]

@@ -38,6 +38,28 @@ def test_overview_counts_a_small_queue(console_db: ConsoleDb, client_for) -> Non
     assert ">2</a>" in row  # dead
 
 
+def test_keyed_jobs_are_counted_and_cancellable_as_the_keyless_are(
+    console_db: ConsoleDb, client_for
+) -> None:
+    """Flow control keeps keyed jobs in their own claim index: the overview and the bulk
+    cancel read it too, and an aggregate's jobs behind its head are not ready."""
+    with leaseq.connect(console_db.owner_url, action="test") as conn:
+        q = leaseq.Queue(conn)
+        q.enqueue("tenants", "page", {})
+        for tenant in ("a", "b"):
+            q.enqueue("tenants", "page", {}, key=f"tenant-{tenant}")
+        q.enqueue("tenants", "page", {}, key="tenant-a", delay=3600)
+        for n in range(3):
+            q.enqueue("tenants", "page", {"n": n}, ordering_key="order-17")
+    client: TestClient = client_for(console_db.admin_url)
+    page = client.get("/").text
+    row = page[page.index('data-queue="tenants"') :].split("</tr>")[0]
+    cells = [c.split(">", 1)[1].split("<")[0] for c in row.split('<td class="n')[1:]]
+    assert cells[:2] == ["4", "1"], row  # ready (1 keyless, 2 keyed, the head), scheduled
+    preview = client.get("/cancel", params={"queue": "tenants", "job_type": "page"}).text
+    assert "<strong>5</strong> pending job(s) match" in preview, preview
+
+
 def test_counts_stop_at_the_cap(console_db: ConsoleDb, client_for) -> None:
     with leaseq.connect(console_db.owner_url, action="test") as conn:
         conn.execute(

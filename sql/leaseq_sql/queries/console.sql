@@ -19,13 +19,27 @@ SELECT session_user::text AS role,
        greatest((SELECT c.reltuples FROM pg_class c WHERE c.oid = 'leaseq.jobs'::regclass), 0)::bigint AS jobs_estimate;
 
 -- name: console_queues
--- The queues that have pending, running, dead or waiting jobs, a worker or a schedule (at most %(limit)s): a skip scan over the pending and dead indexes, one probe per queue.
+-- The queues that have pending, running, dead or waiting jobs, a worker or a schedule (at most %(limit)s): a skip scan over the keyless and keyed claim indexes and the dead index, one probe per queue.
 WITH RECURSIVE pending AS (
-    (SELECT j.queue FROM leaseq.jobs j WHERE j.status = 'pending' ORDER BY j.queue LIMIT 1)
+    (SELECT j.queue FROM leaseq.jobs j
+      WHERE j.status = 'pending' AND j.key IS NULL AND NOT j.ordering_waiting
+      ORDER BY j.queue LIMIT 1)
     UNION ALL
     SELECT (SELECT j.queue FROM leaseq.jobs j
-             WHERE j.status = 'pending' AND j.queue > p.queue ORDER BY j.queue LIMIT 1)
+             WHERE j.status = 'pending' AND j.key IS NULL AND NOT j.ordering_waiting
+               AND j.queue > p.queue ORDER BY j.queue LIMIT 1)
       FROM pending p WHERE p.queue IS NOT NULL
+),
+-- Keyed jobs (flow control) are in their own claim index, jobs_key_claim_idx.
+keyed AS (
+    (SELECT j.queue FROM leaseq.jobs j
+      WHERE j.status = 'pending' AND j.key IS NOT NULL AND NOT j.ordering_waiting
+      ORDER BY j.queue LIMIT 1)
+    UNION ALL
+    SELECT (SELECT j.queue FROM leaseq.jobs j
+             WHERE j.status = 'pending' AND j.key IS NOT NULL AND NOT j.ordering_waiting
+               AND j.queue > k.queue ORDER BY j.queue LIMIT 1)
+      FROM keyed k WHERE k.queue IS NOT NULL
 ),
 dead AS (
     (SELECT j.queue FROM leaseq.jobs j WHERE j.status = 'dead' ORDER BY j.queue LIMIT 1)
@@ -46,6 +60,7 @@ waiting AS (
 )
 SELECT queue FROM (
     SELECT queue FROM (SELECT queue FROM pending LIMIT %(limit)s) p
+    UNION SELECT queue FROM (SELECT queue FROM keyed LIMIT %(limit)s) k
     UNION SELECT queue FROM (SELECT queue FROM dead LIMIT %(limit)s) d
     UNION SELECT queue FROM (SELECT queue FROM waiting LIMIT %(limit)s) w
     -- Running jobs are at most the workers' total concurrency.
@@ -58,14 +73,16 @@ SELECT queue FROM (
  LIMIT %(limit)s;
 
 -- name: console_queue_panel
--- One queue's overview: ready, scheduled, dead and waiting jobs (waiting: a range of jobs_waiting_idx), each counted up to %(cap)s + 1 (more shows as "cap+"), ready and scheduled as ranges of the claim index per priority; running jobs and the oldest heartbeat (bounded by the workers' concurrency); the oldest ready age (one probe per priority); live workers.
+-- One queue's overview: ready, scheduled, dead and waiting jobs (waiting: a range of jobs_waiting_idx), each counted up to %(cap)s + 1 (more shows as "cap+"), ready and scheduled as ranges of the keyless claim index per priority plus a capped range of the keyed one (flow control; an aggregate's jobs behind its head are not ready); running jobs and the oldest heartbeat (bounded by the workers' concurrency); the oldest ready age (one probe per priority); live workers.
 WITH RECURSIVE t AS (SELECT coalesce(%(now)s::timestamptz, now()) AS now),
 priorities AS (
     (SELECT j.priority FROM leaseq.jobs j
-      WHERE j.status = 'pending' AND j.queue = %(queue)s ORDER BY j.priority LIMIT 1)
+      WHERE j.status = 'pending' AND j.key IS NULL AND NOT j.ordering_waiting
+        AND j.queue = %(queue)s ORDER BY j.priority LIMIT 1)
     UNION ALL
     SELECT (SELECT j.priority FROM leaseq.jobs j
-             WHERE j.status = 'pending' AND j.queue = %(queue)s AND j.priority > p.priority
+             WHERE j.status = 'pending' AND j.key IS NULL AND NOT j.ordering_waiting
+               AND j.queue = %(queue)s AND j.priority > p.priority
              ORDER BY j.priority LIMIT 1)
       FROM priorities p WHERE p.priority IS NOT NULL
 ),
@@ -76,7 +93,8 @@ ready AS (
     SELECT count(*) AS ready FROM (
         SELECT 1 FROM levels p CROSS JOIN LATERAL (
             SELECT 1 FROM leaseq.jobs j
-             WHERE j.status = 'pending' AND j.queue = %(queue)s AND j.priority = p.priority
+             WHERE j.status = 'pending' AND j.key IS NULL AND NOT j.ordering_waiting
+               AND j.queue = %(queue)s AND j.priority = p.priority
                AND j.available_at <= (SELECT now FROM t)
              LIMIT %(cap)s + 1) x
         LIMIT %(cap)s + 1) s
@@ -85,7 +103,8 @@ scheduled AS (
     SELECT count(*) AS scheduled FROM (
         SELECT 1 FROM levels p CROSS JOIN LATERAL (
             SELECT 1 FROM leaseq.jobs j
-             WHERE j.status = 'pending' AND j.queue = %(queue)s AND j.priority = p.priority
+             WHERE j.status = 'pending' AND j.key IS NULL AND NOT j.ordering_waiting
+               AND j.queue = %(queue)s AND j.priority = p.priority
                AND j.available_at > (SELECT now FROM t)
              LIMIT %(cap)s + 1) x
         LIMIT %(cap)s + 1) s
@@ -95,9 +114,21 @@ oldest AS (
       FROM levels p
       CROSS JOIN LATERAL (
           SELECT j.available_at FROM leaseq.jobs j
-           WHERE j.status = 'pending' AND j.queue = %(queue)s AND j.priority = p.priority
+           WHERE j.status = 'pending' AND j.key IS NULL AND NOT j.ordering_waiting
+             AND j.queue = %(queue)s AND j.priority = p.priority
            ORDER BY j.available_at LIMIT 1) f
      WHERE f.available_at <= (SELECT now FROM t)
+),
+-- Keyed jobs: the first %(cap)s + 1 of the queue's range of jobs_key_claim_idx, in key order;
+-- their oldest ready age is the oldest among those (exact below the cap).
+keyed AS (
+    SELECT count(*) FILTER (WHERE k.available_at <= (SELECT now FROM t)) AS ready,
+           count(*) FILTER (WHERE k.available_at > (SELECT now FROM t)) AS scheduled,
+           min(k.available_at) FILTER (WHERE k.available_at <= (SELECT now FROM t)) AS oldest
+      FROM (SELECT j.available_at FROM leaseq.jobs j
+             WHERE j.status = 'pending' AND j.key IS NOT NULL AND NOT j.ordering_waiting
+               AND j.queue = %(queue)s
+             LIMIT %(cap)s + 1) k
 ),
 running AS (
     SELECT count(*) AS running, min(j.heartbeat_at) AS oldest_heartbeat
@@ -122,11 +153,13 @@ live AS (
      WHERE %(queue)s = ANY(w.queues)
        AND w.heartbeat_at > (SELECT now FROM t) - make_interval(secs => %(live_seconds)s)
 )
-SELECT %(queue)s::text AS queue, r.ready, s.scheduled, x.running, d.dead, w.waiting,
-       extract(epoch FROM (SELECT now FROM t) - o.available_at)::float8 AS oldest_ready_age,
+SELECT %(queue)s::text AS queue, least(r.ready + k.ready, %(cap)s + 1) AS ready,
+       least(s.scheduled + k.scheduled, %(cap)s + 1) AS scheduled, x.running, d.dead, w.waiting,
+       extract(epoch FROM (SELECT now FROM t) - least(o.available_at, k.oldest))::float8
+           AS oldest_ready_age,
        extract(epoch FROM (SELECT now FROM t) - x.oldest_heartbeat)::float8 AS oldest_heartbeat_age,
        l.workers, l.in_flight
-  FROM ready r, scheduled s, oldest o, running x, dead d, waiting w, live l;
+  FROM ready r, scheduled s, oldest o, keyed k, running x, dead d, waiting w, live l;
 
 -- name: console_id_bounds
 -- The lowest and highest job id in the hot table (two index probes).
@@ -224,13 +257,23 @@ SELECT count(*) FILTER (WHERE (%(job_type)s::text IS NULL OR r.job_type = %(job_
   FROM recent r;
 
 -- name: console_pending
--- Pending jobs of one queue (at most %(scan)s looked at, in claim order) that match the type filter: at most %(limit)s ids, with how many matched and how many were looked at.
+-- Pending jobs of one queue (at most %(scan)s looked at: keyless ones in claim order, then keyed ones in key order) that match the type filter: at most %(limit)s ids, with how many matched and how many were looked at.
 WITH recent AS (
-    SELECT j.id, j.job_type
-      FROM leaseq.jobs j
-     WHERE j.status = 'pending' AND j.queue = %(queue)s
-     ORDER BY j.priority, j.available_at, j.id
-     LIMIT %(scan)s
+    SELECT x.id, x.job_type FROM (
+        (SELECT j.id, j.job_type
+           FROM leaseq.jobs j
+          WHERE j.status = 'pending' AND j.key IS NULL AND NOT j.ordering_waiting
+            AND j.queue = %(queue)s
+          ORDER BY j.priority, j.available_at, j.id
+          LIMIT %(scan)s)
+        UNION ALL
+        (SELECT j.id, j.job_type
+           FROM leaseq.jobs j
+          WHERE j.status = 'pending' AND j.key IS NOT NULL AND NOT j.ordering_waiting
+            AND j.queue = %(queue)s
+          LIMIT %(scan)s)
+    ) x
+    LIMIT %(scan)s
 ),
 matching AS (
     SELECT r.id FROM recent r WHERE %(job_type)s::text IS NULL OR r.job_type = %(job_type)s

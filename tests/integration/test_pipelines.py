@@ -96,6 +96,17 @@ def test_a_waiter_on_a_job_after_parents_is_woken_when_it_finishes(
         done.join()
 
 
+@pytest.mark.parametrize("field", ["key", "ordering_key"])
+def test_a_flow_key_with_after_is_refused_not_dropped(
+    face: Face, queue: leaseq.Queue, field: str
+) -> None:
+    parent = face.call("enqueue", "q", "split").job_id
+    with pytest.raises(leaseq.InvalidJob, match=f"invalid {field}: cannot be combined with after="):
+        face.call("enqueue", "q", "merge", after=[parent], **{field: "tenant-1"})
+    with psycopg.connect(face.url) as c:
+        assert c.execute("SELECT count(*) FROM leaseq.jobs").fetchone() == (1,)
+
+
 def test_a_parent_given_by_id_must_exist_and_be_able_to_succeed(
     face: Face, queue: leaseq.Queue
 ) -> None:

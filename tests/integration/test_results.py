@@ -491,3 +491,11 @@ def test_only_a_flagged_job_runs_the_completion_trigger(
     assert row is not None
     assert int(row[0]) == (1 if wait else 0)
     assert queue.get(job.job_id).status == leaseq.JobStatus.SUCCEEDED
+
+
+def test_both_faces_enqueue_flow_keys(face: Face) -> None:
+    """The asyncio face takes key and ordering_key as the sync face does."""
+    job = face.call("enqueue", "q", "t", key="tenant-42", ordering_key="order-17")
+    with psycopg.connect(face.url) as c:
+        row = c.execute("SELECT key, ordering_key FROM leaseq.jobs WHERE id = %s", (job.job_id,))
+        assert row.fetchone() == ("tenant-42", "order-17")

@@ -64,6 +64,8 @@ class AsyncQueue:
         idempotency_key: str | None = None,
         dedup_key: str | None = None,
         wait: bool = False,
+        key: str | None = None,
+        ordering_key: str | None = None,
         after: Iterable[int | Dep] | None = None,
         when: After = After.SUCCEEDED,
         conn: AsyncConn | None = None,
@@ -81,6 +83,8 @@ class AsyncQueue:
             idempotency_key,
             dedup_key,
             wait,
+            key,
+            ordering_key,
         )
         if after:
             plan = single_plan(spec, after, when)

@@ -214,11 +214,19 @@ def checked_plan(graph: Graph) -> Plan:
 
 def single_plan(spec: JobSpec, after: Iterable[int | Dep], when: After) -> Plan:
     """The one-node plan of ``enqueue(..., after=...)``; dedup keys are refused (a waiting
-    job is outside the dedup index)."""
+    job is outside the dedup index), and so are flow-control keys (pipelines do not carry
+    them yet: refused rather than dropped)."""
     if spec.dedup_key is not None:
         raise InvalidJob(
             "dedup_key", "cannot be combined with after= (a waiting job is not deduplicated)"
         )
+    for field, value in (("key", spec.key), ("ordering_key", spec.ordering_key)):
+        if value is not None:
+            raise InvalidJob(
+                field,
+                "cannot be combined with after= yet (a pipeline's jobs take no flow "
+                "control); enqueue it without after=, or without the key",
+            )
     graph = Graph(f"{spec.job_type} after {len(list(after))} job(s)")
     graph.add(
         spec.queue,

@@ -55,8 +55,9 @@ def _flow_history(url: str) -> None:
         q = leaseq.Queue(conn)
         q.enqueue_many(specs)
         assert len(q.claim([FH], "plans", limit=50)) == 2, "the hot key runs at its limit"
-        for head in q.claim([FO], "plans", limit=BLOCKED):
-            q.fail(head.lease, "poison", retryable=False)
+        for _ in range(0, BLOCKED, 50):
+            for head in q.claim([FO], "plans", limit=50):
+                q.fail(head.lease, "poison", retryable=False)
         blocked = conn.execute(
             "SELECT count(*) FROM leaseq.flow_aggregates WHERE blocked_by IS NOT NULL"
         ).fetchone()

@@ -1,7 +1,9 @@
 """Every console statement EXPLAINed (ANALYZE, BUFFERS) against a generated history of
 2,000,000 jobs and their attempts (about 60,000 of them in pipelines, one waiting for 5,000
-parents), as the console's own role: no sequential scan of the jobs
-or attempt tables, and a budget of buffers per statement. A test of plans, not of times."""
+parents) and keyed work under flow control (FLOW_KEYS keys, a hot saturated key with
+HOT_READY ready jobs, BLOCKED aggregates blocked by a dead head), as the console's own role: no
+sequential scan of the jobs, attempt or flow tables, and a budget of buffers per statement.
+A test of plans, not of times."""
 
 from __future__ import annotations
 
@@ -26,7 +28,43 @@ JOBS = 2_000_000
 #: Shared buffers (8 kB pages, hit or read) one statement may touch: 3000 is 24 MB.
 BUDGET = 3000
 # The history tables are empty here (no partitions yet), so their plans mean nothing.
-WATCHED = ("jobs", "job_attempts", "job_deps", "pipelines")
+WATCHED = ("jobs", "job_attempts", "job_deps", "pipelines", "flow_keys", "flow_slots",
+           "flow_aggregates")  # fmt: skip
+#: Flow control's part of the history: keys with work in queue FQ (two jobs each), a hot key
+#: in FH limited to 2 with both units held and HOT_READY more ready, BLOCKED aggregates in queue
+#: FO whose head is dead (2 jobs behind each).
+FQ, FO, FH = "flowq", "flowo", "flowh"
+FLOW_KEYS = 300
+HOT_READY = 3000
+BLOCKED = 150
+
+
+def _flow_history(url: str) -> None:
+    specs = [leaseq.JobSpec(FH, "t", key="hot") for _ in range(HOT_READY + 2)]
+    specs += [
+        leaseq.JobSpec(FQ, "t", key=f"tenant-{n:04d}") for n in range(FLOW_KEYS) for _ in "ab"
+    ]
+    specs += [
+        leaseq.JobSpec(FO, "t", {"n": n}, ordering_key=f"order-{a:04d}")
+        for a in range(BLOCKED) for n in range(3)
+    ]  # fmt: skip
+    with leaseq.connect(url, action="test") as conn:
+        flow = leaseq.FlowControl(conn)
+        flow.set_limit(FH, "hot", max_running=2, per_second=100.0, burst=10.0)
+        flow.set_limit(FQ, "tenant-*", max_running=4, weight=2.0)
+        q = leaseq.Queue(conn)
+        q.enqueue_many(specs)
+        assert len(q.claim([FH], "plans", limit=50)) == 2, "the hot key runs at its limit"
+        for _ in range(0, BLOCKED, 50):
+            for head in q.claim([FO], "plans", limit=50):
+                q.fail(head.lease, "poison", retryable=False)
+        blocked = conn.execute(
+            "SELECT count(*) FROM leaseq.flow_aggregates WHERE blocked_by IS NOT NULL"
+        ).fetchone()
+        assert blocked is not None and blocked[0] == BLOCKED
+    with psycopg.connect(url, autocommit=True) as conn:
+        for table in ("jobs", "flow_keys", "flow_slots", "flow_aggregates", "flow_limits"):
+            conn.execute(f"VACUUM (ANALYZE) leaseq.{table}".encode())
 
 
 def _params(conn: psycopg.Connection[Any]) -> dict[str, dict[str, Any]]:
@@ -55,6 +93,10 @@ def _params(conn: psycopg.Connection[Any]) -> dict[str, dict[str, Any]]:
     }  # fmt: skip
     dead = {"queue": None, "job_type": None, "error_code": None, "limit": 100, "scan": 10000}
     action = {"ids": [dead_id], "actor": "plan-test", "reason": "plan", "filter": None}
+    flow = {
+        "queue": None, "after_queue": "", "after_key": "", "limit": 101, "cap": 1000,
+        "now": None,
+    }  # fmt: skip
     return {
         "console_bounds": {"ms": 5000},
         "console_role": {},
@@ -97,6 +139,22 @@ def _params(conn: psycopg.Connection[Any]) -> dict[str, dict[str, Any]]:
         "console_pipeline_jobs/all finished": {"id": 1, "after": 0, "limit": 101},
         "console_pipeline_jobs": {"id": open_pipeline, "after": 0, "limit": 101},
         "console_cancel_pipeline": {"id": open_pipeline, "actor": "plan-test", "reason": "plan"},
+        "console_flow_limits": flow,
+        "console_flow_limits/queue": {**flow, "queue": FQ},
+        "console_flow_keys": flow,
+        "console_flow_keys/queue, second page": {
+            **flow,
+            "queue": FQ,
+            "after_queue": FQ,
+            "after_key": "tenant-0100",
+        },
+        "console_flow_blocked": flow,
+        "console_flow_blocked/queue, second page": {
+            **flow,
+            "queue": FO,
+            "after_queue": FO,
+            "after_key": "order-0100",
+        },
     }
 
 
@@ -115,6 +173,7 @@ def big_history(server_url: str, template_db: str) -> Any:
     url = make_conninfo(server_url, dbname=name)
     try:
         generate_history(url, JOBS)
+        _flow_history(url)
         with login_roles(url, "console") as roles:
             with leaseq.connect(url, action="test") as conn:
                 leaseq.migrate(conn, console=ConsoleRole(roles.names["console"], admin=True))

@@ -392,3 +392,62 @@ SELECT cancelled, running FROM leaseq.console_cancel_pipeline(%(id)s, %(actor)s,
 -- name: console_grants_apply
 -- Grants the console's database role read access and, with admin, the console's three admin functions (revoking everything from the previous console roles first; NULL role: revoke only); returns every statement run.
 SELECT statement FROM leaseq.apply_console_grants(%(role)s, %(admin)s) AS statement;
+
+-- name: console_flow_limits
+-- A keyset page of flow limits (key or pattern, max running, rate, burst, weight) in (queue, key_pattern) order after (%(after_queue)s, %(after_key)s), of queue %(queue)s (all when NULL), at most %(limit)s: a range of the primary key.
+SELECT l.queue, l.key_pattern, l.max_running, l.per_second, l.burst, l.weight, l.updated_at
+  FROM leaseq.flow_limits l
+ WHERE (l.queue, l.key_pattern) > (%(after_queue)s::text, %(after_key)s::text)
+   AND (%(queue)s::text IS NULL OR l.queue = %(queue)s::text)
+ ORDER BY l.queue, l.key_pattern
+ LIMIT %(limit)s;
+
+-- name: console_flow_keys
+-- A keyset page of keys with work in (queue, key) order after (%(after_queue)s, %(after_key)s), of queue %(queue)s (all when NULL), at most %(limit)s: units held (running) and free from the key's slot rows (at most its limit), running jobs of an unlimited key and ready jobs counted up to %(cap)s + 1 (capped, never exact over jobs), saturated when a limited key has no free unit.
+WITH t AS (SELECT coalesce(%(now)s::timestamptz, now()) AS now)
+SELECT k.queue, k.key, k.max_running, k.weight, k.vtime, k.rated, k.paused_until,
+       s.held, s.free,
+       CASE WHEN k.max_running IS NULL
+            THEN (SELECT count(*) FROM (
+                      SELECT 1 FROM leaseq.jobs j
+                       WHERE j.queue = k.queue AND j.key = k.key AND j.key IS NOT NULL
+                         AND j.status = 'running'
+                       LIMIT %(cap)s + 1) r)
+            ELSE s.held END AS running,
+       (SELECT count(*) FROM (
+            SELECT 1 FROM leaseq.jobs j
+             WHERE j.queue = k.queue AND j.key = k.key AND j.key IS NOT NULL
+               AND j.status = 'pending' AND NOT j.ordering_waiting AND j.available_at <= t.now
+             LIMIT %(cap)s + 1) p) AS ready,
+       (k.max_running IS NOT NULL AND s.free = 0) AS saturated
+  FROM leaseq.flow_keys k
+  CROSS JOIN t
+  CROSS JOIN LATERAL (
+      SELECT count(*) FILTER (WHERE x.job_id IS NOT NULL) AS held,
+             count(*) FILTER (WHERE x.job_id IS NULL AND NOT x.retired) AS free
+        FROM leaseq.flow_slots x
+       WHERE x.queue = k.queue AND x.key = k.key
+  ) s
+ WHERE k.active
+   AND (k.queue, k.key) > (%(after_queue)s::text, %(after_key)s::text)
+   AND (%(queue)s::text IS NULL OR k.queue = %(queue)s::text)
+ ORDER BY k.queue, k.key
+ LIMIT %(limit)s;
+
+-- name: console_flow_blocked
+-- A keyset page of aggregates blocked by a dead head in (queue, ordering_key) order after (%(after_queue)s, %(after_key)s), of queue %(queue)s (all when NULL), at most %(limit)s (a range of flow_aggregates_blocked_key_idx): the head's id, type and status (NULL when pruned), since when, and the jobs waiting behind it counted up to %(cap)s + 1 through jobs_ordering_idx.
+SELECT a.queue, a.ordering_key, a.blocked_by AS head, a.blocked_at,
+       h.job_type AS head_type, h.status::text AS head_status,
+       (SELECT count(*) FROM (
+            SELECT 1 FROM leaseq.jobs j
+             WHERE j.queue = a.queue AND j.ordering_key = a.ordering_key
+               AND j.ordering_key IS NOT NULL AND j.status IN ('pending', 'running')
+               AND j.ordering_waiting
+             LIMIT %(cap)s + 1) w) AS waiting
+  FROM leaseq.flow_aggregates a
+  LEFT JOIN leaseq.jobs h ON h.id = a.blocked_by
+ WHERE a.blocked_by IS NOT NULL
+   AND (a.queue, a.ordering_key) > (%(after_queue)s::text, %(after_key)s::text)
+   AND (%(queue)s::text IS NULL OR a.queue = %(queue)s::text)
+ ORDER BY a.queue, a.ordering_key
+ LIMIT %(limit)s;

@@ -399,6 +399,39 @@ def create_app(
             {"rows": rows, "older": older_href, "unfinished": unfinished},
         )
 
+    def flow(request: Request) -> Response:
+        q = request.query_params
+        queue = _blank(q.get("queue"))
+
+        def cursor(prefix: str) -> tuple[str, str] | None:
+            after_queue = q.get(prefix + "q")
+            return None if after_queue is None else (after_queue, q.get(prefix + "k", ""))
+
+        page = console.flow(
+            queue=queue,
+            limits_after=cursor("l"),
+            keys_after=cursor("k"),
+            blocked_after=cursor("b"),
+        )
+
+        def next_href(prefix: str, nxt: tuple[str, str] | None) -> str | None:
+            if nxt is None:
+                return None
+            kept = {k: v for k, v in q.items() if k not in {prefix + "q", prefix + "k"}}
+            return "?" + urlencode({**kept, prefix + "q": nxt[0], prefix + "k": nxt[1]})
+
+        return render(
+            request,
+            "flow.html",
+            {
+                "flow": page,
+                "queue": queue,
+                "limits_next": next_href("l", page.limits.next_after),
+                "keys_next": next_href("k", page.keys.next_after),
+                "blocked_next": next_href("b", page.blocked.next_after),
+            },
+        )
+
     def pipeline(request: Request) -> Response:
         pipeline_id = int(request.path_params["pipeline_id"])
         row, jobs = console.pipeline(
@@ -605,6 +638,7 @@ def create_app(
         Route("/pipelines", pipelines),
         Route("/pipelines/{pipeline_id:int}", pipeline),
         Route("/pipelines/{pipeline_id:int}/cancel", pipeline_cancel, methods=["POST"]),
+        Route("/flow", flow),
         Route("/workers", workers),
         Route("/pools", worker_pools),
         Route("/schedules", schedules),

@@ -132,6 +132,35 @@ class PipelineJobs:
     next_after: int | None
 
 
+#: Jobs counted per flow key (ready, running of an unlimited key) or blocked aggregate
+#: (waiting behind its head) before the count shows as ``N+``.
+FLOW_CAP = 1000
+
+#: A keyset cursor over flow rows: (queue, key or pattern or ordering key).
+FlowCursor = tuple[str, str]
+
+
+@dataclass(frozen=True)
+class FlowList:
+    """One keyset page of flow rows in (queue, key) order after ``after``, and the cursor of
+    the next page (None: this was the last)."""
+
+    rows: list[Row]
+    after: FlowCursor | None
+    next_after: FlowCursor | None
+
+
+@dataclass(frozen=True)
+class FlowPage:
+    """What the Flow page shows: limits, keys with work (``running``/``ready`` as
+    :class:`Count`, ``saturated`` when a limited key has no free unit) and aggregates
+    blocked by a dead head (``waiting`` as :class:`Count`)."""
+
+    limits: FlowList
+    keys: FlowList
+    blocked: FlowList
+
+
 @dataclass(frozen=True)
 class BulkSelection:
     """The jobs a bulk action would change: matched among ``scanned`` looked at (``capped``:
@@ -423,6 +452,50 @@ class Console:
                 c, pipeline_id=pipeline_id, actor=actor, reason=reason
             )
         return int(row["cancelled"]), int(row["running"])
+
+    def flow(
+        self,
+        *,
+        queue: str | None = None,
+        limits_after: FlowCursor | None = None,
+        keys_after: FlowCursor | None = None,
+        blocked_after: FlowCursor | None = None,
+        limit: int = 100,
+        now: datetime | None = None,
+    ) -> FlowPage:
+        """Flow control, read-only: one keyset page each of the limits, the keys with work
+        and the blocked aggregates (of ``queue``, or all), in one transaction. Counts over
+        jobs stop at :data:`FLOW_CAP`."""
+        validation.at_least("limit", limit, 1)
+
+        def params(after: FlowCursor | None) -> dict[str, Any]:
+            q, k = after or ("", "")
+            return {
+                "queue": queue, "after_queue": q, "after_key": k, "limit": limit + 1,
+                "cap": FLOW_CAP, "now": now,
+            }  # fmt: skip
+
+        def page(rows: list[Row], after: FlowCursor | None, column: str) -> FlowList:
+            if len(rows) > limit:
+                last = rows[limit - 1]
+                return FlowList(rows[:limit], after, (str(last["queue"]), str(last[column])))
+            return FlowList(rows, after, None)
+
+        with self._tx("console: flow") as c:
+            self._store.console_bounds(c, seconds=self._timeout)
+            limits = self._store.console_flow_limits(c, params(limits_after))
+            keys = self._store.console_flow_keys(c, params(keys_after))
+            blocked = self._store.console_flow_blocked(c, params(blocked_after))
+        for row in keys:
+            row["ready"] = Count.of(int(row["ready"]), FLOW_CAP)
+            row["running"] = Count.of(int(row["running"]), FLOW_CAP)
+        for row in blocked:
+            row["waiting"] = Count.of(int(row["waiting"]), FLOW_CAP)
+        return FlowPage(
+            page(limits, limits_after, "key_pattern"),
+            page(keys, keys_after, "key"),
+            page(blocked, blocked_after, "ordering_key"),
+        )
 
     def workers(self, *, limit: int = 500, now: datetime | None = None) -> list[Row]:
         with self._tx("console: workers") as c:

@@ -149,6 +149,15 @@ class ConsoleStore(Store):
         rows = self._dicts(conn, "console_cancel_pipeline", params, "console: cancel pipeline")
         return dict(rows[0])
 
+    def console_flow_limits(self, conn: Conn, params: Mapping[str, Any]) -> list[Row]:
+        return _rows(self._dicts(conn, "console_flow_limits", params, "console: flow limits"))
+
+    def console_flow_keys(self, conn: Conn, params: Mapping[str, Any]) -> list[Row]:
+        return _rows(self._dicts(conn, "console_flow_keys", params, "console: flow keys"))
+
+    def console_flow_blocked(self, conn: Conn, params: Mapping[str, Any]) -> list[Row]:
+        return _rows(self._dicts(conn, "console_flow_blocked", params, "console: flow blocked"))
+
     def console_grants_apply(self, conn: Conn, *, role: str | None, admin: bool) -> list[str]:
         params = {"role": role, "admin": admin}
         rows = self._dicts(conn, "console_grants_apply", params, "grant console")

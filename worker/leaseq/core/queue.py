@@ -567,12 +567,10 @@ class Queue:
             room = limit - len(got)
             if room <= 0:
                 break
+            found = self._store.job_claim(c, limit=room, keyed=keyed, **args)
             if keyed:
-                found = self._store.job_claim_keyed(c, limit=room, **args)
                 with self._lock:
                     self._keyed_seen = bool(found)
-            else:
-                found = self._store.job_claim(c, limit=room, **args)
             got += found
         return got
 

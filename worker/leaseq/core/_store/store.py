@@ -251,39 +251,13 @@ class Store:
         claim_id: UUID,
         job_types: Sequence[str] | None = None,
         now: datetime | None = None,
+        keyed: bool = False,
     ) -> list[ClaimedJob]:
+        """Keyless ready jobs (job_claim), or with ``keyed`` jobs of flow-control keys, each
+        within its key's limit (job_claim_keyed, flow.sql)."""
         rows = self._dicts(
             conn,
-            "job_claim",
-            {
-                "queues": list(queues),
-                "job_types": None if job_types is None else list(job_types),
-                "owner": owner,
-                "limit": limit,
-                "lease_seconds": lease_seconds,
-                "claim_id": claim_id,
-                "now": now,
-            },
-            "claim",
-        )
-        return _claimed(rows, owner)
-
-    def job_claim_keyed(
-        self,
-        conn: Conn,
-        *,
-        queues: Sequence[str],
-        owner: str,
-        limit: int,
-        lease_seconds: float,
-        claim_id: UUID,
-        job_types: Sequence[str] | None = None,
-        now: datetime | None = None,
-    ) -> list[ClaimedJob]:
-        """Keyed jobs, at most one per key, each within its key's limit (flow.sql)."""
-        rows = self._dicts(
-            conn,
-            "job_claim_keyed",
+            "job_claim_keyed" if keyed else "job_claim",
             {
                 "queues": list(queues),
                 "job_types": None if job_types is None else list(job_types),

@@ -6,7 +6,6 @@ its limit, and no unit leaks."""
 from __future__ import annotations
 
 import signal
-import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -58,7 +57,6 @@ def test_sigkill_and_stale_workers_keep_key_limits(
     wait_for(lambda: running("b") >= 1, "worker b to hold units")
     workers["b"].proc.send_signal(signal.SIGSTOP)
     wait_for(lambda: running("b") == 0, "worker b's jobs to be reaped", timeout=30)
-    time.sleep(0.5)  # let c take them (no condition to poll: b is frozen on purpose)
     # When b's leases were reaped: b's calls will rewrite those attempts as `fenced`.
     reaped_at = {
         (int(job), int(token)): at  # type: ignore[call-overload]
@@ -67,6 +65,12 @@ def test_sigkill_and_stale_workers_keep_key_limits(
             " WHERE worker = 'b' AND outcome = 'lease_expired'"
         ).fetchall()
     }
+    # Before b wakes, another worker has taken each of its jobs (a newer token).
+    wait_for(
+        lambda: all(queue.get(job).lease_token > token for job, token in reaped_at),
+        "b's reaped jobs claimed again by the others",
+        60,
+    )
     workers["b"].proc.send_signal(signal.SIGCONT)
     wait_for(
         lambda: all(queue.get(i).status == "succeeded" for i in ids), "every job to succeed", 120

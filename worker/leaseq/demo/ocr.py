@@ -12,21 +12,12 @@ per document. Exit status 1 if one of these broke.
 
 from __future__ import annotations
 
-import logging
-import os
-import secrets
 import signal
-import subprocess
-import sys
-import tempfile
-import threading
 import time
-from pathlib import Path
 
 import leaseq
 from leaseq.core.errors import ConfigError
-from leaseq.demo.embedded import EmbeddedPostgres
-from leaseq.demo.run import stop_processes
+from leaseq.demo.harness import Harness, with_server
 from leaseq.examples import pages
 
 APP = "leaseq.examples.ocr:registry"
@@ -39,47 +30,16 @@ def squeeze(text: str) -> str:
     return "".join(text.split())
 
 
-class OcrDemo:
+class OcrDemo(Harness):
     def __init__(self, url: str, documents: int, pages_per_document: int) -> None:
-        self.url = url
-        self.queue_name = f"ocr-demo-{secrets.token_hex(3)}"
-        self.workdir = Path(tempfile.mkdtemp(prefix="leaseq-ocr-demo-"))
+        super().__init__(
+            url, "ocr-demo", APP,
+            worker_args=["--lease-seconds", str(LEASE_SECONDS),
+                         "--heartbeat-seconds", str(LEASE_SECONDS / 5)],
+            spawn_note=" (loads the OCR model once, then claims)",
+        )  # fmt: skip
         self.documents = documents
         self.pages = pages_per_document
-        self.procs: dict[str, subprocess.Popen[bytes]] = {}
-        self.killed: list[int] = []
-        self.start = time.monotonic()
-        self._stop = threading.Event()
-
-    def say(self, text: str) -> None:
-        print(f"[{time.monotonic() - self.start:6.1f}s] {text}", flush=True)
-
-    def spawn(self, key: str) -> None:
-        name = f"{self.queue_name}-{key}"
-        cmd = [
-            sys.executable, "-m", "leaseq.cli", "worker",
-            "--app", APP,
-            "--queue", self.queue_name,
-            "--lease-seconds", str(LEASE_SECONDS),
-            "--heartbeat-seconds", str(LEASE_SECONDS / 5),
-            "--poll-seconds", "1",
-            "--worker-id", name,
-            "--metrics-port", "0",
-            "--log-format", "json",
-        ]  # fmt: skip
-        env = {**os.environ, "LEASEQ_DATABASE_URL": self.url}
-        with (self.workdir / f"{key}.log").open("wb") as out:
-            self.procs[key] = subprocess.Popen(
-                cmd, env=env, stdout=out, stderr=subprocess.STDOUT, cwd=self.workdir
-            )
-        self.say(f"started worker {name} (loads the OCR model once, then claims)")
-
-    def reap_loop(self) -> None:
-        with leaseq.connect(self.url, action="reap") as conn:
-            queue = leaseq.Queue(conn, retry=leaseq.RetryPolicy(base_seconds=0.5, cap_seconds=2))
-            while not self._stop.wait(0.5):
-                for job in queue.reap():
-                    self.say(f"reaper: job {job.job_id}'s lease expired -> {job.status}")
 
     def run(self) -> int:
         with leaseq.connect(self.url, action="demo") as conn:
@@ -97,16 +57,12 @@ class OcrDemo:
                 f"enqueued {self.documents} documents of {self.pages} rendered pages, and "
                 f"document {broken} whose page is not an image"
             )
-            reaper = threading.Thread(target=self.reap_loop, daemon=True)
-            reaper.start()
-            try:
-                self.spawn("w1")
-                self.spawn("w2")
-                finished = self.watch(queue, self.queue_name)
-            finally:
-                self._stop.set()
-                self.stop_all()
-                reaper.join(timeout=5)
+            finished = self.run_workers(
+                ["w1", "w2"],
+                lambda: self.watch(queue, self.queue_name),
+                retry=leaseq.RetryPolicy(base_seconds=0.5, cap_seconds=2),
+                reap_every=0.5,
+            )
             return self.summary(queue, drawn, broken, finished)
 
     def watch(self, queue: leaseq.Queue, name: str) -> bool:
@@ -127,7 +83,7 @@ class OcrDemo:
 
     def maybe_kill(self, jobs: list[leaseq.JobRecord]) -> None:
         """SIGKILL w1 once a document it runs has a checkpoint and pages left to read."""
-        name = f"{self.queue_name}-w1"
+        name = self.worker_name("w1")
         for j in jobs:
             saved = len((j.checkpoint or {}).get("pages", []))
             if j.status == "running" and j.lease_owner == name and 0 < saved < self.pages - 1:
@@ -140,19 +96,11 @@ class OcrDemo:
                 self.spawn("w3")
                 return
 
-    def stop_all(self) -> None:
-        stop_processes(list(self.procs.values()), timeout=30)
-
     def summary(
         self, queue: leaseq.Queue, drawn: dict[int, list[list[str]]], broken: int, finished: bool
     ) -> int:
         elapsed = time.monotonic() - self.start
-        failures: list[str] = []
-
-        def check(ok: bool, claim: str) -> None:
-            print(f"  {'ok  ' if ok else 'FAIL'} {claim}")
-            if not ok:
-                failures.append(claim)
+        check = self.check
 
         jobs = {job_id: queue.get(job_id) for job_id in [*drawn, broken]}
         read_pages = sum(self.pages for j in drawn if jobs[j].status == "succeeded")
@@ -197,26 +145,11 @@ class OcrDemo:
             ),
             "one effect per document, under its own key",
         )
-        logs = ", ".join(str(self.workdir / f"{key}.log") for key in self.procs)
-        if failures:
-            print(f"\n{len(failures)} check(s) FAILED. Worker logs: {logs}")
-            return 1
-        print(f"\nall checks hold. Worker logs (JSON lines): {logs}")
-        return 0
+        return self.verdict()
 
 
 def run(url: str | None, documents: int = 4, pages_per_document: int = 4) -> int:
     """Run the OCR demo against ``url``, or an embedded PostgreSQL when it is None."""
     if documents < 1 or pages_per_document < 3:
         raise ConfigError("--documents must be at least 1 and --pages at least 3")
-    logging.basicConfig(level=logging.ERROR)
-    server = None
-    if url is None:
-        print("starting an embedded PostgreSQL (pass --database-url to use your own) ...")
-        server = EmbeddedPostgres()
-        url = server.url
-    try:
-        return OcrDemo(url, documents, pages_per_document).run()
-    finally:
-        if server is not None:
-            server.stop()
+    return with_server(url, lambda u: OcrDemo(u, documents, pages_per_document).run())

@@ -4,7 +4,7 @@ with a worker SIGKILLed during the fan-in, and an account of every document.
 Starts an embedded PostgreSQL unless a database URL is given, migrates, enqueues documents
 (born-digital pages, so no model is needed and it takes seconds) and one document with a page
 that is not an image, runs two ``leaseq worker`` processes, SIGKILLs one while it reads a page
-of a document whose other pages are done but whose merge still waits (and starts a
+of a document some of whose pages are done but whose merge still waits (and starts a
 replacement), reaps expired leases itself (the operator's job in production), and checks:
 every good document's merge ran exactly once with the document's text in page order, one
 page job per page and one merge per document, the killed worker's page was reaped and read
@@ -14,72 +14,33 @@ and every pipeline's counters add up. Exit status 1 if one of these broke.
 
 from __future__ import annotations
 
-import logging
-import os
-import secrets
 import signal
-import subprocess
-import sys
-import tempfile
-import threading
 import time
-from pathlib import Path
 
 import leaseq
 from leaseq.core.errors import ConfigError
 from leaseq.core.models import FINISHED_STATUSES
-from leaseq.demo.embedded import EmbeddedPostgres
-from leaseq.demo.run import stop_processes
+from leaseq.demo.harness import Harness, with_server
 from leaseq.examples.ocr_pipeline import DELAY_ENV, text_document
 
 APP = "leaseq.examples.ocr_pipeline:registry"
 LEASE_SECONDS = 3.0
-PAGE_DELAY = 0.6
+#: Page n of a document waits n times this: its pages finish one after another, so there is
+#: a moment when some are done and the merge still waits (when the demo kills a worker).
+PAGE_DELAY = 0.4
 TIME_LIMIT = 300.0
 
 
-class PipelineDemo:
+class PipelineDemo(Harness):
     def __init__(self, url: str, documents: int, pages_per_document: int) -> None:
-        self.url = url
-        self.queue_name = f"pipeline-demo-{secrets.token_hex(3)}"
-        self.workdir = Path(tempfile.mkdtemp(prefix="leaseq-pipeline-demo-"))
+        super().__init__(
+            url, "pipeline-demo", APP,
+            worker_args=["--concurrency", "2", "--lease-seconds", str(LEASE_SECONDS),
+                         "--heartbeat-seconds", str(LEASE_SECONDS / 6)],
+            worker_env={DELAY_ENV: str(PAGE_DELAY)},
+        )  # fmt: skip
         self.documents = documents
         self.pages = pages_per_document
-        self.procs: dict[str, subprocess.Popen[bytes]] = {}
-        self.killed: list[int] = []
-        self.start = time.monotonic()
-        self._stop = threading.Event()
-
-    def say(self, text: str) -> None:
-        print(f"[{time.monotonic() - self.start:6.1f}s] {text}", flush=True)
-
-    def spawn(self, key: str) -> None:
-        name = f"{self.queue_name}-{key}"
-        cmd = [
-            sys.executable, "-m", "leaseq.cli", "worker",
-            "--app", APP,
-            "--queue", self.queue_name,
-            "--concurrency", "2",
-            "--lease-seconds", str(LEASE_SECONDS),
-            "--heartbeat-seconds", str(LEASE_SECONDS / 6),
-            "--poll-seconds", "1",
-            "--worker-id", name,
-            "--metrics-port", "0",
-            "--log-format", "json",
-        ]  # fmt: skip
-        env = {**os.environ, "LEASEQ_DATABASE_URL": self.url, DELAY_ENV: str(PAGE_DELAY)}
-        with (self.workdir / f"{key}.log").open("wb") as out:
-            self.procs[key] = subprocess.Popen(
-                cmd, env=env, stdout=out, stderr=subprocess.STDOUT, cwd=self.workdir
-            )
-        self.say(f"started worker {name}")
-
-    def reap_loop(self) -> None:
-        with leaseq.connect(self.url, action="reap") as conn:
-            queue = leaseq.Queue(conn, retry=leaseq.RetryPolicy(base_seconds=0.2, cap_seconds=1))
-            while not self._stop.wait(0.3):
-                for job in queue.reap():
-                    self.say(f"reaper: job {job.job_id}'s lease expired -> {job.status}")
 
     def run(self) -> int:
         with leaseq.connect(self.url, action="demo") as conn:
@@ -98,16 +59,12 @@ class PipelineDemo:
                 f"enqueued {self.documents} documents of {self.pages} pages (one split job "
                 f"each), and document {broken} whose page 2 is not an image"
             )
-            reaper = threading.Thread(target=self.reap_loop, daemon=True)
-            reaper.start()
-            try:
-                self.spawn("w1")
-                self.spawn("w2")
-                finished = self.watch(queue)
-            finally:
-                self._stop.set()
-                stop_processes(list(self.procs.values()), timeout=30)
-                reaper.join(timeout=5)
+            finished = self.run_workers(
+                ["w1", "w2"],
+                lambda: self.watch(queue),
+                retry=leaseq.RetryPolicy(base_seconds=0.2, cap_seconds=1),
+                reap_every=0.3,
+            )
             return self.summary(queue, texts, broken, finished)
 
     def watch(self, queue: leaseq.Queue) -> bool:
@@ -124,7 +81,7 @@ class PipelineDemo:
     def maybe_kill(self, queue: leaseq.Queue, jobs: list[leaseq.JobRecord]) -> None:
         """SIGKILL w1 while it reads a page of a document whose merge still waits and some
         of whose pages are done: during the fan-in."""
-        name = f"{self.queue_name}-w1"
+        name = self.worker_name("w1")
         for j in jobs:
             if j.job_type != "ocr.page" or j.status != "running" or j.lease_owner != name:
                 continue
@@ -143,13 +100,7 @@ class PipelineDemo:
         self, queue: leaseq.Queue, texts: dict[int, list[str]], broken: int, finished: bool
     ) -> int:
         elapsed = time.monotonic() - self.start
-        failures: list[str] = []
-
-        def check(ok: bool, claim: str) -> None:
-            print(f"  {'ok  ' if ok else 'FAIL'} {claim}")
-            if not ok:
-                failures.append(claim)
-
+        check = self.check
         merges: dict[int, list[leaseq.LinkedJob]] = {}
         pages: dict[int, list[leaseq.LinkedJob]] = {}
         for split in [*texts, broken]:
@@ -200,26 +151,11 @@ class PipelineDemo:
             all(p.finished and p.succeeded + p.dead + p.cancelled == p.total for p in pipelines),
             "every pipeline's counters add up (kept by the jobs' own transactions)",
         )
-        logs = ", ".join(str(self.workdir / f"{key}.log") for key in self.procs)
-        if failures:
-            print(f"\n{len(failures)} check(s) FAILED. Worker logs: {logs}")
-            return 1
-        print(f"\nall checks hold. Worker logs (JSON lines): {logs}")
-        return 0
+        return self.verdict()
 
 
 def run(url: str | None, documents: int = 3, pages_per_document: int = 4) -> int:
     """Run the pipeline demo against ``url``, or an embedded PostgreSQL when it is None."""
     if documents < 1 or pages_per_document < 2:
         raise ConfigError("--documents must be at least 1 and --pages at least 2")
-    logging.basicConfig(level=logging.ERROR)
-    server = None
-    if url is None:
-        print("starting an embedded PostgreSQL (pass --database-url to use your own) ...")
-        server = EmbeddedPostgres()
-        url = server.url
-    try:
-        return PipelineDemo(url, documents, pages_per_document).run()
-    finally:
-        if server is not None:
-            server.stop()
+    return with_server(url, lambda u: PipelineDemo(u, documents, pages_per_document).run())

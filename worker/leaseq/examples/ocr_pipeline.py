@@ -18,8 +18,9 @@ If a page goes dead (a page that cannot be read), the merge is cancelled with th
 recorded; retrying that page (``leaseq jobs retry ID``) brings the merge back.
 
 The OCR model loads lazily, once per process, the first time a page has an image (documents
-made only of text layers never load it). ``OCR_PAGE_DELAY`` (seconds, default 0) slows every
-page down, for demonstrations. This module uses only the public ``leaseq`` API.
+made only of text layers never load it). ``OCR_PAGE_DELAY`` (seconds, default 0) slows page n
+down by n times that, for demonstrations: a document's pages finish one after another. This
+module uses only the public ``leaseq`` API.
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ from leaseq import JobContext, PermanentError, Registry
 from leaseq.examples import ocr
 
 registry = Registry()
-#: Seconds every page waits before it is read (demonstrations only).
+#: Page n waits n times this many seconds before it is read (demonstrations only).
 DELAY_ENV = "OCR_PAGE_DELAY"
 _loading = threading.Lock()
 
@@ -73,11 +74,11 @@ def page(payload: Any, ctx: JobContext) -> dict[str, Any]:
     """Read one page: its text, where it came from, and its line count."""
     if not isinstance(payload, dict) or not isinstance(payload.get("number"), int):
         raise PermanentError('payload must be {"number": N, "page": {...}}')
-    delay = float(os.environ.get(DELAY_ENV, "0") or 0)
+    number = int(payload["number"])
+    delay = float(os.environ.get(DELAY_ENV, "0") or 0) * number
     if delay and ctx.wait(delay):
         ctx.raise_if_stopped()
     [parsed] = ocr.parse_document({"pages": [payload["page"]]})
-    number = int(payload["number"])
     if parsed.image is None:
         text = parsed.text or ""
         return {"page": number, "source": "text_layer", "text": text,

@@ -1,0 +1,151 @@
+"""What a keyed job's release does beyond giving its unit back (migration 18): it wakes
+claimers only when the unit can start a job nobody could start before, it charges run time
+only while keys compete, it never leaves a key with work inactive, and a retried keyed job is
+claimable again."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from datetime import timedelta
+
+import psycopg
+import pytest
+
+import leaseq
+
+Q = "rel"
+
+
+def _notified(listener: psycopg.Connection[tuple[object, ...]]) -> list[str]:
+    """The wake-ups sent since the last call: a marker is sent last, and everything that
+    arrives before it was sent before it (notifications arrive in commit order)."""
+    listener.execute("SELECT pg_notify('leaseq_jobs', 'marker')")
+    got: list[str] = []
+    for n in listener.notifies(timeout=30):
+        if n.payload == "marker":
+            return got
+        got.append(n.payload)
+    raise AssertionError("the marker never arrived")
+
+
+@pytest.fixture
+def listener(database_url: str) -> Iterator[psycopg.Connection[tuple[object, ...]]]:
+    conn = psycopg.connect(database_url, autocommit=True)
+    conn.execute("LISTEN leaseq_jobs")
+    yield conn
+    conn.close()
+
+
+def test_a_release_wakes_claimers_only_when_its_unit_starts_a_waiting_job(
+    database_url: str, listener: psycopg.Connection[tuple[object, ...]]
+) -> None:
+    with leaseq.connect(database_url, action="test") as conn:
+        flow = leaseq.FlowControl(conn)
+        flow.set_limit(Q, "one", max_running=1)
+        flow.set_limit(Q, "two", max_running=2)
+        q = leaseq.Queue(conn)
+        key_of = {q.enqueue(Q, "t", {}, key=key).job_id: key
+                  for key in ("free", "free", "one", "one", "two", "two")}  # fmt: skip
+        running: dict[str, list[leaseq.ClaimedJob]] = {"free": [], "one": [], "two": []}
+        for _ in range(3):
+            for job in q.claim([Q], "w", limit=10):
+                running[key_of[job.id]].append(job)
+        assert [len(running[k]) for k in ("free", "one", "two")] == [2, 1, 2]
+        _notified(listener)
+
+        # An unlimited key: nobody waits for it.
+        q.complete(running["free"][0].lease, None)
+        assert _notified(listener) == []
+        # A saturated key (limit 1) with a ready job: its unit starts that job.
+        q.complete(running["one"][0].lease, None)
+        assert _notified(listener) == [Q]
+        # That job claimed; its release leaves nothing ready: nobody to wake.
+        [last] = q.claim([Q], "w")
+        q.complete(last.lease, None)
+        assert _notified(listener) == []
+        # Limit 2 with both running and nothing ready: no wake-up either.
+        q.complete(running["two"][0].lease, None)
+        assert _notified(listener) == []
+
+
+def test_a_saturated_key_handing_its_job_back_wakes_claimers(
+    database_url: str, listener: psycopg.Connection[tuple[object, ...]]
+) -> None:
+    """A worker that releases its job (SIGTERM) gives back the unit and a ready job at once."""
+    with leaseq.connect(database_url, action="test") as conn:
+        leaseq.FlowControl(conn).set_limit(Q, "one", max_running=1)
+        q = leaseq.Queue(conn)
+        q.enqueue(Q, "t", {}, key="one")
+        [job] = q.claim([Q], "w")
+        _notified(listener)
+        q.release(job.lease)
+        assert _notified(listener) == [Q]
+
+
+def _vtimes(conn: leaseq.core.db.Conn) -> dict[str, float]:
+    rows = conn.execute("SELECT key, vtime FROM leaseq.flow_keys WHERE queue = %s", [Q]).fetchall()
+    return {str(k): float(v) for k, v in rows}
+
+
+def test_run_time_is_charged_only_while_keys_compete(database_url: str) -> None:
+    with leaseq.connect(database_url, action="test") as conn:
+        q = leaseq.Queue(conn)
+        q.enqueue(Q, "t", {}, key="a")
+        q.enqueue(Q, "t", {}, key="a")
+        row = conn.execute("SELECT now()").fetchone()
+        assert row is not None
+        t0 = row[0]
+        [job] = q.claim([Q], "w", now=t0, lease_seconds=3600)
+        q.complete(job.lease, None, now=t0 + timedelta(seconds=10))
+        assert _vtimes(conn) == {"a": 0.0}, "a lone key is charged nothing"
+        # b arrives level with a; from now on a's run time counts.
+        q.enqueue(Q, "t", {}, key="b")
+        assert _vtimes(conn) == {"a": 0.0, "b": 0.0}
+        [job] = q.claim([Q], "w", now=t0, lease_seconds=3600)
+        q.complete(job.lease, None, now=t0 + timedelta(seconds=4))
+        charged = _vtimes(conn)
+        assert charged["a"] == pytest.approx(4.0) or charged["b"] == pytest.approx(4.0)
+
+
+def test_an_enqueue_holding_the_keys_row_is_seen_by_its_last_release(database_url: str) -> None:
+    """The release of a key's last running job, racing an enqueue of the same key whose
+    transaction holds the key's row: the release waits for it, sees its job, and leaves the
+    key active, so the new job is claimed."""
+    with leaseq.connect(database_url, action="test") as conn:
+        q = leaseq.Queue(conn)
+        q.enqueue(Q, "t", {}, key="k")
+        [job] = q.claim([Q], "w", lease_seconds=3600)
+        enqueuer = psycopg.connect(database_url, autocommit=False)
+        try:
+            new = leaseq.Queue(enqueuer).enqueue(Q, "t", {}, key="k").job_id
+            done: list[object] = []
+            completer = threading.Thread(target=lambda: done.append(q.complete(job.lease, None)))
+            completer.start()
+            with psycopg.connect(database_url, autocommit=True) as watch:
+                while watch.execute(
+                    "SELECT count(*) FROM pg_stat_activity"
+                    " WHERE datname = current_database() AND wait_event_type = 'Lock'"
+                ).fetchone() == (0,):
+                    assert completer.is_alive(), "the release did not wait for the enqueue"
+            enqueuer.commit()
+            completer.join(timeout=30)
+        finally:
+            enqueuer.close()
+        assert isinstance(done[0], leaseq.Completed)
+        active = conn.execute(
+            "SELECT active FROM leaseq.flow_keys WHERE queue = %s AND key = 'k'", [Q]
+        ).fetchone()
+        assert active == (True,), "the key with a pending job was left inactive"
+        assert [j.id for j in q.claim([Q], "w")] == [new]
+
+
+def test_a_retried_dead_keyed_job_is_claimed_again(database_url: str) -> None:
+    with leaseq.connect(database_url, action="test") as conn:
+        leaseq.FlowControl(conn).set_limit(Q, "k", max_running=1)
+        q = leaseq.Queue(conn)
+        job_id = q.enqueue(Q, "t", {}, key="k", max_attempts=1).job_id
+        [job] = q.claim([Q], "w")
+        assert q.fail(job.lease, "boom").status == leaseq.JobStatus.DEAD
+        q.retry_dead(job_id)
+        assert [j.id for j in q.claim([Q], "w")] == [job_id]

@@ -320,6 +320,27 @@ def test_keyless_claim_reads_no_flow_table(database_url: str) -> None:
         assert before == after
 
 
+def _keyless_claim_scans(conn: leaseq.core.db.Conn) -> object:
+    conn.execute("SELECT pg_stat_force_next_flush()")
+    return conn.execute(
+        "SELECT idx_scan FROM pg_stat_user_indexes WHERE indexrelname = 'jobs_claim_idx'"
+    ).fetchone()
+
+
+def test_a_keyed_only_queue_runs_only_the_keyed_claim(database_url: str) -> None:
+    """Once the keyless claim has found nothing, it is tried first only every 16th round:
+    a queue of keyed jobs pays one statement a claim."""
+    with leaseq.connect(database_url, action="test") as conn:
+        q = leaseq.Queue(conn)
+        for n in range(6):
+            q.enqueue(Q, "t", {}, key=f"k{n}")
+        assert len(q.claim([Q], "w")) == 1
+        before = _keyless_claim_scans(conn)
+        for _ in range(5):
+            assert len(q.claim([Q], "w")) == 1
+        assert _keyless_claim_scans(conn) == before
+
+
 def test_a_batch_never_takes_more_jobs_of_a_key_than_its_free_units(database_url: str) -> None:
     with leaseq.connect(database_url, action="test") as conn:
         leaseq.FlowControl(conn).set_limit(Q, "a-limited", max_running=3)

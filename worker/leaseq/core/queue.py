@@ -297,9 +297,10 @@ class Queue:
         # Claim calls whose answer was lost, by owner (see :meth:`claim`).
         self._lost_claims: dict[str, list[UUID]] = {}
         self._lock = threading.Lock()
-        # Claim rounds, and whether the last keyed claim found work (see _claim_both).
+        # Claim rounds, and whether the last claim of each kind found work (see _claim_both).
         self._rounds = 0
         self._keyed_seen = False
+        self._keyless_seen = True
 
     @staticmethod
     def tune_worker_session(conn: Conn) -> None:
@@ -556,21 +557,28 @@ class Queue:
 
     def _claim_both(self, c: Conn, limit: int, args: dict[str, Any]) -> list[ClaimedJob]:
         """Keyless jobs by job_claim, keyed ones by job_claim_keyed (one per key per call,
-        each within its key's limit). While no keyed work has been seen, only job_claim runs
-        (keyless queues pay nothing), with the keyed claim as the filler of a short batch and
-        first in every 16th round; once keyed work shows, the two alternate going first."""
+        each within its key's limit). A kind of work that the last claim of it did not find
+        is looked for first only in every 16th round (and as the filler of a short batch), so
+        queues of one kind pay one statement a claim; while both kinds show, they alternate
+        going first."""
         with self._lock:
             self._rounds += 1
-            keyed_first = (self._keyed_seen and self._rounds % 2 == 0) or self._rounds % 16 == 0
+            probe = self._rounds % 16 == 0
+            if self._keyed_seen == self._keyless_seen:
+                keyed_first = self._rounds % 2 == 0 if self._keyed_seen else probe
+            else:
+                keyed_first = self._keyed_seen != probe
         got: list[ClaimedJob] = []
         for keyed in (keyed_first, not keyed_first):
             room = limit - len(got)
             if room <= 0:
                 break
             found = self._store.job_claim(c, limit=room, keyed=keyed, **args)
-            if keyed:
-                with self._lock:
+            with self._lock:
+                if keyed:
                     self._keyed_seen = bool(found)
+                else:
+                    self._keyless_seen = bool(found)
             got += found
         return got
 

@@ -15,7 +15,9 @@
 --   * otherwise it only share-locks the key's row (FOR KEY SHARE: releases of one key no
 --     longer wait for each other), which still orders it after a limit being changed
 --     (flow_apply locks the row FOR UPDATE): a retired unit or a running job given a unit
---     by a new limit is seen by the release, never missed;
+--     by a new limit is seen by the release, never missed. The limit it reads there tells it
+--     whether there is a slot to give back at all (an unlimited key has none) and where the
+--     retired ones are (past the limit: one index probe, not a walk over every slot);
 --   * a release that may be its key's last (no pending job of the key) locks the row FOR
 --     UPDATE first, then looks for unfinished jobs in a later statement (a fresh snapshot):
 --     an enqueue of the key that holds the row is waited for and seen, so a key with work is
@@ -40,28 +42,35 @@ DECLARE
         SELECT 1 FROM leaseq.jobs j
          WHERE j.queue = OLD.queue AND j.key = OLD.key AND j.key IS NOT NULL
            AND j.status = 'pending');
+    lim integer;
     freed integer;
 BEGIN
     -- The key's row before the slot: the lock order of leaseq.flow_apply (no deadlock with a
-    -- limit being changed).
+    -- limit being changed). Read under the lock, its limit is current: an unlimited key has
+    -- no slots, and a limited key's retired slots are those numbered past its limit.
     IF EXISTS (SELECT 1 FROM leaseq.flow_keys f
                 WHERE f.queue = OLD.queue AND f.active AND f.key <> OLD.key) THEN
         UPDATE leaseq.flow_keys f
            SET vtime = f.vtime + greatest(extract(epoch FROM coalesce(NEW.finished_at, now()) - OLD.started_at), 0) / f.weight
-         WHERE f.queue = OLD.queue AND f.key = OLD.key;
+         WHERE f.queue = OLD.queue AND f.key = OLD.key
+        RETURNING f.max_running INTO lim;
     ELSIF last_one THEN
-        PERFORM 1 FROM leaseq.flow_keys f WHERE f.queue = OLD.queue AND f.key = OLD.key FOR UPDATE;
+        SELECT f.max_running INTO lim FROM leaseq.flow_keys f
+         WHERE f.queue = OLD.queue AND f.key = OLD.key FOR UPDATE;
     ELSE
-        PERFORM 1 FROM leaseq.flow_keys f WHERE f.queue = OLD.queue AND f.key = OLD.key FOR KEY SHARE;
+        SELECT f.max_running INTO lim FROM leaseq.flow_keys f
+         WHERE f.queue = OLD.queue AND f.key = OLD.key FOR KEY SHARE;
     END IF;
-    UPDATE leaseq.flow_slots s SET job_id = NULL, lease_token = NULL, taken_at = NULL
-     WHERE s.job_id = OLD.id AND s.lease_token = OLD.lease_token
-       AND s.queue = OLD.queue AND s.key = OLD.key
-    RETURNING s.slot INTO freed;
-    -- A lowered limit still draining: keep its extra units last.
-    IF EXISTS (SELECT 1 FROM leaseq.flow_slots s
-                WHERE s.queue = OLD.queue AND s.key = OLD.key AND s.retired) THEN
-        PERFORM leaseq.flow_compact(OLD.queue, OLD.key);
+    IF lim IS NOT NULL THEN
+        UPDATE leaseq.flow_slots s SET job_id = NULL, lease_token = NULL, taken_at = NULL
+         WHERE s.job_id = OLD.id AND s.lease_token = OLD.lease_token
+           AND s.queue = OLD.queue AND s.key = OLD.key
+        RETURNING s.slot INTO freed;
+        -- A lowered limit still draining: keep its extra units last.
+        IF EXISTS (SELECT 1 FROM leaseq.flow_slots s
+                    WHERE s.queue = OLD.queue AND s.key = OLD.key AND s.slot > lim) THEN
+            PERFORM leaseq.flow_compact(OLD.queue, OLD.key);
+        END IF;
     END IF;
     IF last_one THEN
         UPDATE leaseq.flow_keys f SET active = false

@@ -1,4 +1,4 @@
--- Named statements of flow control (migration 11): the keyed claim, limits, repairs, status.
+-- Named statements of flow control (migrations 15 and 18): the keyed claim, limits, repairs, status.
 
 -- name: job_claim_keyed
 -- Leases up to %(limit)s ready keyed jobs, walking the active keys of the given queues by fair turn (vtime); a limited key's jobs are taken only with free slots of its limit (never more jobs than slots), locked and written in the same statement; bumps attempt and token.

@@ -801,7 +801,8 @@ class Queue:
             for lease, key in zip(leases, effect_keys, strict=True):
                 row = done.get(lease.job_id)
                 if row is not None:
-                    log.debug("job succeeded", extra=_lease_fields(lease))
+                    if log.isEnabledFor(logging.DEBUG):
+                        log.debug("job succeeded", extra=_lease_fields(lease))
                     answers.append(Completed(row["id"], row["effect_key"], row["effect_written"]))
                 elif ended := self._ended(c, lease, repeat, {AttemptOutcome.SUCCEEDED}):
                     effect = key or ended["effect_key"]

@@ -242,7 +242,8 @@ class Settlement:
         return self.queue.complete_many(
             [done.attempt.job.lease],
             [done.result],
-            effect_keys=[done.attempt.job.effect_key],
+            # The enqueuer's key, if any: a job without one gets no effect row.
+            effect_keys=[done.attempt.job.idempotency_key],
             progresses=[done.progress],
             spawns=[done.spawn],
         )[0]
@@ -257,7 +258,7 @@ class Settlement:
                 answers = self.queue.complete_many(
                     [d.attempt.job.lease for d in pending],
                     [d.result for d in pending],
-                    effect_keys=[d.attempt.job.effect_key for d in pending],
+                    effect_keys=[d.attempt.job.idempotency_key for d in pending],
                     progresses=[d.progress for d in pending],
                     spawns=[d.spawn for d in pending],
                 )

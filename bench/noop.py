@@ -105,7 +105,8 @@ def leaseq_batch_worker(args: NoopArgs, signals: Signals) -> None:
 
 
 class Leaseq:
-    """leaseq itself: leases, fencing tokens, one attempt row and one effect row per job.
+    """leaseq itself: leases, fencing tokens, one attempt row per job (the no-op jobs have no
+    idempotency key, so no effect row).
 
     With ``batched``, the jobs of one claim are completed by one ``complete_many`` call (one
     statement, one commit) instead of one ``complete`` each."""
@@ -114,8 +115,8 @@ class Leaseq:
         self.batched = batched
         self.name = "leaseq+complete_many" if batched else "leaseq"
         self.guarantees = (
-            "lease with expiry and fencing token per claim; attempt history row and effect row "
-            "written by the completing statement; "
+            "lease with expiry and fencing token per claim; attempt history row (and an effect "
+            "row for keyed jobs) written by the completing statement; "
             + (
                 "the jobs of one claim complete in one statement and one commit (each still "
                 "fenced by its own token)"

@@ -36,7 +36,8 @@ APP = "bench.apps:registry"
 IMPLEMENTATION = "leaseq worker"
 GUARANTEES = (
     "the runtime: lease with expiry and fencing token per claim, heartbeats past one "
-    "interval, attempt row and effect row written by the completing statement; claims fill "
+    "interval, attempt row (and an effect row for keyed jobs) written by the completing "
+    "statement; claims fill "
     "free slots in one statement, results within 2 ms share one complete_many commit, and "
     "a result is durable before the slot is reused"
 )

@@ -333,7 +333,11 @@ def test_a_non_superuser_owner_migrates_and_grants(empty_database_url: str) -> N
 
 def test_worker_does_its_job(database_url: str, roles: Roles) -> None:
     with as_role(roles, "producer") as p:
-        ids = [leaseq.Queue(p).enqueue("q", "t", {"n": n}).job_id for n in range(4)]
+        # Keyed, so the completion writes an effect row (the worker's INSERT on job_results).
+        ids = [
+            leaseq.Queue(p).enqueue("q", "t", {"n": n}, idempotency_key=f"doc-{n}").job_id
+            for n in range(4)
+        ]
     with as_role(roles, "worker") as w:
         queue, registry = leaseq.Queue(w), leaseq.Workers(w)
         assert leaseq.check_schema(w) >= 3

@@ -40,9 +40,7 @@ def test_a_stale_token_held_by_the_same_worker_id_is_fenced(
     assert (record.status, record.lease_token, record.progress, record.checkpoint) == (
         "running", new.lease.token, None, None
     )  # fmt: skip
-    assert queue.complete(new.lease, {"by": "new"}, now=at) == leaseq.Completed(
-        old.id, f"job:{old.id}", True
-    )
+    assert queue.complete(new.lease, {"by": "new"}, now=at) == leaseq.Completed(old.id, None, False)
     assert queue.get(old.id).result == {"by": "new"}
 
 

@@ -249,7 +249,8 @@ def test_release_returns_the_job_now_without_costing_an_attempt(queue: leaseq.Qu
         assert queue.release(job.lease) == leaseq.Released(job.id)
     job = claim_one(queue)
     assert job.lease.token == 7  # +1 per claim and per release
-    assert queue.complete(job.lease) == leaseq.Completed(job.id, f"job:{job.id}", True)
+    # No key: no effect row, the result is in the job's row.
+    assert queue.complete(job.lease) == leaseq.Completed(job.id, None, False)
     outcomes = [(a.attempt, a.outcome) for a in queue.attempts(job.id)]
     assert outcomes == [(1, "released")] * 3 + [(1, "succeeded")]
 
@@ -299,8 +300,8 @@ def test_prune_deletes_only_old_finished_jobs_in_batches(
     queue: leaseq.Queue, conn: leaseq.core.db.Conn
 ) -> None:
     now = db_now(conn)
-    for _ in range(5):
-        queue.enqueue("q", "t", now=now)
+    for i in range(5):
+        queue.enqueue("q", "t", idempotency_key=f"k{i}", now=now)
     for job in queue.claim(["q"], "w", limit=5, now=now):
         queue.complete(job.lease, now=now)
     live = queue.enqueue("q", "t").job_id

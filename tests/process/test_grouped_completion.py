@@ -85,8 +85,20 @@ def test_result_is_durable_before_metrics_log_and_the_next_claim(
         assert queue.get(second).status == "pending"  # its slot is not free until the commit
     wait_for(lambda: queue.get(second).status == "succeeded", "both jobs to finish")
     assert queue.get(first).status == "succeeded"
+    assert queue.get(first).result == {"worker": "w-a", "draining": False}
+    with psycopg.connect(database_url) as conn:
+        # Neither job has a key: their results are in their rows, with no effect row beside.
+        assert conn.execute("SELECT count(*) FROM leaseq.job_results").fetchone() == (0,)
     assert succeeded(worker) == 2
-    assert worker.log.read_text().count("attempt settled: succeeded") == 2
+    # A success is logged per job only at DEBUG (these workers log at DEBUG) ...
+    assert worker.log.read_text().count("DEBUG leaseq.worker: attempt settled: succeeded") == 2
+    worker.signal(signal.SIGTERM)
+    assert worker.wait_exit() == 0
+    # ... and counted in the one INFO summary line, written at the latest on the way out.
+    logged = worker.log.read_text()
+    assert "INFO leaseq.worker: attempt settled" not in logged
+    assert logged.count("INFO leaseq.worker: attempts settled in the last") == 1
+    assert "s: q: 2 succeeded worker=w-a" in logged
 
 
 def test_a_crash_between_result_and_commit_costs_the_attempt_never_the_effect(

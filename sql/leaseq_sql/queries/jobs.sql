@@ -121,7 +121,7 @@ UPDATE leaseq.jobs
 RETURNING id;
 
 -- name: job_complete
--- Marks held jobs succeeded (one or a batch, each fenced by its own owner and token), writes each effect through its key within the job's queue and type (a repeat is a no-op) and records each attempt (with its note, e.g. what was cut from the result), in one statement.
+-- Marks held jobs succeeded (one or a batch, each fenced by its own owner and token), writes an effect for each job with a key (the one given, else its idempotency key; a repeat is a no-op, a job without a key has its result in its own row only) within the job's queue and type, and records each attempt (with its note, e.g. what was cut from the result), in one statement.
 WITH t AS (SELECT coalesce(%(now)s::timestamptz, now()) AS now),
 req AS (
     SELECT r.id, r.owner, r.token, r.result, r.effect_key, r.progress, r.note
@@ -139,7 +139,7 @@ done AS (
        AND j.lease_token = req.token AND j.lease_expires_at > t.now
     RETURNING j.id, j.queue, j.job_type, j.attempt_count, j.lease_token, j.lease_owner,
               j.started_at, j.finished_at,
-              coalesce(req.effect_key, j.idempotency_key, 'job:' || j.id) AS effect_key,
+              coalesce(req.effect_key, j.idempotency_key) AS effect_key,
               req.result, req.note
 ),
 effect AS (
@@ -148,6 +148,7 @@ effect AS (
     SELECT done.queue, done.job_type, done.effect_key, done.id, done.lease_owner,
            done.finished_at, coalesce(done.result, 'null'::jsonb)
       FROM done
+     WHERE done.effect_key IS NOT NULL
     ON CONFLICT (queue, job_type, idempotency_key) DO NOTHING
     RETURNING job_id
 ),

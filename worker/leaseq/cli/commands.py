@@ -309,8 +309,9 @@ def jobs_show(args: argparse.Namespace) -> int:
         ("lease", f"{record.lease_owner or '-'} token {record.lease_token}"),
         ("lease expires", when(record.lease_expires_at)),
         ("max runtime", age(record.timeout_seconds)),
-        # Without a key given at enqueue, the effect is written under job:<id> (job_complete).
-        ("idempotency key", record.idempotency_key or f"job:{record.id} (default)"),
+        # Without a key given at enqueue, no effect row is written (job_complete): handlers
+        # still see job:<id> as ctx.effect_key, and the result stays in the job's row.
+        ("idempotency key", record.idempotency_key or f"- (ctx.effect_key job:{record.id})"),
         _error_field(record, attempts),
         ("payload", json.dumps(record.payload)),
         ("progress", json.dumps(record.progress)),

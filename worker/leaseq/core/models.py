@@ -122,7 +122,9 @@ class ClaimedJob:
 
     @property
     def effect_key(self) -> str:
-        """The key completion writes the effect under: derived from the work, never minted."""
+        """The name of the job's effect, derived from the work, never minted: the enqueuer's
+        idempotency key (completion writes an effect row under it), else ``job:<id>`` (no
+        effect row: the job's own row holds its result)."""
         return self.idempotency_key or f"job:{self.id}"
 
 
@@ -150,10 +152,13 @@ class Fenced:
 
 @dataclass(frozen=True)
 class Completed:
-    """The job succeeded; ``effect_written`` is False when the effect key already had a row."""
+    """The job succeeded. ``effect_key``: the key its effect row was written under (the one
+    passed to complete, else the job's idempotency key); None for a job without a key, whose
+    result is in its own row only. ``effect_written`` is False when there is no key, or the
+    key already had a row (a repeat)."""
 
     job_id: int
-    effect_key: str
+    effect_key: str | None
     effect_written: bool
 
 

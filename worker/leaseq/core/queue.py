@@ -726,10 +726,11 @@ class Queue:
         progress: Any = None,
         now: datetime | None = None,
     ) -> Completed | Fenced:
-        """Mark the job succeeded and write its effect under ``effect_key`` (default: the job's
-        idempotency key, else ``job:<id>``), in one statement. A repeat execution's effect is
-        a no-op (``effect_written=False``). A stale lease gets :class:`Fenced`, and nothing
-        changes."""
+        """Mark the job succeeded, store ``result`` in its row and, when it has a key
+        (``effect_key``, else the job's idempotency key), write its effect row under that key,
+        in one statement. A repeat execution's effect is a no-op (``effect_written=False``).
+        A job without any key gets no effect row: its row's result is the record. A stale
+        lease gets :class:`Fenced`, and nothing changes."""
         return self.complete_many(
             [lease], [result], effect_keys=[effect_key], progresses=[progress], now=now
         )[0]
@@ -809,7 +810,8 @@ class Queue:
             for lease, key in zip(leases, effect_keys, strict=True):
                 row = done.get(lease.job_id)
                 if row is not None:
-                    log.debug("job succeeded", extra=_lease_fields(lease))
+                    if log.isEnabledFor(logging.DEBUG):
+                        log.debug("job succeeded", extra=_lease_fields(lease))
                     answers.append(Completed(row["id"], row["effect_key"], row["effect_written"]))
                 elif ended := self._ended(c, lease, repeat, {AttemptOutcome.SUCCEEDED}):
                     effect = key or ended["effect_key"]

@@ -124,9 +124,10 @@ class JobContext:
 
     @property
     def effect_key(self) -> str:
-        """The key the job's effect is written under on completion: derived from the work
-        (the enqueuer's idempotency key, else ``job:<id>``), the same on every attempt. Use it
-        for your own external writes so a repeat execution is a no-op there too."""
+        """The job's effect key, derived from the work and the same on every attempt: the
+        enqueuer's idempotency key (completion writes the effect row under it), else
+        ``job:<id>`` (no effect row; the job's result stays in its own row). Use it for your
+        own external writes so a repeat execution is a no-op there too."""
         return self._job.effect_key
 
     @property

@@ -25,10 +25,13 @@ MAX_LOG_CHARS = 16384
 
 # holder and term: the leader lease's (the reaper's "lease acquired", "reaped N jobs").
 FIELDS = ("job_id", "queue", "job_type", "worker", "attempt", "token", "outcome", "holder", "term")
+# Only in JSON lines: the worker's summary line says the same in its text (counts per queue
+# and outcome, over that many seconds).
+JSON_FIELDS = (*FIELDS, "counts", "seconds")
 
 
-def _fields(record: logging.LogRecord) -> dict[str, Any]:
-    return {name: getattr(record, name) for name in FIELDS if hasattr(record, name)}
+def _fields(record: logging.LogRecord, names: tuple[str, ...] = FIELDS) -> dict[str, Any]:
+    return {name: getattr(record, name) for name in names if hasattr(record, name)}
 
 
 class JsonFormatter(logging.Formatter):
@@ -40,7 +43,7 @@ class JsonFormatter(logging.Formatter):
             "level": record.levelname,
             "logger": record.name,
             "msg": bounded.text(record.getMessage(), MAX_LOG_CHARS).value,
-            **_fields(record),
+            **_fields(record, JSON_FIELDS),
         }
         if record.exc_info and not record.exc_text:
             record.exc_text = self.formatException(record.exc_info)

@@ -5,12 +5,19 @@ handler's slot, or the stop reason that took the attempt away. The settling call
 fail or release) is retried while PostgreSQL is unreachable and the lease may still hold; a
 retried call that comes back fenced is checked against the audit trail, since the first try
 may have been applied before the connection dropped.
+
+What is logged per attempt (:meth:`Settlement._record`): a success only at DEBUG (checked
+before anything is formatted); a retry, a release or a cancellation at INFO; a dead job and a
+fenced call at WARNING, each with the job id, queue, worker, attempt and token. Every outcome
+is also counted in a :class:`Tally`, which the worker logs as one INFO line per interval in
+which something settled, so a busy worker says how much it did without a line per job.
 """
 
 from __future__ import annotations
 
 import enum
 import logging
+import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -32,8 +39,6 @@ from leaseq.core.queue import Queue
 from leaseq.runtime.context import StopReason
 
 if TYPE_CHECKING:
-    import threading
-
     from leaseq.runtime.health import Health
     from leaseq.runtime.inflight import InFlight
     from leaseq.runtime.metrics import WorkerMetrics
@@ -92,6 +97,67 @@ _APPLIED = {
 }
 
 
+#: How often (seconds) a worker logs its :class:`Tally` (when something settled meanwhile).
+SUMMARY_SECONDS = 60.0
+
+
+class Tally:
+    """Attempt outcomes per queue since the last summary line. :meth:`add` is the hot path
+    (one lock and one dict update, nothing formatted); :meth:`summary` logs one INFO line
+    with the counts and starts a new interval, or logs nothing when nothing settled."""
+
+    def __init__(
+        self, interval: float = SUMMARY_SECONDS, clock: Callable[[], float] = time.monotonic
+    ) -> None:
+        self.interval = interval
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._counts: dict[tuple[str, Outcome], int] = {}
+        self._since = clock()
+
+    def add(self, queue: str, outcome: Outcome) -> None:
+        key = (queue, outcome)
+        with self._lock:
+            self._counts[key] = self._counts.get(key, 0) + 1
+
+    def take(self) -> tuple[float, dict[str, dict[str, int]]]:
+        """The seconds since the last take and the counts meanwhile (queue -> outcome ->
+        count, outcomes in :class:`Outcome` order), resetting both."""
+        now = self._clock()
+        with self._lock:
+            counts, self._counts = self._counts, {}
+            seconds, self._since = now - self._since, now
+        by_queue: dict[str, dict[str, int]] = {}
+        for outcome in Outcome:
+            for (queue, found), n in sorted(counts.items()):
+                if found is outcome:
+                    by_queue.setdefault(queue, {})[outcome.value] = n
+        return seconds, dict(sorted(by_queue.items()))
+
+    def due(self) -> bool:
+        """True once ``interval`` has passed since the last summary."""
+        return self._clock() - self._since >= self.interval
+
+    def summary(self, fields: dict[str, object], *, force: bool = False) -> None:
+        """Log the counts (if any) when the interval has passed, or at once with ``force``
+        (at exit, so a short run still says what it did)."""
+        if not force and not self.due():
+            return
+        seconds, counts = self.take()
+        if not counts:
+            return
+        text = "; ".join(
+            f"{queue}: " + ", ".join(f"{n} {outcome}" for outcome, n in per.items())
+            for queue, per in counts.items()
+        )
+        log.info(
+            "attempts settled in the last %.0fs: %s",
+            seconds,
+            text,
+            extra={**fields, "counts": counts, "seconds": round(seconds, 3)},
+        )
+
+
 def outcome_of(answer: Answer, settled_by: Settler | None) -> Outcome:
     """The outcome a settling call's answer stands for."""
     if isinstance(answer, Fenced):
@@ -121,6 +187,7 @@ class Settlement:
         self.metrics = metrics
         self.health = health
         self.stopping = stopping
+        self.tally = Tally()
 
     def settle(self, job: InFlight, call: Call, fn: Callable[[], Answer]) -> None:
         """Settle as the handler if nobody else has; otherwise drop the result, logged."""
@@ -175,7 +242,8 @@ class Settlement:
         return self.queue.complete_many(
             [done.attempt.job.lease],
             [done.result],
-            effect_keys=[done.attempt.job.effect_key],
+            # The enqueuer's key, if any: a job without one gets no effect row.
+            effect_keys=[done.attempt.job.idempotency_key],
             progresses=[done.progress],
             spawns=[done.spawn],
         )[0]
@@ -190,7 +258,7 @@ class Settlement:
                 answers = self.queue.complete_many(
                     [d.attempt.job.lease for d in pending],
                     [d.result for d in pending],
-                    effect_keys=[d.attempt.job.effect_key for d in pending],
+                    effect_keys=[d.attempt.job.idempotency_key for d in pending],
                     progresses=[d.progress for d in pending],
                     spawns=[d.spawn for d in pending],
                 )
@@ -291,20 +359,32 @@ class Settlement:
         except LeaseqError:
             return None
 
-    def _record(self, job: InFlight, call: Call, outcome: Outcome) -> None:
+    def _finish(self, job: InFlight, outcome: Outcome) -> None:
         queue = job.job.queue
         self.metrics.finish(queue, job.job.job_type, outcome)
+        self.tally.add(queue, outcome)
+
+    def _record(self, job: InFlight, call: Call, outcome: Outcome) -> None:
+        """Count the outcome; log it per job only when it is not a success (a success is
+        logged at DEBUG, and only formatted when DEBUG is on)."""
+        self._finish(job, outcome)
+        if outcome is Outcome.SUCCEEDED:
+            if log.isEnabledFor(logging.DEBUG):
+                fields = {**job.fields(), "outcome": outcome}
+                log.debug("attempt settled: %s", outcome, extra=fields)
+            return
         if outcome is Outcome.FENCED:
-            self.metrics.fenced.labels(queue).inc()
+            self.metrics.fenced.labels(job.job.queue).inc()
             log.warning("%s fenced: the lease was lost", call, extra=job.fields())
             return
-        log.info("attempt settled: %s", outcome, extra={**job.fields(), "outcome": outcome})
+        level = logging.WARNING if outcome is Outcome.DEAD else logging.INFO
+        log.log(level, "attempt settled: %s", outcome, extra={**job.fields(), "outcome": outcome})
 
     def cancelled(self, job: InFlight) -> None:
         """Count an attempt whose job was cancelled while it ran: nothing is reported for it."""
-        self.metrics.finish(job.job.queue, job.job.job_type, Outcome.CANCELLED)
+        self._finish(job, Outcome.CANCELLED)
 
     def lost(self, job: InFlight) -> None:
         """Count an attempt whose lease is gone: nothing is reported for it."""
         self.metrics.losses.labels(job.job.queue).inc()
-        self.metrics.finish(job.job.queue, job.job.job_type, Outcome.LEASE_LOST)
+        self._finish(job, Outcome.LEASE_LOST)

@@ -143,7 +143,7 @@ class Worker:
             metrics=self.metrics,
             health=self.health,
             give_up=self.give_up,
-            register=self.register,
+            register=self._every_interval,
             stopping=self.stopping,
             hint=PROCESS_HINT if settings.isolation is Isolation.PROCESS else THREAD_HINT,
         )
@@ -221,6 +221,7 @@ class Worker:
             self.pool.close()
             if self.http:
                 self.http.stop()
+            self.settlement.tally.summary(self._fields, force=True)
             log.info("worker stopped", extra=self._fields)
 
     def _wait_for_schema(self, signals: SignalWatch) -> bool:
@@ -303,6 +304,12 @@ class Worker:
             return
         self.health.db_ok()
         self.metrics.last_heartbeat.set_to_current_time()
+
+    def _every_interval(self) -> None:
+        """The heartbeat loop's once-per-interval duty: refresh this worker's row, and log
+        the summary of settled attempts when one is due."""
+        self.register()
+        self.settlement.tally.summary(self._fields)
 
     def _state(self) -> WorkerState:
         if self.draining.is_set():
@@ -435,7 +442,8 @@ class Worker:
                 self.give_up(attempt, StopReason.DRAINING)
                 self._finished(attempt)
                 continue
-            log.debug("claimed", extra=attempt.fields())
+            if log.isEnabledFor(logging.DEBUG):
+                log.debug("claimed", extra=attempt.fields())
             with self._count_lock:
                 self._unreported += 1
             self.executor.submit(attempt)

@@ -746,6 +746,51 @@ def _lease_renewal(folder: Path) -> str:
     )
 
 
+def _flow(folder: Path) -> str:
+    parts = []
+    claims = read(folder / "flow_claim.csv")
+    if claims:
+        parts.append(
+            _table(
+                claims,
+                [
+                    "round",
+                    "keys",
+                    "limit_per_key",
+                    "enqueued",
+                    "drained",
+                    "jobs_per_s",
+                    "vs_keyless",
+                ],
+            )
+        )
+    hot = read(folder / "flow_hot_key.csv")
+    if hot:
+        parts.append(
+            _table(
+                hot,
+                [
+                    "limit",
+                    "workers",
+                    "job_seconds",
+                    "jobs",
+                    "jobs_per_s",
+                    "allowed_jobs_per_s",
+                    "share_of_allowed",
+                    "peak_running",
+                ],
+            )
+        )
+    plan = read(folder / "flow_explain.csv")
+    if plan:
+        lines = "\n".join(r["plan"] for r in plan)
+        parts.append(
+            "The keyed claim's plan with a saturated key (its backlog walked first) and a free "
+            f"key: the saturated key's job probe is never executed.\n\n```\n{lines}\n```\n"
+        )
+    return "\n".join(parts) if parts else "_not run_\n"
+
+
 SECTIONS: list[tuple[str, Callable[[Path], str]]] = [
     ("1. Claim correctness and scaling (400 jobs x 200 ms)", _claim_scaling),
     ("2. Transaction scope (8 workers)", _txn_scope),
@@ -763,6 +808,7 @@ SECTIONS: list[tuple[str, Callable[[Path], str]]] = [
         "9. Pipelines: fan-out, fan-in, completion rate, parent completion to child claim",
         _pipelines,
     ),
+    ("11. Flow control: keyed claims against keyless, a hot key's limit, the plan", _flow),
 ]
 
 

@@ -149,3 +149,35 @@ def test_a_retried_dead_keyed_job_is_claimed_again(database_url: str) -> None:
         assert q.fail(job.lease, "boom").status == leaseq.JobStatus.DEAD
         q.retry_dead(job_id)
         assert [j.id for j in q.claim([Q], "w")] == [job_id]
+
+
+def test_short_attempts_are_charged_in_expectation_and_rarely_rewrite_the_key(
+    database_url: str,
+) -> None:
+    """400 attempts of 5 ms against a competing key: each is charged 50 ms with probability
+    0.1, so the key's virtual time comes to 2 s in expectation (standard deviation 0.3 s) and
+    its row is rewritten about 40 times, not 400."""
+    with leaseq.connect(database_url, action="test") as conn:
+        leaseq.FlowControl(conn).set_limit(Q, "b", max_running=0)  # active, never claimed
+        q = leaseq.Queue(conn)
+        q.enqueue(Q, "t", {}, key="b")
+        q.enqueue_many([leaseq.JobSpec(Q, "t", key="a") for _ in range(401)])
+        row = conn.execute("SELECT now()").fetchone()
+        assert row is not None
+        t0 = row[0]
+
+        def rewrites() -> int:
+            conn.execute("SELECT pg_stat_force_next_flush()")
+            got = conn.execute(
+                "SELECT n_tup_upd FROM pg_stat_user_tables WHERE relname = 'flow_keys'"
+            ).fetchone()
+            assert got is not None
+            return int(got[0])
+
+        before = rewrites()
+        for n in range(400):
+            [job] = q.claim([Q], "w", now=t0 + timedelta(seconds=n), lease_seconds=3600)
+            q.complete(job.lease, None, now=t0 + timedelta(seconds=n + 0.005))
+        charged = _vtimes(conn)["a"]
+        assert 0.8 < charged < 3.2, charged
+        assert rewrites() - before < 120

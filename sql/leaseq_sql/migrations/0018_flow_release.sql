@@ -11,7 +11,9 @@
 --   * it charges the attempt's run seconds to the key's virtual time only while another key
 --     of the queue is active. Fair shares are between keys that compete: a lone key's
 --     virtual time stands still, and a key that arrives starts level with it (the floor is the
---     smallest active virtual time), as before;
+--     smallest active virtual time), as before. An attempt shorter than 50 ms is charged
+--     50 ms with probability run time / 50 ms (unbiased), so short jobs rarely rewrite the
+--     row;
 --   * otherwise it only share-locks the key's row (FOR KEY SHARE: releases of one key no
 --     longer wait for each other), which still orders it after a limit being changed
 --     (flow_apply locks the row FOR UPDATE): a retired unit or a running job given a unit
@@ -42,16 +44,20 @@ DECLARE
         SELECT 1 FROM leaseq.jobs j
          WHERE j.queue = OLD.queue AND j.key = OLD.key AND j.key IS NOT NULL
            AND j.status = 'pending');
+    ran double precision := greatest(extract(epoch FROM coalesce(NEW.finished_at, now()) - OLD.started_at), 0);
     lim integer;
     freed integer;
 BEGIN
     -- The key's row before the slot: the lock order of leaseq.flow_apply (no deadlock with a
     -- limit being changed). Read under the lock, its limit is current: an unlimited key has
     -- no slots, and a limited key's retired slots are those numbered past its limit.
-    IF EXISTS (SELECT 1 FROM leaseq.flow_keys f
-                WHERE f.queue = OLD.queue AND f.active AND f.key <> OLD.key) THEN
-        UPDATE leaseq.flow_keys f
-           SET vtime = f.vtime + greatest(extract(epoch FROM coalesce(NEW.finished_at, now()) - OLD.started_at), 0) / f.weight
+    -- An attempt shorter than 50 ms is charged 50 ms with probability ran / 50 ms: the same
+    -- charge in expectation, and a key's row is rewritten by 1 in 50 of its 1 ms jobs, not
+    -- by every one (its completions would queue on that row).
+    IF (ran >= 0.05 OR random() * 0.05 < ran)
+       AND EXISTS (SELECT 1 FROM leaseq.flow_keys f
+                    WHERE f.queue = OLD.queue AND f.active AND f.key <> OLD.key) THEN
+        UPDATE leaseq.flow_keys f SET vtime = f.vtime + greatest(ran, 0.05) / f.weight
          WHERE f.queue = OLD.queue AND f.key = OLD.key
         RETURNING f.max_running INTO lim;
     ELSIF last_one THEN

@@ -61,6 +61,8 @@ def test_short_jobs_need_one_replica_where_counts_ask_for_ten(
     wait_for(lambda: api.replicas("workers") == 1, what="one replica")
     wait_for(lambda: status(api).get("workSeconds") == 100)
     assert status(api)["desiredReplicas"] == 1
+    # The event is posted after the scale; wait for it rather than race its post.
+    wait_for(lambda: api.events("ScaledUp"), what="the ScaledUp event")
     assert [e.message for e in api.events("ScaledUp")] == [
         "workers from 0 to 1 replicas: scale up: 100 ready, 0 due soon, 0 running at 2 per"
         " replica; 100 work-seconds within 100s (0 active, 0 loading, start-up 20s) ask for 1"

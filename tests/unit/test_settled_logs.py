@@ -47,7 +47,7 @@ def settlement(clock: Clock) -> Settlement:
         health=Health(),
         stopping=threading.Event(),
     )
-    s.tally = Tally(60.0, clock)
+    s.tally = Tally(s.metrics.finished, 60.0, clock)
     return s
 
 

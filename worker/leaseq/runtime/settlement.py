@@ -9,15 +9,15 @@ may have been applied before the connection dropped.
 What is logged per attempt (:meth:`Settlement._record`): a success only at DEBUG (checked
 before anything is formatted); a retry, a release or a cancellation at INFO; a dead job and a
 fenced call at WARNING, each with the job id, queue, worker, attempt and token. Every outcome
-is also counted in a :class:`Tally`, which the worker logs as one INFO line per interval in
-which something settled, so a busy worker says how much it did without a line per job.
+is counted in the worker's finished counter; a :class:`Tally` reads it, and the worker logs
+one INFO line per interval in which something settled, so a busy worker says how much it did
+without a line per job.
 """
 
 from __future__ import annotations
 
 import enum
 import logging
-import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -39,6 +39,10 @@ from leaseq.core.queue import Queue
 from leaseq.runtime.context import StopReason
 
 if TYPE_CHECKING:
+    import threading
+
+    from prometheus_client import Counter
+
     from leaseq.runtime.health import Health
     from leaseq.runtime.inflight import InFlight
     from leaseq.runtime.metrics import WorkerMetrics
@@ -102,36 +106,41 @@ SUMMARY_SECONDS = 60.0
 
 
 class Tally:
-    """Attempt outcomes per queue since the last summary line. :meth:`add` is the hot path
-    (one lock and one dict update, nothing formatted); :meth:`summary` logs one INFO line
-    with the counts and starts a new interval, or logs nothing when nothing settled."""
+    """Attempt outcomes per queue since the last summary line, read from the worker's
+    ``leaseq_jobs_finished_total`` counter (the settling path counts nothing a second time);
+    :meth:`summary` logs one INFO line with the counts and starts a new interval, or logs
+    nothing when nothing settled."""
 
     def __init__(
-        self, interval: float = SUMMARY_SECONDS, clock: Callable[[], float] = time.monotonic
+        self,
+        finished: Counter,
+        interval: float = SUMMARY_SECONDS,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.interval = interval
+        self._finished = finished
         self._clock = clock
-        self._lock = threading.Lock()
-        self._counts: dict[tuple[str, Outcome], int] = {}
+        self._seen: dict[tuple[str, str], float] = {}
         self._since = clock()
-
-    def add(self, queue: str, outcome: Outcome) -> None:
-        key = (queue, outcome)
-        with self._lock:
-            self._counts[key] = self._counts.get(key, 0) + 1
 
     def take(self) -> tuple[float, dict[str, dict[str, int]]]:
         """The seconds since the last take and the counts meanwhile (queue -> outcome ->
-        count, outcomes in :class:`Outcome` order), resetting both."""
+        count, outcomes in :class:`Outcome` order), starting a new interval."""
         now = self._clock()
-        with self._lock:
-            counts, self._counts = self._counts, {}
-            seconds, self._since = now - self._since, now
+        seconds, self._since = now - self._since, now
+        totals: dict[tuple[str, str], float] = {}
+        for metric in self._finished.collect():
+            for sample in metric.samples:
+                if sample.name.endswith("_total"):
+                    key = (sample.labels["queue"], sample.labels["outcome"])
+                    totals[key] = totals.get(key, 0.0) + sample.value
         by_queue: dict[str, dict[str, int]] = {}
         for outcome in Outcome:
-            for (queue, found), n in sorted(counts.items()):
-                if found is outcome:
+            for (queue, found), total in sorted(totals.items()):
+                n = int(total - self._seen.get((queue, found), 0.0))
+                if found == outcome.value and n:
                     by_queue.setdefault(queue, {})[outcome.value] = n
+        self._seen = totals
         return seconds, dict(sorted(by_queue.items()))
 
     def due(self) -> bool:
@@ -187,7 +196,7 @@ class Settlement:
         self.metrics = metrics
         self.health = health
         self.stopping = stopping
-        self.tally = Tally()
+        self.tally = Tally(metrics.finished)
 
     def settle(self, job: InFlight, call: Call, fn: Callable[[], Answer]) -> None:
         """Settle as the handler if nobody else has; otherwise drop the result, logged."""
@@ -362,7 +371,6 @@ class Settlement:
     def _finish(self, job: InFlight, outcome: Outcome) -> None:
         queue = job.job.queue
         self.metrics.finish(queue, job.job.job_type, outcome)
-        self.tally.add(queue, outcome)
 
     def _record(self, job: InFlight, call: Call, outcome: Outcome) -> None:
         """Count the outcome; log it per job only when it is not a success (a success is

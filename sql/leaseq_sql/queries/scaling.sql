@@ -22,7 +22,7 @@ runs AS (
      WHERE j.queue = ANY(%(queues)s::text[])
      GROUP BY j.job_type
 ),
--- Ready counts only what workers could claim now (flow control, migration 11): keyless
+-- Ready counts only what workers could claim now (flow control, migration 15): keyless
 -- jobs, plus per key the smaller of its ready jobs and its free units of limit. Jobs waiting
 -- for their aggregate's turn are neither ready nor soon.
 by_key AS (

@@ -139,9 +139,12 @@ def steps(payload: dict[str, Any], ctx: JobContext) -> dict[str, Any]:
 @registry.batch("embed", max_batch=8, max_wait=0.2)
 def embed(payloads: list[dict[str, Any]], ctxs: list[JobContext]) -> list[Any]:
     """One result per job (its text's length and the batch it ran in), or an error for a
-    bad input; waits for ``gate`` first when a payload names one."""
+    bad input; waits for ``gate`` first when a payload names one, after touching
+    ``<gate>.entered`` (the batch has closed and holds its slot)."""
     for payload in payloads:
         gate = payload.get("gate")
+        if gate:
+            Path(f"{gate}.entered").touch()
         while gate and not Path(gate).exists():
             time.sleep(0.02)
     batch = [ctx.job_id for ctx in ctxs]

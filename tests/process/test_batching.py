@@ -38,6 +38,8 @@ def test_a_stale_token_in_the_middle_of_a_batch_fences_only_that_job(
         lambda: all(queue.get(j).status == "running" for j in (first, middle, last)),
         "the batch to be claimed",
     )
+    # Until the batch closes, the worker claims to fill it, and would take the reaped job back.
+    wait_for(lambda: (tmp_path / "gate.entered").exists(), "the batch to close and run")
     # The middle job is taken over: its lease expires, the reaper returns it, another
     # worker claims it (a new token) and completes it.
     thief = take_over(queue, conn, middle)

@@ -162,7 +162,7 @@ class HistoryDuty:
                 )
             except StatementTimeout as exc:
                 smaller = max(MIN_BATCH, batch // 2)
-                self.history.record_batch(batch=smaller, timed_out=True, moved=0)
+                self.history.record_batch(batch=smaller, timed_out=True)
                 self.metrics.timeouts.inc()
                 self.metrics.batch.set(smaller)
                 log.warning(
@@ -171,8 +171,8 @@ class HistoryDuty:
                 break
             full = moved.moved == batch
             grown = min(MAX_BATCH, batch * 2) if full else batch
-            if moved.moved or grown != batch:
-                self.history.record_batch(batch=grown, timed_out=False, moved=moved.moved)
+            if grown != batch:
+                self.history.record_batch(batch=grown, timed_out=False)
             self.metrics.moved.inc(moved.moved)
             self.metrics.batch.set(grown)
             total += moved.moved

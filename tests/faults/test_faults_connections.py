@@ -99,11 +99,11 @@ def test_outage_shorter_than_the_lease_costs_no_attempt(
     spawn_on: Callable[..., WorkerProcess],
     reaper_on: Callable[..., object],
 ) -> None:
-    """PostgreSQL stops for 20 s (LEASEQ_FAULTS_OUTAGE_SECONDS) under a worker holding a lease
+    """PostgreSQL stops for 10 s (LEASEQ_FAULTS_OUTAGE_SECONDS) under a worker holding a lease
     6 s longer: the worker renews the lease as soon as the server is back, and the job
     succeeds on its first attempt. Prints the time from "accepting connections" to the first
     heartbeat."""
-    outage = float(os.environ.get("LEASEQ_FAULTS_OUTAGE_SECONDS", "20"))
+    outage = float(os.environ.get("LEASEQ_FAULTS_OUTAGE_SECONDS", "10"))
     reaper_on(restartable_url, 0.5)
     spawn_on(restartable_url, "w-out", concurrency=1, lease=outage + 6, heartbeat=1.0)
     with leaseq.connect(restartable_url, action="test") as conn:

@@ -2,7 +2,7 @@
 -- and the one lookup that answers for a job wherever it is.
 
 -- name: history_move
--- Moves one batch of jobs finished more than hot_retention seconds ago out of leaseq.jobs, with their attempts, into the history (or, already past retention, the ledger only), writes their ledger rows and hourly counts: one statement, each job moved exactly once.
+-- Moves one batch of jobs finished more than hot_retention seconds ago out of leaseq.jobs, with their attempts, into the history (or, already past retention, the ledger only), writes their ledger rows, hourly counts and the mover's total: one statement, each job moved exactly once.
 WITH t AS (SELECT coalesce(%(now)s::timestamptz, now()) AS now),
 victims AS (
     SELECT j.id FROM leaseq.jobs j
@@ -85,6 +85,12 @@ counts AS (
            count(*)
       FROM kept GROUP BY 1, 2, 3
     ON CONFLICT (queue, status, hour) DO UPDATE SET jobs = c.jobs + EXCLUDED.jobs
+),
+-- The mover's running total, in the statement that moves: a mover killed after its commit
+-- cannot leave the total short.
+tally AS (
+    UPDATE leaseq.history_mover SET moved = moved + (SELECT count(*) FROM kept), updated_at = now()
+     WHERE name = 'mover' AND EXISTS (SELECT 1 FROM kept)
 )
 SELECT count(*) AS moved, count(*) FILTER (WHERE expired) AS expired FROM kept;
 
@@ -93,10 +99,9 @@ SELECT count(*) AS moved, count(*) FILTER (WHERE expired) AS expired FROM kept;
 SELECT batch, ledger_keep_days FROM leaseq.history_mover WHERE name = 'mover';
 
 -- name: history_mover_record
--- Records what a mover batch did: its batch size from now on, a timeout or not, and the jobs it moved.
+-- Records what a mover batch did: its batch size from now on and a timeout or not (the jobs it moved are counted by history_move itself).
 UPDATE leaseq.history_mover
-   SET batch = %(batch)s, timeouts = timeouts + %(timeouts)s, moved = moved + %(moved)s,
-       updated_at = now()
+   SET batch = %(batch)s, timeouts = timeouts + %(timeouts)s, updated_at = now()
  WHERE name = 'mover';
 
 -- name: history_ensure_partitions

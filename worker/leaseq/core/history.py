@@ -96,10 +96,11 @@ class History:
             row = self._store.history_mover_state(c)
         return MoverState(batch=int(row["batch"]), ledger_keep_days=int(row["ledger_keep_days"]))
 
-    def record_batch(self, *, batch: int, timed_out: bool, moved: int) -> None:
-        """Store the batch size the next mover (this one or a new leader) starts from."""
+    def record_batch(self, *, batch: int, timed_out: bool) -> None:
+        """Store the batch size the next mover (this one or a new leader) starts from (the
+        jobs moved are counted by :meth:`move` itself)."""
         with borrow(self._db, "record mover state") as c:
-            self._store.history_mover_record(c, batch=batch, timeouts=int(timed_out), moved=moved)
+            self._store.history_mover_record(c, batch=batch, timeouts=int(timed_out))
 
     def expire_step(
         self, *, batch: int, timeout: float, now: datetime | None = None

@@ -690,8 +690,8 @@ class Store:
     def history_mover_state(self, conn: Conn) -> DictRow:
         return self._dicts(conn, "history_mover_state", {}, "read mover state")[0]
 
-    def history_mover_record(self, conn: Conn, *, batch: int, timeouts: int, moved: int) -> None:
-        params = {"batch": batch, "timeouts": timeouts, "moved": moved}
+    def history_mover_record(self, conn: Conn, *, batch: int, timeouts: int) -> None:
+        params = {"batch": batch, "timeouts": timeouts}
         self._dicts(conn, "history_mover_record", params, "record mover state")
 
     def history_ensure_partitions(

@@ -6,7 +6,10 @@ versions are installed. Runtime against runtime: leaseq's row is the real ``leas
 QueueManager, procrastinate's worker). leaseq's hand-written API loops are measured too and
 labelled ``loop = api``. Two measurements:
 
-* ``noop``: no-op throughput, W worker processes, the best concurrency (or batch) of each.
+* ``noop``: no-op throughput, W worker processes, each queue at its default and at tuned
+  settings (pgqueuer batches of 10, its default, 32 and 64; procrastinate concurrency 1, its
+  default, and 10; ``leaseq worker`` concurrency 1, its default, 16, 32 and 64): the report
+  compares best with best and default with default (:data:`DEFAULTS`).
 * ``sleep``: scenario 1's workload (one job at a time per process, ``job_seconds`` of work):
   ``leaseq worker`` processes, and each peer's own claim and completion calls.
 
@@ -45,6 +48,9 @@ from bench.stats import ms, percentile
 
 NAME = "peers"
 QUEUE = noop.QUEUE
+
+#: What a user gets without tuning: the batch (or concurrency) of each runtime by default.
+DEFAULTS = {worker_runtime.IMPLEMENTATION: 1, "pgqueuer": 10, "procrastinate": 1}
 
 
 def _version(package: str) -> str:
@@ -382,7 +388,7 @@ class PeerArm:
 
     def noop(self, workers: int) -> list[dict[str, Any]]:
         rows = []
-        for batch in self.plan["batches"]:
+        for batch in self.plan["batches"].get(self.name, self.plan["batches"]["*"]):
             load = _load()
             row = noop.measure(
                 self.impl,
@@ -497,7 +503,7 @@ def run(ctx: Context) -> None:
             "jobs": 1000,
             "cap": 5.0,
             "workers": (4,),
-            "batches": (10,),
+            "batches": {"*": (10,)},
             "concurrency": (4,),
             "sleep_workers": 8,
             "sleep_jobs": 48,
@@ -509,8 +515,9 @@ def run(ctx: Context) -> None:
             "jobs": 10_000,
             "cap": 30.0,
             "workers": (1, 4, 16),
-            "batches": (10,),
-            "concurrency": (4, 16),
+            # The API loops at pgqueuer's default only: they are labelled, not compared.
+            "batches": {"*": (10,), "pgqueuer": (10, 32, 64), "procrastinate": (1, 10)},
+            "concurrency": (1, 16, 32, 64),
             "sleep_workers": 16,
             "sleep_jobs": 400,
             "job_seconds": 0.2,

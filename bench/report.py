@@ -10,6 +10,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 
+from bench.peers import DEFAULTS
 from bench.results import read
 
 Rows = list[dict[str, str]]
@@ -216,6 +217,7 @@ def _runtime_lines(peers: list[dict[str, str]]) -> list[tuple[str, str, str]]:
                         f"{peer['server_cpu_ms_per_job']} ms)",
                     )
                 )
+        lines += _default_lines(rows, tag)
         others = "; ".join(
             f"{p['implementation']}'s loop {p['efficiency']} / {p['claim_p50_ms']} ms"
             for p in _by(rows, kind="sleep")
@@ -231,6 +233,36 @@ def _runtime_lines(peers: list[dict[str, str]]) -> list[tuple[str, str, str]]:
                     f"{r['duplicates']} duplicates; {others}); load {r.get('loadavg', '')}",
                 )
             )
+    return lines
+
+
+def _default_lines(rows: list[dict[str, str]], tag: str) -> list[tuple[str, str, str]]:
+    """Per worker count, each runtime at its default setting (``bench.peers.DEFAULTS``):
+    what a user gets before tuning anything."""
+    at_default = [
+        r
+        for r in _by(rows, kind="noop")
+        if r.get("loop") == "runtime" and DEFAULTS.get(r["implementation"]) == int(_f(r["batch"]))
+    ]
+    lines = []
+    for workers in sorted({r["workers"] for r in at_default}, key=int):
+        here = [r for r in at_default if r["workers"] == workers]
+        mine = [r for r in here if r["implementation"] == "leaseq worker"]
+        if not mine or len(here) < 2:
+            continue
+        rate = _f(mine[0]["jobs_per_second"])
+        lines.append(
+            (
+                f"no-op throughput at defaults, W={workers}{tag}",
+                "(reported)",
+                "; ".join(
+                    f"{r['implementation']} ({_config(r).split(', ')[1]}) {r['jobs_per_second']}"
+                    + ("" if r is mine[0] else f" ({rate / _f(r['jobs_per_second']):.2f}x)")
+                    for r in [mine[0], *(r for r in here if r is not mine[0])]
+                )
+                + f"; load {mine[0].get('loadavg', '')}",
+            )
+        )
     return lines
 
 

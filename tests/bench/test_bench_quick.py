@@ -74,3 +74,25 @@ def test_tiny_lease_renewal_run_reports_every_arm(server_url: str, tmp_path: Pat
     ]
     ctx.recorder(lease_renewal.NAME).table(lease_renewal.NAME, rows)
     assert "10. Keeping leases alive" in report.generate(tmp_path).read_text()
+
+
+def test_the_report_compares_each_runtime_at_its_default_with_the_others_at_theirs() -> None:
+    def row(impl: str, batch: int, rate: float) -> dict[str, str]:
+        return {"kind": "noop", "loop": "runtime", "implementation": impl, "workers": "4",
+                "batch": str(batch), "jobs_per_second": str(rate), "loadavg": "1.0",
+                "client_cpu_ms_per_job": "0.1", "server_cpu_ms_per_job": "0.1"}  # fmt: skip
+
+    rows = [
+        row("leaseq worker", 1, 600.0),
+        row("leaseq worker", 16, 4000.0),
+        row("pgqueuer", 10, 1200.0),
+        row("pgqueuer", 64, 9000.0),
+        row("procrastinate", 1, 300.0),
+    ]
+    lines = {name: value for name, _, value in report._runtime_lines(rows)}
+    assert lines["no-op throughput at defaults, W=4"] == (
+        "leaseq worker (concurrency 1) 600.0; pgqueuer (batch 10) 1200.0 (0.50x); "
+        "procrastinate (batch 1) 300.0 (2.00x); load 1.0"
+    )
+    best = lines["no-op throughput, `leaseq worker` vs the fastest peer runtime"]
+    assert best.startswith("0.44x: 4000.0 jobs/s (W=4, concurrency 16) vs pgqueuer 9000.0")

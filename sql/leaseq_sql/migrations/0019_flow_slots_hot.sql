@@ -15,6 +15,13 @@
 --
 -- The one reader by job id alone, flow_apply's "has this running job a slot", now names
 -- the key too. flow_repair reads every held slot, as before, by a scan of the table.
+--
+-- A release could leave its unit held (a leak, freed only by the reaper's flow_repair):
+-- while a lowered limit drains, a release compacts its key (flow_compact moves the holder
+-- of a retired slot into a free one), and releases of one key share their lock on the
+-- key's row. A release whose snapshot predates another's compaction found its old slot
+-- deleted and could not see the new one. It now looks again, in a new statement, when its
+-- first look freed nothing (migration 18's function otherwise unchanged).
 
 DROP INDEX leaseq.flow_slots_free_idx;
 DROP INDEX leaseq.flow_slots_held_idx;
@@ -80,5 +87,83 @@ BEGIN
         END LOOP;
     END IF;
     PERFORM leaseq.flow_compact(q, k);
+END
+$fn$;
+
+CREATE OR REPLACE FUNCTION leaseq.flow_on_leave_running()
+RETURNS trigger
+LANGUAGE plpgsql
+-- As in migration 15: it changes flow tables that component roles cannot write.
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    -- The key's newest unfinished job first: a key with a backlog answers with its first
+    -- entry, instead of walking the entries its finished jobs left behind (until vacuum).
+    last_one boolean := NEW.status <> 'pending' AND (
+        SELECT j.id FROM leaseq.jobs j
+         WHERE j.queue = OLD.queue AND j.key = OLD.key AND j.key IS NOT NULL
+           AND j.status = 'pending'
+         ORDER BY j.id DESC LIMIT 1) IS NULL;
+    ran double precision := greatest(extract(epoch FROM coalesce(NEW.finished_at, now()) - OLD.started_at), 0);
+    lim integer;
+    freed integer;
+BEGIN
+    -- The key's row before the slot: the lock order of leaseq.flow_apply (no deadlock with a
+    -- limit being changed). Read under the lock, its limit is current: an unlimited key has
+    -- no slots, and a limited key's retired slots are those numbered past its limit.
+    -- An attempt shorter than 50 ms is charged 50 ms with probability ran / 50 ms: the same
+    -- charge in expectation, and a key's row is rewritten by 1 in 50 of its 1 ms jobs, not
+    -- by every one (its completions would queue on that row).
+    IF (ran >= 0.05 OR random() * 0.05 < ran)
+       AND EXISTS (SELECT 1 FROM leaseq.flow_keys f
+                    WHERE f.queue = OLD.queue AND f.active AND f.key <> OLD.key) THEN
+        UPDATE leaseq.flow_keys f SET vtime = f.vtime + greatest(ran, 0.05) / f.weight
+         WHERE f.queue = OLD.queue AND f.key = OLD.key
+        RETURNING f.max_running INTO lim;
+    ELSIF last_one THEN
+        SELECT f.max_running INTO lim FROM leaseq.flow_keys f
+         WHERE f.queue = OLD.queue AND f.key = OLD.key FOR UPDATE;
+    ELSE
+        SELECT f.max_running INTO lim FROM leaseq.flow_keys f
+         WHERE f.queue = OLD.queue AND f.key = OLD.key FOR KEY SHARE;
+    END IF;
+    IF lim IS NOT NULL THEN
+        UPDATE leaseq.flow_slots s SET job_id = NULL, lease_token = NULL, taken_at = NULL
+         WHERE s.job_id = OLD.id AND s.lease_token = OLD.lease_token
+           AND s.queue = OLD.queue AND s.key = OLD.key
+        RETURNING s.slot INTO freed;
+        IF freed IS NULL THEN
+            -- Another release of the key may have compacted this unit into a free slot
+            -- after this statement's snapshot: it waited for that commit, and a new
+            -- statement (a new snapshot) sees where the unit went.
+            UPDATE leaseq.flow_slots s SET job_id = NULL, lease_token = NULL, taken_at = NULL
+             WHERE s.job_id = OLD.id AND s.lease_token = OLD.lease_token
+               AND s.queue = OLD.queue AND s.key = OLD.key
+            RETURNING s.slot INTO freed;
+        END IF;
+        -- A lowered limit still draining: keep its extra units last.
+        IF EXISTS (SELECT 1 FROM leaseq.flow_slots s
+                    WHERE s.queue = OLD.queue AND s.key = OLD.key AND s.slot > lim) THEN
+            PERFORM leaseq.flow_compact(OLD.queue, OLD.key);
+        END IF;
+    END IF;
+    IF last_one THEN
+        UPDATE leaseq.flow_keys f SET active = false
+         WHERE f.queue = OLD.queue AND f.key = OLD.key AND f.active
+           AND (SELECT j.id FROM leaseq.jobs j
+                 WHERE j.queue = OLD.queue AND j.key = OLD.key
+                   AND j.key IS NOT NULL AND j.status IN ('pending', 'running')
+                 ORDER BY j.id DESC LIMIT 1) IS NULL;
+    ELSIF freed IS NOT NULL
+          AND NOT EXISTS (SELECT 1 FROM leaseq.flow_slots s
+                           WHERE s.queue = OLD.queue AND s.key = OLD.key AND s.job_id IS NULL
+                             AND NOT s.retired AND s.slot <> freed)
+          AND EXISTS (SELECT 1 FROM leaseq.jobs j
+                       WHERE j.status = 'pending' AND j.key IS NOT NULL AND NOT j.ordering_waiting
+                         AND j.queue = OLD.queue AND j.key = OLD.key AND j.available_at <= now()) THEN
+        PERFORM pg_notify('leaseq_jobs', OLD.queue);
+    END IF;
+    RETURN NULL;
 END
 $fn$;

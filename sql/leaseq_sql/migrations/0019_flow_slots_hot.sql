@@ -129,19 +129,16 @@ BEGIN
          WHERE f.queue = OLD.queue AND f.key = OLD.key FOR KEY SHARE;
     END IF;
     IF lim IS NOT NULL THEN
-        UPDATE leaseq.flow_slots s SET job_id = NULL, lease_token = NULL, taken_at = NULL
-         WHERE s.job_id = OLD.id AND s.lease_token = OLD.lease_token
-           AND s.queue = OLD.queue AND s.key = OLD.key
-        RETURNING s.slot INTO freed;
-        IF freed IS NULL THEN
-            -- Another release of the key may have compacted this unit into a free slot
-            -- after this statement's snapshot: it waited for that commit, and a new
-            -- statement (a new snapshot) sees where the unit went.
+        -- Twice at most: another release of the key may have compacted this unit into a
+        -- free slot after the first look's snapshot. The first look waited for that
+        -- commit, and the second (a new statement, a new snapshot) sees where it went.
+        FOR look IN 1..2 LOOP
             UPDATE leaseq.flow_slots s SET job_id = NULL, lease_token = NULL, taken_at = NULL
              WHERE s.job_id = OLD.id AND s.lease_token = OLD.lease_token
                AND s.queue = OLD.queue AND s.key = OLD.key
             RETURNING s.slot INTO freed;
-        END IF;
+            EXIT WHEN freed IS NOT NULL;
+        END LOOP;
         -- A lowered limit still draining: keep its extra units last.
         IF EXISTS (SELECT 1 FROM leaseq.flow_slots s
                     WHERE s.queue = OLD.queue AND s.key = OLD.key AND s.slot > lim) THEN

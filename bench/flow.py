@@ -3,8 +3,11 @@
 * ``flow_claim``: claim + complete throughput of keyed jobs (no limit, and a limit per key)
   against keyless jobs, with 1, 1,000 and 100,000 keys (quick: 1, 100, 1,000), 4 claimer
   threads on their own connections, each claim of one job followed by its completion: what a
-  job costs end to end, the release included. Two rounds, in alternating order (quick: one).
-  The target is a ratio of at least 0.8.
+  job costs end to end, the release included. Each keyed run is paired with a keyless run
+  beside it, and its ratio is against that run. Two rounds, in alternating order (quick:
+  one). The target is a ratio of at least 0.8. Each row also has the client's and the
+  server's CPU per job, and the keyless run's CPU per job over this one's
+  (``cpu_vs_keyless``): the ratio a CPU-bound machine would show, steadier than jobs/s.
 * ``flow_hot_key``: one hot key with a limit of 40 and 4 processes x 10 claimer threads,
   each job "working" ``job_seconds`` (a sleep): jobs/s against what the limit allows
   (40 / job_seconds), and the most jobs running at once (from the attempt history).
@@ -16,8 +19,10 @@
 from __future__ import annotations
 
 import multiprocessing
+import statistics
 import threading
 import time
+from dataclasses import dataclass
 from typing import Any
 
 import psycopg
@@ -25,6 +30,7 @@ import psycopg
 import leaseq
 from bench.context import Context
 from bench.env import reset_leaseq, scratch_database
+from bench.gang import server_cpu_meter
 
 NAME = "flow"
 QUEUE = "bench"
@@ -55,10 +61,15 @@ def _enqueue(url: str, jobs: int, keys: int | None, limit: int | None) -> None:
         conn.execute("ANALYZE leaseq.flow_slots")
 
 
-def _drain(url: str, threads: int, jobs: int) -> float:
-    """Claim and complete ``jobs`` jobs with ``threads`` claimers; jobs per second."""
+def _drain(url: str, threads: int, jobs: int) -> Drained:
+    """Claim and complete ``jobs`` jobs with ``threads`` claimers: jobs per second, and the
+    CPU per job of this process and of the server, read while the claimers' backends still
+    live (an exited backend's time reaches its postmaster only once it is reaped)."""
     done = [0]
     lock = threading.Lock()
+    drained = threading.Barrier(threads + 1)
+    measured = threading.Event()
+    server = server_cpu_meter(url)
 
     def claimer(n: int) -> None:
         with leaseq.connect(url, action="bench") as conn:
@@ -67,56 +78,116 @@ def _drain(url: str, threads: int, jobs: int) -> float:
             while True:
                 with lock:
                     if done[0] >= jobs:
-                        return
+                        break
                 got = q.claim([QUEUE], f"w{n}", limit=1)
                 if not got:
                     continue
                 q.complete(got[0].lease, None)
                 with lock:
                     done[0] += 1
+            drained.wait()
+            measured.wait()
 
     pool = [threading.Thread(target=claimer, args=(n,)) for n in range(threads)]
+    client0, server0 = time.process_time(), server() if server else 0.0
     t0 = time.perf_counter()
     for t in pool:
         t.start()
+    drained.wait()
+    seconds = time.perf_counter() - t0
+    client = (time.process_time() - client0) / jobs * 1e3
+    db = (server() - server0) / jobs * 1e3 if server else None
+    measured.set()
     for t in pool:
         t.join()
-    return jobs / (time.perf_counter() - t0)
+    return Drained(jobs / seconds, client, db)
 
 
 def claim_rows(
     url: str, key_counts: tuple[int, ...], jobs: int, rounds: int, ctx: Context
 ) -> list[Any]:
-    """Every configuration once per round, the rounds in alternating order; each row's ratio
-    is against the keyless run of its own round."""
-    configs: list[tuple[int | None, int | None]] = [(None, None)] + [
-        (k, lim) for k in key_counts for lim in (None, 4)
-    ]
+    """Every keyed configuration once per round, each paired with a keyless run of its own
+    right beside it (before it in odd rounds, after it in even ones), the configurations in
+    alternating order; a row's ratio is against its own pair's keyless run, so a drift of the
+    machine's speed during a round (up to 1.7x here) reaches both sides of a ratio alike.
+    The keyless row of a round shows the median of its pair runs."""
+    configs: list[tuple[int, int | None]] = [(k, lim) for k in key_counts for lim in (None, 4)]
+
+    def measure(keys: int | None, limit: int | None, rnd: int) -> Drained:
+        total = max(jobs, keys or 0)  # at least one job per key, all enqueued first
+        _reset(url)
+        _enqueue(url, total, keys, limit)
+        run = _drain(url, 4, jobs)
+        ctx.log(f"flow claim round {rnd}: keys={keys} limit={limit}: {run.rate:.0f} jobs/s")
+        return run
+
     rows = []
     for rnd in range(1, rounds + 1):
         order = configs if rnd % 2 else configs[::-1]
-        measured: dict[tuple[int | None, int | None], float] = {}
+        pairs: dict[tuple[int, int | None], tuple[Drained, Drained]] = {}
         for keys, limit in order:
-            # At least one job per key, all enqueued first; ``jobs`` of them are drained.
-            total = max(jobs, keys or 0)
-            _reset(url)
-            _enqueue(url, total, keys, limit)
-            measured[(keys, limit)] = rate = _drain(url, 4, jobs)
-            ctx.log(f"flow claim round {rnd}: keys={keys} limit={limit}: {rate:.0f} jobs/s")
-        base = measured[(None, None)]
+            if rnd % 2:
+                base = measure(None, None, rnd)
+                run = measure(keys, limit, rnd)
+            else:
+                run = measure(keys, limit, rnd)
+                base = measure(None, None, rnd)
+            pairs[(keys, limit)] = (run, base)
+        bases = [base for _, base in pairs.values()]
+        keyless = Drained(
+            statistics.median(b.rate for b in bases),
+            statistics.median(b.client_ms for b in bases),
+            None
+            if any(b.server_ms is None for b in bases)
+            else statistics.median(b.server_ms or 0.0 for b in bases),
+        )
+        rows.append(_claim_row(rnd, 0, None, jobs, jobs, keyless, keyless))
         rows += [
-            {
-                "round": rnd,
-                "keys": keys or 0,
-                "limit_per_key": limit or "",
-                "enqueued": max(jobs, keys or 0),
-                "drained": jobs,
-                "jobs_per_s": round(measured[(keys, limit)], 1),
-                "vs_keyless": round(measured[(keys, limit)] / base, 3),
-            }
+            _claim_row(rnd, keys, limit, max(jobs, keys), jobs, *pairs[(keys, limit)])
             for keys, limit in configs
         ]
     return rows
+
+
+@dataclass(frozen=True)
+class Drained:
+    """One drain: jobs per second, and the client's and the server's CPU per job (ms; the
+    server's None when its processes are not visible here)."""
+
+    rate: float
+    client_ms: float
+    server_ms: float | None
+
+    def cpu_ms(self) -> float | None:
+        return None if self.server_ms is None else self.client_ms + self.server_ms
+
+
+def _claim_row(
+    rnd: int,
+    keys: int,
+    limit: int | None,
+    enqueued: int,
+    drained: int,
+    run: Drained,
+    base: Drained,
+) -> dict[str, Any]:
+    """A configuration's row: its throughput against its pair's keyless run, and its CPU per
+    job against the keyless run's (what the throughput ratio would be if CPU alone bound it;
+    CPU per job is far steadier than jobs/s on a noisy machine)."""
+    cpu, base_cpu = run.cpu_ms(), base.cpu_ms()
+    return {
+        "round": rnd,
+        "keys": keys,
+        "limit_per_key": limit or "",
+        "enqueued": enqueued,
+        "drained": drained,
+        "jobs_per_s": round(run.rate, 1),
+        "keyless_jobs_per_s": round(base.rate, 1),
+        "vs_keyless": round(run.rate / base.rate, 3),
+        "client_ms_per_job": round(run.client_ms, 3),
+        "server_ms_per_job": "" if run.server_ms is None else round(run.server_ms, 3),
+        "cpu_vs_keyless": "" if cpu is None or base_cpu is None else round(base_cpu / cpu, 3),
+    }
 
 
 def _hot_process(url: str, threads: int, job_seconds: float, owner: str) -> None:

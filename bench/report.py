@@ -792,7 +792,11 @@ def _flow(folder: Path) -> str:
                     "enqueued",
                     "drained",
                     "jobs_per_s",
+                    "keyless_jobs_per_s",
                     "vs_keyless",
+                    "client_ms_per_job",
+                    "server_ms_per_job",
+                    "cpu_vs_keyless",
                 ],
             )
         )

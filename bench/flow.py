@@ -22,6 +22,7 @@ import multiprocessing
 import statistics
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -34,6 +35,8 @@ from bench.gang import server_cpu_meter
 
 NAME = "flow"
 QUEUE = "bench"
+#: Seconds one drain may take before its claimers stop waiting for each other.
+DRAIN_TIMEOUT = 600.0
 
 
 def _reset(url: str) -> None:
@@ -61,43 +64,50 @@ def _enqueue(url: str, jobs: int, keys: int | None, limit: int | None) -> None:
         conn.execute("ANALYZE leaseq.flow_slots")
 
 
-def _drain(url: str, threads: int, jobs: int) -> Drained:
+def _drain(url: str, threads: int, jobs: int, server: Callable[[], float] | None) -> Drained:
     """Claim and complete ``jobs`` jobs with ``threads`` claimers: jobs per second, and the
-    CPU per job of this process and of the server, read while the claimers' backends still
-    live (an exited backend's time reaches its postmaster only once it is reaped)."""
+    CPU per job of this process and of the server (``server``: its meter, None when its
+    processes are not visible here), read while the claimers' backends still live (an exited
+    backend's time reaches its postmaster only once it is reaped). A claimer that fails
+    breaks the wait for the others (BrokenBarrierError) instead of hanging it."""
     done = [0]
     lock = threading.Lock()
-    drained = threading.Barrier(threads + 1)
+    drained = threading.Barrier(threads + 1, timeout=DRAIN_TIMEOUT)
     measured = threading.Event()
-    server = server_cpu_meter(url)
 
     def claimer(n: int) -> None:
-        with leaseq.connect(url, action="bench") as conn:
-            leaseq.Queue.tune_worker_session(conn)
-            q = leaseq.Queue(conn)
-            while True:
-                with lock:
-                    if done[0] >= jobs:
-                        break
-                got = q.claim([QUEUE], f"w{n}", limit=1)
-                if not got:
-                    continue
-                q.complete(got[0].lease, None)
-                with lock:
-                    done[0] += 1
-            drained.wait()
-            measured.wait()
+        try:
+            with leaseq.connect(url, action="bench") as conn:
+                leaseq.Queue.tune_worker_session(conn)
+                q = leaseq.Queue(conn)
+                while True:
+                    with lock:
+                        if done[0] >= jobs:
+                            break
+                    got = q.claim([QUEUE], f"w{n}", limit=1)
+                    if not got:
+                        continue
+                    q.complete(got[0].lease, None)
+                    with lock:
+                        done[0] += 1
+                drained.wait()
+                measured.wait()
+        except BaseException:
+            drained.abort()
+            raise
 
     pool = [threading.Thread(target=claimer, args=(n,)) for n in range(threads)]
     client0, server0 = time.process_time(), server() if server else 0.0
     t0 = time.perf_counter()
     for t in pool:
         t.start()
-    drained.wait()
-    seconds = time.perf_counter() - t0
-    client = (time.process_time() - client0) / jobs * 1e3
-    db = (server() - server0) / jobs * 1e3 if server else None
-    measured.set()
+    try:
+        drained.wait()
+        seconds = time.perf_counter() - t0
+        client = (time.process_time() - client0) / jobs * 1e3
+        db = (server() - server0) / jobs * 1e3 if server else None
+    finally:
+        measured.set()
     for t in pool:
         t.join()
     return Drained(jobs / seconds, client, db)
@@ -113,11 +123,13 @@ def claim_rows(
     The keyless row of a round shows the median of its pair runs."""
     configs: list[tuple[int, int | None]] = [(k, lim) for k in key_counts for lim in (None, 4)]
 
+    server = server_cpu_meter(url)
+
     def measure(keys: int | None, limit: int | None, rnd: int) -> Drained:
         total = max(jobs, keys or 0)  # at least one job per key, all enqueued first
         _reset(url)
         _enqueue(url, total, keys, limit)
-        run = _drain(url, 4, jobs)
+        run = _drain(url, 4, jobs, server)
         ctx.log(f"flow claim round {rnd}: keys={keys} limit={limit}: {run.rate:.0f} jobs/s")
         return run
 
@@ -133,14 +145,7 @@ def claim_rows(
                 run = measure(keys, limit, rnd)
                 base = measure(None, None, rnd)
             pairs[(keys, limit)] = (run, base)
-        bases = [base for _, base in pairs.values()]
-        keyless = Drained(
-            statistics.median(b.rate for b in bases),
-            statistics.median(b.client_ms for b in bases),
-            None
-            if any(b.server_ms is None for b in bases)
-            else statistics.median(b.server_ms or 0.0 for b in bases),
-        )
+        keyless = Drained.median([base for _, base in pairs.values()])
         rows.append(_claim_row(rnd, 0, None, jobs, jobs, keyless, keyless))
         rows += [
             _claim_row(rnd, keys, limit, max(jobs, keys), jobs, *pairs[(keys, limit)])
@@ -160,6 +165,16 @@ class Drained:
 
     def cpu_ms(self) -> float | None:
         return None if self.server_ms is None else self.client_ms + self.server_ms
+
+    @staticmethod
+    def median(runs: list[Drained]) -> Drained:
+        """Each figure's median over ``runs`` (the server's None unless every run has it)."""
+        servers = [r.server_ms for r in runs if r.server_ms is not None]
+        return Drained(
+            statistics.median(r.rate for r in runs),
+            statistics.median(r.client_ms for r in runs),
+            statistics.median(servers) if len(servers) == len(runs) else None,
+        )
 
 
 def _claim_row(

@@ -115,9 +115,10 @@ def test_the_aggregating_job_runs_exactly_once_under_sigkill_at_every_boundary(
     wait_for(lambda: _status(conn, merge) == "succeeded", "the merge to succeed", timeout=60)
 
     assert len(_ids(conn, "page")) == PAGES  # the fan-out was neither lost nor doubled
-    # The merge ran to success once. An earlier run can only be the victim's, cut by its
+    # The merge ran to success once. An earlier attempt can only be the victim's, cut by its
     # SIGKILL: once the last page's completion commits, the victim may claim the merge before
-    # the signal lands, and that attempt is reaped like any other.
+    # the signal lands, and that attempt is reaped like any other; the signal may land before
+    # or after its handler starts, so such an attempt may have left no mark.
     runs = {int(p.name.rsplit("-", 1)[1]) for p in tmp_path.glob(f"merge-{merge}-*")}
     attempts = {
         token: (worker, outcome)
@@ -126,8 +127,8 @@ def test_the_aggregating_job_runs_exactly_once_under_sigkill_at_every_boundary(
             (merge,),
         ).fetchall()
     }
-    assert runs == set(attempts)
-    assert [o for _, o in attempts.values()].count("succeeded") == 1
+    (succeeded,) = [t for t, (_, outcome) in attempts.items() if outcome == "succeeded"]
+    assert succeeded in runs and runs <= set(attempts)
     assert all(a == ("victim", "lease_expired") for a in attempts.values() if a[1] != "succeeded")
     assert queue.get(merge).result == {"text": " ".join(f"p{i}" for i in range(PAGES))}
     links = queue.links(merge)

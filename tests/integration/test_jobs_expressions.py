@@ -1,0 +1,128 @@
+"""The triggers and constraints of ``leaseq.jobs`` keep their meaning in their smaller form
+(migration 20): PostgreSQL rebuilds both kinds of expression in every statement that updates
+the table, so their size is paid at every claim, completion and heartbeat."""
+
+from __future__ import annotations
+
+import itertools
+import re
+
+import psycopg
+import pytest
+
+import leaseq
+
+STATUSES = ("waiting", "pending", "running", "succeeded", "dead", "cancelled")
+FINISHED = {"succeeded", "dead", "cancelled"}
+
+# Each trigger's WHEN clause as migrations 11, 12, 15 and 18 wrote it: the meaning to keep.
+WRITTEN_BEFORE = {
+    "jobs_notify_done": "NEW.notify_done AND NEW.status IN ('succeeded', 'dead', 'cancelled')"
+    " AND OLD.status IS DISTINCT FROM NEW.status",
+    "jobs_pipeline_transition": "OLD.status IS DISTINCT FROM NEW.status"
+    " AND (NEW.has_children OR NEW.pipeline_id IS NOT NULL)",
+    "jobs_flow_release": "OLD.status = 'running' AND NEW.status <> 'running'"
+    " AND OLD.key IS NOT NULL",
+    "jobs_flow_head_done": "OLD.ordering_key IS NOT NULL AND NOT OLD.ordering_waiting"
+    " AND OLD.status IN ('pending', 'running')"
+    " AND NEW.status IN ('succeeded', 'cancelled', 'dead')",
+    "jobs_flow_head_revived": "OLD.ordering_key IS NOT NULL AND OLD.status = 'dead'"
+    " AND NEW.status = 'pending'",
+    "jobs_flow_reactivate": "NEW.key IS NOT NULL AND NEW.status = 'pending'"
+    " AND OLD.status NOT IN ('pending', 'running')",
+}
+
+
+def _update_triggers(conn: leaseq.core.db.Conn) -> dict[str, tuple[list[str], str]]:
+    """Each row trigger that fires on UPDATE of leaseq.jobs: its columns and WHEN clause."""
+    rows = conn.execute(
+        "SELECT t.tgname, array(SELECT a.attname FROM unnest(t.tgattr) c(n)"
+        "  JOIN pg_attribute a ON a.attrelid = t.tgrelid AND a.attnum = c.n)::text[],"
+        " pg_get_triggerdef(t.oid)"
+        " FROM pg_trigger t WHERE t.tgrelid = 'leaseq.jobs'::regclass AND NOT t.tgisinternal"
+        " AND t.tgtype & 16 <> 0"  # TRIGGER_TYPE_UPDATE
+    ).fetchall()
+    found = {}
+    for name, columns, definition in rows:
+        when = re.search(r" WHEN \((.*)\) EXECUTE FUNCTION ", definition)
+        assert when is not None, f"{name} has no WHEN clause: {definition}"
+        found[name] = (list(columns), when.group(1))
+    return found
+
+
+def test_every_update_trigger_fires_on_status_only(conn: leaseq.core.db.Conn) -> None:
+    """An update that does not set status (a heartbeat, a checkpoint) reads no trigger's
+    WHEN clause."""
+    triggers = _update_triggers(conn)
+    assert set(triggers) == set(WRITTEN_BEFORE)
+    assert {name: columns for name, (columns, _) in triggers.items()} == {
+        name: ["status"] for name in WRITTEN_BEFORE
+    }
+
+
+@pytest.mark.parametrize("name", sorted(WRITTEN_BEFORE))
+def test_each_when_clause_means_what_it_meant(conn: leaseq.core.db.Conn, name: str) -> None:
+    """Over every pair of statuses a row can pass between, with and without a key, an
+    ordering key, a waiting aggregate, a watcher, children and a pipeline (finished_at set
+    exactly when the status is final, as CHECK jobs_finished_at makes it), the installed
+    clause and the clause as first written agree."""
+    (_, installed) = _update_triggers(conn)[name]
+    cases = [
+        (o, n, o in FINISHED, n in FINISHED, key, ok, waiting, watched, children, pipeline)
+        for o, n in itertools.product(STATUSES, repeat=2)
+        for key, ok, waiting, watched, children, pipeline in itertools.product(
+            (False, True), repeat=6
+        )
+    ]
+    columns = (
+        "status leaseq.job_status, finished_at timestamptz, key text, ordering_key text,"
+        " ordering_waiting boolean, notify_done boolean, has_children boolean, pipeline_id bigint"
+    )
+
+    def side(prefix: str) -> str:
+        return (
+            f"SELECT c.{prefix}_status::leaseq.job_status,"
+            f" CASE WHEN c.{prefix}_finished THEN now() END,"
+            " CASE WHEN c.keyed THEN 'k' END, CASE WHEN c.ordered THEN 'o' END,"
+            " c.waiting, c.watched, c.children, CASE WHEN c.pipelined THEN 1 END"
+        )
+
+    query = (
+        "SELECT c.o_status, c.n_status, c.keyed, c.ordered, c.waiting, c.watched, c.children,"
+        f" c.pipelined, ({installed}) IS TRUE, ({WRITTEN_BEFORE[name]}) IS TRUE"
+        " FROM unnest(%s::text[], %s::text[], %s::bool[], %s::bool[], %s::bool[], %s::bool[],"
+        "  %s::bool[], %s::bool[], %s::bool[], %s::bool[])"
+        "  AS c(o_status, n_status, o_finished, n_finished, keyed, ordered, waiting, watched,"
+        "       children, pipelined)"
+        f" CROSS JOIN LATERAL ({side('o')}) AS old({_names(columns)})"
+        f" CROSS JOIN LATERAL ({side('n')}) AS new({_names(columns)})"
+    )
+    rows = conn.execute(query, [list(col) for col in zip(*cases, strict=True)]).fetchall()
+    assert len(rows) == len(cases)
+    differ = [row[:8] for row in rows if row[8] != row[9]]
+    assert differ == []
+
+
+def _names(columns: str) -> str:
+    return ", ".join(part.split()[0] for part in columns.split(","))
+
+
+@pytest.mark.parametrize(
+    ("column", "value"),
+    [("key", ""), ("key", "k" * 201), ("ordering_key", ""), ("ordering_key", "o" * 201)],
+    ids=["key-empty", "key-201", "ordering_key-empty", "ordering_key-201"],
+)
+def test_key_checks_still_refuse_bad_names_and_take_none(
+    conn: leaseq.core.db.Conn, column: str, value: str
+) -> None:
+    conn.execute(f"INSERT INTO leaseq.jobs (queue, job_type, {column}) VALUES ('q', 't', NULL)")
+    with pytest.raises(psycopg.errors.CheckViolation, match=f"jobs_{column}_name"):
+        conn.execute(
+            f"INSERT INTO leaseq.jobs (queue, job_type, {column}) VALUES ('q', 't', %s)", (value,)
+        )
+
+
+def test_timeout_check_still_refuses_zero_and_takes_none(conn: leaseq.core.db.Conn) -> None:
+    conn.execute("INSERT INTO leaseq.jobs (queue, job_type, timeout) VALUES ('q', 't', NULL)")
+    with pytest.raises(psycopg.errors.CheckViolation, match="jobs_timeout_positive"):
+        conn.execute("INSERT INTO leaseq.jobs (queue, job_type, timeout) VALUES ('q', 't', '0')")

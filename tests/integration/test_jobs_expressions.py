@@ -126,3 +126,11 @@ def test_timeout_check_still_refuses_zero_and_takes_none(conn: leaseq.core.db.Co
     conn.execute("INSERT INTO leaseq.jobs (queue, job_type, timeout) VALUES ('q', 't', NULL)")
     with pytest.raises(psycopg.errors.CheckViolation, match="jobs_timeout_positive"):
         conn.execute("INSERT INTO leaseq.jobs (queue, job_type, timeout) VALUES ('q', 't', '0')")
+
+
+def test_deps_left_check_still_refuses_a_negative_count(conn: leaseq.core.db.Conn) -> None:
+    (job,) = conn.execute(
+        "INSERT INTO leaseq.jobs (queue, job_type) VALUES ('q', 't') RETURNING id"
+    ).fetchone() or (None,)
+    with pytest.raises(psycopg.errors.CheckViolation, match="jobs_deps_left"):
+        conn.execute("UPDATE leaseq.jobs SET deps_left = deps_left - 1 WHERE id = %s", (job,))

@@ -6,9 +6,9 @@
 -- and compiled once per statement, whatever the number of rows), so each costs in
 -- proportion to its size at every claim, completion and heartbeat, keyless or not. Counted
 -- with an instruction-counting profiler (one backend, single-row updates of a 100-job
--- table, PostgreSQL 18.6): an update that sets no status (a heartbeat) took 703,000 to
--- 743,000 instructions, of which the CHECK constraints about 330,000 and the WHEN clauses
--- about 205,000; an update that sets status 784,000 to 791,000; an insert 530,000.
+-- table in a new database, PostgreSQL 18.6): an update that sets no status (a heartbeat)
+-- took 725,000 instructions, of which the CHECK constraints about 330,000 and the WHEN
+-- clauses about 205,000; an update that sets status 787,000; an insert 531,000.
 --
 -- * The four flow triggers fire on status changes only, so they are now column triggers
 --   (UPDATE OF status, as the notify and pipeline triggers already were): a statement that
@@ -20,20 +20,23 @@
 -- * A CHECK passes when its expression is NULL, so "x IS NULL OR" in front of a check of x
 --   says nothing: dropped from the timeout check (added NOT VALID, then validated: the scan
 --   takes no lock that blocks workers).
--- * The key and the ordering key are checked by their types, domains over text: a backend
+-- * The key, the ordering key and the count of unmet parents (deps_left) are checked by
+--   their types, domains over text and integer: a backend
 --   keeps a domain's check once parsed, and runs it only where a value of the type is
 --   written (an insert, an update that sets the column), never in a claim, a completion or
---   a heartbeat. The constraints keep their names (an error still names jobs_key_name).
+--   a heartbeat (deps_left is written by a parent's completion only). The constraints keep
+--   their names (an error still names jobs_key_name).
 --   They are added NOT VALID and left so: the values already stored passed the same check
 --   as a table constraint, and validating a domain's check would lock the table against
 --   writes for its scan. The columns' change of type is binary compatible: the table is
---   not rewritten, but the four indexes that name either column (jobs_claim_idx,
---   jobs_key_claim_idx, jobs_key_unfinished_idx, jobs_ordering_idx) are rebuilt, with the
+--   not rewritten, but the five indexes that name one of the columns (jobs_claim_idx,
+--   jobs_key_claim_idx, jobs_key_unfinished_idx, jobs_ordering_idx, jobs_waiting_idx) are
+--   rebuilt, with the
 --   table locked, as migration 18 rebuilt one of them: the hot table holds unfinished and
 --   recently finished jobs only.
 --
--- Counted the same way after this migration: 434,000 instructions per heartbeat update
--- (-38% to -42%), 632,000 per status update (-20%), 442,000 per insert (-17%).
+-- Counted the same way after this migration: 421,000 instructions per heartbeat update
+-- (-42%), 619,000 per status update (-21%), 431,000 per insert (-19%).
 
 -- Every trigger that names the key or the ordering key goes first: a column's type cannot
 -- change under a trigger's WHEN clause.
@@ -52,15 +55,20 @@ ALTER TABLE leaseq.jobs VALIDATE CONSTRAINT jobs_timeout_positive;
 
 CREATE DOMAIN leaseq.job_key AS text;
 CREATE DOMAIN leaseq.job_ordering_key AS text;
+CREATE DOMAIN leaseq.job_deps_left AS integer;
 ALTER TABLE leaseq.jobs
     DROP CONSTRAINT jobs_key_name,
     DROP CONSTRAINT jobs_ordering_key_name,
+    DROP CONSTRAINT jobs_deps_left,
     ALTER COLUMN key TYPE leaseq.job_key,
-    ALTER COLUMN ordering_key TYPE leaseq.job_ordering_key;
+    ALTER COLUMN ordering_key TYPE leaseq.job_ordering_key,
+    ALTER COLUMN deps_left TYPE leaseq.job_deps_left;
 ALTER DOMAIN leaseq.job_key
     ADD CONSTRAINT jobs_key_name CHECK (length(VALUE) BETWEEN 1 AND 200) NOT VALID;
 ALTER DOMAIN leaseq.job_ordering_key
     ADD CONSTRAINT jobs_ordering_key_name CHECK (length(VALUE) BETWEEN 1 AND 200) NOT VALID;
+ALTER DOMAIN leaseq.job_deps_left
+    ADD CONSTRAINT jobs_deps_left CHECK (VALUE >= 0) NOT VALID;
 
 -- As migration 15 made them.
 CREATE TRIGGER jobs_flow_enqueue AFTER INSERT ON leaseq.jobs

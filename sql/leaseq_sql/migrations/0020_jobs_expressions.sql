@@ -21,19 +21,17 @@
 --   says nothing: dropped from the timeout check (added NOT VALID, then validated: the scan
 --   takes no lock that blocks workers).
 -- * The key, the ordering key and the count of unmet parents (deps_left) are checked by
---   their types, domains over text and integer: a backend
---   keeps a domain's check once parsed, and runs it only where a value of the type is
---   written (an insert, an update that sets the column), never in a claim, a completion or
---   a heartbeat (deps_left is written by a parent's completion only). The constraints keep
---   their names (an error still names jobs_key_name).
---   They are added NOT VALID and left so: the values already stored passed the same check
---   as a table constraint, and validating a domain's check would lock the table against
---   writes for its scan. The columns' change of type is binary compatible: the table is
---   not rewritten, but the five indexes that name one of the columns (jobs_claim_idx,
---   jobs_key_claim_idx, jobs_key_unfinished_idx, jobs_ordering_idx, jobs_waiting_idx) are
---   rebuilt, with the
---   table locked, as migration 18 rebuilt one of them: the hot table holds unfinished and
---   recently finished jobs only.
+--   their types, domains over text and integer: a backend keeps a domain's check once
+--   parsed, and runs it only where a value of the type is written (an insert, an update
+--   that sets the column), never in a claim, a completion or a heartbeat (deps_left is
+--   written by a parent's completion only). The constraints keep their names (an error
+--   still names jobs_key_name). They are added NOT VALID and left so: the values already
+--   stored passed the same check as a table constraint, and validating a domain's check
+--   would lock the table against writes for its scan. The columns' change of type is
+--   binary compatible: the table is not rewritten, but the five indexes that name one of
+--   the columns (jobs_claim_idx, jobs_key_claim_idx, jobs_key_unfinished_idx,
+--   jobs_ordering_idx, jobs_waiting_idx) are rebuilt, with the table locked, as migration
+--   18 rebuilt one of them: the hot table holds unfinished and recently finished jobs only.
 --
 -- Counted the same way after this migration: 421,000 instructions per heartbeat update
 -- (-42%), 619,000 per status update (-21%), 431,000 per insert (-19%).

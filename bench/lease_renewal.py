@@ -12,12 +12,18 @@ is enqueued and analyzed) or ``fresh`` (taken once they run). The CPU is the ser
 backend's own (user + system, from /proc/<pid>/stat, so the server must be on this host),
 per round; ``core_pct_at_10s`` is that as a share of one core when every lease is renewed
 every 10 s (the default heartbeat interval).
+
+``lease_renewal_passes``: what else N running jobs cost the leader, on the same held jobs
+(none expired): one reaper pass (``reap``) and one read of the operator's work estimate
+(``work``), CPU of the serving backend per call, and ``core_pct_at_5s`` at one of each per
+5 s (the default reap interval).
 """
 
 from __future__ import annotations
 
 import os
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +40,9 @@ ROUNDS = 3
 RENEWALS = 10_000
 ARMS = ("per_lease", "per_worker")
 HEARTBEAT_SECONDS = 10.0
+REAP_SECONDS = 5.0
+#: Calls per measurement of a leader's pass.
+PASSES = 50
 TICK = os.sysconf("SC_CLK_TCK")
 
 
@@ -83,14 +92,45 @@ def rounds(url: str, held: list[list[leaseq.Lease]], arm: str, renewals: int) ->
     return spent[1:]
 
 
+def passes(url: str, leases: int, stats: str) -> list[dict[str, Any]]:
+    """The CPU of one reaper pass and of one read of the work estimate, with ``leases``
+    running jobs held (none expired), on a worker-tuned session: a row each."""
+    rows = []
+    with leaseq.connect(url, action="bench") as conn:
+        leaseq.Queue.tune_worker_session(conn)
+        queue = leaseq.Queue(conn)
+        pid = conn.info.backend_pid
+        calls: dict[str, Callable[[], object]] = {
+            "reap": queue.reap,
+            "work": lambda: queue.work(["q"], window=300),
+        }
+        for duty, call in calls.items():
+            call()  # prepares the statement: not counted
+            before = backend_cpu(pid)
+            for _ in range(PASSES):
+                call()
+            per_call = (backend_cpu(pid) - before) / PASSES
+            rows.append(
+                {
+                    "leases": leases,
+                    "statistics": stats,
+                    "duty": duty,
+                    "cpu_ms_per_call": round(per_call * 1000, 2),
+                    "core_pct_at_5s": round(per_call / REAP_SECONDS * 100, 3),
+                }
+            )
+    return rows
+
+
 def measure(
     url: str, sizes: list[int], arms: tuple[str, ...] = ARMS, renewals: int = RENEWALS
-) -> list[dict[str, Any]]:
-    """One row per size, statistics and arm."""
-    rows = []
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """One row per size, statistics and arm; and one per size, statistics and leader duty."""
+    rows, duties = [], []
     for leases in sizes:
         for stats in ("stale", "fresh"):
             held = hold(url, leases, fresh=stats == "fresh")
+            duties += passes(url, leases, stats)
             for arm in arms:
                 cpu = rounds(url, held, arm, renewals)
                 mid = percentile(cpu, 50)
@@ -107,7 +147,7 @@ def measure(
                         "core_pct_at_10s": round(mid / HEARTBEAT_SECONDS * 100, 3),
                     }
                 )
-    return rows
+    return rows, duties
 
 
 def run(ctx: Context) -> None:
@@ -119,7 +159,7 @@ def run(ctx: Context) -> None:
                 ctx.log("lease renewal: the server is not on this host; skipped")
                 return
         started = time.monotonic()
-        rows = measure(url, sizes, renewals=renewals)
+        rows, duties = measure(url, sizes, renewals=renewals)
     for r in rows:
         ctx.log(
             f"lease renewal {r['leases']} {r['statistics']} {r['arm']}: "
@@ -136,3 +176,4 @@ def run(ctx: Context) -> None:
         }
     )
     recorder.table(NAME, rows)
+    recorder.table(f"{NAME}_passes", duties)

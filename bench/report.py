@@ -762,7 +762,7 @@ def _lease_renewal(folder: Path) -> str:
     rows = read(folder / "lease_renewal.csv")
     if not rows:
         return "_not run_\n"
-    return _table(
+    out = _table(
         rows,
         [
             "leases",
@@ -776,6 +776,15 @@ def _lease_renewal(folder: Path) -> str:
             "core_pct_at_10s",
         ],
     )
+    duties = read(folder / "lease_renewal_passes.csv")
+    if duties:
+        out += (
+            "\nThe leader's duties with the same jobs running (none expired): one reaper pass"
+            " and one read of the work estimate, and their share of a core at one each per"
+            " 5 s:\n\n"
+        )
+        out += _table(duties, ["leases", "statistics", "duty", "cpu_ms_per_call", "core_pct_at_5s"])
+    return out
 
 
 def _flow(folder: Path) -> str:

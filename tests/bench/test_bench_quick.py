@@ -65,15 +65,24 @@ def test_tiny_result_latency_run_reports_both_faces(server_url: str, tmp_path: P
 def test_tiny_lease_renewal_run_reports_every_arm(server_url: str, tmp_path: Path) -> None:
     ctx = Context(server_url, True, tmp_path, {**machine(), **server_info(server_url)})
     with scratch_database(server_url, "smoke") as url:
-        rows = lease_renewal.measure(url, [16], renewals=16)
+        rows, duties = lease_renewal.measure(url, [16], renewals=16)
     assert [(r["statistics"], r["arm"], r["statements_per_round"]) for r in rows] == [
         ("stale", "per_lease", 16),
         ("stale", "per_worker", 2),
         ("fresh", "per_lease", 16),
         ("fresh", "per_worker", 2),
     ]
+    assert [(r["leases"], r["statistics"], r["duty"]) for r in duties] == [
+        (16, "stale", "reap"),
+        (16, "stale", "work"),
+        (16, "fresh", "reap"),
+        (16, "fresh", "work"),
+    ]
     ctx.recorder(lease_renewal.NAME).table(lease_renewal.NAME, rows)
-    assert "10. Keeping leases alive" in report.generate(tmp_path).read_text()
+    ctx.recorder(lease_renewal.NAME).table(f"{lease_renewal.NAME}_passes", duties)
+    text = report.generate(tmp_path).read_text()
+    assert "10. Keeping leases alive" in text
+    assert "| 16 | fresh | reap |" in text
 
 
 def test_the_report_compares_each_runtime_at_its_default_with_the_others_at_theirs() -> None:

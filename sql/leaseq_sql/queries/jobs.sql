@@ -5,7 +5,7 @@
 -- The fenced statements (heartbeat, checkpoint, complete, fail, release) hold a lease when
 -- owner, token and an unexpired lease_expires_at match, and say nothing of the status: a
 -- lease exists only while a job runs (CHECK jobs_lease_only_while_running, migration 0014).
--- Naming status = 'running' would let the planner prefer the partial jobs_lease_idx over
+-- Naming status = 'running' would let the planner prefer the partial jobs_running_idx over
 -- the primary key whenever the statistics predate the running jobs (test_fenced_plans.py).
 
 -- name: job_enqueue

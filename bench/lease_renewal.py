@@ -11,7 +11,8 @@ Each with statistics ``stale`` (taken while the jobs were pending, as right afte
 is enqueued and analyzed) or ``fresh`` (taken once they run). The CPU is the serving
 backend's own (user + system, from /proc/<pid>/stat, so the server must be on this host),
 per round; ``core_pct_at_10s`` is that as a share of one core when every lease is renewed
-every 10 s (the default heartbeat interval).
+every 10 s (the default heartbeat interval); ``wal_bytes_per_lease`` the WAL one renewal
+writes (a renewal that must write index entries writes more, and leaves more for vacuum).
 
 ``lease_renewal_passes``: what else N running jobs cost the leader, on the same held jobs
 (none expired): one reaper pass (``reap``) and one read of the operator's work estimate
@@ -42,7 +43,7 @@ ARMS = ("per_lease", "per_worker")
 HEARTBEAT_SECONDS = 10.0
 REAP_SECONDS = 5.0
 #: Calls per measurement of a leader's pass.
-PASSES = 50
+PASSES = 200
 TICK = os.sysconf("SC_CLK_TCK")
 
 
@@ -69,17 +70,22 @@ def hold(url: str, leases: int, *, fresh: bool) -> list[list[leaseq.Lease]]:
     return held
 
 
-def rounds(url: str, held: list[list[leaseq.Lease]], arm: str, renewals: int) -> list[float]:
+def rounds(
+    url: str, held: list[list[leaseq.Lease]], arm: str, renewals: int
+) -> tuple[list[float], list[float]]:
     """CPU seconds of the serving backend per round of renewing every lease once (each
-    measured over enough rounds for at least ``renewals`` renewals: the clock ticks at 10 ms)."""
+    measured over enough rounds for at least ``renewals`` renewals: the clock ticks at 10 ms),
+    and the bytes of WAL written per round (read outside the measured CPU)."""
     leases = sum(len(h) for h in held)
     repeat = max(1, renewals // leases)
-    spent = []
+    spent, wal = [], []
     with leaseq.connect(url, action="bench") as conn:
         leaseq.Queue.tune_worker_session(conn)
         queue = leaseq.Queue(conn)
         pid = conn.info.backend_pid
         for _ in range(ROUNDS + 1):  # the first round prepares the statements: not counted
+            lsn = conn.execute("SELECT pg_current_wal_lsn()").fetchone()
+            conn.commit()
             before = backend_cpu(pid)
             for _ in range(repeat):
                 for mine in held:
@@ -89,7 +95,10 @@ def rounds(url: str, held: list[list[leaseq.Lease]], arm: str, renewals: int) ->
                     else:
                         queue.heartbeat_many(mine, lease_seconds=3600)
             spent.append((backend_cpu(pid) - before) / repeat)
-    return spent[1:]
+            written = conn.execute("SELECT pg_current_wal_lsn() - %s::pg_lsn", lsn).fetchone()
+            conn.commit()
+            wal.append(float(written[0] if written else 0) / repeat)
+    return spent[1:], wal[1:]
 
 
 def passes(url: str, leases: int, stats: str) -> list[dict[str, Any]]:
@@ -132,7 +141,7 @@ def measure(
             held = hold(url, leases, fresh=stats == "fresh")
             duties += passes(url, leases, stats)
             for arm in arms:
-                cpu = rounds(url, held, arm, renewals)
+                cpu, wal = rounds(url, held, arm, renewals)
                 mid = percentile(cpu, 50)
                 rows.append(
                     {
@@ -145,6 +154,7 @@ def measure(
                         "cpu_ms_per_round_max": round(max(cpu) * 1000, 1),
                         "cpu_us_per_lease": round(mid / leases * 1e6, 2),
                         "core_pct_at_10s": round(mid / HEARTBEAT_SECONDS * 100, 3),
+                        "wal_bytes_per_lease": round(percentile(wal, 50) / leases),
                     }
                 )
     return rows, duties

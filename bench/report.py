@@ -774,6 +774,7 @@ def _lease_renewal(folder: Path) -> str:
             "cpu_ms_per_round_max",
             "cpu_us_per_lease",
             "core_pct_at_10s",
+            "wal_bytes_per_lease",
         ],
     )
     duties = read(folder / "lease_renewal_passes.csv")

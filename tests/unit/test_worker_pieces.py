@@ -20,6 +20,7 @@ from leaseq.core.models import ClaimedJob, Lease
 from leaseq.runtime.context import Interrupted, JobContext, StopReason
 from leaseq.runtime.health import Health
 from leaseq.runtime.inflight import InFlight, InFlightTable
+from leaseq.runtime.latch import Latch
 from leaseq.runtime.metrics import OUTCOMES, WorkerMetrics
 from leaseq.runtime.registry import Registry, load_app
 from leaseq.runtime.settings import OPTIONS, WorkerSettings
@@ -225,6 +226,24 @@ def test_in_flight_attempt_is_settled_by_exactly_one_party() -> None:
     assert table.wait_settled(0.01)
     table.remove(job)
     assert len(table) == 0
+
+
+def test_latch_wakes_a_waiter_that_came_before_or_after_it_was_set() -> None:
+    latch = Latch()
+    assert not latch.is_set()
+    assert not latch.wait(0.01)  # times out, like an Event
+    woken: list[bool] = []
+    waiter = threading.Thread(target=lambda: woken.append(latch.wait(60)))
+    waiter.start()
+    wait_for(lambda: latch._event is not None, "the waiter blocked on its Event")
+    latch.set()
+    waiter.join(60)
+    assert woken == [True]
+    assert latch.is_set()
+    assert latch.wait(0)  # set before this wait: no Event needed
+    never_waited = Latch()
+    never_waited.set()
+    assert never_waited.is_set() and never_waited._event is None
 
 
 def test_health_reports_silent_loops_database_errors_and_draining() -> None:

@@ -31,6 +31,9 @@ class Bounded:
     note: str | None = None
 
 
+_NULL = Bounded(None)
+
+
 def _count(parts: list[str]) -> str | None:
     return "; ".join(parts) if parts else None
 
@@ -69,6 +72,8 @@ def json(value: Any, what: str) -> Bounded:
     """A JSON value with NULs and lone surrogates in its strings (keys included) replaced by
     U+FFFD, which jsonb cannot store; ``note`` names ``what`` and how many. Size is not
     capped here: :func:`leaseq.core.validation.json_value` refuses oversized values."""
+    if value is None:
+        return _NULL  # most handlers return nothing and report no progress: no walk
     counts = {"nul": 0, "surrogate": 0}
 
     def clean(s: str) -> str:

@@ -42,6 +42,8 @@ def queue_name(value: object, field: str = "queue") -> str:
 
 def json_value(field: str, value: Any, *, limit: int = MAX_PAYLOAD_BYTES) -> Any:
     """A value that serialises to strict JSON (no NaN/Infinity) within ``limit`` bytes."""
+    if value is None:
+        return value  # JSON null: 4 bytes, nothing to serialise (the commonest result)
     try:
         encoded = json.dumps(value, allow_nan=False)
     except (TypeError, ValueError) as exc:

@@ -14,6 +14,7 @@ from leaseq.core.backoff import Backoff
 from leaseq.core.errors import DatabaseUnavailable, LeaseqError
 from leaseq.core.graph import Graph, Node, Parent
 from leaseq.core.models import After, ClaimedJob, Lease, ParentResult
+from leaseq.runtime.latch import Latch
 
 
 class PermanentError(Exception):
@@ -71,7 +72,7 @@ class JobContext:
         self._job = job
         self._queue = queue
         self._draining = draining
-        self._stop = threading.Event()
+        self._stop = Latch()
         self._lock = threading.Lock()
         self._reason: StopReason | None = None
         self._progress: Any = None
@@ -79,17 +80,26 @@ class JobContext:
         self._progress_at = time.monotonic()
         self._spawned: Graph | None = None
         self.worker_id = worker_id
-        self.log = logging.LoggerAdapter(
-            logging.getLogger(f"leaseq.job.{job.job_type}"),
-            {
-                "job_id": job.id,
-                "queue": job.queue,
-                "job_type": job.job_type,
-                "worker": worker_id,
-                "attempt": job.attempt,
-                "token": job.lease.token,
-            },
-        )
+        self._log: logging.LoggerAdapter[logging.Logger] | None = None
+
+    @property
+    def log(self) -> logging.LoggerAdapter[logging.Logger]:
+        """The handler's logger (``leaseq.job.<job type>``), every line with the attempt's
+        fields. Made on first use: most handlers never log, and it costs a lookup per job."""
+        if self._log is None:
+            job = self._job
+            self._log = logging.LoggerAdapter(
+                logging.getLogger(f"leaseq.job.{job.job_type}"),
+                {
+                    "job_id": job.id,
+                    "queue": job.queue,
+                    "job_type": job.job_type,
+                    "worker": self.worker_id,
+                    "attempt": job.attempt,
+                    "token": job.lease.token,
+                },
+            )
+        return self._log
 
     # -- identity ---------------------------------------------------------------------
 

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 
 from leaseq.core.models import ClaimedJob
 from leaseq.runtime.context import JobContext
+from leaseq.runtime.latch import Latch
 from leaseq.runtime.registry import JobType
 from leaseq.runtime.settlement import Settler
 
@@ -40,7 +41,7 @@ class InFlight:
     lock: threading.RLock = field(default_factory=threading.RLock)
     settled_by: Settler | None = None
     #: Set once the settling call (complete, fail or release) has returned or given up.
-    settled: threading.Event = field(default_factory=threading.Event)
+    settled: Latch = field(default_factory=Latch)
     sent_progress_version: int = 0
     #: Local monotonic time before which the lease surely still holds (its earliest end):
     #: a child process stops at it by itself (:mod:`leaseq.runtime.child`).

@@ -7,7 +7,9 @@ so rates and alerts work before the first event.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
@@ -35,6 +37,17 @@ CLAIM_BUCKETS = (
     2.5,
     5,
 )
+
+
+@dataclass(frozen=True)
+class JobSeries:
+    """The series one (queue, job type) moves at each attempt, looked up once: a metric's
+    ``labels()`` takes a lock and builds its key at every call, several times per job."""
+
+    claimed: Any
+    duration: Any
+    in_flight: Any
+    finished: Mapping[Outcome, Any]
 
 
 class WorkerMetrics:
@@ -114,6 +127,7 @@ class WorkerMetrics:
             "start-up, then one per child killed (max runtime, cancel, lost lease) or crashed.",
             registry=r,
         )
+        self._series: dict[tuple[str, str], JobSeries] = {}
         for queue in queues:
             self.in_flight.labels(queue)
             self.renewals.labels(queue)
@@ -124,10 +138,21 @@ class WorkerMetrics:
 
     def known(self, queue: str, job_type: str) -> None:
         """Create the (queue, job_type) series at 0, for every outcome."""
-        self.claimed.labels(queue, job_type)
-        self.duration.labels(queue, job_type)
-        for outcome in OUTCOMES:
-            self.finished.labels(queue, job_type, outcome)
+        self.series(queue, job_type)
+
+    def series(self, queue: str, job_type: str) -> JobSeries:
+        """The (queue, job_type) series, created at 0 (every outcome) on first use. Safe
+        from any thread: two first uses at once find the same children."""
+        found = self._series.get((queue, job_type))
+        if found is None:
+            found = JobSeries(
+                self.claimed.labels(queue, job_type),
+                self.duration.labels(queue, job_type),
+                self.in_flight.labels(queue),
+                {o: self.finished.labels(queue, job_type, o) for o in OUTCOMES},
+            )
+            self._series[(queue, job_type)] = found
+        return found
 
     def finish(self, queue: str, job_type: str, outcome: Outcome) -> None:
-        self.finished.labels(queue, job_type, outcome).inc()
+        self.series(queue, job_type).finished[outcome].inc()

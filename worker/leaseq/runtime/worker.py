@@ -433,8 +433,9 @@ class Worker:
                 heartbeat_seconds=s.heartbeat_seconds,
             )
             self.jobs.add(attempt)
-            self.metrics.in_flight.labels(job.queue).inc()
-            self.metrics.claimed.labels(job.queue, job.job_type).inc()
+            series = self.metrics.series(job.queue, job.job_type)
+            series.in_flight.inc()
+            series.claimed.inc()
             started.append(attempt)
         for attempt in started:
             if self.draining.is_set():
@@ -459,7 +460,7 @@ class Worker:
             self._unreported -= len(jobs)
         successes = []
         for job, outcome in zip(jobs, outcomes, strict=True):
-            self.metrics.duration.labels(job.job.queue, job.job.job_type).observe(outcome.seconds)
+            self.metrics.series(job.job.queue, job.job.job_type).duration.observe(outcome.seconds)
             if outcome.ending is Ending.RETURNED:
                 done = self._success(job, outcome.value, outcome.spawn)
                 if done is not None:
@@ -497,7 +498,7 @@ class Worker:
         """Free the attempt's slot; ``wake`` the dispatcher to claim for it (the completion
         loop claims for its groups itself)."""
         self.jobs.remove(job)
-        self.metrics.in_flight.labels(job.job.queue).dec()
+        self.metrics.series(job.job.queue, job.job.job_type).in_flight.dec()
         if wake:
             self.wake.set()
 

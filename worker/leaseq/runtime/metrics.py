@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
@@ -44,10 +43,10 @@ class JobSeries:
     """The series one (queue, job type) moves at each attempt, looked up once: a metric's
     ``labels()`` takes a lock and builds its key at every call, several times per job."""
 
-    claimed: Any
-    duration: Any
-    in_flight: Any
-    finished: Mapping[Outcome, Any]
+    claimed: Counter
+    duration: Histogram
+    in_flight: Gauge
+    finished: Mapping[Outcome, Counter]
 
 
 class WorkerMetrics:

@@ -43,8 +43,9 @@ VACUUM_DEAD_TUPLES = Option(
     "LEASEQ_VACUUM_DEAD_TUPLES",
     settings.non_negative_int,
     2000,
-    "after a reaper pass, VACUUM leaseq.jobs once it has this many dead row versions, so churn"
-    " never buries the claim index's head (0: leave it to autovacuum alone)",
+    "after a reaper pass, VACUUM leaseq.jobs and leaseq.flow_keys once each has this many dead"
+    " row versions, so churn never buries the head of a claim's index (0: leave it to"
+    " autovacuum alone)",
 )
 HOT_RETENTION = settings.HOT_RETENTION
 HEALTH_PORT = Option(

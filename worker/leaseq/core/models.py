@@ -55,6 +55,14 @@ class WorkerState(enum.StrEnum):
     DRAINING = "draining"
 
 
+class ClaimTable(enum.StrEnum):
+    """A table whose index a claim walks from its head: rows that leave it leave dead
+    entries there, which only VACUUM removes (:meth:`leaseq.Queue.vacuum`)."""
+
+    JOBS = "jobs"  # the claim index: claimed jobs
+    FLOW_KEYS = "flow_keys"  # the keyed claim's turn order: keys that went idle
+
+
 class Call(enum.StrEnum):
     """A worker-side call that settles an attempt (named in a :class:`Fenced` refusal)."""
 

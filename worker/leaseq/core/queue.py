@@ -950,22 +950,26 @@ class Queue:
         return reaped
 
     def vacuum(self, *, min_dead_tuples: int) -> int | None:
-        """VACUUM leaseq.jobs when it holds at least ``min_dead_tuples`` dead row versions;
-        returns that count when it vacuumed, else None.
+        """VACUUM each table a claim walks from its head (leaseq.jobs; leaseq.flow_keys for
+        keyed jobs) that holds at least ``min_dead_tuples`` dead row versions; returns the
+        dead row versions of the tables it vacuumed, or None when it vacuumed none.
 
-        Why: every claim leaves a dead entry at the head of the claim index, and each claim
-        reads through them until VACUUM removes them. Autovacuum wakes at most once per
-        ``autovacuum_naptime`` (a minute by default), so under steady churn the head grows to
+        Why: every claim leaves a dead entry at the head of the claim index, and every key
+        that goes idle one at the head of the keyed claim's turn order; each claim reads
+        through them until VACUUM removes them. Autovacuum wakes at most once per
+        ``autovacuum_naptime`` (a minute by default), so under steady churn a head grows to
         tens of thousands of dead entries; the reaper calls this every pass to keep it short.
-        Needs the table's owner (or MAINTAIN); otherwise PostgreSQL only warns."""
+        Needs each table's owner (or MAINTAIN); otherwise PostgreSQL only warns."""
         validation.at_least("min_dead_tuples", min_dead_tuples, 1)
+        vacuumed = 0
         with borrow(self._db, "vacuum") as c:
-            dead = self._store.jobs_dead_tuples(c)
-            if dead < min_dead_tuples:
-                return None
-            self._store.jobs_vacuum(c)
-        log.info("vacuumed leaseq.jobs (%d dead row versions)", dead)
-        return dead
+            for table, dead in self._store.claim_dead_tuples(c).items():
+                if dead < min_dead_tuples:
+                    continue
+                self._store.vacuum(c, table)
+                log.info("vacuumed leaseq.%s (%d dead row versions)", table, dead)
+                vacuumed += dead
+        return vacuumed or None
 
     def cancel(self, job_id: int, *, reason: str | None = None) -> Cancelled:
         """Cancel a pending or running job. A running job's worker is fenced from now on."""

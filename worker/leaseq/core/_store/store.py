@@ -25,6 +25,7 @@ from leaseq.core.models import (
     AttemptRecord,
     Call,
     ClaimedJob,
+    ClaimTable,
     EffectRecord,
     ExpireStep,
     FinishedCount,
@@ -164,6 +165,7 @@ def pipeline_of(parents: Mapping[int, DictRow], external: Sequence[int]) -> int 
 
 
 FINISHED = frozenset({JobStatus.SUCCEEDED, JobStatus.DEAD, JobStatus.CANCELLED})
+_VACUUM = {ClaimTable.JOBS: "jobs_vacuum", ClaimTable.FLOW_KEYS: "flow_keys_vacuum"}
 
 
 def outcome(row: DictRow) -> JobOutcome:
@@ -661,12 +663,14 @@ class Store:
             "read effect",
         )
 
-    def jobs_dead_tuples(self, conn: Conn) -> int:
-        return int(self._dicts(conn, "jobs_dead_tuples", {}, "vacuum")[0]["dead_tuples"])
+    def claim_dead_tuples(self, conn: Conn) -> dict[ClaimTable, int]:
+        """Dead row versions per table that a claim walks from its head, jobs first."""
+        rows = self._dicts(conn, "claim_dead_tuples", {}, "vacuum")
+        return {ClaimTable(r["table_name"]): int(r["dead_tuples"]) for r in rows}
 
-    def jobs_vacuum(self, conn: Conn) -> None:
+    def vacuum(self, conn: Conn, table: ClaimTable) -> None:
         """VACUUM needs a connection in autocommit mode outside any transaction."""
-        self._dicts(conn, "jobs_vacuum", None, "vacuum")
+        self._dicts(conn, _VACUUM[table], None, "vacuum")
 
     def job_prune_preview(
         self,

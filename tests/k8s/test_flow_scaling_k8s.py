@@ -33,10 +33,16 @@ def test_a_saturated_backlog_adds_no_pods(
     wait_for(lambda: api.replicas("workers") == 1, what="ceil(2 claimable / 2) replicas")
     held = [j for _ in range(2) for j in queue.claim(["ocr"], "w1", lease_seconds=3600)]
     assert len(held) == 2
-    # Saturated: 38 ready, 0 claimable, 2 running -> still one replica, never more.
-    wait_for(lambda: api.pool("ocr").get("status", {}).get("claimable") == 0, "saturated")
+
+    # Saturated: 38 ready, 0 claimable, 2 running -> still one replica, never more. The
+    # depth and the claimable count are separate reads of one poll, so a poll between the two
+    # claims' commits can show 39 ready and 0 claimable: wait for both.
+    def saturated() -> bool:
+        status = api.pool("ocr").get("status", {})
+        return bool(status.get("claimable") == 0 and status.get("ready") == 38)
+
+    wait_for(saturated, "saturated: 38 ready, 0 claimable")
     status = api.pool("ocr")["status"]
-    assert status["ready"] == 38
     assert status["desiredReplicas"] == 1
     assert api.replicas("workers") == 1
     # Raise the limit: the same backlog is claimable now, and the pool grows.

@@ -34,14 +34,12 @@ import leaseq
 from bench.context import Context
 from bench.env import reset_leaseq, scratch_database
 from bench.gang import server_cpu_meter
+from leaseq_operator.config import REAP_INTERVAL, VACUUM_DEAD_TUPLES
 
 NAME = "flow"
 QUEUE = "bench"
 #: Seconds one drain may take before its claimers stop waiting for each other.
 DRAIN_TIMEOUT = 600.0
-#: The operator's defaults for its vacuum duty: a reaper pass every 5 s, which vacuums a table
-#: a claim walks once it holds 2,000 dead row versions.
-VACUUM_EVERY, VACUUM_DEAD_TUPLES = 5.0, 2000
 
 
 def _reset(url: str) -> None:
@@ -67,8 +65,7 @@ def _enqueue(url: str, jobs: int, keys: int | None, limit: int | None) -> None:
         # Every table a drain reads starts vacuumed: a new key's row is written twice at its
         # enqueue (inserted, then its limit applied), and autovacuum cleaning that up during
         # a keyed drain only would charge the keyed side for the enqueue.
-        for table in ("jobs", "flow_keys", "flow_slots"):
-            conn.execute(f"VACUUM ANALYZE leaseq.{table}".encode())
+        conn.execute("VACUUM ANALYZE leaseq.jobs, leaseq.flow_keys, leaseq.flow_slots")
 
 
 def _drain(url: str, threads: int, jobs: int, server: Callable[[], float] | None) -> Drained:
@@ -104,13 +101,13 @@ def _drain(url: str, threads: int, jobs: int, server: Callable[[], float] | None
             raise
 
     def leader() -> None:
-        # The operator's vacuum duty, as a deployment runs it (reaper pass every 5 s,
-        # LEASEQ_VACUUM_DEAD_TUPLES 2,000): keyed or keyless, a drain's claims walk the dead
-        # entries that finished jobs and idle keys leave until VACUUM removes them.
+        # The operator's vacuum duty with its defaults, as a deployment runs it: keyed or
+        # keyless, a drain's claims walk the dead entries that finished jobs and idle keys
+        # leave until VACUUM removes them.
         with leaseq.connect(url, action="bench") as conn:
             q = leaseq.Queue(conn)
-            while not measured.wait(VACUUM_EVERY):
-                q.vacuum(min_dead_tuples=VACUUM_DEAD_TUPLES)
+            while not measured.wait(REAP_INTERVAL.default):
+                q.vacuum(min_dead_tuples=VACUUM_DEAD_TUPLES.default)
 
     pool = [threading.Thread(target=claimer, args=(n,)) for n in range(threads)]
     pool.append(threading.Thread(target=leader))

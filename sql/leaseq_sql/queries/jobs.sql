@@ -477,9 +477,8 @@ SELECT r.idempotency_key, r.job_id, r.produced_by, r.produced_at, r.result, r.qu
 -- name: claim_dead_tuples
 -- Dead row versions by the statistics system (what VACUUM would clean up) in each table whose index a claim walks from its head: leaseq.jobs (the claim index) and leaseq.flow_keys (the keyed claim's turn order, where keys that went idle leave dead entries).
 SELECT t.name AS table_name, coalesce(s.n_dead_tup, 0) AS dead_tuples
-  FROM (VALUES ('jobs', 1), ('flow_keys', 2)) AS t(name, n)
-  LEFT JOIN pg_stat_user_tables s ON s.schemaname = 'leaseq' AND s.relname = t.name
- ORDER BY t.n;
+  FROM (VALUES ('jobs'), ('flow_keys')) AS t(name)
+  LEFT JOIN pg_stat_user_tables s ON s.schemaname = 'leaseq' AND s.relname = t.name;
 
 -- name: flow_keys_vacuum
 -- Vacuums leaseq.flow_keys including its indexes (the keyed claim's turn index), skipping it when another vacuum holds it; outside any transaction.

@@ -664,7 +664,7 @@ class Store:
         )
 
     def claim_dead_tuples(self, conn: Conn) -> dict[ClaimTable, int]:
-        """Dead row versions per table that a claim walks from its head, jobs first."""
+        """Dead row versions per table that a claim walks from its head."""
         rows = self._dicts(conn, "claim_dead_tuples", {}, "vacuum")
         return {ClaimTable(r["table_name"]): int(r["dead_tuples"]) for r in rows}
 

@@ -13,7 +13,6 @@ reuse. These plans are read with ``EXPLAIN (GENERIC_PLAN)`` (PostgreSQL 16 and l
 from __future__ import annotations
 
 import json
-import re
 from typing import Any
 
 import psycopg
@@ -21,6 +20,7 @@ import pytest
 
 import leaseq
 from leaseq.core._store import statements
+from support.plans import generic, scans
 
 FENCED = [
     "job_heartbeat",
@@ -30,28 +30,6 @@ FENCED = [
     "job_fail",
     "job_release",
 ]
-
-
-def generic(query: bytes) -> str:
-    """``query`` with its %(name)s placeholders as $1, $2... in order of first appearance."""
-    names: list[str] = []
-
-    def number(match: re.Match[str]) -> str:
-        if match.group(1) not in names:
-            names.append(match.group(1))
-        return f"${names.index(match.group(1)) + 1}"
-
-    return re.sub(r"%\((\w+)\)s", number, query.decode())
-
-
-def scans(node: dict[str, Any]) -> list[tuple[str, str]]:
-    """(node type, index or relation) of every scan in a plan tree."""
-    found = []
-    if "Scan" in node["Node Type"]:
-        found.append((node["Node Type"], node.get("Index Name") or node.get("Relation Name", "")))
-    for child in node.get("Plans", []):
-        found.extend(scans(child))
-    return found
 
 
 @pytest.fixture
@@ -76,9 +54,12 @@ def stale(database_url: str) -> psycopg.Connection[Any]:
 def test_a_fenced_statement_uses_the_primary_key_with_stale_statistics(
     stale: psycopg.Connection[Any], name: str
 ) -> None:
-    query = generic(statements.load()[name].query)
+    query, _ = generic(statements.load()[name].query)
     (plan,) = stale.execute(f"EXPLAIN (GENERIC_PLAN, FORMAT JSON) {query}").fetchone()  # type: ignore[misc]
-    found = scans(plan[0]["Plan"])
+    found = [
+        (s["Node Type"], s.get("Index Name") or s.get("Relation Name", ""))
+        for s in scans(plan[0]["Plan"])
+    ]
     on_jobs = [s for s in found if s[1].startswith("jobs")]
     assert on_jobs, json.dumps(plan, indent=1)
     assert all(index == "jobs_pkey" for _, index in on_jobs), on_jobs

@@ -4,10 +4,10 @@
   against keyless jobs, with 1, 1,000 and 100,000 keys (quick: 1, 100, 1,000), 4 claimer
   threads on their own connections, each claim of one job followed by its completion: what a
   job costs end to end, the release included. Each keyed run is paired with a keyless run
-  beside it, and its ratio is against that run. Two rounds, in alternating order (quick:
-  one). The target is a ratio of at least 0.8. Each row also has the client's and the
-  server's CPU per job, and the keyless run's CPU per job over this one's
-  (``cpu_vs_keyless``): the ratio a CPU-bound machine would show, steadier than jobs/s.
+  beside it that enqueues as many jobs, and its ratio is against that run. Two rounds, in
+  alternating order (quick: one). The target is a ratio of at least 0.8. Each row also has
+  the client's and the server's CPU per job, and the keyless run's CPU per job over this
+  one's (``cpu_vs_keyless``): the ratio a CPU-bound machine would show, steadier than jobs/s.
   Every drain starts with its tables vacuumed and runs the operator's vacuum duty beside
   its claimers, keyed or keyless, as a deployment does.
 * ``flow_hot_key``: one hot key with a limit of 40 and 4 processes x 10 claimer threads,
@@ -131,16 +131,16 @@ def claim_rows(
     url: str, key_counts: tuple[int, ...], jobs: int, rounds: int, ctx: Context
 ) -> list[Any]:
     """Every keyed configuration once per round, each paired with a keyless run of its own
-    right beside it (before it in odd rounds, after it in even ones), the configurations in
-    alternating order; a row's ratio is against its own pair's keyless run, so a drift of the
-    machine's speed during a round (up to 1.7x here) reaches both sides of a ratio alike.
-    The keyless row of a round shows the median of its pair runs."""
+    right beside it (before it in odd rounds, after it in even ones) that enqueues as many
+    jobs, the configurations in alternating order; a row's ratio is against its own pair's
+    keyless run, so a drift of the machine's speed during a round (up to 1.7x here) reaches
+    both sides of a ratio alike. The keyless row of a round shows the median of its pair
+    runs (of either size: its enqueued column is empty)."""
     configs: list[tuple[int, int | None]] = [(k, lim) for k in key_counts for lim in (None, 4)]
 
     server = server_cpu_meter(url)
 
-    def measure(keys: int | None, limit: int | None, rnd: int) -> Drained:
-        total = max(jobs, keys or 0)  # at least one job per key, all enqueued first
+    def measure(keys: int | None, limit: int | None, rnd: int, total: int) -> Drained:
         _reset(url)
         _enqueue(url, total, keys, limit)
         run = _drain(url, 4, jobs, server)
@@ -152,15 +152,18 @@ def claim_rows(
         order = configs if rnd % 2 else configs[::-1]
         pairs: dict[tuple[int, int | None], tuple[Drained, Drained]] = {}
         for keys, limit in order:
+            # At least one job per key, all enqueued first; the keyless pair enqueues as many
+            # (and drains as many), so both sides' drains walk tables of the same size.
+            total = max(jobs, keys)
             if rnd % 2:
-                base = measure(None, None, rnd)
-                run = measure(keys, limit, rnd)
+                base = measure(None, None, rnd, total)
+                run = measure(keys, limit, rnd, total)
             else:
-                run = measure(keys, limit, rnd)
-                base = measure(None, None, rnd)
+                run = measure(keys, limit, rnd, total)
+                base = measure(None, None, rnd, total)
             pairs[(keys, limit)] = (run, base)
         keyless = Drained.median([base for _, base in pairs.values()])
-        rows.append(_claim_row(rnd, 0, None, jobs, jobs, keyless, keyless))
+        rows.append(_claim_row(rnd, 0, None, None, jobs, keyless, keyless))
         rows += [
             _claim_row(rnd, keys, limit, max(jobs, keys), jobs, *pairs[(keys, limit)])
             for keys, limit in configs
@@ -195,7 +198,7 @@ def _claim_row(
     rnd: int,
     keys: int,
     limit: int | None,
-    enqueued: int,
+    enqueued: int | None,
     drained: int,
     run: Drained,
     base: Drained,
@@ -208,7 +211,7 @@ def _claim_row(
         "round": rnd,
         "keys": keys,
         "limit_per_key": limit or "",
-        "enqueued": enqueued,
+        "enqueued": "" if enqueued is None else enqueued,
         "drained": drained,
         "jobs_per_s": round(run.rate, 1),
         "keyless_jobs_per_s": round(base.rate, 1),

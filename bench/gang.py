@@ -47,6 +47,19 @@ def _stat_fields(pid: int | str) -> list[str] | None:
         return None
 
 
+def wait_reaped(pid: int, timeout: float = 30.0) -> None:
+    """Return once process ``pid`` is gone from /proc (exited and reaped), or after ``timeout``.
+
+    A server meter reads a backend's CPU while it lives and, once its postmaster has reaped
+    it, among the postmaster's children's times. A backend that has been told to close but
+    has not been reaped yet is in neither, and its whole CPU lands in the next interval
+    measured: a 100,000-job enqueue's backend added up to 0.8 ms per job to a drain after it.
+    """
+    deadline = time.monotonic() + timeout
+    while Path(f"/proc/{pid}").exists() and time.monotonic() < deadline:
+        time.sleep(0.01)
+
+
 def server_cpu_meter(url: str) -> Callable[[], float] | None:
     """A reader of the CPU seconds used so far by a PostgreSQL server on this machine: the
     postmaster, its reaped children (exited backends) and its live children. None when the

@@ -57,3 +57,46 @@ def test_the_keyed_claim_reads_one_row_of_a_backlogged_key(database_url: str) ->
     on_jobs = [s for s in scans(plan) if s.get("Index Name", "").startswith("jobs_key")]
     assert [s["Index Name"] for s in on_jobs] == ["jobs_key_claim_idx"], on_jobs
     assert on_jobs[0]["Actual Rows"] == 1, on_jobs  # the key's head, not its backlog
+
+
+def test_a_keys_running_jobs_are_counted_from_its_own_index(database_url: str) -> None:
+    """flow_status and the console count an unlimited key's running jobs in
+    jobs_key_held_idx. Asked for status = 'running' alone, they also fit jobs_running_idx
+    (queue, job_type), which statistics taken before any job ran show empty, and a plan on
+    it reads every running job of the queue once per key."""
+    queue = leaseq.Queue(leaseq.connect(database_url, action="test"))
+    queue.enqueue_many([leaseq.JobSpec("small", "t", key=f"k{n}") for n in range(3000)])
+    c = psycopg.connect(database_url, autocommit=True)
+    c.execute("ANALYZE leaseq.jobs")
+    # Key "u": 2 plain jobs and an aggregate of 3 (its head runs, 2 wait their turn).
+    queue.enqueue_many([leaseq.JobSpec("q", "t", key="u") for _ in range(2)])
+    queue.enqueue_many([leaseq.JobSpec("q", "t", key="u", ordering_key="o") for _ in range(3)])
+    assert len(queue.claim(["q"], "w", limit=10)) == 3
+    (status,) = leaseq.FlowControl(leaseq.connect(database_url, action="test")).status(["q"])
+    assert (status.running, status.ready) == (3, 0)
+    values = {
+        "queue": ("q", "text"),
+        "after_queue": ("", "text"),
+        "after_key": ("", "text"),
+        "limit": (10, "int"),
+        # Room for one job past the 3 running: counted running first, it is not one of them.
+        "cap": (3, "int"),
+        "now": (None, "timestamptz"),
+        "queues": (["q"], "text[]"),
+    }
+    c.execute("SET plan_cache_mode = force_generic_plan")
+    cur = psycopg.ClientCursor(c)
+    for name in ("flow_status", "console_flow_keys"):
+        query, names = generic(statements.load()[name].query)
+        c.execute(f"PREPARE {name} AS {query}")
+        execute = f"EXECUTE {name}({', '.join(f'%s::{values[n][1]}' for n in names)})"
+        args = [values[n][0] for n in names]
+        row = cur.execute(f"EXPLAIN (ANALYZE, FORMAT JSON) {execute}", args).fetchone()
+        assert row is not None
+        indexes = {s.get("Index Name") for s in scans(row[0][0]["Plan"])}
+        assert "jobs_key_held_idx" in indexes, (name, indexes)
+        assert "jobs_running_idx" not in indexes, (name, indexes)
+        cur.execute(execute, args)
+        assert cur.description is not None
+        column = [d.name for d in cur.description].index("running")
+        assert [r[column] for r in cur.fetchall()] == [3], name

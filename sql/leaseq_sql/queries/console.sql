@@ -408,10 +408,14 @@ WITH t AS (SELECT coalesce(%(now)s::timestamptz, now()) AS now)
 SELECT k.queue, k.key, k.max_running, k.weight, k.vtime, k.rated, k.paused_until,
        s.held, s.free,
        CASE WHEN k.max_running IS NULL
-            THEN (SELECT count(*) FROM (
-                      SELECT 1 FROM leaseq.jobs j
+            -- jobs_key_held_idx's predicate, as in flow_status, read running jobs first (the
+            -- status order is waiting, pending, running): a key's running jobs, counted
+            -- exactly up to the cap, and then the jobs waiting their turn, not counted.
+            THEN (SELECT count(*) FILTER (WHERE r.running) FROM (
+                      SELECT j.status = 'running' AS running FROM leaseq.jobs j
                        WHERE j.queue = k.queue AND j.key = k.key AND j.key IS NOT NULL
-                         AND j.status = 'running'
+                         AND (j.status = 'running' OR (j.status = 'pending' AND j.ordering_waiting))
+                       ORDER BY j.status DESC
                        LIMIT %(cap)s + 1) r)
             ELSE s.held END AS running,
        (SELECT count(*) FROM (

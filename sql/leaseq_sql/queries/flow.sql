@@ -142,8 +142,12 @@ SELECT k.queue, k.key, k.max_running, k.weight, k.vtime,
        WHERE s.queue = k.queue AND s.key = k.key AND s.job_id IS NULL AND NOT s.retired
   ) f
   CROSS JOIN LATERAL (
-      SELECT count(*) AS running FROM leaseq.jobs j
-       WHERE j.status = 'running' AND j.key IS NOT NULL AND j.queue = k.queue AND j.key = k.key
+      -- The predicate of jobs_key_held_idx, not status = 'running' alone: that would also
+      -- fit jobs_running_idx, which statistics taken before jobs ran show empty, and a plan
+      -- on it reads every running job of the queue for each key.
+      SELECT count(*) FILTER (WHERE j.status = 'running') AS running FROM leaseq.jobs j
+       WHERE (j.status = 'running' OR (j.status = 'pending' AND j.ordering_waiting))
+         AND j.key IS NOT NULL AND j.queue = k.queue AND j.key = k.key
   ) r
   CROSS JOIN LATERAL (
       SELECT count(*) AS ready FROM leaseq.jobs j

@@ -10,6 +10,11 @@
   one's (``cpu_vs_keyless``): the ratio a CPU-bound machine would show, steadier than jobs/s.
   Every drain starts with its tables vacuumed and runs the operator's vacuum duty beside
   its claimers, keyed or keyless, as a deployment does.
+* ``flow_statements``: the same claim and completion on one connection, nothing else
+  running, the commit's flush off (it is the same for both sides and is most of a lone
+  statement's wall time here): the median wall time of each, keyless, keyed and limited.
+  What a keyed job costs by itself, apart from contention between claimers. Two rounds in
+  alternating order (quick: one).
 * ``flow_hot_key``: one hot key with a limit of 40 and 4 processes x 10 claimer threads,
   each job "working" ``job_seconds`` (a sleep): jobs/s against what the limit allows
   (40 / job_seconds), and the most jobs running at once (from the attempt history).
@@ -171,6 +176,58 @@ def claim_rows(
             _claim_row(rnd, keys, limit, max(jobs, keys), jobs, *pairs[(keys, limit)])
             for keys, limit in configs
         ]
+    return rows
+
+
+STATEMENT_CONFIGS: tuple[tuple[int | None, int | None], ...] = (
+    (None, None),
+    (1, None),
+    (1, 4),
+    (1000, None),
+    (1000, 4),
+)
+
+
+def statement_rows(url: str, jobs: int, rounds: int, ctx: Context) -> list[dict[str, Any]]:
+    """Each configuration once per round (in reverse order in even rounds): ``jobs`` claims of
+    one job, each followed by its completion, on one connection; the medians (µs) leave out
+    the first tenth (the session's plans being prepared)."""
+    rows = []
+    for rnd in range(1, rounds + 1):
+        measured: dict[tuple[int | None, int | None], tuple[float, float]] = {}
+        for keys, limit in STATEMENT_CONFIGS if rnd % 2 else STATEMENT_CONFIGS[::-1]:
+            _reset(url)
+            _enqueue(url, max(jobs, keys or 0), keys, limit)
+            claims, completes = [], []
+            with leaseq.connect(url, action="bench") as conn:
+                leaseq.Queue.tune_worker_session(conn)
+                conn.execute("SET synchronous_commit = off")
+                q = leaseq.Queue(conn)
+                for _ in range(jobs):
+                    t0 = time.perf_counter()
+                    got = q.claim([QUEUE], "w", limit=1)
+                    t1 = time.perf_counter()
+                    q.complete(got[0].lease, None)
+                    claims.append(t1 - t0)
+                    completes.append(time.perf_counter() - t1)
+            warm = jobs // 10
+            measured[(keys, limit)] = (
+                statistics.median(claims[warm:]) * 1e6,
+                statistics.median(completes[warm:]) * 1e6,
+            )
+            claim_us, complete_us = measured[(keys, limit)]
+            ctx.log(
+                f"flow statements round {rnd}: keys={keys} limit={limit}:"
+                f" claim {claim_us:.0f} us, complete {complete_us:.0f} us"
+            )
+        base = sum(measured[(None, None)])
+        for keys, limit in STATEMENT_CONFIGS:
+            claim_us, complete_us = measured[(keys, limit)]
+            rows.append({
+                "round": rnd, "keys": keys or 0, "limit_per_key": limit or "",
+                "claim_us": round(claim_us), "complete_us": round(complete_us),
+                "vs_keyless": round(base / (claim_us + complete_us), 2),
+            })  # fmt: skip
     return rows
 
 
@@ -339,6 +396,7 @@ def run(ctx: Context) -> None:
     rounds = 1 if ctx.quick else 2
     with scratch_database(ctx.server_url, NAME) as url:
         claims = claim_rows(url, key_counts, jobs, rounds, ctx)
+        statements = statement_rows(url, 500 if ctx.quick else 3000, rounds, ctx)
         hot = hot_key_row(url, hot_jobs, job_seconds, ctx)
         plan = explain_rows(url, backlog)
     recorder = ctx.recorder(NAME)
@@ -347,6 +405,7 @@ def run(ctx: Context) -> None:
          "backlog_of_saturated_key": backlog}
     )  # fmt: skip
     recorder.table("flow_claim", claims)
+    recorder.table("flow_statements", statements)
     recorder.table("flow_hot_key", [hot])
     recorder.table("flow_explain", plan)
     ctx.log("flow explain:\n" + "\n".join(r["plan"] for r in plan))

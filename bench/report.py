@@ -810,6 +810,16 @@ def _flow(folder: Path) -> str:
                 ],
             )
         )
+    statements = read(folder / "flow_statements.csv")
+    if statements:
+        parts.append(
+            "The same claim and completion on one connection, alone, the commit's flush off: "
+            "median wall time of each (µs), and keyless over this row.\n\n"
+            + _table(
+                statements,
+                ["round", "keys", "limit_per_key", "claim_us", "complete_us", "vs_keyless"],
+            )
+        )
     hot = read(folder / "flow_hot_key.csv")
     if hot:
         parts.append(

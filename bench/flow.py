@@ -188,34 +188,40 @@ STATEMENT_CONFIGS: tuple[tuple[int | None, int | None], ...] = (
 )
 
 
+def _lone_statements(
+    url: str, jobs: int, keys: int | None, limit: int | None
+) -> tuple[float, float]:
+    """``jobs`` claims of one job, each followed by its completion, on one connection with
+    the commit's flush off: the median wall time of a claim and of a completion (µs), the
+    first tenth left out (the session's plans being prepared)."""
+    _reset(url)
+    _enqueue(url, max(jobs, keys or 0), keys, limit)
+    claims, completes = [], []
+    with leaseq.connect(url, action="bench") as conn:
+        leaseq.Queue.tune_worker_session(conn)
+        conn.execute("SET synchronous_commit = off")
+        q = leaseq.Queue(conn)
+        for _ in range(jobs):
+            t0 = time.perf_counter()
+            got = q.claim([QUEUE], "w", limit=1)
+            t1 = time.perf_counter()
+            q.complete(got[0].lease, None)
+            claims.append(t1 - t0)
+            completes.append(time.perf_counter() - t1)
+    warm = jobs // 10
+    return statistics.median(claims[warm:]) * 1e6, statistics.median(completes[warm:]) * 1e6
+
+
 def statement_rows(url: str, jobs: int, rounds: int, ctx: Context) -> list[dict[str, Any]]:
-    """Each configuration once per round (in reverse order in even rounds): ``jobs`` claims of
-    one job, each followed by its completion, on one connection; the medians (µs) leave out
-    the first tenth (the session's plans being prepared)."""
+    """Each configuration once per round (in reverse order in even rounds), measured by
+    :func:`_lone_statements`; a row's ratio is against its round's keyless run."""
     rows = []
     for rnd in range(1, rounds + 1):
         measured: dict[tuple[int | None, int | None], tuple[float, float]] = {}
         for keys, limit in STATEMENT_CONFIGS if rnd % 2 else STATEMENT_CONFIGS[::-1]:
-            _reset(url)
-            _enqueue(url, max(jobs, keys or 0), keys, limit)
-            claims, completes = [], []
-            with leaseq.connect(url, action="bench") as conn:
-                leaseq.Queue.tune_worker_session(conn)
-                conn.execute("SET synchronous_commit = off")
-                q = leaseq.Queue(conn)
-                for _ in range(jobs):
-                    t0 = time.perf_counter()
-                    got = q.claim([QUEUE], "w", limit=1)
-                    t1 = time.perf_counter()
-                    q.complete(got[0].lease, None)
-                    claims.append(t1 - t0)
-                    completes.append(time.perf_counter() - t1)
-            warm = jobs // 10
-            measured[(keys, limit)] = (
-                statistics.median(claims[warm:]) * 1e6,
-                statistics.median(completes[warm:]) * 1e6,
+            claim_us, complete_us = measured[(keys, limit)] = _lone_statements(
+                url, jobs, keys, limit
             )
-            claim_us, complete_us = measured[(keys, limit)]
             ctx.log(
                 f"flow statements round {rnd}: keys={keys} limit={limit}:"
                 f" claim {claim_us:.0f} us, complete {complete_us:.0f} us"
@@ -394,14 +400,16 @@ def run(ctx: Context) -> None:
     hot_jobs, job_seconds = (240, 0.4) if ctx.quick else (2000, 0.4)
     backlog = 2000 if ctx.quick else 100_000
     rounds = 1 if ctx.quick else 2
+    statement_jobs = 500 if ctx.quick else 3000
     with scratch_database(ctx.server_url, NAME) as url:
         claims = claim_rows(url, key_counts, jobs, rounds, ctx)
-        statements = statement_rows(url, 500 if ctx.quick else 3000, rounds, ctx)
+        statements = statement_rows(url, statement_jobs, rounds, ctx)
         hot = hot_key_row(url, hot_jobs, job_seconds, ctx)
         plan = explain_rows(url, backlog)
     recorder = ctx.recorder(NAME)
     recorder.params(
-        {"keys": key_counts, "jobs": jobs, "claimers": 4, "rounds": rounds, "hot_jobs": hot_jobs,
+        {"keys": key_counts, "jobs": jobs, "claimers": 4, "rounds": rounds,
+         "statement_jobs": statement_jobs, "hot_jobs": hot_jobs,
          "backlog_of_saturated_key": backlog}
     )  # fmt: skip
     recorder.table("flow_claim", claims)

@@ -356,3 +356,59 @@ def test_a_batch_never_takes_more_jobs_of_a_key_than_its_free_units(database_url
         assert len(got) == 10
         again = q.claim([Q], "w", limit=10)
         assert [keys[j.id] for j in again].count("a-limited") == 0
+
+
+def _flow_limits_reads(conn: leaseq.core.db.Conn) -> int:
+    conn.execute("SELECT pg_stat_force_next_flush()")
+    row = conn.execute(
+        "SELECT coalesce(idx_scan, 0) + seq_scan FROM pg_stat_user_tables"
+        " WHERE relid = 'leaseq.flow_limits'::regclass"
+    ).fetchone()
+    assert row is not None
+    return int(row[0])
+
+
+def test_keyed_claims_take_the_open_statement_until_a_limit_is_set(database_url: str) -> None:
+    """Keys of a queue with no limit are claimed by job_claim_keyed_open (which reads
+    flow_limits, job_claim_keyed never does); a limit set at run time from elsewhere holds
+    from the worker's next claim on, its running jobs counted; once it answered "limited",
+    the worker claims by job_claim_keyed (no more reads of flow_limits)."""
+    with leaseq.connect(database_url, action="test") as conn:
+        q = leaseq.Queue(conn)
+        q.enqueue_many([leaseq.JobSpec(Q, "t", key="k") for _ in range(8)])
+        before = _flow_limits_reads(conn)
+        running = [j for _ in range(2) for j in q.claim([Q], "w")]
+        assert len(running) == 2
+        assert _flow_limits_reads(conn) == before + 2
+        with leaseq.connect(database_url, action="test") as other:
+            leaseq.FlowControl(other).set_limit(Q, "k", max_running=1)
+        assert q.claim([Q], "w") == [], "two run, the new limit is 1"
+        q.complete(running[0].lease, {})
+        assert q.claim([Q], "w") == [], "one still runs"
+        q.complete(running[1].lease, {})
+        [third] = q.claim([Q], "w")
+        assert q.claim([Q], "w") == []
+        limited = _flow_limits_reads(conn)
+        q.complete(third.lease, {})
+        for _ in range(3):
+            [job] = q.claim([Q], "w")
+            q.complete(job.lease, {})
+        assert _flow_limits_reads(conn) == limited
+
+
+def test_a_removed_limit_sends_claims_back_to_the_open_statement(database_url: str) -> None:
+    with leaseq.connect(database_url, action="test") as conn:
+        flow = leaseq.FlowControl(conn)
+        flow.set_limit(Q, "k", max_running=1)
+        q = leaseq.Queue(conn)
+        q.enqueue_many([leaseq.JobSpec(Q, "t", key="k") for _ in range(80)])
+        assert len(q.claim([Q], "w", limit=4)) == 1  # claim round 1: "limited"
+        flow.remove_limit(Q, "k")
+        reads = _flow_limits_reads(conn)
+        for _ in range(62):  # rounds 2 to 63: by job_claim_keyed, now without a limit
+            assert len(q.claim([Q], "w", limit=1)) == 1
+        assert _flow_limits_reads(conn) == reads
+        # One round in 64 asks the open claim again; from then on it serves the queue.
+        assert len(q.claim([Q], "w", limit=2)) == 2
+        assert len(q.claim([Q], "w", limit=2)) == 2
+        assert _flow_limits_reads(conn) == reads + 2

@@ -12,6 +12,7 @@ disjoint indexes, so the claim can be planned on the claim index only.
 from __future__ import annotations
 
 import psycopg
+import pytest
 
 import leaseq
 from leaseq.core._store import statements
@@ -20,7 +21,8 @@ from support.plans import generic, scans
 BACKLOG = 5000
 
 
-def test_the_keyed_claim_reads_one_row_of_a_backlogged_key(database_url: str) -> None:
+@pytest.mark.parametrize("claim", ["job_claim_keyed", "job_claim_keyed_open"])
+def test_the_keyed_claim_reads_one_row_of_a_backlogged_key(database_url: str, claim: str) -> None:
     queue = leaseq.Queue(leaseq.connect(database_url, action="test"))
     # 5,000 one-job keys, then statistics: one job per key is what the planner believes.
     queue.enqueue_many([leaseq.JobSpec("small", "t", key=f"k{n}") for n in range(5000)])
@@ -29,7 +31,7 @@ def test_the_keyed_claim_reads_one_row_of_a_backlogged_key(database_url: str) ->
     queue.enqueue_many([leaseq.JobSpec("q", "t", key="hot") for _ in range(BACKLOG)])
     c.execute("ANALYZE leaseq.jobs")
     # As a worker's session prepares it: a generic plan, kept for every call.
-    query, names = generic(statements.load()["job_claim_keyed"].query)
+    query, names = generic(statements.load()[claim].query)
     c.execute("SET plan_cache_mode = force_generic_plan")
     c.execute(f"PREPARE claim AS {query}")
     values = {

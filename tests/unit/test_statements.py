@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 
+import pytest
 from psycopg import _queries
 
 from leaseq.core._store import statements
@@ -37,3 +38,32 @@ SELECT 1
     assert found["one"].description == "What it does."
     assert found["one"].query == b"SELECT a,\nb\nFROM t"
     assert found["two"].query == b"SELECT 1"
+
+
+def test_a_part_is_shared_by_the_statements_that_include_it() -> None:
+    text = """
+-- part: tail
+-- The shared end.
+t AS (SELECT 1)
+-- name: one
+-- First.
+WITH
+-- include: tail
+SELECT * FROM t;
+
+-- name: two
+-- Second.
+WITH
+  -- include: tail
+SELECT 2 FROM t
+"""
+    found = statements.parse(text)
+    assert set(found) == {"one", "two"}
+    assert found["one"].query == b"WITH\nt AS (SELECT 1)\nSELECT * FROM t"
+    assert found["two"].query == b"WITH\nt AS (SELECT 1)\nSELECT 2 FROM t"
+
+
+def test_an_include_of_a_missing_part_is_an_error_that_names_it() -> None:
+    text = "-- name: one\n-- First.\nWITH\n-- include: nowhere\nSELECT 1\n"
+    with pytest.raises(ValueError, match="one includes nowhere"):
+        statements.parse(text)

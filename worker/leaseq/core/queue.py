@@ -32,7 +32,7 @@ from psycopg.conninfo import make_conninfo
 from psycopg.rows import DictRow
 
 from leaseq.core import bounded, validation, waiters
-from leaseq.core._store.store import Store, graph_rows, pipeline_of
+from leaseq.core._store.store import ClaimBy, Store, graph_rows, pipeline_of
 from leaseq.core.db import Conn, Db, borrow, replaceable, transaction
 from leaseq.core.errors import (
     DatabaseUnavailable,
@@ -301,6 +301,9 @@ class Queue:
         self._rounds = 0
         self._keyed_seen = False
         self._keyless_seen = True
+        # Whether the last keyed claim found no limit or rate set on its queues (see
+        # _claim_keyed).
+        self._keys_open = True
 
     @staticmethod
     def tune_worker_session(conn: Conn) -> None:
@@ -556,11 +559,10 @@ class Queue:
             raise
 
     def _claim_both(self, c: Conn, limit: int, args: dict[str, Any]) -> list[ClaimedJob]:
-        """Keyless jobs by job_claim, keyed ones by job_claim_keyed (one per key per call,
-        each within its key's limit). A kind of work that the last claim of it did not find
-        is looked for first only in every 16th round (and as the filler of a short batch), so
-        queues of one kind pay one statement a claim; while both kinds show, they alternate
-        going first."""
+        """Keyless jobs by job_claim, keyed ones by :meth:`_claim_keyed`. A kind of work that
+        the last claim of it did not find is looked for first only in every 16th round (and
+        as the filler of a short batch), so queues of one kind pay one statement a claim;
+        while both kinds show, they alternate going first."""
         with self._lock:
             self._rounds += 1
             probe = self._rounds % 16 == 0
@@ -573,7 +575,10 @@ class Queue:
             room = limit - len(got)
             if room <= 0:
                 break
-            found = self._store.job_claim(c, limit=room, keyed=keyed, **args)
+            if keyed:
+                found = self._claim_keyed(c, room, args)
+            else:
+                found, _ = self._store.job_claim(c, limit=room, **args)
             with self._lock:
                 if keyed:
                     self._keyed_seen = bool(found)
@@ -581,6 +586,23 @@ class Queue:
                     self._keyless_seen = bool(found)
             got += found
         return got
+
+    def _claim_keyed(self, c: Conn, room: int, args: dict[str, Any]) -> list[ClaimedJob]:
+        """Keyed jobs, one statement in the common case: job_claim_keyed_open while the
+        queues have no limit or rate set, which answers whether they have one; then
+        job_claim_keyed (each key within its limit), until one round in 64 finds them open
+        again. The open claim never takes a limited key's job, so a stale belief costs a
+        statement, never a limit."""
+        with self._lock:
+            probe = self._rounds % 64 == 0
+        if self._keys_open or probe:
+            found, limited = self._store.job_claim(c, limit=room, by=ClaimBy.KEYED_OPEN, **args)
+            with self._lock:
+                self._keys_open = not limited
+            if not limited:
+                return found
+        found, _ = self._store.job_claim(c, limit=room, by=ClaimBy.KEYED, **args)
+        return found
 
     def _remember_lost(self, owner: str, claim_ids: list[UUID]) -> None:
         with self._lock:

@@ -7,6 +7,7 @@ the caller's (see the faces in :mod:`leaseq.core`). psycopg errors become leaseq
 
 from __future__ import annotations
 
+import enum
 from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
 from typing import Any, TypeVar
@@ -59,6 +60,36 @@ Params = Mapping[str, Any]
 
 def _json(value: Any) -> Jsonb | None:
     return None if value is None else Jsonb(value)
+
+
+class ClaimBy(enum.StrEnum):
+    """The claim statements: keyless jobs (jobs.sql); keyed jobs, each key within its limit
+    and rate; keyed jobs of queues with no limit or rate set, which also answers whether
+    they have one (flow.sql)."""
+
+    KEYLESS = "job_claim"
+    KEYED = "job_claim_keyed"
+    KEYED_OPEN = "job_claim_keyed_open"
+
+
+def _claim_params(
+    queues: Sequence[str],
+    owner: str,
+    limit: int,
+    lease_seconds: float,
+    claim_id: UUID,
+    job_types: Sequence[str] | None,
+    now: datetime | None,
+) -> dict[str, Any]:
+    return {
+        "queues": list(queues),
+        "job_types": None if job_types is None else list(job_types),
+        "owner": owner,
+        "limit": limit,
+        "lease_seconds": lease_seconds,
+        "claim_id": claim_id,
+        "now": now,
+    }
 
 
 def _claimed(rows: list[DictRow], owner: str) -> list[ClaimedJob]:
@@ -253,25 +284,18 @@ class Store:
         claim_id: UUID,
         job_types: Sequence[str] | None = None,
         now: datetime | None = None,
-        keyed: bool = False,
-    ) -> list[ClaimedJob]:
-        """Keyless ready jobs (job_claim), or with ``keyed`` jobs of flow-control keys, each
-        within its key's limit (job_claim_keyed, flow.sql)."""
+        by: ClaimBy = ClaimBy.KEYLESS,
+    ) -> tuple[list[ClaimedJob], bool]:
+        """The jobs the statement ``by`` leased, and whether it found a limit or rate set on
+        one of ``queues`` (only KEYED_OPEN says so, and then it leased nothing)."""
         rows = self._dicts(
             conn,
-            "job_claim_keyed" if keyed else "job_claim",
-            {
-                "queues": list(queues),
-                "job_types": None if job_types is None else list(job_types),
-                "owner": owner,
-                "limit": limit,
-                "lease_seconds": lease_seconds,
-                "claim_id": claim_id,
-                "now": now,
-            },
+            by.value,
+            _claim_params(queues, owner, limit, lease_seconds, claim_id, job_types, now),
             "claim",
         )
-        return _claimed(rows, owner)
+        limited = by is ClaimBy.KEYED_OPEN and bool(rows and rows[0]["limited"])
+        return _claimed([r for r in rows if r["id"] is not None], owner), limited
 
     def job_claim_recover(
         self, conn: Conn, *, owner: str, claim_ids: Sequence[UUID]

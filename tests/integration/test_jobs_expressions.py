@@ -1,6 +1,6 @@
 """The triggers and constraints of ``leaseq.jobs`` keep their meaning in their smaller form
-(migration 20): PostgreSQL rebuilds both kinds of expression in every statement that updates
-the table, so their size is paid at every claim, completion and heartbeat."""
+(migrations 20 and 25): PostgreSQL rebuilds both kinds of expression in every statement that
+updates the table, so their size is paid at every claim, completion and heartbeat."""
 
 from __future__ import annotations
 
@@ -33,14 +33,29 @@ WRITTEN_BEFORE = {
 }
 
 
+# What a trigger's function tests first where its WHEN clause says less (migration 25:
+# flow_on_head_done, flow_on_head_revived, flow_on_enqueue).
+GUARDS = {
+    "jobs_flow_head_done": "OLD.status <> 'waiting'",
+    "jobs_flow_head_revived": "OLD.status = 'dead' AND NEW.status = 'pending'",
+    "jobs_flow_reactivate": "NEW.status = 'pending'"
+    " AND (OLD.finished_at IS NOT NULL OR OLD.status = 'waiting')",
+}
+#: Checks the columns that only an enqueue writes, where they are written (migration 25).
+WRITTEN_CHECK = "jobs_check_written"
+
+
 def _update_triggers(conn: leaseq.core.db.Conn) -> dict[str, tuple[list[str], str]]:
-    """Each row trigger that fires on UPDATE of leaseq.jobs: its columns and WHEN clause."""
+    """Each row trigger that fires on UPDATE of leaseq.jobs after the row is written: its
+    columns and WHEN clause."""
     rows = conn.execute(
         "SELECT t.tgname, array(SELECT a.attname FROM unnest(t.tgattr) c(n)"
         "  JOIN pg_attribute a ON a.attrelid = t.tgrelid AND a.attnum = c.n)::text[],"
         " pg_get_triggerdef(t.oid)"
         " FROM pg_trigger t WHERE t.tgrelid = 'leaseq.jobs'::regclass AND NOT t.tgisinternal"
         " AND t.tgtype & 16 <> 0"  # TRIGGER_TYPE_UPDATE
+        " AND t.tgname <> %s",
+        (WRITTEN_CHECK,),
     ).fetchall()
     found = {}
     for name, columns, definition in rows:
@@ -58,6 +73,13 @@ def test_every_update_trigger_fires_on_status_only(conn: leaseq.core.db.Conn) ->
     assert {name: columns for name, (columns, _) in triggers.items()} == {
         name: ["status"] for name in WRITTEN_BEFORE
     }
+    [columns] = conn.execute(
+        "SELECT array(SELECT a.attname FROM unnest(t.tgattr) c(n)"
+        "  JOIN pg_attribute a ON a.attrelid = t.tgrelid AND a.attnum = c.n ORDER BY a.attname)"
+        "::text[] FROM pg_trigger t WHERE t.tgrelid = 'leaseq.jobs'::regclass AND t.tgname = %s",
+        (WRITTEN_CHECK,),
+    ).fetchone() or [None]
+    assert columns == ["job_type", "queue", "timeout"], "no claim, completion or heartbeat"
 
 
 @pytest.mark.parametrize("name", sorted(WRITTEN_BEFORE))
@@ -65,8 +87,11 @@ def test_each_when_clause_means_what_it_meant(conn: leaseq.core.db.Conn, name: s
     """Over every pair of statuses a row can pass between, with and without a key, an
     ordering key, a waiting aggregate, a watcher, children and a pipeline (finished_at set
     exactly when the status is final, as CHECK jobs_finished_at makes it), the installed
-    clause and the clause as first written agree."""
+    clause (with its function's first test, where it has one) and the clause as first
+    written agree. A job has a lease exactly while it runs (jobs_lease_only_while_running,
+    jobs_running_leased)."""
     (_, installed) = _update_triggers(conn)[name]
+    installed = f"({installed}) AND ({GUARDS.get(name, 'true')})"
     cases = [
         (o, n, o in FINISHED, n in FINISHED, key, ok, waiting, watched, children, pipeline)
         for o, n in itertools.product(STATUSES, repeat=2)
@@ -76,7 +101,7 @@ def test_each_when_clause_means_what_it_meant(conn: leaseq.core.db.Conn, name: s
     ]
     columns = (
         "status, finished_at, key, ordering_key, ordering_waiting, notify_done, has_children,"
-        " pipeline_id"
+        " pipeline_id, lease_expires_at"
     )
 
     def side(prefix: str) -> str:
@@ -84,7 +109,8 @@ def test_each_when_clause_means_what_it_meant(conn: leaseq.core.db.Conn, name: s
             f"SELECT c.{prefix}_status::leaseq.job_status,"
             f" CASE WHEN c.{prefix}_finished THEN now() END,"
             " CASE WHEN c.keyed THEN 'k' END, CASE WHEN c.ordered THEN 'o' END,"
-            " c.waiting, c.watched, c.children, CASE WHEN c.pipelined THEN 1 END"
+            " c.waiting, c.watched, c.children, CASE WHEN c.pipelined THEN 1 END,"
+            f" CASE WHEN c.{prefix}_status = 'running' THEN now() END"
         )
 
     query = (
@@ -131,3 +157,43 @@ def test_deps_left_check_still_refuses_a_negative_count(conn: leaseq.core.db.Con
     assert row is not None
     with pytest.raises(psycopg.errors.CheckViolation, match="jobs_deps_left"):
         conn.execute("UPDATE leaseq.jobs SET deps_left = deps_left - 1 WHERE id = %s", row)
+
+
+def test_finished_is_every_status_after_running(conn: leaseq.core.db.Conn) -> None:
+    """jobs_finished_at says "finished" as status > 'running' (migration 25): the type's
+    order must keep the final statuses, and only them, after running."""
+    after = conn.execute(
+        "SELECT array(SELECT s::text FROM unnest(enum_range(NULL::leaseq.job_status)) s"
+        " WHERE s > 'running')"
+    ).fetchone()
+    assert after is not None
+    assert set(after[0]) == FINISHED
+
+
+@pytest.mark.parametrize(
+    ("column", "value", "constraint"),
+    [
+        ("queue", "-bad", "jobs_queue_name"),
+        ("job_type", "", "jobs_job_type_name"),
+        ("job_type", "t" * 129, "jobs_job_type_name"),
+        ("timeout", "-1 second", "jobs_timeout_positive"),
+    ],
+)
+def test_names_and_timeout_are_checked_where_written(
+    conn: leaseq.core.db.Conn, column: str, value: str, constraint: str
+) -> None:
+    """By an insert and by an update that sets the column: the same SQLSTATE and constraint
+    name as the CHECK constraints they replaced (errors.py maps the name to the field)."""
+    row: dict[str, str | None] = {"queue": "q", "job_type": "t", "timeout": None, column: value}
+    with pytest.raises(psycopg.errors.CheckViolation, match=constraint) as refused:
+        conn.execute(
+            "INSERT INTO leaseq.jobs (queue, job_type, timeout) VALUES (%s, %s, %s)",
+            (row["queue"], row["job_type"], row["timeout"]),
+        )
+    assert refused.value.diag.constraint_name == constraint
+    job = conn.execute(
+        "INSERT INTO leaseq.jobs (queue, job_type) VALUES ('q', 't') RETURNING id"
+    ).fetchone()
+    assert job is not None
+    with pytest.raises(psycopg.errors.CheckViolation, match=constraint):
+        conn.execute(f"UPDATE leaseq.jobs SET {column} = %s WHERE id = %s", (value, job[0]))

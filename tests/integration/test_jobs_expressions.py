@@ -19,8 +19,11 @@ FINISHED = {"succeeded", "dead", "cancelled"}
 WRITTEN_BEFORE = {
     "jobs_notify_done": "NEW.notify_done AND NEW.status IN ('succeeded', 'dead', 'cancelled')"
     " AND OLD.status IS DISTINCT FROM NEW.status",
+    # Its function did nothing unless the job was or is finished (migration 26 says so).
     "jobs_pipeline_transition": "OLD.status IS DISTINCT FROM NEW.status"
-    " AND (NEW.has_children OR NEW.pipeline_id IS NOT NULL)",
+    " AND (NEW.has_children OR NEW.pipeline_id IS NOT NULL)"
+    " AND (OLD.status IN ('succeeded', 'dead', 'cancelled')"
+    " OR NEW.status IN ('succeeded', 'dead', 'cancelled'))",
     "jobs_flow_release": "OLD.status = 'running' AND NEW.status <> 'running'"
     " AND OLD.key IS NOT NULL",
     "jobs_flow_head_done": "OLD.ordering_key IS NOT NULL AND NOT OLD.ordering_waiting"
@@ -33,13 +36,24 @@ WRITTEN_BEFORE = {
 }
 
 
-# What a trigger's function tests first where its WHEN clause says less (migration 25:
-# flow_on_head_done, flow_on_head_revived, flow_on_enqueue).
-GUARDS = {
-    "jobs_flow_head_done": "OLD.status <> 'waiting'",
-    "jobs_flow_head_revived": "OLD.status = 'dead' AND NEW.status = 'pending'",
-    "jobs_flow_reactivate": "NEW.status = 'pending'"
+# Migration 26 runs the work of all six in one trigger, jobs_on_status, each under its own
+# condition, written so in its function: the trigger's clause and that condition together
+# must mean what the clause first meant.
+STATUS_TRIGGER = "jobs_on_status"
+BRANCHES = {
+    "jobs_flow_head_done": "OLD.ordering_key IS NOT NULL AND NOT OLD.ordering_waiting"
+    " AND OLD.finished_at IS NULL AND NEW.finished_at IS NOT NULL AND OLD.status <> 'waiting'",
+    "jobs_flow_head_revived": "OLD.ordering_key IS NOT NULL AND OLD.status = 'dead'"
+    " AND NEW.status = 'pending'",
+    "jobs_flow_reactivate": "NEW.key IS NOT NULL AND NEW.status = 'pending'"
     " AND (OLD.finished_at IS NOT NULL OR OLD.status = 'waiting')",
+    "jobs_flow_release": "OLD.key IS NOT NULL AND OLD.lease_expires_at IS NOT NULL"
+    " AND NEW.lease_expires_at IS NULL",
+    "jobs_notify_done": "NEW.notify_done AND NEW.finished_at IS NOT NULL"
+    " AND OLD.status IS DISTINCT FROM NEW.status",
+    "jobs_pipeline_transition": "OLD.status IS DISTINCT FROM NEW.status"
+    " AND (NEW.has_children OR NEW.pipeline_id IS NOT NULL)"
+    " AND (OLD.finished_at IS NOT NULL OR NEW.finished_at IS NOT NULL)",
 }
 #: Checks the columns that only an enqueue writes, where they are written (migration 25).
 WRITTEN_CHECK = "jobs_check_written"
@@ -69,9 +83,8 @@ def test_every_update_trigger_fires_on_status_only(conn: leaseq.core.db.Conn) ->
     """An update that does not set status (a heartbeat, a checkpoint) reads no trigger's
     WHEN clause."""
     triggers = _update_triggers(conn)
-    assert set(triggers) == set(WRITTEN_BEFORE)
     assert {name: columns for name, (columns, _) in triggers.items()} == {
-        name: ["status"] for name in WRITTEN_BEFORE
+        STATUS_TRIGGER: ["status"]
     }
     [columns] = conn.execute(
         "SELECT array(SELECT a.attname FROM unnest(t.tgattr) c(n)"
@@ -87,11 +100,15 @@ def test_each_when_clause_means_what_it_meant(conn: leaseq.core.db.Conn, name: s
     """Over every pair of statuses a row can pass between, with and without a key, an
     ordering key, a waiting aggregate, a watcher, children and a pipeline (finished_at set
     exactly when the status is final, as CHECK jobs_finished_at makes it), the installed
-    clause (with its function's first test, where it has one) and the clause as first
-    written agree. A job has a lease exactly while it runs (jobs_lease_only_while_running,
+    condition (jobs_on_status's clause and the function's test of it) and the clause as
+    first written agree. A job has a lease exactly while it runs (jobs_lease_only_while_running,
     jobs_running_leased)."""
-    (_, installed) = _update_triggers(conn)[name]
-    installed = f"({installed}) AND ({GUARDS.get(name, 'true')})"
+    (_, when) = _update_triggers(conn)[STATUS_TRIGGER]
+    [body] = conn.execute(
+        "SELECT prosrc FROM pg_proc WHERE oid = 'leaseq.jobs_on_status'::regproc"
+    ).fetchone() or [""]
+    assert f"IF {BRANCHES[name]} THEN" in " ".join(body.split()), "the function's own test"
+    installed = f"({when}) AND ({BRANCHES[name]})"
     cases = [
         (o, n, o in FINISHED, n in FINISHED, key, ok, waiting, watched, children, pipeline)
         for o, n in itertools.product(STATUSES, repeat=2)

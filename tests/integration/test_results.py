@@ -476,7 +476,7 @@ def test_only_a_flagged_job_runs_the_completion_trigger(
     database_url: str, queue: leaseq.Queue, wait: bool
 ) -> None:
     """An unwatched job's completion calls no function (the trigger's WHEN reads the flag);
-    a job enqueued with wait=True calls leaseq.notify_done once."""
+    a job enqueued with wait=True calls the status trigger's function once."""
     job = queue.enqueue("q", "t", wait=wait)
     (claimed,) = queue.claim(["q"], "w1")
     with psycopg.connect(database_url) as c:
@@ -486,7 +486,7 @@ def test_only_a_flagged_job_runs_the_completion_trigger(
         )
         row = c.execute(
             "SELECT coalesce(sum(calls), 0) FROM pg_stat_xact_user_functions"
-            " WHERE schemaname = 'leaseq' AND funcname = 'notify_done'"
+            " WHERE schemaname = 'leaseq' AND funcname = 'jobs_on_status'"
         ).fetchone()
     assert row is not None
     assert int(row[0]) == (1 if wait else 0)

@@ -1,7 +1,8 @@
 -- Named statements of pipelines (migration 0012): dependencies, graphs, fan-out, results by
--- reference, cascade cancel and progress. The unblocking, the cascade and its undo are the
--- trigger leaseq.pipeline_transition(), in the transaction of whichever statement finishes a
--- parent (job_complete, job_fail, job_reap, job_cancel, job_retry_dead...).
+-- reference, cascade cancel and progress. The unblocking, the cascade and its undo are
+-- leaseq.pipeline_changed() (run by the trigger jobs_on_status, migration 26), in the
+-- transaction of whichever statement finishes a parent (job_complete, job_fail, job_reap,
+-- job_cancel, job_retry_dead...).
 
 -- name: deps_lock_parents
 -- Marks existing jobs as parents (has_children) and returns their current status and pipeline; the row lock waits out a completion in flight, so the status read is the one the trigger will see.

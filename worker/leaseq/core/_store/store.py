@@ -72,26 +72,6 @@ class ClaimBy(enum.StrEnum):
     KEYED_OPEN = "job_claim_keyed_open"
 
 
-def _claim_params(
-    queues: Sequence[str],
-    owner: str,
-    limit: int,
-    lease_seconds: float,
-    claim_id: UUID,
-    job_types: Sequence[str] | None,
-    now: datetime | None,
-) -> dict[str, Any]:
-    return {
-        "queues": list(queues),
-        "job_types": None if job_types is None else list(job_types),
-        "owner": owner,
-        "limit": limit,
-        "lease_seconds": lease_seconds,
-        "claim_id": claim_id,
-        "now": now,
-    }
-
-
 def _claimed(rows: list[DictRow], owner: str) -> list[ClaimedJob]:
     return [
         ClaimedJob(
@@ -291,7 +271,15 @@ class Store:
         rows = self._dicts(
             conn,
             by.value,
-            _claim_params(queues, owner, limit, lease_seconds, claim_id, job_types, now),
+            {
+                "queues": list(queues),
+                "job_types": None if job_types is None else list(job_types),
+                "owner": owner,
+                "limit": limit,
+                "lease_seconds": lease_seconds,
+                "claim_id": claim_id,
+                "now": now,
+            },
             "claim",
         )
         limited = by is ClaimBy.KEYED_OPEN and bool(rows and rows[0]["limited"])

@@ -41,3 +41,26 @@ def test_complete_many_repeat_effect_is_a_no_op(queue: leaseq.Queue) -> None:
     answers = queue.complete_many([j.lease for j in jobs])
     written = [a.effect_written for a in answers if isinstance(a, leaseq.Completed)]
     assert sorted(written) == [False, True]
+
+
+def test_complete_many_sends_any_owner_and_mixed_results(queue: leaseq.Queue) -> None:
+    # The arrays go as input literals (store._text_array): owners with the characters the
+    # array syntax gives meaning to must still match their jobs' owners exactly (a mangled
+    # one would be fenced).
+    owners = ['w"1', "w\\2", "w,3", "{w4}", " NULL ", "w1"]
+    claimed = []
+    for owner in owners:
+        queue.enqueue("q", "t")
+        [job] = queue.claim(["q"], owner, limit=1)
+        claimed.append(job)
+    results = [None, {"n": 2}, None, [4], None, "six"]
+    answers = queue.complete_many([j.lease for j in claimed], results)
+    assert all(isinstance(a, leaseq.Completed) for a in answers)
+    assert [queue.get(j.id).result for j in claimed] == results
+    assert [a.worker for j in claimed for a in queue.attempts(j.id)] == owners
+    # With every result None, the arrays of results, keys, progress and notes go as NULL.
+    queue.enqueue("q", "t")
+    [job] = queue.claim(["q"], "w1", limit=1)
+    [answer] = queue.complete_many([job.lease])
+    assert isinstance(answer, leaseq.Completed)
+    assert queue.get(job.id).status == "succeeded"

@@ -72,6 +72,28 @@ class ClaimBy(enum.StrEnum):
     KEYED_OPEN = "job_claim_keyed_open"
 
 
+def _bigint_array(values: Sequence[int]) -> str:
+    """``values`` as one bigint[] input literal. psycopg dumps a list element by element
+    (about a microsecond each, three arrays per completed job); one join is a twentieth."""
+    return "{" + ",".join(map(str, map(int, values))) + "}"
+
+
+def _text_array(values: Sequence[str]) -> str:
+    """``values`` (none None) as one text[] input literal: each element double-quoted, its
+    backslashes and double quotes escaped (PostgreSQL's array input syntax)."""
+    quoted: dict[str, str] = {}
+    for v in values:
+        if v not in quoted:
+            quoted[v] = '"' + v.replace("\\", "\\\\").replace('"', '\\"') + '"'
+    return "{" + ",".join([quoted[v] for v in values]) + "}"
+
+
+def _nulls_as_null(values: list[Any]) -> list[Any] | None:
+    """None for a list of Nones: the statements read their arrays with a multi-argument
+    unnest, which pads a NULL array with NULLs, so nothing needs sending."""
+    return None if all(v is None for v in values) else values
+
+
 def _claimed(rows: list[DictRow], owner: str) -> list[ClaimedJob]:
     return [
         ClaimedJob(
@@ -379,13 +401,13 @@ class Store:
             conn,
             "job_complete",
             {
-                "ids": [lease.job_id for lease in leases],
-                "owners": [lease.owner for lease in leases],
-                "tokens": [lease.token for lease in leases],
-                "results": [_json(r) for r in results],
-                "effect_keys": list(effect_keys),
-                "progresses": [_json(p) for p in progresses],
-                "notes": list(notes),
+                "ids": _bigint_array([lease.job_id for lease in leases]),
+                "owners": _text_array([lease.owner for lease in leases]),
+                "tokens": _bigint_array([lease.token for lease in leases]),
+                "results": _nulls_as_null([_json(r) for r in results]),
+                "effect_keys": _nulls_as_null(list(effect_keys)),
+                "progresses": _nulls_as_null([_json(p) for p in progresses]),
+                "notes": _nulls_as_null(list(notes)),
                 "now": now,
             },
             "complete",

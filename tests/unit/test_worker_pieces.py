@@ -224,7 +224,7 @@ def test_in_flight_attempt_is_settled_by_exactly_one_party() -> None:
     assert not table.wait_settled(0.01)
     job.settled.set()
     assert table.wait_settled(0.01)
-    table.remove(job)
+    table.remove([job])
     assert len(table) == 0
 
 

@@ -35,12 +35,12 @@ class Completions:
         settlement: Settlement,
         *,
         running: Callable[[], int],
-        finished: Callable[[InFlight], None],
+        finished: Callable[[list[InFlight]], None],
         after: Callable[[], None],
         window: float = COMPLETE_WINDOW_SECONDS,
     ) -> None:
         """``running()``: how many handlers have not reported yet (results that may still
-        join a group); ``finished(attempt)``: called once an attempt is settled (or dropped);
+        join a group); ``finished(attempts)``: called once attempts are settled (or dropped);
         ``after()``: called after each group (the worker claims for the freed slots)."""
         self.settlement = settlement
         self.running = running
@@ -121,12 +121,11 @@ class Completions:
                     done.attempt.settled_by,
                     extra=done.attempt.fields(),
                 )
-                self.finished(done.attempt)
+                self.finished([done.attempt])
         try:
             self.settlement.complete(taken)
         finally:
-            for done in taken:
-                self.finished(done.attempt)
+            self.finished([done.attempt for done in taken])
 
     def close(self) -> None:
         """Stop the loop once what is queued now has been delivered."""

@@ -131,10 +131,12 @@ class InFlightTable:
         with self._lock:
             self._jobs[job.job.id] = job
 
-    def remove(self, job: InFlight) -> None:
+    def remove(self, jobs: list[InFlight]) -> None:
+        """Forget ``jobs`` (each only if it is still the attempt held under its job id)."""
         with self._lock:
-            if self._jobs.get(job.job.id) is job:
-                del self._jobs[job.job.id]
+            for job in jobs:
+                if self._jobs.get(job.job.id) is job:
+                    del self._jobs[job.job.id]
 
     def snapshot(self) -> list[InFlight]:
         with self._lock:

@@ -153,5 +153,5 @@ class WorkerMetrics:
             self._series[(queue, job_type)] = found
         return found
 
-    def finish(self, queue: str, job_type: str, outcome: Outcome) -> None:
-        self.series(queue, job_type).finished[outcome].inc()
+    def finish(self, queue: str, job_type: str, outcome: Outcome, count: int = 1) -> None:
+        self.series(queue, job_type).finished[outcome].inc(count)

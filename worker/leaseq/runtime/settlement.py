@@ -16,6 +16,7 @@ without a line per job.
 
 from __future__ import annotations
 
+import collections
 import enum
 import logging
 import time
@@ -295,11 +296,18 @@ class Settlement:
                 log.warning("complete of %d refused (%s); completing one by one", len(pending), exc)
                 return False
             self.health.db_ok()
+            # Successes are counted once per (queue, job type) of the group.
+            succeeded: collections.Counter[tuple[str, str]] = collections.Counter()
             for done, answer in zip(pending, answers, strict=True):
                 outcome = None
                 if retried and isinstance(answer, Fenced):
                     outcome = self._applied(done.attempt, Call.COMPLETE)
-                self._record(done.attempt, Call.COMPLETE, outcome or outcome_of(answer, None))
+                outcome = outcome or outcome_of(answer, None)
+                if outcome is Outcome.SUCCEEDED:
+                    succeeded[done.attempt.job.queue, done.attempt.job.job_type] += 1
+                self._record(done.attempt, Call.COMPLETE, outcome, counted=True)
+            for (queue, job_type), count in succeeded.items():
+                self.metrics.finish(queue, job_type, Outcome.SUCCEEDED, count)
             return True
         return True
 
@@ -372,15 +380,20 @@ class Settlement:
         queue = job.job.queue
         self.metrics.finish(queue, job.job.job_type, outcome)
 
-    def _record(self, job: InFlight, call: Call, outcome: Outcome) -> None:
-        """Count the outcome; log it per job only when it is not a success (a success is
-        logged at DEBUG, and only formatted when DEBUG is on)."""
-        self._finish(job, outcome)
+    def _record(
+        self, job: InFlight, call: Call, outcome: Outcome, *, counted: bool = False
+    ) -> None:
+        """Count the outcome (a success unless the caller ``counted`` it); log it per job
+        only when it is not a success (a success is logged at DEBUG, and only formatted when
+        DEBUG is on)."""
         if outcome is Outcome.SUCCEEDED:
+            if not counted:
+                self._finish(job, outcome)
             if log.isEnabledFor(logging.DEBUG):
                 fields = {**job.fields(), "outcome": outcome}
                 log.debug("attempt settled: %s", outcome, extra=fields)
             return
+        self._finish(job, outcome)
         if outcome is Outcome.FENCED:
             self.metrics.fenced.labels(job.job.queue).inc()
             log.warning("%s fenced: the lease was lost", call, extra=job.fields())

@@ -31,6 +31,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable
 from functools import partial
 from typing import Any
@@ -132,7 +133,7 @@ class Worker:
         self.completions = Completions(
             self.settlement,
             running=lambda: self._unreported,
-            finished=partial(self._finished, wake=False),
+            finished=self._finished_group,
             after=self._refill,
         )
         self.heartbeat = HeartbeatLoop(
@@ -422,6 +423,8 @@ class Worker:
         self.health.db_ok()
         self.metrics.claim_latency.observe(received - sent)
         started = []
+        # Counted once per (queue, job type) of the claim, not once per job.
+        kinds: Counter[tuple[str, str]] = Counter()
         for job in claimed:
             attempt = InFlight.start(
                 job,
@@ -433,10 +436,12 @@ class Worker:
                 heartbeat_seconds=s.heartbeat_seconds,
             )
             self.jobs.add(attempt)
-            series = self.metrics.series(job.queue, job.job_type)
-            series.in_flight.inc()
-            series.claimed.inc()
+            kinds[job.queue, job.job_type] += 1
             started.append(attempt)
+        for (queue, job_type), count in kinds.items():
+            series = self.metrics.series(queue, job_type)
+            series.in_flight.inc(count)
+            series.claimed.inc(count)
         for attempt in started:
             if self.draining.is_set():
                 # SIGTERM arrived while the claim was in flight: hand it straight back.
@@ -494,13 +499,16 @@ class Worker:
         if successes:
             self.completions.put(successes)
 
-    def _finished(self, job: InFlight, *, wake: bool = True) -> None:
-        """Free the attempt's slot; ``wake`` the dispatcher to claim for it (the completion
-        loop claims for its groups itself)."""
-        self.jobs.remove(job)
-        self.metrics.series(job.job.queue, job.job.job_type).in_flight.dec()
-        if wake:
-            self.wake.set()
+    def _finished(self, job: InFlight) -> None:
+        """Free the attempt's slot and wake the dispatcher to claim for it."""
+        self._finished_group([job])
+        self.wake.set()
+
+    def _finished_group(self, jobs: list[InFlight]) -> None:
+        """Free the attempts' slots (the completion loop claims for its groups itself)."""
+        self.jobs.remove(jobs)
+        for queue, count in Counter(job.job.queue for job in jobs).items():
+            self.metrics.in_flight.labels(queue).dec(count)
 
     def _success(self, job: InFlight, result: Any, spawn: Any = None) -> Done | None:
         """The attempt's result, final progress and spawned jobs, to complete; None (the

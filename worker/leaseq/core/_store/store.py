@@ -8,6 +8,7 @@ the caller's (see the faces in :mod:`leaseq.core`). psycopg errors become leaseq
 from __future__ import annotations
 
 import enum
+import json
 from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
 from typing import Any, TypeVar
@@ -15,7 +16,7 @@ from uuid import UUID
 
 import psycopg
 from psycopg.rows import DictRow, class_row, dict_row
-from psycopg.types.json import Jsonb
+from psycopg.types.json import Jsonb, set_json_loads
 
 from leaseq.core._store import statements
 from leaseq.core.errors import InvalidGraph, translate
@@ -56,6 +57,10 @@ from leaseq.core.models import (
 Conn = psycopg.Connection[Any]
 T = TypeVar("T")
 Params = Mapping[str, Any]
+
+
+def _utf8_json(data: str | bytes) -> Any:
+    return json.loads(data if isinstance(data, str) else str(data, "utf-8"))
 
 
 def _json(value: Any) -> Jsonb | None:
@@ -938,8 +943,11 @@ class Store:
     # -- worker runtime (sql/queries/worker.sql) -------------------------------------------
 
     def worker_session(self, conn: Conn) -> None:
-        """Tune a worker's session: generic plans for its prepared statements."""
+        """Tune a worker's session: generic plans for its prepared statements, and JSON
+        decoded from text (json.loads on bytes first detects their encoding, in Python, for
+        every payload claimed: PostgreSQL sends UTF-8)."""
         self._dicts(conn, "worker_session", None, "configure session")
+        set_json_loads(_utf8_json, conn)
 
     def worker_listen(self, conn: Conn) -> None:
         """Subscribe ``conn`` (autocommit, dedicated) to wake-ups on channel leaseq_jobs."""

@@ -96,7 +96,7 @@ def _text_array(values: Sequence[str]) -> str:
 def _nulls_as_null(values: list[Any]) -> list[Any] | None:
     """None for a list of Nones: the statements read their arrays with a multi-argument
     unnest, which pads a NULL array with NULLs, so nothing needs sending."""
-    return None if all(v is None for v in values) else values
+    return None if values.count(None) == len(values) else values
 
 
 def _claimed(rows: list[DictRow], owner: str) -> list[ClaimedJob]:

@@ -13,6 +13,7 @@ from collections.abc import Iterator
 import psycopg
 import pytest
 from psycopg.conninfo import make_conninfo
+from psycopg.types.json import Jsonb
 
 import leaseq
 from leaseq.core.schema import known_migrations
@@ -87,3 +88,31 @@ def test_worker_refuses_to_start_on_a_database_migrated_before_the_check(
         leaseq.connect(sql_ascii_url, action="check") as conn,
     ):
         leaseq.check_schema(conn)
+
+
+PAYLOADS = [
+    None,
+    0,
+    -2.5,
+    "",
+    'é \u2603 \U0001f600 "quoted" \\ back',
+    [],
+    {},
+    {"nested": [1, {"deep": [None, True, False]}], "k\u00e9y": "v"},
+    [{"a": 1}, "two", 3.25],
+]
+
+
+@pytest.mark.parametrize("payload", PAYLOADS, ids=range(len(PAYLOADS)))
+def test_a_worker_session_reads_back_each_payload_as_stored(
+    conn: leaseq.core.db.Conn, payload: object
+) -> None:
+    # Worker sessions decode JSON with the scanner alone (store._utf8_json): whatever a
+    # producer stored must come back equal, through a claim, and as json with whitespace.
+    leaseq.Queue.tune_worker_session(conn)
+    queue = leaseq.Queue(conn)
+    queue.enqueue("q", "t", payload)
+    [job] = queue.claim(["q"], "w1", limit=1)
+    assert job.payload == payload
+    row = conn.execute("SELECT (' ' || %s::jsonb::text || ' ')::json", [Jsonb(payload)])
+    assert row.fetchone() == (payload,)

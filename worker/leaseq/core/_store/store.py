@@ -59,8 +59,19 @@ T = TypeVar("T")
 Params = Mapping[str, Any]
 
 
+# The decoder's C scanner (typeshed does not declare the attribute).
+_scan_json: Callable[[str, int], tuple[Any, int]] = json.JSONDecoder().scan_once  # type: ignore[attr-defined]
+
+
 def _utf8_json(data: str | bytes) -> Any:
-    return json.loads(data if isinstance(data, str) else str(data, "utf-8"))
+    """A JSON value as PostgreSQL sends it. jsonb's text has no surrounding whitespace, so
+    the C scanner alone reads it; anything else goes through json.loads, which checks."""
+    text = data if isinstance(data, str) else str(data, "utf-8")
+    try:
+        value, end = _scan_json(text, 0)
+    except StopIteration:
+        return json.loads(text)
+    return value if end == len(text) else json.loads(text)
 
 
 def _json(value: Any) -> Jsonb | None:

@@ -36,9 +36,13 @@ def test_sigkill_and_stale_workers_keep_key_limits(
         for _ in range(12)
         for key in ("hot", "one", "hot")
     ]
-    workers = {
-        n: spawn_on(database_url, n, concurrency=4, lease=2.0, heartbeat=0.3) for n in ("a", "b")
-    }
+
+    def spawn(name: str) -> WorkerProcess:
+        return spawn_on(database_url, name, concurrency=4, lease=2.0, heartbeat=0.3)
+
+    # a starts alone: with b racing it, b can take every unit the limits allow, and a may
+    # never hold two at once before the jobs run out.
+    workers = {"a": spawn("a")}
     reaper = reaper_on(database_url, 0.2)
 
     def running(worker: str) -> int:
@@ -50,9 +54,10 @@ def test_sigkill_and_stale_workers_keep_key_limits(
 
     # SIGKILL a worker while it holds units; its jobs come back through the reaper.
     wait_for(lambda: running("a") >= 2, "worker a to hold units")
+    workers["b"] = spawn("b")
     workers["a"].proc.kill()
     workers["a"].proc.wait(timeout=10)
-    workers["c"] = spawn_on(database_url, "c", concurrency=4, lease=2.0, heartbeat=0.3)
+    workers["c"] = spawn("c")
     # SIGSTOP another: its leases expire, others run its jobs, then it wakes and calls in.
     wait_for(lambda: running("b") >= 1, "worker b to hold units")
     workers["b"].proc.send_signal(signal.SIGSTOP)
@@ -107,6 +112,18 @@ def test_a_handler_told_to_back_off_pauses_its_key_without_spending_an_attempt(
     ).job_id
     spawn_on(database_url, "w", concurrency=2)
     wait_for(lambda: (tmp_path / f"{first}.429").exists(), "the first call to be told 429")
+    # The handler has been told 429, but its release (and the pause with it) may not have
+    # committed yet; a claim that starts before that commit rightly sees no pause.
+    wait_for(
+        lambda: (
+            conn.execute(
+                "SELECT paused_until > now() FROM leaseq.flow_keys"
+                " WHERE queue = 'q' AND key = 'api'"
+            ).fetchone()
+            == (True,)
+        ),
+        "the key to be paused",
+    )
     # Enqueued while the key is paused (its call would succeed): it waits for the pause too.
     second = queue.enqueue("q", "throttled", {"dir": str(tmp_path)}, key="api", delay=3600).job_id
     (tmp_path / f"{second}.429").write_text("")

@@ -64,14 +64,20 @@ class JobView(BaseModel):
     last_error: str | None = None
 
 
-def _answer(outcome: leaseq.JobOutcome, response: Response) -> JobView:
-    """The view of a job that may have finished; sets the status code to match."""
+def _answer(outcome: leaseq.JobOutcome, response: Response, *, waited: bool = True) -> JobView:
+    """The view of a job that may have finished; sets the status code to match. A caller
+    that did not wait is told 202 whatever the job has done since (it may already have
+    run): the code answers the request, not the job's progress."""
     view = JobView(
         id=outcome.job_id,
         status=str(outcome.status),
         result=outcome.result,
         last_error=outcome.last_error,
     )
+    if not waited:
+        response.status_code = 202
+        response.headers["Location"] = f"/jobs/{outcome.job_id}"
+        return view
     if outcome.status == leaseq.JobStatus.DEAD:
         raise HTTPException(502, view.model_dump())
     if outcome.status == leaseq.JobStatus.CANCELLED:
@@ -132,7 +138,11 @@ def create_app(database_url: str | None = None) -> FastAPI:
             )
         except leaseq.InvalidJob as exc:
             raise HTTPException(422, str(exc)) from None
-        return _answer(await outcome(job.job_id, request.wait_seconds), response)
+        return _answer(
+            await outcome(job.job_id, request.wait_seconds),
+            response,
+            waited=request.wait_seconds is not None,
+        )
 
     @app.get("/jobs/{job_id}", response_model=JobView)
     async def show(job_id: int, response: Response, wait_seconds: float | None = None) -> JobView:

@@ -18,9 +18,9 @@
 * ``flow_hot_key``: one hot key with a limit of 40 and 4 processes x 10 claimer threads,
   each job "working" ``job_seconds`` (a sleep): jobs/s against what the limit allows
   (40 / job_seconds), and the most jobs running at once (from the attempt history).
-* ``flow_explain``: the keyed claim's plan (EXPLAIN ANALYZE, generic plan) with a saturated
-  key holding a large backlog and a free key: the saturated key's pending rows are never
-  read (its job probe is never executed).
+* ``flow_explain``: the plans of the keyed claims that keep limits (EXPLAIN ANALYZE, generic
+  plan) with a saturated key holding a large backlog and a free key: the saturated key's
+  pending rows are never read (its job probe is never executed).
 """
 
 from __future__ import annotations
@@ -357,9 +357,10 @@ def hot_key_row(url: str, jobs: int, job_seconds: float, ctx: Context) -> dict[s
 
 
 def explain_rows(url: str, backlog: int) -> list[dict[str, Any]]:
-    """The keyed claim's generic plan with a saturated key (``backlog`` pending, walked first)
-    and a free key: the saturated key's slot probe finds nothing, so its job probe never runs
-    (the jobs index scan runs once, for the free key)."""
+    """The generic plans of the keyed claims that keep limits (job_claim_keyed_slots, which
+    a worker uses while its queues have no rate, and job_claim_keyed) with a saturated key
+    (``backlog`` pending, walked first) and a free key: the saturated key's slot probe finds
+    nothing, so its job probe never runs (the jobs index scan runs once, for the free key)."""
     _reset(url)
     with leaseq.connect(url, action="bench") as conn:
         flow = leaseq.FlowControl(conn)
@@ -372,7 +373,6 @@ def explain_rows(url: str, backlog: int) -> list[dict[str, Any]]:
         conn.execute("VACUUM ANALYZE leaseq.jobs")
         from leaseq.core._store import statements
 
-        text = statements.load()["job_claim_keyed"].query.decode()
         params = {
             "queues": [QUEUE],
             "job_types": None,
@@ -383,15 +383,16 @@ def explain_rows(url: str, backlog: int) -> list[dict[str, Any]]:
             "now": None,
         }
         conn.execute("SET plan_cache_mode = force_generic_plan")
-        conn.execute("BEGIN")
-        plan = [
-            str(r[0])
-            for r in conn.execute(
+        rows = []
+        for name in ("job_claim_keyed_slots", "job_claim_keyed"):
+            text = statements.load()[name].query.decode()
+            conn.execute("BEGIN")
+            plan = conn.execute(
                 ("EXPLAIN (ANALYZE, BUFFERS, COSTS OFF) " + text).encode(), params
             ).fetchall()
-        ]
-        conn.execute("ROLLBACK")
-    return [{"line": n, "plan": line} for n, line in enumerate(plan)]
+            conn.execute("ROLLBACK")
+            rows += [{"statement": name, "line": n, "plan": str(r[0])} for n, r in enumerate(plan)]
+    return rows
 
 
 def run(ctx: Context) -> None:

@@ -838,11 +838,15 @@ def _flow(folder: Path) -> str:
             )
         )
     plan = read(folder / "flow_explain.csv")
-    if plan:
-        lines = "\n".join(r["plan"] for r in plan)
+    # Results from before the limits-only claim have one plan, job_claim_keyed's.
+    by_statement: dict[str, list[str]] = {}
+    for r in plan:
+        by_statement.setdefault(r.get("statement") or "job_claim_keyed", []).append(r["plan"])
+    for name, lines in by_statement.items():
+        text = "\n".join(lines)
         parts.append(
-            "The keyed claim's plan with a saturated key (its backlog walked first) and a free "
-            f"key: the saturated key's job probe is never executed.\n\n```\n{lines}\n```\n"
+            f"The plan of `{name}` with a saturated key (its backlog walked first) and a free "
+            f"key: the saturated key's job probe is never executed.\n\n```\n{text}\n```\n"
         )
     return "\n".join(parts) if parts else "_not run_\n"
 

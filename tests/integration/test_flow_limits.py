@@ -10,11 +10,13 @@ import threading
 import time
 from collections.abc import Callable
 from datetime import datetime
+from typing import Any
 
 import psycopg
 import pytest
 
 import leaseq
+from leaseq.core._store.store import ClaimBy
 from support.flowcheck import intervals, max_running
 
 Q = "fq"
@@ -358,57 +360,83 @@ def test_a_batch_never_takes_more_jobs_of_a_key_than_its_free_units(database_url
         assert [keys[j.id] for j in again].count("a-limited") == 0
 
 
-def _flow_limits_reads(conn: leaseq.core.db.Conn) -> int:
-    conn.execute("SELECT pg_stat_force_next_flush()")
-    row = conn.execute(
-        "SELECT coalesce(idx_scan, 0) + seq_scan FROM pg_stat_user_tables"
-        " WHERE relid = 'leaseq.flow_limits'::regclass"
-    ).fetchone()
-    assert row is not None
-    return int(row[0])
+def _claims_by(q: leaseq.Queue, monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The keyed claim statements ``q`` runs, in order, as they run."""
+    ran: list[str] = []
+    # Private: which statement a claim takes is what is tested.
+    store = q._store
+    claim = store.job_claim
+
+    def job_claim(*args: Any, **kwargs: Any) -> Any:
+        by = kwargs.get("by", ClaimBy.KEYLESS)
+        if by is not ClaimBy.KEYLESS:
+            ran.append(by.value)
+        return claim(*args, **kwargs)
+
+    monkeypatch.setattr(store, "job_claim", job_claim)
+    return ran
 
 
-def test_keyed_claims_take_the_open_statement_until_a_limit_is_set(database_url: str) -> None:
-    """Keys of a queue with no limit are claimed by job_claim_keyed_open (which reads
-    flow_limits, job_claim_keyed never does); a limit set at run time from elsewhere holds
-    from the worker's next claim on, its running jobs counted; once it answered "limited",
-    the worker claims by job_claim_keyed (no more reads of flow_limits)."""
+OPEN, SLOTS, FULL = "job_claim_keyed_open", "job_claim_keyed_slots", "job_claim_keyed"
+
+
+def test_keyed_claims_take_the_cheapest_statement_that_keeps_the_limits(
+    database_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Keys of a queue with no limit are claimed by job_claim_keyed_open; a limit set at run
+    time from elsewhere holds from the worker's next claim on, its running jobs counted, and
+    the worker goes on by job_claim_keyed_slots; a rate set at run time holds from the next
+    claim on too, by job_claim_keyed."""
     with leaseq.connect(database_url, action="test") as conn:
         q = leaseq.Queue(conn)
-        q.enqueue_many([leaseq.JobSpec(Q, "t", key="k") for _ in range(8)])
-        before = _flow_limits_reads(conn)
+        ran = _claims_by(q, monkeypatch)
+        q.enqueue_many([leaseq.JobSpec(Q, "t", key="k") for _ in range(10)])
         running = [j for _ in range(2) for j in q.claim([Q], "w")]
         assert len(running) == 2
-        assert _flow_limits_reads(conn) == before + 2
+        assert ran == [OPEN, OPEN]
         with leaseq.connect(database_url, action="test") as other:
             leaseq.FlowControl(other).set_limit(Q, "k", max_running=1)
+        ran.clear()
         assert q.claim([Q], "w") == [], "two run, the new limit is 1"
+        assert ran == [OPEN, SLOTS], "open found the limit, and no rate"
         q.complete(running[0].lease, {})
         assert q.claim([Q], "w") == [], "one still runs"
         q.complete(running[1].lease, {})
         [third] = q.claim([Q], "w")
         assert q.claim([Q], "w") == []
-        limited = _flow_limits_reads(conn)
+        assert ran == [OPEN, SLOTS, SLOTS, SLOTS, SLOTS]
         q.complete(third.lease, {})
+        with leaseq.connect(database_url, action="test") as other:
+            leaseq.FlowControl(other).set_limit(Q, "k", max_running=1, per_second=0.001)
+        ran.clear()
+        # A full bucket (burst 1 by default): one start, then none for 1,000 s.
+        [fourth] = q.claim([Q], "w")
+        assert ran == [SLOTS, FULL], "the slots claim found the rate"
+        q.complete(fourth.lease, {})
         for _ in range(3):
-            [job] = q.claim([Q], "w")
-            q.complete(job.lease, {})
-        assert _flow_limits_reads(conn) == limited
+            assert q.claim([Q], "w") == [], "the rate holds"
+        assert ran == [SLOTS, FULL, FULL, FULL, FULL]
 
 
-def test_a_removed_limit_sends_claims_back_to_the_open_statement(database_url: str) -> None:
+@pytest.mark.parametrize("rate", [None, 1000.0])
+def test_a_removed_limit_sends_claims_back_to_the_open_statement(
+    database_url: str, monkeypatch: pytest.MonkeyPatch, rate: float | None
+) -> None:
     with leaseq.connect(database_url, action="test") as conn:
         flow = leaseq.FlowControl(conn)
-        flow.set_limit(Q, "k", max_running=1)
+        flow.set_limit(Q, "k", max_running=1, per_second=rate, burst=rate)
         q = leaseq.Queue(conn)
+        ran = _claims_by(q, monkeypatch)
         q.enqueue_many([leaseq.JobSpec(Q, "t", key="k") for _ in range(80)])
         assert len(q.claim([Q], "w", limit=4)) == 1  # claim round 1: "limited"
+        kept = SLOTS if rate is None else FULL
+        assert ran == [OPEN, kept]
         flow.remove_limit(Q, "k")
-        reads = _flow_limits_reads(conn)
-        for _ in range(62):  # rounds 2 to 63: by job_claim_keyed, now without a limit
+        ran.clear()
+        for _ in range(62):  # rounds 2 to 63: by the statement the limits called for
             assert len(q.claim([Q], "w", limit=1)) == 1
-        assert _flow_limits_reads(conn) == reads
+        assert ran == [kept] * 62
         # One round in 64 asks the open claim again; from then on it serves the queue.
         assert len(q.claim([Q], "w", limit=2)) == 2
         assert len(q.claim([Q], "w", limit=2)) == 2
-        assert _flow_limits_reads(conn) == reads + 2
+        assert ran[62:] == [OPEN, OPEN]

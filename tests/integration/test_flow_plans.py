@@ -21,7 +21,9 @@ from support.plans import generic, scans
 BACKLOG = 5000
 
 
-@pytest.mark.parametrize("claim", ["job_claim_keyed", "job_claim_keyed_open"])
+@pytest.mark.parametrize(
+    "claim", ["job_claim_keyed", "job_claim_keyed_slots", "job_claim_keyed_open"]
+)
 def test_the_keyed_claim_reads_one_row_of_a_backlogged_key(database_url: str, claim: str) -> None:
     queue = leaseq.Queue(leaseq.connect(database_url, action="test"))
     # 5,000 one-job keys, then statistics: one job per key is what the planner believes.

@@ -301,9 +301,9 @@ class Queue:
         self._rounds = 0
         self._keyed_seen = False
         self._keyless_seen = True
-        # Whether the last keyed claim found no limit or rate set on its queues (see
+        # The keyed claim the limits of the last keyed claim's queues called for (see
         # _claim_keyed).
-        self._keys_open = True
+        self._keyed_by = ClaimBy.KEYED_OPEN
 
     @staticmethod
     def tune_worker_session(conn: Conn) -> None:
@@ -588,20 +588,22 @@ class Queue:
         return got
 
     def _claim_keyed(self, c: Conn, room: int, args: dict[str, Any]) -> list[ClaimedJob]:
-        """Keyed jobs, one statement in the common case: job_claim_keyed_open while the
-        queues have no limit or rate set, which answers whether they have one; then
-        job_claim_keyed (each key within its limit), until one round in 64 finds them open
-        again. The open claim never takes a limited key's job, so a stale belief costs a
-        statement, never a limit."""
+        """Keyed jobs, one statement in the common case, the cheapest that keeps the
+        queues' flow control: job_claim_keyed_open while they have no limit or rate set,
+        job_claim_keyed_slots while they have limits but no rate, job_claim_keyed with
+        rates. Each of the first two answers when the queues need another (and then claims
+        nothing); one round in 64 asks job_claim_keyed_open again, to come back down once
+        limits or rates are removed. A stale belief costs a statement, never a limit."""
         with self._lock:
-            probe = self._rounds % 64 == 0
-        if self._keys_open or probe:
-            found, limited = self._store.job_claim(c, limit=room, by=ClaimBy.KEYED_OPEN, **args)
-            with self._lock:
-                self._keys_open = not limited
-            if not limited:
-                return found
-        found, _ = self._store.job_claim(c, limit=room, by=ClaimBy.KEYED, **args)
+            by = ClaimBy.KEYED_OPEN if self._rounds % 64 == 0 else self._keyed_by
+        # At most open, then slots, then the full claim: job_claim_keyed never redirects.
+        while True:
+            found, instead = self._store.job_claim(c, limit=room, by=by, **args)
+            if instead is None:
+                break
+            by = instead
+        with self._lock:
+            self._keyed_by = by
         return found
 
     def _remember_lost(self, owner: str, claim_ids: list[UUID]) -> None:

@@ -80,11 +80,13 @@ def _json(value: Any) -> Jsonb | None:
 
 class ClaimBy(enum.StrEnum):
     """The claim statements: keyless jobs (jobs.sql); keyed jobs, each key within its limit
-    and rate; keyed jobs of queues with no limit or rate set, which also answers whether
-    they have one (flow.sql)."""
+    and rate; keyed jobs of queues with no rate set, each key within its limit; keyed jobs
+    of queues with no limit or rate set (flow.sql). The last two also answer whether the
+    queues need another of them."""
 
     KEYLESS = "job_claim"
     KEYED = "job_claim_keyed"
+    KEYED_SLOTS = "job_claim_keyed_slots"
     KEYED_OPEN = "job_claim_keyed_open"
 
 
@@ -303,9 +305,10 @@ class Store:
         job_types: Sequence[str] | None = None,
         now: datetime | None = None,
         by: ClaimBy = ClaimBy.KEYLESS,
-    ) -> tuple[list[ClaimedJob], bool]:
-        """The jobs the statement ``by`` leased, and whether it found a limit or rate set on
-        one of ``queues`` (only KEYED_OPEN says so, and then it leased nothing)."""
+    ) -> tuple[list[ClaimedJob], ClaimBy | None]:
+        """The jobs the statement ``by`` leased, and the statement to claim by instead when
+        ``by`` found ``queues`` have limits (KEYED_OPEN) or rates (KEYED_OPEN, KEYED_SLOTS)
+        that it does not keep: then it leased nothing."""
         rows = self._dicts(
             conn,
             by.value,
@@ -320,8 +323,12 @@ class Store:
             },
             "claim",
         )
-        limited = by is ClaimBy.KEYED_OPEN and bool(rows and rows[0]["limited"])
-        return _claimed([r for r in rows if r["id"] is not None], owner), limited
+        instead = None
+        if by is ClaimBy.KEYED_OPEN and rows[0]["limited"]:
+            instead = ClaimBy.KEYED if rows[0]["rated"] else ClaimBy.KEYED_SLOTS
+        elif by is ClaimBy.KEYED_SLOTS and rows[0]["rated"]:
+            instead = ClaimBy.KEYED
+        return _claimed([r for r in rows if r["id"] is not None], owner), instead
 
     def job_claim_recover(
         self, conn: Conn, *, owner: str, claim_ids: Sequence[UUID]

@@ -24,6 +24,11 @@ claimed AS (
               j.idempotency_key, j.checkpoint
 )
 
+-- part: queues_rated
+-- Whether one of %(queues)s has a rate set: one probe of flow_limits_rated_idx (migration 27).
+EXISTS (SELECT 1 FROM leaseq.flow_limits r
+         WHERE r.queue = ANY (%(queues)s::text[]) AND r.per_second IS NOT NULL)
+
 -- part: keyed_slots
 -- The keyed claims' free slots of a limited key k, locked, at most %(limit)s (NULL for an unlimited key).
             -- The slots first: a saturated key's pending rows are never read.
@@ -106,8 +111,9 @@ candidate AS (
 -- include: keyed_claimed
 SELECT claimed.*, l.yes AS limited,
        -- Looked for only where a limit is: an open queue pays nothing for it.
-       l.yes AND EXISTS (SELECT 1 FROM leaseq.flow_limits r
-                          WHERE r.queue = ANY (%(queues)s::text[]) AND r.per_second IS NOT NULL) AS rated
+       l.yes AND
+       -- include: queues_rated
+       AS rated
   FROM limited l LEFT JOIN claimed ON true
  ORDER BY claimed.priority, claimed.available_at, claimed.id;
 
@@ -119,8 +125,9 @@ SELECT claimed.*, l.yes AS limited,
 -- 18.6, one job at a time, counted with an instruction-counting profiler; a keyless job
 -- 1,199,000).
 WITH rated AS (
-    SELECT EXISTS (SELECT 1 FROM leaseq.flow_limits r
-                    WHERE r.queue = ANY (%(queues)s::text[]) AND r.per_second IS NOT NULL) AS yes
+    SELECT
+    -- include: queues_rated
+    AS yes
 ),
 candidate AS (
     SELECT c.id, c.queue, c.key, c.slot, c.lease_token

@@ -25,6 +25,7 @@ from bench import (
     pipelines,
     report,
     result_latency,
+    start,
     throughput,
     txn_scope,
 )
@@ -39,6 +40,7 @@ SCENARIOS: dict[str, Callable[[Context], None]] = {
     throughput.NAME: throughput.run,
     crash.NAME: crash.run,
     peers.NAME: peers.run,
+    start.NAME: start.run,
     result_latency.NAME: result_latency.run,
     ab.NAME: ab.run,
     ocr.NAME: ocr.run,

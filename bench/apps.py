@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from leaseq.runtime.context import JobContext
@@ -20,4 +21,19 @@ def noop(payload: Any, ctx: JobContext) -> None:
 @registry.job("sleep")
 def sleep(payload: Any, ctx: JobContext) -> None:
     """Wait ``payload['seconds']`` (the handler of scenario 1's workload)."""
+    ctx.wait(float(payload["seconds"]))
+
+
+def record_start(path: str, ref: int) -> None:
+    """Append ``ref`` and the wall-clock time now to the file at ``path``, in one write of
+    one line (lines of concurrent handlers never interleave in a file opened to append)."""
+    at = time.time()
+    with open(path, "a") as out:
+        out.write(f"{ref} {at!r}\n")
+
+
+@registry.job("stamp")
+def stamp(payload: Any, ctx: JobContext) -> None:
+    """Record when the handler started (:mod:`bench.start`), then wait ``payload['seconds']``."""
+    record_start(payload["file"], payload["ref"])
     ctx.wait(float(payload["seconds"]))

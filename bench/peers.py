@@ -40,6 +40,7 @@ from psycopg.conninfo import conninfo_to_dict
 import leaseq
 from bench import noop
 from bench import runtime as worker_runtime
+from bench.apps import record_start
 from bench.context import Context
 from bench.env import scratch_database
 from bench.gang import Signals, cpu_per_job, run_gang, server_cpu_meter
@@ -53,14 +54,14 @@ QUEUE = noop.QUEUE
 DEFAULTS = {worker_runtime.IMPLEMENTATION: 1, "pgqueuer": 10, "procrastinate": 1}
 
 
-def _version(package: str) -> str:
+def version(package: str) -> str:
     try:
         return importlib.metadata.version(package)
     except importlib.metadata.PackageNotFoundError:
         return "not installed"
 
 
-def _asyncpg_kwargs(url: str) -> dict[str, Any]:
+def asyncpg_kwargs(url: str) -> dict[str, Any]:
     parts = conninfo_to_dict(url)
     return {
         "host": parts.get("host"),
@@ -71,11 +72,11 @@ def _asyncpg_kwargs(url: str) -> dict[str, Any]:
     }
 
 
-def _run_async(main: Callable[[], Coroutine[Any, Any, Any]]) -> Any:
+def run_async(main: Callable[[], Coroutine[Any, Any, Any]]) -> Any:
     return asyncio.run(main())
 
 
-async def _until_stopped(signals: Signals, stop: Callable[[], object]) -> None:
+async def until_stopped(signals: Signals, stop: Callable[[], object]) -> None:
     while not signals.stopping():
         await asyncio.sleep(0.05)
     stop()
@@ -91,7 +92,7 @@ def pgqueuer_noop_worker(args: NoopArgs, signals: Signals) -> None:
     from pgqueuer.queries import Queries
 
     async def main() -> None:
-        conn = await asyncpg.connect(**_asyncpg_kwargs(args.url))
+        conn = await asyncpg.connect(**asyncpg_kwargs(args.url))
         manager = QueueManager(Queries(AsyncpgDriver(conn)))
 
         @manager.entrypoint("noop")
@@ -99,11 +100,11 @@ def pgqueuer_noop_worker(args: NoopArgs, signals: Signals) -> None:
             return None
 
         signals.ready()
-        watcher = asyncio.create_task(_until_stopped(signals, manager.shutdown.set))
+        watcher = asyncio.create_task(until_stopped(signals, manager.shutdown.set))
         await manager.run(batch_size=args.batch, dequeue_timeout=timedelta(seconds=1))
         await watcher
 
-    _run_async(main)
+    run_async(main)
 
 
 class Pgqueuer:
@@ -123,13 +124,13 @@ class Pgqueuer:
         from pgqueuer.queries import Queries
 
         async def main() -> None:
-            conn = await asyncpg.connect(**_asyncpg_kwargs(url))
+            conn = await asyncpg.connect(**asyncpg_kwargs(url))
             try:
                 await Queries(AsyncpgDriver(conn)).install()
             finally:
                 await conn.close()
 
-        _run_async(main)
+        run_async(main)
 
     def enqueue(self, url: str, jobs: int, entrypoint: str = "noop") -> None:
         import asyncpg
@@ -137,7 +138,7 @@ class Pgqueuer:
         from pgqueuer.queries import Queries
 
         async def main() -> None:
-            conn = await asyncpg.connect(**_asyncpg_kwargs(url))
+            conn = await asyncpg.connect(**asyncpg_kwargs(url))
             try:
                 await conn.execute("TRUNCATE pgqueuer")
                 queries = Queries(AsyncpgDriver(conn))
@@ -148,7 +149,7 @@ class Pgqueuer:
             finally:
                 await conn.close()
 
-        _run_async(main)
+        run_async(main)
         self.enqueued = jobs
 
     def unfinished(self, conn: psycopg.Connection[Any]) -> bool:
@@ -167,7 +168,7 @@ class Pgqueuer:
 # -- procrastinate -------------------------------------------------------------------------
 
 
-def _procrastinate_app(url: str, pool: int) -> Any:
+def procrastinate_app(url: str, pool: int) -> Any:
     from procrastinate import App, PsycopgConnector
 
     # A small pool per process keeps 16 processes under the server's max_connections.
@@ -181,6 +182,11 @@ def _procrastinate_app(url: str, pool: int) -> Any:
     async def sleep_task() -> None:
         return None
 
+    @app.task(name="stamp", queue=QUEUE)
+    async def stamp_task(ref: int, file: str, seconds: float) -> None:
+        record_start(file, ref)
+        await asyncio.sleep(seconds)
+
     return app
 
 
@@ -188,7 +194,7 @@ def procrastinate_noop_worker(args: NoopArgs, signals: Signals) -> None:
     """procrastinate's own worker; ``batch`` is its concurrency (it fetches one job at a time)."""
 
     async def main() -> None:
-        app = _procrastinate_app(args.url, pool=4)
+        app = procrastinate_app(args.url, pool=4)
         async with app.open_async():
             signals.ready()
             worker = asyncio.create_task(
@@ -196,11 +202,11 @@ def procrastinate_noop_worker(args: NoopArgs, signals: Signals) -> None:
                     queues=[QUEUE], concurrency=args.batch, wait=True, install_signal_handlers=False
                 )
             )
-            await _until_stopped(signals, worker.cancel)
+            await until_stopped(signals, worker.cancel)
             with contextlib.suppress(asyncio.CancelledError):
                 await worker
 
-    _run_async(main)
+    run_async(main)
 
 
 class Procrastinate:
@@ -213,22 +219,22 @@ class Procrastinate:
 
     def install(self, url: str) -> None:
         async def main() -> None:
-            app = _procrastinate_app(url, pool=2)
+            app = procrastinate_app(url, pool=2)
             async with app.open_async():
                 await app.schema_manager.apply_schema_async()
 
-        _run_async(main)
+        run_async(main)
 
     def enqueue(self, url: str, jobs: int, task: str = "noop") -> None:
         async def main() -> None:
-            app = _procrastinate_app(url, pool=2)
+            app = procrastinate_app(url, pool=2)
             async with app.open_async():
                 await app.connector.execute_query_async("TRUNCATE procrastinate_jobs CASCADE")
                 for start in range(0, jobs, 1000):
                     n = min(1000, jobs - start)
                     await app.tasks[task].batch_defer_async(*({} for _ in range(n)))
 
-        _run_async(main)
+        run_async(main)
         with psycopg.connect(url, autocommit=True) as conn:
             conn.execute("VACUUM ANALYZE procrastinate_jobs")
 
@@ -273,9 +279,9 @@ class Run:
 def sleep_worker(args: SleepArgs, signals: Signals) -> list[Run]:
     """Claim one job, sleep, complete; until a claim finds nothing."""
     if args.implementation == "pgqueuer":
-        return _run_async(lambda: _pgqueuer_sleep(args, signals))  # type: ignore[no-any-return]
+        return run_async(lambda: _pgqueuer_sleep(args, signals))  # type: ignore[no-any-return]
     if args.implementation == "procrastinate":
-        return _run_async(lambda: _procrastinate_sleep(args, signals))  # type: ignore[no-any-return]
+        return run_async(lambda: _procrastinate_sleep(args, signals))  # type: ignore[no-any-return]
     runs: list[Run] = []
     with leaseq.connect(args.url, action="bench") as conn:
         queue = leaseq.Queue(conn)
@@ -297,7 +303,7 @@ async def _pgqueuer_sleep(args: SleepArgs, signals: Signals) -> list[Run]:
     from pgqueuer.queries import EntrypointExecutionParameter, Queries
     from pgqueuer.types import QueueEntrypoint, QueueManagerId
 
-    conn = await asyncpg.connect(**_asyncpg_kwargs(args.url))
+    conn = await asyncpg.connect(**asyncpg_kwargs(args.url))
     queries = Queries(AsyncpgDriver(conn))
     entrypoints = {QueueEntrypoint("sleep"): EntrypointExecutionParameter(concurrency_limit=0)}
     manager = QueueManagerId(uuid.uuid4())
@@ -318,7 +324,7 @@ async def _pgqueuer_sleep(args: SleepArgs, signals: Signals) -> list[Run]:
 async def _procrastinate_sleep(args: SleepArgs, signals: Signals) -> list[Run]:
     from procrastinate.jobs import Status
 
-    app = _procrastinate_app(args.url, pool=1)
+    app = procrastinate_app(args.url, pool=1)
     runs: list[Run] = []
     async with app.open_async():
         manager = app.job_manager
@@ -375,7 +381,7 @@ class PeerArm:
         self.base = {
             "implementation": impl.name,
             "loop": "api" if self.api else "runtime",
-            "version": _version("leaseq" if self.api else impl.name),
+            "version": version("leaseq" if self.api else impl.name),
             "guarantees": impl.guarantees,
         }
 
@@ -432,7 +438,7 @@ class RuntimeArm:
         self.ctx, self.plan = ctx, plan
         self.base = {
             "loop": "runtime",
-            "version": _version("leaseq"),
+            "version": version("leaseq"),
             "guarantees": worker_runtime.GUARANTEES,
         }
 
@@ -490,7 +496,7 @@ def _error(name: str, exc: Exception) -> dict[str, Any]:
     return {
         "kind": "error",
         "implementation": name,
-        "version": _version(name),
+        "version": version(name),
         "error": f"{type(exc).__name__}: {exc}",
     }
 
@@ -554,7 +560,7 @@ def run(ctx: Context) -> None:
         {
             **plan,
             "procrastinate_pool_per_process": 4,
-            "pgqueuer_driver": "asyncpg " + _version("asyncpg"),
+            "pgqueuer_driver": "asyncpg " + version("asyncpg"),
         }
     )
     recorder.table(NAME, rows)

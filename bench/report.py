@@ -147,6 +147,7 @@ def _headline(folder: Path) -> str:
             )
         )
     lines += _runtime_lines(peers)
+    lines += _start_lines(read(folder / "start.csv"))
     for r in _by(noop, kind="wakeup", wake_mode="notify"):
         lines.append(
             (
@@ -181,11 +182,7 @@ def _runtime_lines(peers: list[dict[str, str]]) -> list[tuple[str, str, str]]:
     for round_ in rounds:
         rows = [r for r in peers if (r.get("round") or "1") == round_]
         tag = f", run {round_}" if len(rounds) > 1 else ""
-        best: dict[str, dict[str, str]] = {}
-        for r in _by(rows, kind="noop"):
-            key = _label(r)
-            if key not in best or _f(r["jobs_per_second"]) > _f(best[key]["jobs_per_second"]):
-                best[key] = r
+        best = _best(_by(rows, kind="noop"))
         peer_rows = [r for k, r in best.items() if not k.startswith("leaseq")]
         if not peer_rows:
             continue
@@ -217,6 +214,23 @@ def _runtime_lines(peers: list[dict[str, str]]) -> list[tuple[str, str, str]]:
                         f"{peer['server_cpu_ms_per_job']} ms)",
                     )
                 )
+        alone = _best(_by(rows, kind="noop", workers="1"))
+        peer_alone = [r for k, r in alone.items() if not k.startswith("leaseq")]
+        if "leaseq worker" in alone and peer_alone:
+            mine, other = (
+                alone["leaseq worker"],
+                max(peer_alone, key=lambda r: _f(r["jobs_per_second"])),
+            )
+            lines.append(
+                (
+                    f"no-op throughput at W=1, `leaseq worker` vs the fastest peer runtime{tag}",
+                    ">= 1.0x, best against best",
+                    f"{_f(mine['jobs_per_second']) / _f(other['jobs_per_second']):.2f}x: "
+                    f"{mine['jobs_per_second']} jobs/s ({_config(mine)}) vs "
+                    f"{other['implementation']} {other['jobs_per_second']} ({_config(other)}); "
+                    f"load {other.get('loadavg', '')}",
+                )
+            )
         lines += _default_lines(rows, tag)
         others = "; ".join(
             f"{p['implementation']}'s loop {p['efficiency']} / {p['claim_p50_ms']} ms"
@@ -231,6 +245,42 @@ def _runtime_lines(peers: list[dict[str, str]]) -> list[tuple[str, str, str]]:
                     ">= 0.95 / <= 1.5 ms",
                     f"{r['efficiency']} / {r['claim_p50_ms']} ms (p99 {r['claim_p99_ms']} ms, "
                     f"{r['duplicates']} duplicates; {others}); load {r.get('loadavg', '')}",
+                )
+            )
+    return lines
+
+
+def _best(rows: Rows) -> dict[str, dict[str, str]]:
+    """Each implementation's (and loop's) fastest row."""
+    best: dict[str, dict[str, str]] = {}
+    for r in rows:
+        key = _label(r)
+        if key not in best or _f(r["jobs_per_second"]) > _f(best[key]["jobs_per_second"]):
+            best[key] = r
+    return best
+
+
+def _start_lines(rows: Rows) -> list[tuple[str, str, str]]:
+    """Headline rows from the start scenario, one per round: idle ``leaseq worker``
+    processes' enqueue-to-handler-start latency, beside each peer runtime's."""
+    lines: list[tuple[str, str, str]] = []
+    rounds = sorted({r.get("round") or "1" for r in rows}, key=int)
+    for round_ in rounds:
+        these = [r for r in rows if (r.get("round") or "1") == round_ and not r.get("error")]
+        tag = f", run {round_}" if len(rounds) > 1 else ""
+        others = "; ".join(
+            f"{r['implementation']} {r['start_p50_ms']} / {r['start_p99_ms']} ms"
+            for r in these
+            if r["implementation"] != "leaseq worker"
+        )
+        for r in _by(these, implementation="leaseq worker"):
+            lines.append(
+                (
+                    f"slow job into idle `leaseq worker` processes (W={r['workers']}), enqueue "
+                    f"to handler start, p50 / p99{tag}",
+                    "p99 <= 10 ms",
+                    f"{r['start_p50_ms']} / {r['start_p99_ms']} ms ({others}); "
+                    f"load {r.get('loadavg', '')}",
                 )
             )
     return lines
@@ -758,6 +808,36 @@ def _pipelines(folder: Path) -> str:
     return "\n".join(parts) if parts else "_not run_\n"
 
 
+def _start(folder: Path) -> str:
+    rows = read(folder / "start.csv")
+    if not rows:
+        return "_not run_\n"
+    out = (
+        "Each runtime's own workers at their defaults, idle; one job enqueued at a time, "
+        "`gap_s` apart; from just before the enqueue call to the handler's first line "
+        "(see bench/start.py):\n\n"
+    )
+    return out + _table(
+        rows,
+        [
+            "round",
+            "implementation",
+            "version",
+            "workers",
+            "default_batch",
+            "jobs",
+            "started",
+            "gap_s",
+            "job_seconds",
+            "start_p50_ms",
+            "start_p99_ms",
+            "start_max_ms",
+            "loadavg",
+            "error",
+        ],
+    )
+
+
 def _lease_renewal(folder: Path) -> str:
     rows = read(folder / "lease_renewal.csv")
     if not rows:
@@ -859,6 +939,7 @@ SECTIONS: list[tuple[str, Callable[[Path], str]]] = [
     ("4. No-op throughput and wake-up latency", _throughput),
     ("5. Crash timeline", _crash),
     ("6. Peers, same server, same run", _peers),
+    ("6b. Slow jobs into idle workers: enqueue to handler start", _start),
     ("8. Enqueue to result(), no-op job, one at a time", _result_latency),
     ("10. Keeping leases alive: server CPU per round of renewals", _lease_renewal),
     ("A/B: no-op throughput, interleaved rounds", _ab),

@@ -12,21 +12,16 @@ run the same number of jobs, after a few warm-up jobs that are not counted.
 from __future__ import annotations
 
 import asyncio
-import signal
-import subprocess
-import tempfile
 import time
-from pathlib import Path
 from typing import Any
 
-import psycopg
 from psycopg_pool import AsyncConnectionPool
 
 import leaseq
 from bench.context import Context
 from bench.env import reset_leaseq, scratch_database
 from bench.noop import QUEUE
-from bench.runtime import _free_port, _start
+from bench.runtime import running_workers
 from bench.stats import ms, percentile
 from leaseq.aio import AsyncQueue
 from leaseq.core import waiters
@@ -86,24 +81,8 @@ def async_samples(url: str, jobs: int) -> list[float]:
 def measure(url: str, jobs: int) -> list[dict[str, Any]]:
     """Both faces against one real worker process; one row per face."""
     reset_leaseq(url)
-    with tempfile.TemporaryDirectory(prefix="leaseq-bench-") as logdir:
-        proc = _start(url, "w1", 4, _free_port(), Path(logdir))
-        try:
-            with psycopg.connect(url, autocommit=True) as conn:
-                deadline = time.monotonic() + 120.0
-                while not conn.execute("SELECT count(*) FROM leaseq.workers").fetchone()[0]:  # type: ignore[index]
-                    if proc.poll() is not None or time.monotonic() > deadline:
-                        tail = (Path(logdir) / "w1.log").read_text()[-2000:]
-                        raise RuntimeError(f"worker did not start: {tail}")
-                    time.sleep(0.05)
-            return [_row("sync", sync_samples(url, jobs)), _row("async", async_samples(url, jobs))]
-        finally:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+    with running_workers(url, 1, 4):
+        return [_row("sync", sync_samples(url, jobs)), _row("async", async_samples(url, jobs))]
 
 
 def run(ctx: Context) -> None:

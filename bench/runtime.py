@@ -19,6 +19,8 @@ import sys
 import tempfile
 import time
 import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -79,6 +81,46 @@ def _start(url: str, worker_id: str, concurrency: int, port: int, logdir: Path) 
     return subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
 
 
+@dataclass(frozen=True)
+class Workers:
+    """Running ``leaseq worker`` processes and the ports their metrics are served on."""
+
+    procs: list[Any]
+    ports: list[int]
+
+
+@contextmanager
+def running_workers(url: str, count: int, concurrency: int) -> Iterator[Workers]:
+    """``count`` real worker processes (``w1``, ``w2``, ...), each registered in
+    leaseq.workers before this yields; on exit each is sent SIGCONT (in case it was stopped)
+    and SIGTERM, and reaped (killed if it has not exited within 30 s)."""
+    with tempfile.TemporaryDirectory(prefix="leaseq-bench-") as logdir:
+        ports = [_free_port() for _ in range(count)]
+        procs = [
+            _start(url, f"w{i + 1}", concurrency, port, Path(logdir))
+            for i, port in enumerate(ports)
+        ]
+        try:
+            with psycopg.connect(url, autocommit=True) as conn:
+                deadline = time.monotonic() + 120.0
+                while _state(conn, "SELECT count(*) FROM leaseq.workers") < count:
+                    if any(p.poll() is not None for p in procs) or time.monotonic() > deadline:
+                        tail = (Path(logdir) / "w1.log").read_text()[-2000:]
+                        raise RuntimeError(f"workers did not start: {tail}")
+                    time.sleep(0.05)
+            yield Workers(procs, ports)
+        finally:
+            for p in procs:
+                p.send_signal(signal.SIGCONT)
+                p.send_signal(signal.SIGTERM)
+            for p in procs:
+                try:
+                    p.wait(timeout=30)
+                except subprocess.TimeoutExpired:
+                    p.kill()
+                    p.wait()
+
+
 def _claim_buckets(port: int) -> dict[float, float]:
     with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as answer:
         text = answer.read().decode()
@@ -128,59 +170,36 @@ def run_workers(
             "TRUNCATE leaseq.jobs, leaseq.job_attempts, leaseq.job_results, leaseq.workers "
             "RESTART IDENTITY"
         )
-        with tempfile.TemporaryDirectory(prefix="leaseq-bench-") as logdir:
-            ports = [_free_port() for _ in range(workers)]
-            procs = [
-                _start(url, f"w{i + 1}", concurrency, port, Path(logdir))
-                for i, port in enumerate(ports)
-            ]
-            try:
-                deadline = time.monotonic() + 120.0
-                while _state(conn, "SELECT count(*) FROM leaseq.workers") < workers:
-                    if any(p.poll() is not None for p in procs) or time.monotonic() > deadline:
-                        tail = (Path(logdir) / "w1.log").read_text()[-2000:]
-                        raise RuntimeError(f"workers did not start: {tail}")
-                    time.sleep(0.05)
-                for p in procs:
-                    p.send_signal(signal.SIGSTOP)
-                queue = leaseq.Queue(conn)
-                for start in range(0, jobs, 1000):
-                    count = min(1000, jobs - start)
-                    queue.enqueue_many(
-                        leaseq.JobSpec(QUEUE, job_type, payload) for _ in range(count)
-                    )
-                conn.execute("VACUUM ANALYZE leaseq.jobs")
-                meter = server_cpu_meter(url)
-                cpu0 = {p.pid: process_cpu_seconds(p.pid) for p in procs}
-                machine0 = machine_cpu_seconds()
-                server0 = meter() if meter else 0.0
-                t0 = time.perf_counter()
-                for p in procs:
-                    p.send_signal(signal.SIGCONT)
-                unfinished = (
-                    "SELECT EXISTS (SELECT 1 FROM leaseq.jobs WHERE status = 'pending')"
-                    " OR EXISTS (SELECT 1 FROM leaseq.jobs WHERE status = 'running')"
-                )
-                while _state(conn, unfinished) and time.perf_counter() - t0 < cap_seconds:
-                    time.sleep(0.02)
-                seconds = time.perf_counter() - t0
-                client = sum(process_cpu_seconds(p.pid) - cpu0[p.pid] for p in procs)
-                machine = machine_cpu_seconds() - machine0
-                server = meter() - server0 if meter else None
-                claims: dict[float, float] = {}
-                for port in ports:
-                    for bound, seen in _claim_buckets(port).items():
-                        claims[bound] = claims.get(bound, 0.0) + seen
-            finally:
-                for p in procs:
-                    p.send_signal(signal.SIGCONT)
-                    p.send_signal(signal.SIGTERM)
-                for p in procs:
-                    try:
-                        p.wait(timeout=30)
-                    except subprocess.TimeoutExpired:
-                        p.kill()
-                        p.wait()
+        with running_workers(url, workers, concurrency) as running:
+            procs = running.procs
+            for p in procs:
+                p.send_signal(signal.SIGSTOP)
+            queue = leaseq.Queue(conn)
+            for start in range(0, jobs, 1000):
+                count = min(1000, jobs - start)
+                queue.enqueue_many(leaseq.JobSpec(QUEUE, job_type, payload) for _ in range(count))
+            conn.execute("VACUUM ANALYZE leaseq.jobs")
+            meter = server_cpu_meter(url)
+            cpu0 = {p.pid: process_cpu_seconds(p.pid) for p in procs}
+            machine0 = machine_cpu_seconds()
+            server0 = meter() if meter else 0.0
+            t0 = time.perf_counter()
+            for p in procs:
+                p.send_signal(signal.SIGCONT)
+            unfinished = (
+                "SELECT EXISTS (SELECT 1 FROM leaseq.jobs WHERE status = 'pending')"
+                " OR EXISTS (SELECT 1 FROM leaseq.jobs WHERE status = 'running')"
+            )
+            while _state(conn, unfinished) and time.perf_counter() - t0 < cap_seconds:
+                time.sleep(0.02)
+            seconds = time.perf_counter() - t0
+            client = sum(process_cpu_seconds(p.pid) - cpu0[p.pid] for p in procs)
+            machine = machine_cpu_seconds() - machine0
+            server = meter() - server0 if meter else None
+            claims: dict[float, float] = {}
+            for port in running.ports:
+                for bound, seen in _claim_buckets(port).items():
+                    claims[bound] = claims.get(bound, 0.0) + seen
         finished = _state(conn, "SELECT count(*) FROM leaseq.jobs WHERE status = 'succeeded'")
         span = _state(
             conn,

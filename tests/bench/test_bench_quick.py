@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from bench import batching, claim_scaling, lease_renewal, report, result_latency
+from bench import batching, claim_scaling, lease_renewal, report, result_latency, start
 from bench.__main__ import main
 from bench.context import Context
 from bench.env import machine, scratch_database, server_info
@@ -60,6 +60,21 @@ def test_tiny_result_latency_run_reports_both_faces(server_url: str, tmp_path: P
     assert [(r["face"], r["jobs"]) for r in rows] == [("sync", 3), ("async", 3)]
     ctx.recorder(result_latency.NAME).table(result_latency.NAME, rows)
     assert "8. Enqueue to result()" in report.generate(tmp_path).read_text()
+
+
+def test_tiny_start_run_times_every_job_from_enqueue_to_handler(
+    server_url: str, tmp_path: Path
+) -> None:
+    ctx = Context(server_url, True, tmp_path, {**machine(), **server_info(server_url)})
+    with scratch_database(server_url, "smoke_start") as url:
+        row = start.measure("leaseq worker", url, start.Plan(1, 3, 0.05, 0.01))
+    # Every counted job's handler started and was timed; the warm-up jobs are not counted.
+    assert (row["jobs"], row["started"]) == (3, 3)
+    assert 0 < row["start_p50_ms"] <= row["start_p99_ms"] <= row["start_max_ms"]
+    ctx.recorder(start.NAME).table(start.NAME, [{"round": 1, **row}])
+    text = report.generate(tmp_path).read_text()
+    assert "6b. Slow jobs into idle workers" in text
+    assert f"enqueue to handler start, p50 / p99 | p99 <= 10 ms | {row['start_p50_ms']} / " in text
 
 
 def test_tiny_lease_renewal_run_reports_every_arm(server_url: str, tmp_path: Path) -> None:

@@ -29,6 +29,7 @@ FENCED = [
     "job_complete",
     "job_fail",
     "job_release",
+    "job_back_off",
 ]
 
 

@@ -762,36 +762,30 @@ def _ocr(folder: Path) -> str:
     return out
 
 
-def _batching(folder: Path) -> str:
-    rows = read(folder / "batching.csv")
+def _csv_table(folder: Path, name: str, columns: Sequence[str], caption: str = "") -> str:
+    """One CSV's table under its caption, or "_not run_" when the CSV is missing."""
+    rows = read(folder / f"{name}.csv")
     if not rows:
         return "_not run_\n"
-    out = (
+    return caption + _table(rows, columns)
+
+
+def _batching(folder: Path) -> str:
+    return _csv_table(
+        folder,
+        "batching",
+        ["repeat", "isolation", "job_type", "max_batch", "jobs", "model_calls", "jobs_per_call",
+         "run_s", "jobs_per_s"],
         "A backlog enqueued before one worker (`--concurrency 1`) starts; `embed8` batches up "
         "to 8 jobs per model call (`max_wait` 0.5 s), `embed1` calls the model per job (20 ms "
-        "per call + 0.5 ms per input; see bench/batching.py):\n\n"
-    )
-    return out + _table(
-        rows,
-        [
-            "repeat",
-            "isolation",
-            "job_type",
-            "max_batch",
-            "jobs",
-            "model_calls",
-            "jobs_per_call",
-            "run_s",
-            "jobs_per_s",
-        ],
-    )
+        "per call + 0.5 ms per input; see bench/batching.py):\n\n",
+    )  # fmt: skip
 
 
 def _result_latency(folder: Path) -> str:
-    rows = read(folder / "result_latency.csv")
-    if not rows:
-        return "_not run_\n"
-    return _table(rows, ["face", "jobs", "p50_ms", "p99_ms", "max_ms", "mean_ms"])
+    return _csv_table(
+        folder, "result_latency", ["face", "jobs", "p50_ms", "p99_ms", "max_ms", "mean_ms"]
+    )
 
 
 def _pipelines(folder: Path) -> str:
@@ -809,33 +803,16 @@ def _pipelines(folder: Path) -> str:
 
 
 def _start(folder: Path) -> str:
-    rows = read(folder / "start.csv")
-    if not rows:
-        return "_not run_\n"
-    out = (
+    return _csv_table(
+        folder,
+        "start",
+        ["round", "implementation", "version", "workers", "default_batch", "jobs", "started",
+         "gap_s", "job_seconds", "start_p50_ms", "start_p99_ms", "start_max_ms", "loadavg",
+         "error"],
         "Each runtime's own workers at their defaults, idle; one job enqueued at a time, "
         "`gap_s` apart; from just before the enqueue call to the handler's first line "
-        "(see bench/start.py):\n\n"
-    )
-    return out + _table(
-        rows,
-        [
-            "round",
-            "implementation",
-            "version",
-            "workers",
-            "default_batch",
-            "jobs",
-            "started",
-            "gap_s",
-            "job_seconds",
-            "start_p50_ms",
-            "start_p99_ms",
-            "start_max_ms",
-            "loadavg",
-            "error",
-        ],
-    )
+        "(see bench/start.py):\n\n",
+    )  # fmt: skip
 
 
 def _lease_renewal(folder: Path) -> str:

@@ -24,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import importlib.metadata
+import json
 import os
 import time
 import uuid
@@ -86,7 +87,8 @@ async def until_stopped(signals: Signals, stop: Callable[[], object]) -> None:
 
 
 def pgqueuer_noop_worker(args: NoopArgs, signals: Signals) -> None:
-    """pgqueuer's own QueueManager with a no-op entrypoint, dequeuing ``batch`` at a time."""
+    """pgqueuer's own QueueManager with a no-op entrypoint (and :mod:`bench.start`'s
+    ``stamp``), dequeuing ``batch`` at a time."""
     import asyncpg  # type: ignore[import-untyped]
     from pgqueuer import AsyncpgDriver, QueueManager
     from pgqueuer.queries import Queries
@@ -98,6 +100,12 @@ def pgqueuer_noop_worker(args: NoopArgs, signals: Signals) -> None:
         @manager.entrypoint("noop")
         async def work(job: object) -> None:
             return None
+
+        @manager.entrypoint("stamp")
+        async def stamp(job: Any) -> None:
+            payload = json.loads(job.payload)
+            record_start(payload["file"], payload["ref"])
+            await asyncio.sleep(payload["seconds"])
 
         signals.ready()
         watcher = asyncio.create_task(until_stopped(signals, manager.shutdown.set))

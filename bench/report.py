@@ -178,16 +178,12 @@ def _runtime_lines(peers: list[dict[str, str]]) -> list[tuple[str, str, str]]:
     fastest peer runtime (best configuration of each), its CPU per job, the API loops
     (labelled), and the sleep workload through real workers."""
     lines: list[tuple[str, str, str]] = []
-    rounds = sorted({r.get("round") or "1" for r in peers}, key=int)
-    for round_ in rounds:
-        rows = [r for r in peers if (r.get("round") or "1") == round_]
-        tag = f", run {round_}" if len(rounds) > 1 else ""
+    for tag, rows in _rounds(peers):
         best = _best(_by(rows, kind="noop"))
         peer_rows = [r for k, r in best.items() if not k.startswith("leaseq")]
         if not peer_rows:
             continue
         peer = max(peer_rows, key=lambda r: _f(r["jobs_per_second"]))
-        load = peer.get("loadavg", "")
         for name, mine in sorted(best.items(), key=lambda kv: kv[0] != "leaseq worker"):
             if not name.startswith("leaseq"):
                 continue
@@ -198,10 +194,7 @@ def _runtime_lines(peers: list[dict[str, str]]) -> list[tuple[str, str, str]]:
                     f"no-op throughput, {f'`{name}`' if runtime else name} vs the fastest peer "
                     f"runtime{tag}",
                     ">= 1.0x, best against best" if runtime else "(API loop, not a runtime)",
-                    f"{_f(mine['jobs_per_second']) / _f(peer['jobs_per_second']):.2f}x: "
-                    f"{mine['jobs_per_second']} jobs/s ({_config(mine)}) vs "
-                    f"{peer['implementation']} {peer['jobs_per_second']} ({_config(peer)}); "
-                    f"load {load}",
+                    _versus(mine, peer),
                 )
             )
             if runtime:
@@ -217,18 +210,12 @@ def _runtime_lines(peers: list[dict[str, str]]) -> list[tuple[str, str, str]]:
         alone = _best(_by(rows, kind="noop", workers="1"))
         peer_alone = [r for k, r in alone.items() if not k.startswith("leaseq")]
         if "leaseq worker" in alone and peer_alone:
-            mine, other = (
-                alone["leaseq worker"],
-                max(peer_alone, key=lambda r: _f(r["jobs_per_second"])),
-            )
+            other = max(peer_alone, key=lambda r: _f(r["jobs_per_second"]))
             lines.append(
                 (
                     f"no-op throughput at W=1, `leaseq worker` vs the fastest peer runtime{tag}",
                     ">= 1.0x, best against best",
-                    f"{_f(mine['jobs_per_second']) / _f(other['jobs_per_second']):.2f}x: "
-                    f"{mine['jobs_per_second']} jobs/s ({_config(mine)}) vs "
-                    f"{other['implementation']} {other['jobs_per_second']} ({_config(other)}); "
-                    f"load {other.get('loadavg', '')}",
+                    _versus(alone["leaseq worker"], other),
                 )
             )
         lines += _default_lines(rows, tag)
@@ -250,6 +237,27 @@ def _runtime_lines(peers: list[dict[str, str]]) -> list[tuple[str, str, str]]:
     return lines
 
 
+def _rounds(rows: Rows) -> list[tuple[str, Rows]]:
+    """The rows of each round in order, with the tag a headline line gets (", run N" when
+    there is more than one round)."""
+    rounds = sorted({r.get("round") or "1" for r in rows}, key=int)
+    return [
+        (f", run {n}" if len(rounds) > 1 else "", [r for r in rows if (r.get("round") or "1") == n])
+        for n in rounds
+    ]
+
+
+def _versus(mine: dict[str, str], peer: dict[str, str]) -> str:
+    """``mine`` against ``peer``: the ratio of their jobs/s, each one's configuration, and
+    the load when the peer's run started."""
+    return (
+        f"{_f(mine['jobs_per_second']) / _f(peer['jobs_per_second']):.2f}x: "
+        f"{mine['jobs_per_second']} jobs/s ({_config(mine)}) vs "
+        f"{peer['implementation']} {peer['jobs_per_second']} ({_config(peer)}); "
+        f"load {peer.get('loadavg', '')}"
+    )
+
+
 def _best(rows: Rows) -> dict[str, dict[str, str]]:
     """Each implementation's (and loop's) fastest row."""
     best: dict[str, dict[str, str]] = {}
@@ -264,10 +272,8 @@ def _start_lines(rows: Rows) -> list[tuple[str, str, str]]:
     """Headline rows from the start scenario, one per round: idle ``leaseq worker``
     processes' enqueue-to-handler-start latency, beside each peer runtime's."""
     lines: list[tuple[str, str, str]] = []
-    rounds = sorted({r.get("round") or "1" for r in rows}, key=int)
-    for round_ in rounds:
-        these = [r for r in rows if (r.get("round") or "1") == round_ and not r.get("error")]
-        tag = f", run {round_}" if len(rounds) > 1 else ""
+    for tag, round_rows in _rounds(rows):
+        these = [r for r in round_rows if not r.get("error")]
         others = "; ".join(
             f"{r['implementation']} {r['start_p50_ms']} / {r['start_p99_ms']} ms"
             for r in these

@@ -22,20 +22,18 @@ import json
 import os
 import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
-from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 import leaseq
 from bench import peers
 from bench import runtime as worker_runtime
-from bench.apps import record_start
 from bench.context import Context
 from bench.env import reset_leaseq, scratch_database
-from bench.gang import Signals, run_gang
-from bench.noop import QUEUE
+from bench.gang import run_gang
+from bench.noop import QUEUE, NoopArgs
 from bench.stats import ms, percentile
 
 NAME = "start"
@@ -57,11 +55,6 @@ class Plan:
         return 2 * self.workers
 
 
-@dataclass(frozen=True)
-class PeerArgs:
-    url: str
-
-
 def _starts(path: Path) -> dict[int, float]:
     """The references and start times the handlers have written so far."""
     found: dict[int, float] = {}
@@ -81,7 +74,7 @@ def _wait_started(path: Path, refs: range) -> dict[int, float]:
         time.sleep(0.01)
 
 
-def _produce(enqueue: Callable[[int], None], plan: Plan, path: Path) -> list[float]:
+def _produce(enqueue: Callable[[int], object], plan: Plan, path: Path) -> list[float]:
     """Warm up, then enqueue ``plan.jobs`` jobs one at a time: each one's latency (s)."""
     for ref in range(plan.warmup):
         enqueue(ref)
@@ -111,81 +104,34 @@ def _leaseq(url: str, plan: Plan, path: Path) -> list[float]:
     ):
         queue = leaseq.Queue(conn)
         return _produce(
-            lambda ref: queue.enqueue(QUEUE, "stamp", _payload(ref, path, plan)) and None,
+            lambda ref: queue.enqueue(QUEUE, "stamp", _payload(ref, path, plan)),
             plan,
             path,
         )
 
 
-def pgqueuer_stamp_worker(args: PeerArgs, signals: Signals) -> None:
-    """pgqueuer's own QueueManager at its default batch, with the ``stamp`` entrypoint."""
-    import asyncpg  # type: ignore[import-untyped]
-    from pgqueuer import AsyncpgDriver, QueueManager
-    from pgqueuer.queries import Queries
-
-    async def main() -> None:
-        conn = await asyncpg.connect(**peers.asyncpg_kwargs(args.url))
-        manager = QueueManager(Queries(AsyncpgDriver(conn)))
-
-        @manager.entrypoint("stamp")
-        async def stamp(job: Any) -> None:
-            payload = json.loads(job.payload)
-            record_start(payload["file"], payload["ref"])
-            await asyncio.sleep(payload["seconds"])
-
-        signals.ready()
-        watcher = asyncio.create_task(peers.until_stopped(signals, manager.shutdown.set))
-        await manager.run(dequeue_timeout=timedelta(seconds=1))
-        await watcher
-
-    peers.run_async(main)
-
-
-def procrastinate_stamp_worker(args: PeerArgs, signals: Signals) -> None:
-    """procrastinate's own worker at its default concurrency, with the ``stamp`` task."""
-
-    async def main() -> None:
-        app = peers.procrastinate_app(args.url, pool=4)
-        async with app.open_async():
-            signals.ready()
-            worker = asyncio.create_task(
-                app.run_worker_async(queues=[QUEUE], wait=True, install_signal_handlers=False)
-            )
-            await peers.until_stopped(signals, worker.cancel)
-            with contextlib.suppress(asyncio.CancelledError):
-                await worker
-
-    peers.run_async(main)
-
-
-@contextlib.contextmanager
-def _event_loop() -> Iterator[asyncio.AbstractEventLoop]:
-    loop = asyncio.new_event_loop()
-    try:
-        yield loop
-    finally:
-        loop.close()
-
-
 def _peer(
-    url: str, plan: Plan, path: Path, worker: Callable[[PeerArgs, Signals], None],
-    enqueue: Callable[[Any, int], Any], opened: Callable[[], Any],
+    name: str, url: str, plan: Plan, path: Path,
+    enqueue: Callable[[Any, int], Coroutine[Any, Any, object]],
+    opened: Callable[[], Coroutine[Any, Any, Any]],
 ) -> list[float]:  # fmt: skip
-    """A peer's workers in child processes, this process producing on ``opened()``'s handle."""
+    """A peer's own worker runtime (the one the peers' no-op runs use, at its default) in
+    child processes, this process producing on ``opened()``'s handle."""
     latencies: list[float] = []
-    with _event_loop() as loop:
-        handle = loop.run_until_complete(opened())
+    worker = {"pgqueuer": peers.pgqueuer_noop_worker,
+              "procrastinate": peers.procrastinate_noop_worker}[name]  # fmt: skip
+    args = [NoopArgs(url, f"s{i}", peers.DEFAULTS[name]) for i in range(plan.workers)]
+    with asyncio.Runner() as runner:
+        handle = runner.run(opened())
 
         def produce() -> bool:
-            latencies.extend(
-                _produce(lambda ref: loop.run_until_complete(enqueue(handle, ref)), plan, path)
-            )
+            latencies.extend(_produce(lambda ref: runner.run(enqueue(handle, ref)), plan, path))
             return True
 
         try:
-            run_gang(worker, [PeerArgs(url) for _ in range(plan.workers)], until=produce)
+            run_gang(worker, args, until=produce)
         finally:
-            loop.run_until_complete(handle.close())
+            runner.run(handle.close())
     return latencies
 
 
@@ -203,7 +149,7 @@ def _pgqueuer(url: str, plan: Plan, path: Path) -> list[float]:
         payload = json.dumps(_payload(ref, path, plan)).encode()
         await Queries(AsyncpgDriver(conn)).enqueue("stamp", payload, 0)
 
-    return _peer(url, plan, path, pgqueuer_stamp_worker, enqueue, opened)
+    return _peer("pgqueuer", url, plan, path, enqueue, opened)
 
 
 class _ProcrastinateProducer:
@@ -226,7 +172,7 @@ def _procrastinate(url: str, plan: Plan, path: Path) -> list[float]:
     async def enqueue(producer: Any, ref: int) -> None:
         await producer.app.tasks["stamp"].defer_async(**_payload(ref, path, plan))
 
-    return _peer(url, plan, path, procrastinate_stamp_worker, enqueue, opened)
+    return _peer("procrastinate", url, plan, path, enqueue, opened)
 
 
 RUNTIMES: dict[str, tuple[Callable[[str, Plan, Path], list[float]], str]] = {

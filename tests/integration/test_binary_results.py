@@ -10,6 +10,8 @@ must have a binary loader on the worker's connection.
 
 from __future__ import annotations
 
+from datetime import datetime
+
 import psycopg
 import pytest
 from psycopg.pq import Format
@@ -38,9 +40,10 @@ def test_every_column_of_a_binary_statement_loads_from_binary(database_url: str,
         assert not unloadable, f"{name}: no binary loader for {unloadable}"
 
 
-def test_a_binary_claim_returns_what_a_text_one_does(queue: leaseq.Queue) -> None:
+def test_a_binary_claim_returns_python_values_not_bytes(queue: leaseq.Queue) -> None:
     queue.enqueue("q", "t", {"pages": [1, 2]}, timeout=30.0)
     (job,) = queue.claim(["q"], "w1")
     assert (job.queue, job.job_type, job.payload) == ("q", "t", {"pages": [1, 2]})
-    assert isinstance(job.lease.started_at, type(job.lease_expires_at))
+    assert isinstance(job.lease.started_at, datetime)
+    assert isinstance(job.lease_expires_at, datetime)
     assert job.timeout_seconds == 30.0

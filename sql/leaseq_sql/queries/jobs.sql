@@ -108,7 +108,10 @@ UPDATE leaseq.jobs j
   FROM (SELECT coalesce(%(now)s::timestamptz, now()) AS now) t,
        unnest(%(ids)s::bigint[], %(owners)s::text[], %(tokens)s::bigint[], %(progresses)s::jsonb[])
            AS r(id, owner, token, progress)
- WHERE j.id = r.id AND j.lease_owner = r.owner AND j.lease_token = r.token
+ -- The ids as an array too: a probe of the primary key whatever the plan (joined only, a
+ -- small table's generic plan hashed a scan of all of it).
+ WHERE j.id = ANY (%(ids)s::bigint[])
+   AND j.id = r.id AND j.lease_owner = r.owner AND j.lease_token = r.token
    AND j.lease_expires_at > t.now
 RETURNING j.id, j.lease_expires_at;
 
@@ -135,7 +138,9 @@ done AS (
        SET status = 'succeeded', finished_at = t.now, lease_expires_at = NULL,
            result = req.result, progress = coalesce(req.progress, j.progress)
       FROM t, req
-     WHERE j.id = req.id AND j.lease_owner = req.owner
+     -- As in job_heartbeat_many: the primary key whatever the plan.
+     WHERE j.id = ANY (%(ids)s::bigint[])
+       AND j.id = req.id AND j.lease_owner = req.owner
        AND j.lease_token = req.token AND j.lease_expires_at > t.now
     RETURNING j.id, j.queue, j.job_type, j.attempt_count, j.lease_token, j.lease_owner,
               j.started_at, j.finished_at,

@@ -95,6 +95,33 @@ def test_every_update_trigger_fires_on_status_only(conn: leaseq.core.db.Conn) ->
     assert columns == ["job_type", "queue", "timeout"], "no claim, completion or heartbeat"
 
 
+def test_a_claim_calls_no_trigger_function(database_url: str, queue: leaseq.Queue) -> None:
+    """Claiming a keyed job, a job in an aggregate and a watched job queues no trigger event
+    (migration 28: a job that starts running gives none of jobs_on_status's branches work);
+    their completion calls the status trigger's function once each."""
+    queue.enqueue("q", "t", key="tenant-42")
+    queue.enqueue("q", "t", ordering_key="order-17")
+    queue.enqueue("q", "t", wait=True)
+
+    def calls(c: psycopg.Connection[tuple[int]]) -> int:
+        row = c.execute(
+            "SELECT coalesce(sum(calls), 0)::int FROM pg_stat_xact_user_functions"
+            " WHERE schemaname = 'leaseq' AND funcname = 'jobs_on_status'"
+        ).fetchone()
+        assert row is not None
+        return row[0]
+
+    with psycopg.connect(database_url) as c:
+        c.execute("SET track_functions = 'pl'")
+        claimed = leaseq.Queue(c).claim(["q"], "w1", limit=3)
+        assert len(claimed) == 3
+        assert calls(c) == 0
+        for job in claimed:
+            leaseq.Queue(c).complete(job.lease, None)
+        c.commit()
+    assert {queue.get(j.id).status for j in claimed} == {leaseq.JobStatus.SUCCEEDED}
+
+
 @pytest.mark.parametrize("name", sorted(WRITTEN_BEFORE))
 def test_each_when_clause_means_what_it_meant(conn: leaseq.core.db.Conn, name: str) -> None:
     """Over every pair of statuses a row can pass between, with and without a key, an

@@ -113,11 +113,13 @@ def test_a_claim_calls_no_trigger_function(database_url: str, queue: leaseq.Queu
 
     with psycopg.connect(database_url) as c:
         c.execute("SET track_functions = 'pl'")
-        claimed = leaseq.Queue(c).claim(["q"], "w1", limit=3)
+        worker = leaseq.Queue(c)
+        claimed = worker.claim(["q"], "w1", limit=3)
         assert len(claimed) == 3
         assert calls(c) == 0
         for job in claimed:
-            leaseq.Queue(c).complete(job.lease, None)
+            worker.complete(job.lease, None)
+        assert calls(c) == 3
         c.commit()
     assert {queue.get(j.id).status for j in claimed} == {leaseq.JobStatus.SUCCEEDED}
 

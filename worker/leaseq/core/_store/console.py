@@ -77,14 +77,9 @@ class ConsoleStore(Store):
         reason: str,
         filter: Mapping[str, Any] | None,
     ) -> list[int]:
-        params = {
-            "ids": list(ids),
-            "actor": actor,
-            "reason": reason,
-            "filter": None if filter is None else Jsonb(dict(filter)),
-        }
-        rows = self._dicts(conn, "console_retry_dead", params, "console: retry dead jobs")
-        return [int(r["id"]) for r in rows]
+        return self._bulk_action(
+            conn, "console_retry_dead", "console: retry dead jobs", ids, actor, reason, filter
+        )
 
     def console_cancel(
         self,
@@ -95,14 +90,28 @@ class ConsoleStore(Store):
         reason: str,
         filter: Mapping[str, Any] | None,
     ) -> list[int]:
+        return self._bulk_action(
+            conn, "console_cancel", "console: cancel jobs", ids, actor, reason, filter
+        )
+
+    def _bulk_action(
+        self,
+        conn: Conn,
+        name: str,
+        action: str,
+        ids: Sequence[int],
+        actor: str,
+        reason: str,
+        filter: Mapping[str, Any] | None,
+    ) -> list[int]:
+        """Runs one of the console's audited bulk statements: the ids it changed."""
         params = {
             "ids": list(ids),
             "actor": actor,
             "reason": reason,
             "filter": None if filter is None else Jsonb(dict(filter)),
         }
-        rows = self._dicts(conn, "console_cancel", params, "console: cancel jobs")
-        return [int(r["id"]) for r in rows]
+        return [int(r["id"]) for r in self._dicts(conn, name, params, action)]
 
     def console_workers(self, conn: Conn, *, limit: int, now: datetime | None) -> list[Row]:
         params = {"limit": limit, "now": now}

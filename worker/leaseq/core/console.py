@@ -16,7 +16,7 @@ from datetime import datetime
 from typing import Any
 
 from leaseq.core import validation
-from leaseq.core._store.console import ConsoleStore, Row
+from leaseq.core._store.console import BulkAction, ConsoleStore, Row
 from leaseq.core.db import Db, transaction
 from leaseq.core.errors import InvalidJob
 from leaseq.core.models import SILENT_AFTER_SECONDS, JobStatus
@@ -340,12 +340,7 @@ class Console:
         filter: Mapping[str, Any] | None = None,
     ) -> list[int]:
         """Retry these dead jobs (those still dead) and audit it, in one transaction."""
-        _check_action(ids, actor, reason)
-        with self._tx("console: retry dead jobs") as c:
-            self._store.console_bounds(c, seconds=self._timeout)
-            return self._store.console_retry_dead(
-                c, ids=ids, actor=actor, reason=reason, filter=filter
-            )
+        return self._bulk(BulkAction.RETRY_DEAD, ids, actor, reason, filter)
 
     def cancel(
         self,
@@ -357,10 +352,23 @@ class Console:
     ) -> list[int]:
         """Cancel these jobs (those still pending or running) and audit it, in one
         transaction."""
+        return self._bulk(BulkAction.CANCEL, ids, actor, reason, filter)
+
+    def _bulk(
+        self,
+        action: BulkAction,
+        ids: Sequence[int],
+        actor: str,
+        reason: str,
+        filter: Mapping[str, Any] | None,
+    ) -> list[int]:
+        """One audited bulk action, checked first, in one transaction of its own."""
         _check_action(ids, actor, reason)
-        with self._tx("console: cancel jobs") as c:
+        with self._tx(action.label) as c:
             self._store.console_bounds(c, seconds=self._timeout)
-            return self._store.console_cancel(c, ids=ids, actor=actor, reason=reason, filter=filter)
+            return self._store.console_bulk(
+                c, action=action, ids=ids, actor=actor, reason=reason, filter=filter
+            )
 
     def job_links(
         self,

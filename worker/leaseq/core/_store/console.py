@@ -1,7 +1,9 @@
-"""The store's methods for sql/queries/console.sql: one typed method per statement."""
+"""The store's methods for sql/queries/console.sql: one typed method per statement (the
+audited bulk actions share one, which an enum of theirs directs)."""
 
 from __future__ import annotations
 
+import enum
 from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
@@ -12,6 +14,21 @@ from psycopg.types.json import Jsonb
 from leaseq.core._store.store import Conn, Store
 
 Row = dict[str, Any]
+
+
+class BulkAction(enum.StrEnum):
+    """The console's audited bulk statements (console.sql): each changes the jobs of the
+    ids (or the filter) that are still in the state it acts on, and records who and why."""
+
+    RETRY_DEAD = "console_retry_dead"
+    CANCEL = "console_cancel"
+
+    @property
+    def label(self) -> str:
+        """What it does, as its transaction and its errors name it."""
+        if self is BulkAction.RETRY_DEAD:
+            return "console: retry dead jobs"
+        return "console: cancel jobs"
 
 
 def _rows(rows: list[DictRow]) -> list[Row]:
@@ -68,37 +85,11 @@ class ConsoleStore(Store):
     def console_pending(self, conn: Conn, params: Mapping[str, Any]) -> Row:
         return dict(self._dicts(conn, "console_pending", params, "console: pending jobs")[0])
 
-    def console_retry_dead(
+    def console_bulk(
         self,
         conn: Conn,
         *,
-        ids: Sequence[int],
-        actor: str,
-        reason: str,
-        filter: Mapping[str, Any] | None,
-    ) -> list[int]:
-        return self._bulk_action(
-            conn, "console_retry_dead", "console: retry dead jobs", ids, actor, reason, filter
-        )
-
-    def console_cancel(
-        self,
-        conn: Conn,
-        *,
-        ids: Sequence[int],
-        actor: str,
-        reason: str,
-        filter: Mapping[str, Any] | None,
-    ) -> list[int]:
-        return self._bulk_action(
-            conn, "console_cancel", "console: cancel jobs", ids, actor, reason, filter
-        )
-
-    def _bulk_action(
-        self,
-        conn: Conn,
-        name: str,
-        action: str,
+        action: BulkAction,
         ids: Sequence[int],
         actor: str,
         reason: str,
@@ -111,7 +102,8 @@ class ConsoleStore(Store):
             "reason": reason,
             "filter": None if filter is None else Jsonb(dict(filter)),
         }
-        return [int(r["id"]) for r in self._dicts(conn, name, params, action)]
+        rows = self._dicts(conn, action.value, params, action.label)
+        return [int(r["id"]) for r in rows]
 
     def console_workers(self, conn: Conn, *, limit: int, now: datetime | None) -> list[Row]:
         params = {"limit": limit, "now": now}

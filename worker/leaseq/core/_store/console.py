@@ -26,9 +26,15 @@ class BulkAction(enum.StrEnum):
     @property
     def label(self) -> str:
         """What it does, as its transaction and its errors name it."""
-        if self is BulkAction.RETRY_DEAD:
-            return "console: retry dead jobs"
-        return "console: cancel jobs"
+        return _BULK_LABELS[self]
+
+
+# Every action has its own: a new one without a label fails at its first use, not under
+# another action's name.
+_BULK_LABELS = {
+    BulkAction.RETRY_DEAD: "console: retry dead jobs",
+    BulkAction.CANCEL: "console: cancel jobs",
+}
 
 
 def _rows(rows: list[DictRow]) -> list[Row]:

@@ -1,0 +1,212 @@
+-- leaseq's present tense: what each component's database role may do (docs/guides/security.md).
+--
+-- Covers: row level security on the tables that have policies, and leaseq.apply_grants, which
+-- grants each component's role (worker, operator, producer) exactly its privileges and
+-- policies. The console's role is console.sql's (apply_console_grants). Each function's
+-- PUBLIC EXECUTE is decided next to its definition, in its own file.
+-- Set off by: grants_apply in queries/migrations.sql, run by `leaseq migrate --worker-role ...
+-- --operator-role ... --producer-role ...` after the migrations.
+
+-- The owner bypasses these (no FORCE); any other role sees only what a policy lets it.
+ALTER TABLE leaseq.jobs ENABLE ROW LEVEL SECURITY;
+ALTER TABLE leaseq.job_attempts ENABLE ROW LEVEL SECURITY;
+ALTER TABLE leaseq.job_results ENABLE ROW LEVEL SECURITY;
+
+-- Grants each component's role exactly its privileges on leaseq's objects, and nothing more:
+-- first everything is revoked from the previously registered roles and from the given ones,
+-- and leaseq's policies are dropped; then each role gets its grants and policies. Idempotent,
+-- one transaction. A NULL role leaves that component without a role. Returns every
+-- statement it ran, in order. Only the owner of leaseq's tables may run it.
+--
+-- worker:   reads jobs, attempts, effects; updates only unfinished jobs (pending, running)
+--           and only the lease, progress, outcome columns; records attempts (and may turn a
+--           lease_expired/cancelled attempt into fenced); inserts effects; writes the
+--           registry leaseq.workers; declares
+--           its app's schedules at start-up (reads and upserts leaseq.schedules, never deletes
+--           one; reads the slot records); spawns from a handler (inserts jobs, their edges and
+--           pipelines in its completion's transaction, marks parents); the keyed claim reads
+--           the keys and takes units and rate tokens; may pause its job's key (flow_pause).
+--           No DELETE on jobs or attempts (cannot prune), no DDL.
+-- operator: reaps, cancels, retries dead jobs, prunes (deletes finished jobs, their attempts
+--           and edges), reads stats, holds the leader lease, forgets stale workers;
+--           runs the leader's history duties (reads and writes the history, the ledger, the
+--           rules, the counts and the mover's state; deletes effects whose job's retention
+--           ended; the partition functions); runs the scheduler (reads and writes schedules,
+--           records slots, and enqueues only the jobs a slot fires: a restrictive policy
+--           admits only a slot's idempotency key `schedule:<name>:<slot>`); sets limits,
+--           repairs units, unblocks aggregates; on PostgreSQL >= 17 may VACUUM leaseq.jobs
+--           and leaseq.flow_keys (MAINTAIN). Cannot change a job's queue, type, payload or
+--           keys, nor insert other jobs or effects.
+-- producer: enqueues (INSERT of the job's own columns only, keys and graphs included, always
+--           unfinished) and reads the jobs it enqueued, their attempts and their effects;
+--           flags (to be woken when they finish) and marks as parents only its own jobs; calls
+--           leaseq.enqueue and leaseq.job_status. Nothing else.
+CREATE OR REPLACE FUNCTION leaseq.apply_grants(worker regrole, operator regrole, producer regrole)
+RETURNS SETOF text
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    owner_oid oid := (SELECT relowner FROM pg_class WHERE oid = 'leaseq.jobs'::regclass);
+    given regrole[] := ARRAY[worker, operator, producer];
+    previous regrole[] := ARRAY(SELECT c.role_oid::regrole FROM leaseq.component_roles c
+                                 WHERE EXISTS (SELECT 1 FROM pg_roles p WHERE p.oid = c.role_oid));
+    jobs_seq text := pg_get_serial_sequence('leaseq.jobs', 'id');
+    pipelines_seq text := pg_get_serial_sequence('leaseq.pipelines', 'id');
+    graph_cols text := 'id, queue, job_type, payload, priority, max_attempts, available_at, timeout, idempotency_key, created_at, status, deps_left, has_children, pipeline_id';
+    producer_functions text := 'leaseq.enqueue(text, text, jsonb, integer, timestamptz, double precision, integer, double precision, text, text, boolean), leaseq.job_status(bigint)';
+    history_functions text := 'leaseq.history_ensure_partitions(integer, timestamptz), leaseq.history_expire_step(timestamptz, integer)';
+    flow_functions text := 'leaseq.flow_limit_set(text, text, integer, double precision, double precision, double precision, boolean), leaseq.flow_unblock(text, text), leaseq.flow_repair(integer)';
+    maintain boolean := current_setting('server_version_num')::int >= 170000;
+    r regrole;
+    stmt text;
+    stmts text[] := ARRAY[]::text[];
+    pol record;
+BEGIN
+    IF NOT pg_has_role(current_user, owner_oid, 'USAGE') THEN
+        RAISE EXCEPTION 'only the owner of leaseq''s tables (%) may apply grants; current user is %',
+            owner_oid::regrole, current_user;
+    END IF;
+    FOR r IN SELECT DISTINCT g FROM unnest(given) g WHERE g IS NOT NULL LOOP
+        IF (SELECT count(*) FROM unnest(given) g WHERE g = r) > 1 THEN
+            RAISE EXCEPTION 'role % is given for more than one component; each component needs its own role', r;
+        END IF;
+        IF EXISTS (SELECT 1 FROM pg_roles WHERE oid = r AND (rolsuper OR rolbypassrls)) THEN
+            RAISE EXCEPTION 'role % is a superuser or has BYPASSRLS, so no policy would hold it; give the component an ordinary role', r;
+        END IF;
+        IF r::oid = owner_oid OR pg_has_role(r, owner_oid, 'USAGE') THEN
+            RAISE EXCEPTION 'role % owns leaseq''s tables (or is a member of their owner); a component role must not', r;
+        END IF;
+    END LOOP;
+
+    -- Start from nothing: old and new roles lose every privilege on leaseq's objects.
+    FOR r IN SELECT DISTINCT g FROM unnest(previous || given) g WHERE g IS NOT NULL LOOP
+        stmts := stmts || ARRAY[
+            format('REVOKE ALL ON ALL TABLES IN SCHEMA leaseq FROM %s', r),
+            format('REVOKE ALL ON ALL SEQUENCES IN SCHEMA leaseq FROM %s', r),
+            format('REVOKE ALL ON SCHEMA leaseq FROM %s', r),
+            format('REVOKE ALL ON FUNCTION %s FROM %s', producer_functions, r),
+            format('REVOKE ALL ON FUNCTION %s FROM %s', history_functions, r),
+            format('REVOKE ALL ON FUNCTION %s, leaseq.flow_pause(text, text, timestamptz) FROM %s', flow_functions, r)];
+    END LOOP;
+    FOR pol IN
+        SELECT p.policyname, p.tablename FROM pg_policies p
+         WHERE p.schemaname = 'leaseq' AND p.policyname LIKE 'leaseq\_%'
+         ORDER BY p.tablename, p.policyname
+    LOOP
+        stmts := stmts || format('DROP POLICY %I ON leaseq.%I', pol.policyname, pol.tablename);
+    END LOOP;
+    DELETE FROM leaseq.component_roles;
+
+    IF worker IS NOT NULL THEN
+        stmts := stmts || ARRAY[
+            format('GRANT USAGE ON SCHEMA leaseq TO %s', worker),
+            format('GRANT SELECT ON leaseq.schema_migrations, leaseq.jobs, leaseq.job_view, leaseq.job_attempts, leaseq.job_results, leaseq.workers TO %s', worker),
+            format('GRANT UPDATE (status, attempt_count, lease_token, lease_owner, started_at, heartbeat_at, lease_expires_at, progress, checkpoint, claim_id, finished_at, result, available_at, last_error, last_error_code) ON leaseq.jobs TO %s', worker),
+            format('GRANT INSERT ON leaseq.job_attempts, leaseq.job_results TO %s', worker),
+            format('GRANT UPDATE (outcome, ended_at, error) ON leaseq.job_attempts TO %s', worker),
+            -- The registry is the workers' own table: whatever a worker reports about itself.
+            format('GRANT INSERT, UPDATE, DELETE ON leaseq.workers TO %s', worker),
+            format('CREATE POLICY leaseq_worker_read ON leaseq.jobs FOR SELECT TO %s USING (true)', worker),
+            format('CREATE POLICY leaseq_worker_unfinished ON leaseq.jobs FOR UPDATE TO %s USING (status IN (''pending'', ''running'')) WITH CHECK (true)', worker),
+            format('CREATE POLICY leaseq_worker_read ON leaseq.job_attempts FOR SELECT TO %s USING (true)', worker),
+            format('CREATE POLICY leaseq_worker_record ON leaseq.job_attempts FOR INSERT TO %s WITH CHECK (true)', worker),
+            format('CREATE POLICY leaseq_worker_fence ON leaseq.job_attempts FOR UPDATE TO %s USING (outcome IN (''lease_expired'', ''cancelled'')) WITH CHECK (outcome = ''fenced'')', worker),
+            format('CREATE POLICY leaseq_worker_read ON leaseq.job_results FOR SELECT TO %s USING (true)', worker),
+            format('CREATE POLICY leaseq_worker_effect ON leaseq.job_results FOR INSERT TO %s WITH CHECK (true)', worker),
+            -- Schedules declared in code, upserted at start-up.
+            format('GRANT SELECT, INSERT, UPDATE ON leaseq.schedules TO %s', worker),
+            format('GRANT SELECT ON leaseq.schedule_slots TO %s', worker),
+            -- Pipelines: a fan-out from a handler.
+            format('GRANT SELECT, INSERT ON leaseq.job_deps, leaseq.pipelines TO %s', worker),
+            format('GRANT UPDATE (total, finished_at) ON leaseq.pipelines TO %s', worker),
+            format('GRANT INSERT (%s) ON leaseq.jobs TO %s', graph_cols, worker),
+            format('GRANT UPDATE (has_children) ON leaseq.jobs TO %s', worker),
+            format('GRANT USAGE ON SEQUENCE %s, %s TO %s', jobs_seq, pipelines_seq, worker),
+            -- Only what a fan-out writes: unfinished jobs of a pipeline.
+            format('CREATE POLICY leaseq_worker_spawn ON leaseq.jobs FOR INSERT TO %s WITH CHECK (pipeline_id IS NOT NULL AND status::text IN (''waiting'', ''pending''))', worker),
+            -- Flow control: the keyed claim reads the keys and takes units and rate tokens.
+            format('GRANT SELECT ON leaseq.flow_keys, leaseq.flow_limits, leaseq.flow_aggregates TO %s', worker),
+            format('GRANT SELECT, UPDATE (job_id, lease_token, taken_at) ON leaseq.flow_slots TO %s', worker),
+            format('GRANT SELECT, UPDATE (tokens, tokens_at) ON leaseq.flow_buckets TO %s', worker),
+            format('GRANT EXECUTE ON FUNCTION leaseq.flow_pause(text, text, timestamptz) TO %s', worker)];
+        INSERT INTO leaseq.component_roles VALUES ('worker', worker);
+    END IF;
+
+    IF operator IS NOT NULL THEN
+        stmts := stmts || ARRAY[
+            format('GRANT USAGE ON SCHEMA leaseq TO %s', operator),
+            format('GRANT SELECT ON leaseq.schema_migrations, leaseq.jobs, leaseq.job_view, leaseq.job_attempts, leaseq.job_results, leaseq.workers, leaseq.leader_leases TO %s', operator),
+            format('GRANT UPDATE (status, available_at, finished_at, lease_owner, lease_expires_at, last_error, last_error_code, max_attempts) ON leaseq.jobs TO %s', operator),
+            format('GRANT DELETE ON leaseq.jobs TO %s', operator),
+            format('GRANT INSERT, DELETE ON leaseq.job_attempts TO %s', operator),
+            format('GRANT DELETE ON leaseq.workers TO %s', operator),
+            format('GRANT INSERT, UPDATE, DELETE ON leaseq.leader_leases TO %s', operator),
+            format('CREATE POLICY leaseq_operator_all ON leaseq.jobs FOR ALL TO %s USING (true) WITH CHECK (true)', operator),
+            format('CREATE POLICY leaseq_operator_all ON leaseq.job_attempts FOR ALL TO %s USING (true) WITH CHECK (true)', operator),
+            format('CREATE POLICY leaseq_operator_read ON leaseq.job_results FOR SELECT TO %s USING (true)', operator),
+            -- The leader's history duties.
+            format('GRANT SELECT ON leaseq.job_whereabouts, leaseq.job_history, leaseq.job_attempt_history, leaseq.job_ledger, leaseq.history_retention, leaseq.history_counts, leaseq.history_mover TO %s', operator),
+            format('GRANT INSERT ON leaseq.job_history, leaseq.job_attempt_history TO %s', operator),
+            format('GRANT INSERT, DELETE ON leaseq.job_ledger TO %s', operator),
+            format('GRANT INSERT, UPDATE, DELETE ON leaseq.history_counts, leaseq.history_retention TO %s', operator),
+            format('GRANT UPDATE ON leaseq.history_mover TO %s', operator),
+            format('GRANT DELETE ON leaseq.job_results TO %s', operator),
+            format('CREATE POLICY leaseq_operator_expire ON leaseq.job_results FOR DELETE TO %s USING (true)', operator),
+            format('GRANT EXECUTE ON FUNCTION %s TO %s', history_functions, operator),
+            -- The scheduler: its slots' jobs only (their id comes from the jobs' sequence, so
+            -- the slot row can name it in the same statement).
+            format('GRANT SELECT, INSERT, UPDATE, DELETE ON leaseq.schedules TO %s', operator),
+            format('GRANT SELECT, INSERT ON leaseq.schedule_slots TO %s', operator),
+            format('GRANT INSERT (id, queue, job_type, payload, priority, max_attempts, available_at, idempotency_key, created_at) ON leaseq.jobs TO %s', operator),
+            format('GRANT USAGE ON SEQUENCE %s TO %s', jobs_seq, operator),
+            format('CREATE POLICY leaseq_operator_slot_jobs ON leaseq.jobs AS RESTRICTIVE FOR INSERT TO %s WITH CHECK (starts_with(idempotency_key, ''schedule:''))', operator),
+            -- Pipelines: the mover's and prune's guard, `pipelines show`.
+            format('GRANT SELECT, DELETE ON leaseq.job_deps TO %s', operator),
+            format('GRANT SELECT ON leaseq.pipelines TO %s', operator),
+            -- Flow control: limits, unit repairs and blocked aggregates.
+            format('GRANT SELECT ON leaseq.flow_keys, leaseq.flow_limits, leaseq.flow_slots, leaseq.flow_aggregates, leaseq.flow_repairs, leaseq.flow_buckets TO %s', operator),
+            format('GRANT EXECUTE ON FUNCTION %s TO %s', flow_functions, operator)];
+        IF maintain THEN
+            stmts := stmts || ARRAY[
+                format('GRANT MAINTAIN ON leaseq.jobs TO %s', operator),
+                format('GRANT MAINTAIN ON leaseq.flow_keys TO %s', operator)];
+        END IF;
+        INSERT INTO leaseq.component_roles VALUES ('operator', operator);
+    END IF;
+
+    IF producer IS NOT NULL THEN
+        stmts := stmts || ARRAY[
+            format('GRANT USAGE ON SCHEMA leaseq TO %s', producer),
+            format('GRANT SELECT ON leaseq.schema_migrations, leaseq.jobs, leaseq.job_view, leaseq.job_attempts, leaseq.job_results TO %s', producer),
+            format('GRANT INSERT (queue, job_type, payload, priority, max_attempts, available_at, timeout, idempotency_key, dedup_key, created_at) ON leaseq.jobs TO %s', producer),
+            format('CREATE POLICY leaseq_producer_own ON leaseq.jobs FOR SELECT TO %s USING (enqueued_by = current_user)', producer),
+            format('CREATE POLICY leaseq_producer_enqueue ON leaseq.jobs FOR INSERT TO %s WITH CHECK (enqueued_by = current_user)', producer),
+            format('CREATE POLICY leaseq_producer_own ON leaseq.job_attempts FOR SELECT TO %s USING (EXISTS (SELECT 1 FROM leaseq.jobs j WHERE j.id = job_id))', producer),
+            format('CREATE POLICY leaseq_producer_own ON leaseq.job_results FOR SELECT TO %s USING (EXISTS (SELECT 1 FROM leaseq.jobs j WHERE j.id = job_id))', producer),
+            -- Waiting for its own jobs (the policy on jobs hides the others).
+            format('GRANT INSERT (notify_done), UPDATE (notify_done) ON leaseq.jobs TO %s', producer),
+            format('CREATE POLICY leaseq_producer_watch ON leaseq.jobs FOR UPDATE TO %s USING (enqueued_by = current_user) WITH CHECK (enqueued_by = current_user)', producer),
+            format('GRANT EXECUTE ON FUNCTION %s TO %s', producer_functions, producer),
+            -- Graphs and jobs after others.
+            format('GRANT SELECT, INSERT ON leaseq.job_deps, leaseq.pipelines TO %s', producer),
+            format('GRANT UPDATE (total, finished_at) ON leaseq.pipelines TO %s', producer),
+            format('GRANT INSERT (%s) ON leaseq.jobs TO %s', graph_cols, producer),
+            format('GRANT UPDATE (has_children) ON leaseq.jobs TO %s', producer),
+            format('GRANT USAGE ON SEQUENCE %s, %s TO %s', jobs_seq, pipelines_seq, producer),
+            format('CREATE POLICY leaseq_producer_parent ON leaseq.jobs FOR UPDATE TO %s USING (enqueued_by = current_user) WITH CHECK (enqueued_by = current_user)', producer),
+            -- A producer's jobs start unfinished, whatever columns it may set.
+            format('CREATE POLICY leaseq_producer_unfinished ON leaseq.jobs AS RESTRICTIVE FOR INSERT TO %s WITH CHECK (status::text IN (''waiting'', ''pending''))', producer),
+            -- Flow control: keys on the jobs it enqueues.
+            format('GRANT INSERT (key, ordering_key) ON leaseq.jobs TO %s', producer)];
+        INSERT INTO leaseq.component_roles VALUES ('producer', producer);
+    END IF;
+
+    FOREACH stmt IN ARRAY stmts LOOP
+        EXECUTE stmt;
+        RETURN NEXT stmt;
+    END LOOP;
+END
+$fn$;
+
+REVOKE ALL ON FUNCTION leaseq.apply_grants(regrole, regrole, regrole) FROM PUBLIC;

@@ -1,0 +1,97 @@
+-- leaseq's present tense: pipelines (a job waits for its parents).
+--
+-- Covers: leaseq.pipeline_changed, called by jobs_on_status (flow.sql) when a job of a
+-- pipeline, or with children, changes status and was or is finished. Set off by: every
+-- completion, failure, reap and cancel in queries/jobs.sql and queries/pipelines.sql
+-- (pipeline_cancel, job_cancel_waiting), and console_cancel_pipeline (console.sql).
+
+-- What a pipeline does when one of its jobs, or a job with children, changes status and was
+-- or is finished: unblocks children, cascades a failure as cancellations, undoes them on a
+-- retry. Called by jobs_on_status.
+CREATE OR REPLACE FUNCTION leaseq.pipeline_changed(old_job leaseq.jobs, new_job leaseq.jobs)
+RETURNS void
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    was_finished boolean := old_job.status::text IN ('succeeded', 'dead', 'cancelled');
+    is_finished boolean := new_job.status::text IN ('succeeded', 'dead', 'cancelled');
+    at timestamptz := coalesce(new_job.finished_at, now());
+    root bigint := coalesce(new_job.cancelled_by, new_job.id);
+    woken text;
+BEGIN
+    IF new_job.pipeline_id IS NOT NULL AND (was_finished OR is_finished) THEN
+        UPDATE leaseq.pipelines p
+           SET succeeded = p.succeeded + (new_job.status::text = 'succeeded')::int - (old_job.status::text = 'succeeded')::int,
+               dead = p.dead + (new_job.status::text = 'dead')::int - (old_job.status::text = 'dead')::int,
+               cancelled = p.cancelled + (new_job.status::text = 'cancelled')::int - (old_job.status::text = 'cancelled')::int,
+               finished_at = CASE
+                   WHEN p.succeeded + p.dead + p.cancelled + is_finished::int - was_finished::int = p.total
+                   THEN at END
+         WHERE p.id = new_job.pipeline_id;
+    END IF;
+    IF NOT new_job.has_children THEN
+        RETURN;
+    END IF;
+    IF is_finished AND NOT was_finished THEN
+        -- Count the edges this transition meets; the children whose last edge it was become
+        -- pending, and their queues are woken in this transaction.
+        FOR woken IN
+            WITH met AS (
+                UPDATE leaseq.job_deps d SET counted = true
+                 WHERE d.parent_id = new_job.id AND NOT d.counted
+                   AND (new_job.status::text = 'succeeded' OR d.after = 'finished')
+                RETURNING d.child_id
+            ),
+            ready AS (
+                UPDATE leaseq.jobs c
+                   SET deps_left = c.deps_left - m.n,
+                       status = CASE WHEN c.status::text = 'waiting' AND c.deps_left = m.n
+                                     THEN 'pending' ELSE c.status::text END::leaseq.job_status
+                  FROM (SELECT child_id, count(*)::int AS n FROM met GROUP BY child_id) m
+                 WHERE c.id = m.child_id
+                RETURNING c.queue, c.status, c.deps_left
+            )
+            SELECT DISTINCT ready.queue FROM ready
+             WHERE ready.status::text = 'pending' AND ready.deps_left = 0
+        LOOP
+            PERFORM pg_notify('leaseq_jobs', woken);
+        END LOOP;
+        IF new_job.status::text IN ('dead', 'cancelled') THEN
+            UPDATE leaseq.jobs c
+               SET status = 'cancelled', finished_at = at, cancelled_by = root,
+                   last_error = format('cancelled: parent job %s is %s', new_job.id, new_job.status)
+                                || CASE WHEN root <> new_job.id THEN format(' (after job %s failed)', root) ELSE '' END,
+                   last_error_code = 'PARENT_FAILED'
+              FROM leaseq.job_deps d
+             WHERE d.parent_id = new_job.id AND d.child_id = c.id AND d.after = 'succeeded'
+               AND c.status::text = 'waiting';
+        END IF;
+    ELSIF was_finished AND NOT is_finished THEN
+        -- Undo: edges this job's finishing counted, towards children that have not run yet
+        -- (waiting, or cancelled by a cascade this revival undoes), count again as unmet.
+        WITH un AS (
+            UPDATE leaseq.job_deps d SET counted = false
+              FROM leaseq.jobs c
+             WHERE d.parent_id = new_job.id AND d.counted AND c.id = d.child_id
+               AND (c.status::text = 'waiting'
+                    OR (c.status::text = 'cancelled' AND c.cancelled_by IS NOT NULL))
+            RETURNING d.child_id
+        )
+        UPDATE leaseq.jobs c SET deps_left = c.deps_left + u.n
+          FROM (SELECT child_id, count(*)::int AS n FROM un GROUP BY child_id) u
+         WHERE c.id = u.child_id;
+        -- Exactly the jobs the cascade started by this job cancelled come back.
+        IF new_job.cancelled_by IS NULL THEN
+            UPDATE leaseq.jobs c
+               SET status = CASE WHEN c.deps_left > 0 THEN 'waiting' ELSE 'pending' END::leaseq.job_status,
+                   finished_at = NULL, cancelled_by = NULL,
+                   last_error = format('revived: job %s was retried', new_job.id), last_error_code = NULL
+             WHERE c.cancelled_by = new_job.id AND c.status::text = 'cancelled';
+        END IF;
+    END IF;
+    RETURN;
+END
+$fn$;
+
+REVOKE ALL ON FUNCTION leaseq.pipeline_changed(leaseq.jobs, leaseq.jobs) FROM PUBLIC;

@@ -17,7 +17,8 @@ from leaseq.runtime.health import Health
 from leaseq.runtime.inflight import InFlight
 from leaseq.runtime.logs import JsonFormatter
 from leaseq.runtime.metrics import WorkerMetrics
-from leaseq.runtime.settlement import Answer, Settlement, Settler, Tally
+from leaseq.runtime.outcomes import Settler
+from leaseq.runtime.settlement import Answer, Settlement, Tally
 
 
 class Clock:

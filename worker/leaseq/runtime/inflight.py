@@ -15,8 +15,8 @@ from dataclasses import dataclass, field
 from leaseq.core.models import ClaimedJob
 from leaseq.runtime.context import JobContext
 from leaseq.runtime.latch import Latch
+from leaseq.runtime.outcomes import Settler
 from leaseq.runtime.registry import JobType
-from leaseq.runtime.settlement import Settler
 
 # The attempt is settled this long before its max runtime as measured locally, so the
 # fail(timed_out) call reaches PostgreSQL while the lease (capped at the deadline) still holds.

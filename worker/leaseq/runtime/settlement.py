@@ -17,7 +17,6 @@ without a line per job.
 from __future__ import annotations
 
 import collections
-import enum
 import logging
 import time
 from collections.abc import Callable, Sequence
@@ -37,16 +36,15 @@ from leaseq.core.models import (
     Released,
 )
 from leaseq.core.queue import Queue
-from leaseq.runtime.context import StopReason
+from leaseq.runtime.health import Health
+from leaseq.runtime.inflight import InFlight
+from leaseq.runtime.metrics import WorkerMetrics
+from leaseq.runtime.outcomes import Outcome, Settler
 
 if TYPE_CHECKING:
     import threading
 
     from prometheus_client import Counter
-
-    from leaseq.runtime.health import Health
-    from leaseq.runtime.inflight import InFlight
-    from leaseq.runtime.metrics import WorkerMetrics
 
 log = logging.getLogger("leaseq.worker")
 
@@ -63,34 +61,6 @@ class Done:
     progress: Any
     #: Jobs the handler spawned (a leaseq.Graph), written with the completion.
     spawn: Any = None
-
-
-class Settler(enum.StrEnum):
-    """Who settled an attempt: the handler's slot, or the stop reason that took it away."""
-
-    HANDLER = "handler"
-    LEASE_LOST = StopReason.LEASE_LOST.value
-    CANCELLED = StopReason.CANCELLED.value
-    DRAINING = StopReason.DRAINING.value
-    TIMED_OUT = StopReason.TIMED_OUT.value
-    NO_PROGRESS = StopReason.NO_PROGRESS.value
-
-    @classmethod
-    def stopped(cls, reason: StopReason) -> Settler:
-        return cls(reason.value)
-
-
-class Outcome(enum.StrEnum):
-    """How a claimed attempt ended for this worker (``leaseq_jobs_finished_total{outcome}``)."""
-
-    SUCCEEDED = "succeeded"
-    FAILED = "failed"
-    DEAD = "dead"
-    TIMED_OUT = "timed_out"
-    RELEASED = "released"
-    LEASE_LOST = "lease_lost"
-    FENCED = "fenced"
-    CANCELLED = "cancelled"
 
 
 # Attempt-row outcomes that show an ambiguous call (retried after a lost connection) had

@@ -59,10 +59,11 @@ from leaseq.runtime.http_server import ProbeServer
 from leaseq.runtime.inflight import InFlight, InFlightTable
 from leaseq.runtime.listener import Listener
 from leaseq.runtime.metrics import WorkerMetrics
+from leaseq.runtime.outcomes import Settler
 from leaseq.runtime.processes import ProcessExecutor
 from leaseq.runtime.registry import Registry
 from leaseq.runtime.settings import Isolation, WorkerSettings
-from leaseq.runtime.settlement import Answer, Done, Settlement, Settler
+from leaseq.runtime.settlement import Answer, Done, Settlement
 from leaseq.runtime.shutdown import SignalWatch
 
 log = logging.getLogger("leaseq.worker")

@@ -52,9 +52,9 @@ def settlement(clock: Clock) -> Settlement:
     return s
 
 
-def settle(s: Settlement, job: InFlight, call: Call, answer: Answer) -> None:
-    assert job.take(Settler.HANDLER)
-    s.settle_taken(job, call, lambda: answer)
+def settle(s: Settlement, attempt: InFlight, call: Call, answer: Answer) -> None:
+    assert attempt.take(Settler.HANDLER)
+    s.settle_taken(attempt, call, lambda: answer)
 
 
 def worker_lines(caplog: pytest.LogCaptureFixture) -> list[tuple[int, str]]:

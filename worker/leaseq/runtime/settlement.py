@@ -169,27 +169,27 @@ class Settlement:
         self.stopping = stopping
         self.tally = Tally(metrics.finished)
 
-    def settle(self, job: InFlight, call: Call, fn: Callable[[], Answer]) -> None:
+    def settle(self, attempt: InFlight, call: Call, fn: Callable[[], Answer]) -> None:
         """Settle as the handler if nobody else has; otherwise drop the result, logged."""
-        if not job.take(Settler.HANDLER):
+        if not attempt.take(Settler.HANDLER):
             log.info(
                 "attempt already given up (%s); result not reported",
-                job.settled_by,
-                extra=job.fields(),
+                attempt.settled_by,
+                extra=attempt.fields(),
             )
             return
-        self.settle_taken(job, call, fn)
+        self.settle_taken(attempt, call, fn)
 
     def settle_taken(
-        self, job: InFlight, call: Call, fn: Callable[[], Answer], until: float | None = None
+        self, attempt: InFlight, call: Call, fn: Callable[[], Answer], until: float | None = None
     ) -> None:
         """Deliver ``fn`` for an attempt this party has taken, then mark it settled."""
         try:
-            outcome = self._deliver(job, call, fn, until)
+            outcome = self._deliver(attempt, call, fn, until)
             if outcome is not None:
-                self._record(job, call, outcome)
+                self._record(attempt, call, outcome)
         finally:
-            job.settled.set()
+            attempt.settled.set()
 
     def complete(self, group: Sequence[Done]) -> None:
         """Complete attempts this party has taken, in one ``complete_many`` statement (one
@@ -282,7 +282,7 @@ class Settlement:
         return True
 
     def _deliver(
-        self, job: InFlight, call: Call, fn: Callable[[], Answer], until: float | None
+        self, attempt: InFlight, call: Call, fn: Callable[[], Answer], until: float | None
     ) -> Outcome | None:
         """``fn()``, retried while PostgreSQL is unreachable, the lease may still hold and
         ``until`` (monotonic) has not passed; returns the attempt's outcome, or None after
@@ -296,47 +296,47 @@ class Settlement:
                 answer = fn()
             except DatabaseUnavailable as exc:
                 self.health.db_failed(exc)
-                limit = job.lease_bound if until is None else min(until, job.lease_bound)
+                limit = attempt.lease_bound if until is None else min(until, attempt.lease_bound)
                 if time.monotonic() > limit or self.stopping.is_set():
                     log.error(
                         "%s not delivered (database unreachable, lease expired): %s; "
                         "the reaper will return the job",
                         call,
                         exc,
-                        extra=job.fields(),
+                        extra=attempt.fields(),
                     )
                     return None
                 delay = backoff.next()
                 log.warning(
-                    "%s failed (%s); retrying in %.1fs", call, exc, delay, extra=job.fields()
+                    "%s failed (%s); retrying in %.1fs", call, exc, delay, extra=attempt.fields()
                 )
                 time.sleep(delay)
                 retried = True
                 continue
             self.health.db_ok()
             if retried and isinstance(answer, Fenced):
-                applied = self._applied(job, call)
+                applied = self._applied(attempt, call)
                 if applied is not None:
                     log.info(
                         "%s had been applied before the connection dropped",
                         call,
-                        extra=job.fields(),
+                        extra=attempt.fields(),
                     )
                     return applied
-            return outcome_of(answer, job.settled_by)
+            return outcome_of(answer, attempt.settled_by)
 
-    def _applied(self, job: InFlight, call: Call) -> Outcome | None:
+    def _applied(self, attempt: InFlight, call: Call) -> Outcome | None:
         """The outcome if the audit trail shows ``call`` was applied for this lease."""
         try:
-            attempts = self.queue.attempts(job.job.id)
+            attempts = self.queue.attempts(attempt.job.id)
             mine = [
                 a.outcome
                 for a in attempts
-                if a.lease_token == job.job.lease.token and a.outcome in _APPLIED[call]
+                if a.lease_token == attempt.job.lease.token and a.outcome in _APPLIED[call]
             ]
             if not mine:
                 return None
-            if mine[0] is AttemptOutcome.FAILED and self.queue.get(job.job.id).status is (
+            if mine[0] is AttemptOutcome.FAILED and self.queue.get(attempt.job.id).status is (
                 JobStatus.DEAD
             ):
                 return Outcome.DEAD
@@ -346,36 +346,38 @@ class Settlement:
         except LeaseqError:
             return None
 
-    def _finish(self, job: InFlight, outcome: Outcome) -> None:
-        queue = job.job.queue
-        self.metrics.finish(queue, job.job.job_type, outcome)
+    def _finish(self, attempt: InFlight, outcome: Outcome) -> None:
+        queue = attempt.job.queue
+        self.metrics.finish(queue, attempt.job.job_type, outcome)
 
     def _record(
-        self, job: InFlight, call: Call, outcome: Outcome, *, counted: bool = False
+        self, attempt: InFlight, call: Call, outcome: Outcome, *, counted: bool = False
     ) -> None:
         """Count the outcome (a success unless the caller ``counted`` it); log it per job
         only when it is not a success (a success is logged at DEBUG, and only formatted when
         DEBUG is on)."""
         if outcome is Outcome.SUCCEEDED:
             if not counted:
-                self._finish(job, outcome)
+                self._finish(attempt, outcome)
             if log.isEnabledFor(logging.DEBUG):
-                fields = {**job.fields(), "outcome": outcome}
+                fields = {**attempt.fields(), "outcome": outcome}
                 log.debug("attempt settled: %s", outcome, extra=fields)
             return
-        self._finish(job, outcome)
+        self._finish(attempt, outcome)
         if outcome is Outcome.FENCED:
-            self.metrics.fenced.labels(job.job.queue).inc()
-            log.warning("%s fenced: the lease was lost", call, extra=job.fields())
+            self.metrics.fenced.labels(attempt.job.queue).inc()
+            log.warning("%s fenced: the lease was lost", call, extra=attempt.fields())
             return
         level = logging.WARNING if outcome is Outcome.DEAD else logging.INFO
-        log.log(level, "attempt settled: %s", outcome, extra={**job.fields(), "outcome": outcome})
+        log.log(
+            level, "attempt settled: %s", outcome, extra={**attempt.fields(), "outcome": outcome}
+        )
 
-    def cancelled(self, job: InFlight) -> None:
+    def cancelled(self, attempt: InFlight) -> None:
         """Count an attempt whose job was cancelled while it ran: nothing is reported for it."""
-        self._finish(job, Outcome.CANCELLED)
+        self._finish(attempt, Outcome.CANCELLED)
 
-    def lost(self, job: InFlight) -> None:
+    def lost(self, attempt: InFlight) -> None:
         """Count an attempt whose lease is gone: nothing is reported for it."""
-        self.metrics.losses.labels(job.job.queue).inc()
-        self._finish(job, Outcome.LEASE_LOST)
+        self.metrics.losses.labels(attempt.job.queue).inc()
+        self._finish(attempt, Outcome.LEASE_LOST)

@@ -9,7 +9,7 @@ from datetime import UTC, datetime
 
 import pytest
 
-from leaseq.cli.commands import duration, json_argument
+from leaseq.cli.args import duration, json_argument
 from leaseq.cli.tables import age, table, to_json
 from leaseq.core.models import Enqueued
 from leaseq.runtime.logs import JsonFormatter, TextFormatter

@@ -17,7 +17,8 @@ from leaseq.runtime.health import Health
 from leaseq.runtime.inflight import InFlight
 from leaseq.runtime.logs import JsonFormatter
 from leaseq.runtime.metrics import WorkerMetrics
-from leaseq.runtime.settlement import Answer, Settlement, Settler, Tally
+from leaseq.runtime.outcomes import Settler
+from leaseq.runtime.settlement import Answer, Settlement, Tally
 
 
 class Clock:
@@ -51,9 +52,9 @@ def settlement(clock: Clock) -> Settlement:
     return s
 
 
-def settle(s: Settlement, job: InFlight, call: Call, answer: Answer) -> None:
-    assert job.take(Settler.HANDLER)
-    s.settle_taken(job, call, lambda: answer)
+def settle(s: Settlement, attempt: InFlight, call: Call, answer: Answer) -> None:
+    assert attempt.take(Settler.HANDLER)
+    s.settle_taken(attempt, call, lambda: answer)
 
 
 def worker_lines(caplog: pytest.LogCaptureFixture) -> list[tuple[int, str]]:

@@ -22,9 +22,9 @@ from leaseq.runtime.health import Health
 from leaseq.runtime.inflight import InFlight, InFlightTable
 from leaseq.runtime.latch import Latch
 from leaseq.runtime.metrics import OUTCOMES, WorkerMetrics
+from leaseq.runtime.outcomes import Outcome, Settler
 from leaseq.runtime.registry import Registry, load_app
 from leaseq.runtime.settings import OPTIONS, WorkerSettings
-from leaseq.runtime.settlement import Outcome, Settler
 from leaseq.runtime.shutdown import SignalWatch
 from support.polling import wait_for
 

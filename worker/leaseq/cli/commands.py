@@ -13,8 +13,9 @@ import time
 from typing import Any
 
 from leaseq import config as settings
+from leaseq.cli import limits, pipelines, schedules
+from leaseq.cli.args import connect_for, days, duration, json_argument, say, seconds
 from leaseq.cli.tables import age, key_values, printable, table, to_json, when
-from leaseq.core.db import Conn, connect
 from leaseq.core.flow import FlowControl
 from leaseq.core.history import EVERY_QUEUE, History
 from leaseq.core.models import (
@@ -40,54 +41,9 @@ FINISHED_WINDOW = 3600.0
 STATUS_KEYS = 20
 
 
-def duration(text: str) -> float:
-    """Seconds from ``90s``, ``30min``, ``12h``, ``7d`` or ``2w`` (:func:`leaseq.config.duration`:
-    ``m`` is refused, it could be minutes or months)."""
-    try:
-        return settings.duration(text)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
-
-
-def days(text: str) -> int:
-    """A whole number of days from ``7d``, ``2w`` or ``30`` (days)."""
-    try:
-        seconds = settings.duration(text if text.strip()[-1:].isalpha() else f"{text}d")
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
-    if seconds < 86400 or seconds % 86400:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number of days (e.g. 7d, 2w)")
-    return int(seconds // 86400)
-
-
-def seconds(text: str) -> float:
-    """A number of seconds greater than zero (``--watch 0.5``)."""
-    try:
-        value = float(text)
-    except ValueError:
-        value = 0.0
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds greater than 0")
-    return value
-
-
-def json_argument(text: str) -> Any:
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise argparse.ArgumentTypeError(f"not valid JSON: {exc}") from exc
-
-
-def _connect(args: argparse.Namespace, action: str) -> Conn:
-    values = settings.resolve(args, [settings.DATABASE_URL])
-    return connect(settings.require(values, settings.DATABASE_URL), action=action)
-
-
 def status(args: argparse.Namespace) -> int:
     """Depth per queue and the registered workers; ``--watch`` refreshes until Ctrl-C."""
-    from leaseq.cli import limits  # it imports this module's helpers
-
-    with _connect(args, "status") as conn:
+    with connect_for(args, "status") as conn:
         queue, registry, flow = Queue(conn), Workers(conn), FlowControl(conn)
         try:
             while True:
@@ -213,7 +169,7 @@ def _status_text(
 
 
 def jobs_list(args: argparse.Namespace) -> int:
-    with _connect(args, "list jobs") as conn:
+    with connect_for(args, "list jobs") as conn:
         records = Queue(conn).jobs(status=args.status, queue=args.queue, limit=args.limit)
     if args.json:
         print(to_json(records))
@@ -286,7 +242,7 @@ PLACES = {
 
 
 def jobs_show(args: argparse.Namespace) -> int:
-    with _connect(args, "show job") as conn:
+    with connect_for(args, "show job") as conn:
         record, found = History(conn).whereabouts(args.job_id)
         attempts = list(found)
         links = Queue(conn).links(args.job_id) if record.place == JobPlace.HOT else None
@@ -381,9 +337,9 @@ def _links_text(links: JobLinks) -> str:
 
 
 def retry(args: argparse.Namespace) -> int:
-    with _connect(args, "retry") as conn:
+    with connect_for(args, "retry") as conn:
         new_max = Queue(conn).retry_dead(args.job_id, attempts=args.attempts)
-    _say(
+    say(
         args,
         {"job_id": args.job_id, "status": "pending", "max_attempts": new_max},
         f"job {args.job_id} is pending again (max attempts now {new_max})",
@@ -392,13 +348,13 @@ def retry(args: argparse.Namespace) -> int:
 
 
 def cancel(args: argparse.Namespace) -> int:
-    with _connect(args, "cancel") as conn:
+    with connect_for(args, "cancel") as conn:
         result = Queue(conn).cancel(args.job_id, reason=args.reason)
     if result.cancelled:
         text = f"job {args.job_id} cancelled (was {result.previous_status})"
     else:
         text = f"job {args.job_id} was already {result.previous_status}; nothing changed"
-    _say(args, result, text)
+    say(args, result, text)
     return 0 if result.cancelled else 1
 
 
@@ -413,7 +369,7 @@ def prune(args: argparse.Namespace) -> int:
             )
             return 2
         statuses = [s for s in statuses if s != JobStatus.DEAD]
-    with _connect(args, "prune") as conn:
+    with connect_for(args, "prune") as conn:
         queue = Queue(conn)
         if args.dry_run:
             found = queue.prune_preview(older_than=args.older_than, statuses=statuses)
@@ -425,16 +381,16 @@ def prune(args: argparse.Namespace) -> int:
             kept = "" if JobStatus.DEAD in statuses else " (dead jobs kept: --include-dead)"
             head = f"dry run: would delete {total} finished job(s) and their attempts{kept}"
             text = "\n".join([head, *lines])
-            _say(args, {"dry_run": True, "would_delete": found}, text)
+            say(args, {"dry_run": True, "would_delete": found}, text)
             return 0
         deleted = queue.prune(older_than=args.older_than, statuses=statuses)
     kept = "" if JobStatus.DEAD in statuses else " (dead jobs kept: --include-dead)"
-    _say(args, {"deleted": deleted}, f"deleted {deleted} finished job(s) and their attempts{kept}")
+    say(args, {"deleted": deleted}, f"deleted {deleted} finished job(s) and their attempts{kept}")
     return 0
 
 
 def retention(args: argparse.Namespace) -> int:
-    with _connect(args, "retention") as conn:
+    with connect_for(args, "retention") as conn:
         history = History(conn)
         if args.ledger is not None:
             history.set_ledger_retention(args.ledger)
@@ -463,7 +419,7 @@ def retention(args: argparse.Namespace) -> int:
 
 
 def history_counts(args: argparse.Namespace) -> int:
-    with _connect(args, "count history") as conn:
+    with connect_for(args, "count history") as conn:
         found = History(conn).counts(since=args.since, queue=args.queue)
     if args.json:
         print(to_json(found))
@@ -473,7 +429,7 @@ def history_counts(args: argparse.Namespace) -> int:
 
 
 def enqueue(args: argparse.Namespace) -> int:
-    with _connect(args, "enqueue") as conn:
+    with connect_for(args, "enqueue") as conn:
         result = Queue(conn).enqueue(
             args.queue,
             args.job_type,
@@ -494,12 +450,8 @@ def enqueue(args: argparse.Namespace) -> int:
         if result.created
         else f"job {result.job_id} with that dedup key is already queued"
     )
-    _say(args, result, text)
+    say(args, result, text)
     return 0
-
-
-def _say(args: argparse.Namespace, value: Any, text: str) -> None:
-    print(to_json(value) if args.json else text)
 
 
 def add_commands(sub: Any) -> None:
@@ -619,8 +571,6 @@ def add_commands(sub: Any) -> None:
 
     p.add_argument("--key", help="flow-control key (e.g. a tenant): its queue's limits apply")
     p.add_argument("--ordering-key", help="run one at a time, in enqueue order, with this key")
-
-    from leaseq.cli import limits, pipelines, schedules  # they import this module's helpers
 
     schedules.add_commands(sub, command)
     pipelines.add_commands(sub, command)

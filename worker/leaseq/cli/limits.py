@@ -6,13 +6,13 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from leaseq.cli.commands import _connect, _say
+from leaseq.cli.args import connect_for, say
 from leaseq.cli.tables import table, to_json, when
 from leaseq.core.flow import FlowControl
 
 
 def set_limit(args: argparse.Namespace) -> int:
-    with _connect(args, "set limit") as conn:
+    with connect_for(args, "set limit") as conn:
         keys = FlowControl(conn).set_limit(
             args.queue,
             args.key,
@@ -25,20 +25,20 @@ def set_limit(args: argparse.Namespace) -> int:
     if args.per_second is not None:
         limit += f", {args.per_second:g} starts/s (burst {args.burst or 1:g})"
     text = f"{args.queue} {args.key}: {limit}, weight {args.weight:g} (applied to {keys} key(s))"
-    _say(args, {"queue": args.queue, "key": args.key, "keys": keys}, text)
+    say(args, {"queue": args.queue, "key": args.key, "keys": keys}, text)
     return 0
 
 
 def remove_limit(args: argparse.Namespace) -> int:
-    with _connect(args, "remove limit") as conn:
+    with connect_for(args, "remove limit") as conn:
         keys = FlowControl(conn).remove_limit(args.queue, args.key)
     text = f"{args.queue} {args.key}: limit removed ({keys} key(s) updated)"
-    _say(args, {"queue": args.queue, "key": args.key, "keys": keys}, text)
+    say(args, {"queue": args.queue, "key": args.key, "keys": keys}, text)
     return 0
 
 
 def list_limits(args: argparse.Namespace) -> int:
-    with _connect(args, "list limits") as conn:
+    with connect_for(args, "list limits") as conn:
         limits = FlowControl(conn).limits(args.queue)
     if args.json:
         print(to_json(limits))
@@ -56,7 +56,7 @@ def list_limits(args: argparse.Namespace) -> int:
 
 
 def keys(args: argparse.Namespace) -> int:
-    with _connect(args, "flow status") as conn:
+    with connect_for(args, "flow status") as conn:
         flow = FlowControl(conn)
         status = flow.status(args.queue or None, limit=args.limit)
         blocked = flow.blocked(args.queue or None, limit=args.limit)
@@ -102,14 +102,14 @@ def flow_text(status: list[Any], blocked: list[Any]) -> str:
 
 
 def unblock(args: argparse.Namespace) -> int:
-    with _connect(args, "unblock") as conn:
+    with connect_for(args, "unblock") as conn:
         head = FlowControl(conn).unblock(args.queue, args.ordering_key)
     text = (
         f"{args.queue} {args.ordering_key}: next job {head} is claimable"
         if head is not None
         else f"{args.queue} {args.ordering_key}: nothing left to run"
     )
-    _say(args, {"queue": args.queue, "ordering_key": args.ordering_key, "head": head}, text)
+    say(args, {"queue": args.queue, "ordering_key": args.ordering_key, "head": head}, text)
     return 0
 
 

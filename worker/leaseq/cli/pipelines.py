@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from leaseq.cli.commands import _connect, _say
+from leaseq.cli.args import connect_for, say
 from leaseq.cli.tables import key_values, table, to_json, when
 from leaseq.core.models import PipelineRecord
 from leaseq.core.queue import Queue
@@ -19,7 +19,7 @@ def _state(p: PipelineRecord) -> str:
 
 
 def list_pipelines(args: argparse.Namespace) -> int:
-    with _connect(args, "list pipelines") as conn:
+    with connect_for(args, "list pipelines") as conn:
         found = Queue(conn).pipelines(
             before=args.before, unfinished=args.unfinished, limit=args.limit
         )
@@ -64,7 +64,7 @@ def list_pipelines(args: argparse.Namespace) -> int:
 
 
 def show(args: argparse.Namespace) -> int:
-    with _connect(args, "show pipeline") as conn:
+    with connect_for(args, "show pipeline") as conn:
         queue = Queue(conn)
         found = queue.pipeline(args.pipeline_id)
         jobs = queue.pipeline_jobs(args.pipeline_id, after_id=args.after, limit=args.limit)
@@ -106,9 +106,9 @@ def show(args: argparse.Namespace) -> int:
 
 
 def cancel(args: argparse.Namespace) -> int:
-    with _connect(args, "cancel") as conn:
+    with connect_for(args, "cancel") as conn:
         done = Queue(conn).cancel_pipeline(args.pipeline_id, reason=args.reason)
-    _say(
+    say(
         args,
         done,
         f"pipeline {done.pipeline_id}: {done.cancelled} unfinished job(s) cancelled "

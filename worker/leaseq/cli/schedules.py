@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from leaseq.cli.commands import _connect, _say, duration, json_argument
+from leaseq.cli.args import connect_for, duration, json_argument, say
 from leaseq.cli.tables import age, table, to_json, when
 from leaseq.core.schedule_models import Overlap, ScheduleRecord, ScheduleSpec
 from leaseq.core.schedules import Schedules
@@ -34,7 +34,7 @@ def _row(record: ScheduleRecord) -> dict[str, Any]:
 
 
 def list_schedules(args: argparse.Namespace) -> int:
-    with _connect(args, "list schedules") as conn:
+    with connect_for(args, "list schedules") as conn:
         records = Schedules(conn).list(args.name)
     if args.json:
         print(to_json([_row(r) for r in records]))
@@ -75,32 +75,32 @@ def add(args: argparse.Namespace) -> int:
         Overlap(args.overlap),
         args.catchup,
     )
-    with _connect(args, "add schedule") as conn:
+    with connect_for(args, "add schedule") as conn:
         created = Schedules(conn).add(spec)
     verb = "added" if created else "updated"
-    _say(args, {"name": args.name, "created": created}, f"schedule {args.name} {verb}")
+    say(args, {"name": args.name, "created": created}, f"schedule {args.name} {verb}")
     return 0
 
 
 def pause(args: argparse.Namespace) -> int:
-    with _connect(args, "pause schedule") as conn:
+    with connect_for(args, "pause schedule") as conn:
         Schedules(conn).pause(args.name)
-    _say(args, {"name": args.name, "paused": True}, f"schedule {args.name} paused")
+    say(args, {"name": args.name, "paused": True}, f"schedule {args.name} paused")
     return 0
 
 
 def resume(args: argparse.Namespace) -> int:
-    with _connect(args, "resume schedule") as conn:
+    with connect_for(args, "resume schedule") as conn:
         Schedules(conn).resume(args.name)
     text = f"schedule {args.name} resumed (from its next slot)"
-    _say(args, {"name": args.name, "paused": False}, text)
+    say(args, {"name": args.name, "paused": False}, text)
     return 0
 
 
 def remove(args: argparse.Namespace) -> int:
-    with _connect(args, "remove schedule") as conn:
+    with connect_for(args, "remove schedule") as conn:
         Schedules(conn).remove(args.name)
-    _say(args, {"name": args.name, "removed": True}, f"schedule {args.name} removed")
+    say(args, {"name": args.name, "removed": True}, f"schedule {args.name} removed")
     return 0
 
 

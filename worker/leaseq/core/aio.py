@@ -72,19 +72,19 @@ class AsyncQueue:
     ) -> Enqueued:
         """As :meth:`leaseq.Queue.enqueue`; ``conn`` (not autocommit) joins its transaction."""
         spec = JobSpec(
-            queue,
-            job_type,
-            payload,
-            priority,
-            run_at,
-            delay,
-            max_attempts,
-            timeout,
-            idempotency_key,
-            dedup_key,
-            wait,
-            key,
-            ordering_key,
+            queue=queue,
+            job_type=job_type,
+            payload=payload,
+            priority=priority,
+            run_at=run_at,
+            delay=delay,
+            max_attempts=max_attempts,
+            timeout=timeout,
+            idempotency_key=idempotency_key,
+            dedup_key=dedup_key,
+            wait=wait,
+            key=key,
+            ordering_key=ordering_key,
         )
         if after:
             plan = single_plan(spec, after, when)

@@ -22,7 +22,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import KW_ONLY, dataclass
 from datetime import datetime
 from typing import Any, TypeVar
 from uuid import UUID, uuid4
@@ -110,6 +110,9 @@ class JobSpec:
     queue: str
     job_type: str
     payload: Any = None
+    # The rest by name only, as in Queue.enqueue: ten optional fields, several of one type,
+    # which a call counting positions could swap unnoticed.
+    _: KW_ONLY
     priority: int = 100
     run_at: datetime | None = None
     delay: float = 0.0
@@ -198,15 +201,15 @@ def checked_plan(graph: Graph) -> Plan:
     validation.name("pipeline name", plan.name)
     for node in plan.nodes:
         spec = JobSpec(
-            node.queue,
-            node.job_type,
-            node.payload,
-            node.priority,
-            node.run_at,
-            node.delay,
-            node.max_attempts,
-            node.timeout,
-            node.idempotency_key,
+            queue=node.queue,
+            job_type=node.job_type,
+            payload=node.payload,
+            priority=node.priority,
+            run_at=node.run_at,
+            delay=node.delay,
+            max_attempts=node.max_attempts,
+            timeout=node.timeout,
+            idempotency_key=node.idempotency_key,
         )
         spec.validated()
     return plan
@@ -356,19 +359,19 @@ class Queue:
         one aggregate run one at a time, in enqueue order, across retries.
         """
         spec = JobSpec(
-            queue,
-            job_type,
-            payload,
-            priority,
-            run_at,
-            delay,
-            max_attempts,
-            timeout,
-            idempotency_key,
-            dedup_key,
-            wait,
-            key,
-            ordering_key,
+            queue=queue,
+            job_type=job_type,
+            payload=payload,
+            priority=priority,
+            run_at=run_at,
+            delay=delay,
+            max_attempts=max_attempts,
+            timeout=timeout,
+            idempotency_key=idempotency_key,
+            dedup_key=dedup_key,
+            wait=wait,
+            key=key,
+            ordering_key=ordering_key,
         )
         if after:
             plan = single_plan(spec, after, when)

@@ -124,9 +124,9 @@ class Demo:
                 attempts = 2
             specs.append(
                 JobSpec(
-                    self.queue_name,
-                    "infer",
-                    payload,
+                    queue=self.queue_name,
+                    job_type="infer",
+                    payload=payload,
                     max_attempts=attempts,
                     idempotency_key=f"{self.queue_name}:{payload['doc']}",
                 )

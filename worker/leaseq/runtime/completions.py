@@ -19,7 +19,8 @@ import time
 from collections.abc import Callable
 
 from leaseq.runtime.inflight import InFlight
-from leaseq.runtime.settlement import Done, Settlement, Settler
+from leaseq.runtime.outcomes import Settler
+from leaseq.runtime.settlement import Done, Settlement
 
 log = logging.getLogger("leaseq.worker")
 

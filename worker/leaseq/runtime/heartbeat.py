@@ -135,28 +135,28 @@ class HeartbeatLoop:
     def _due_times(self) -> list[float]:
         """When each running attempt next needs a renewal, and its max-runtime deadline."""
         times = []
-        for job in self.jobs.running():
-            times.append(job.renew_at)
-            if not job.context.should_stop:
-                times.append(job.lease_bound)
-            if job.deadline is not None:
-                times.append(job.deadline)
+        for attempt in self.jobs.running():
+            times.append(attempt.renew_at)
+            if not attempt.context.should_stop:
+                times.append(attempt.lease_bound)
+            if attempt.deadline is not None:
+                times.append(attempt.deadline)
         return times
 
     def enforce_limits(self, now: float) -> None:
         """Give up attempts past their max runtime or progress timeout; flag (only flag)
         attempts whose lease must have expired locally, since PostgreSQL decides the rest."""
-        for job in self.jobs.running():
-            if job.deadline is not None and now >= job.deadline:
-                self.give_up(job, StopReason.TIMED_OUT)
+        for attempt in self.jobs.running():
+            if attempt.deadline is not None and now >= attempt.deadline:
+                self.give_up(attempt, StopReason.TIMED_OUT)
                 continue
-            limit = job.job_type.progress_timeout if job.job_type else None
-            if limit is not None and job.context.seconds_since_progress() >= limit:
-                self.give_up(job, StopReason.NO_PROGRESS)
+            limit = attempt.job_type.progress_timeout if attempt.job_type else None
+            if limit is not None and attempt.context.seconds_since_progress() >= limit:
+                self.give_up(attempt, StopReason.NO_PROGRESS)
                 continue
-            if now > job.lease_bound and not job.context.should_stop:
-                log.warning("lease expired before it could be renewed", extra=job.fields())
-                job.context.request_stop(StopReason.LEASE_LOST)
+            if now > attempt.lease_bound and not attempt.context.should_stop:
+                log.warning("lease expired before it could be renewed", extra=attempt.fields())
+                attempt.context.request_stop(StopReason.LEASE_LOST)
 
     def renew_due(self, now: float) -> None:
         """Renew, in one statement, the leases of attempts that have run for a heartbeat
@@ -164,19 +164,19 @@ class HeartbeatLoop:
         than that."""
         if self.stopping.is_set():
             return
-        due = [job for job in self.jobs.running() if now >= job.renew_at]
+        due = [attempt for attempt in self.jobs.running() if now >= attempt.renew_at]
         if not due:
             return
-        for job in due:
-            job.renew_at = now + self.interval
+        for attempt in due:
+            attempt.renew_at = now + self.interval
         if self.renew(due):
             self._reached()
         else:
             if self.unreachable_since is None:
                 self.unreachable_since = now
             retry_at = time.monotonic() + min(self.interval, self._retry.next())
-            for job in due:
-                job.renew_at = retry_at
+            for attempt in due:
+                attempt.renew_at = retry_at
 
     def _reached(self) -> None:
         self._retry.reset()
@@ -190,21 +190,21 @@ class HeartbeatLoop:
         reached. Holds each attempt's lock meanwhile, so no slot can settle its attempt
         during it (only this thread ever holds more than one of them: no lock cycle)."""
         with contextlib.ExitStack() as held:
-            jobs, progresses, versions = [], [], []
-            for job in due:
-                held.enter_context(job.lock)
-                if not job.running:
+            attempts, progresses, versions = [], [], []
+            for attempt in due:
+                held.enter_context(attempt.lock)
+                if not attempt.running:
                     continue
-                value, version = job.context.pending_progress()
-                jobs.append(job)
-                progresses.append(value if version > job.sent_progress_version else None)
+                value, version = attempt.context.pending_progress()
+                attempts.append(attempt)
+                progresses.append(value if version > attempt.sent_progress_version else None)
                 versions.append(version)
-            if not jobs:
+            if not attempts:
                 return True
             sent = time.monotonic()
             try:
                 beats = self.queue.heartbeat_many(
-                    [job.job.lease for job in jobs],
+                    [attempt.job.lease for attempt in attempts],
                     lease_seconds=self.lease_seconds,
                     progresses=progresses,
                 )
@@ -213,29 +213,29 @@ class HeartbeatLoop:
                 # Once per outage at WARNING: the retries every RETRY_SECONDS are DEBUG.
                 level = logging.WARNING if self.unreachable_since is None else logging.DEBUG
                 log.log(level, "lease renewal of %d job(s) failed, will retry: %s",
-                        len(jobs), exc)  # fmt: skip
+                        len(attempts), exc)  # fmt: skip
                 return False
             except LeaseqError as exc:
-                log.error("lease renewal of %d job(s) failed: %s", len(jobs), exc)
+                log.error("lease renewal of %d job(s) failed: %s", len(attempts), exc)
                 return True
             self.health.db_ok()
             lost = []
-            for job, version, beat in zip(jobs, versions, beats, strict=True):
+            for attempt, version, beat in zip(attempts, versions, beats, strict=True):
                 if beat.status is HeartbeatStatus.RENEWED:
-                    job.lease_bound = time.monotonic() + self.lease_seconds
-                    job.renewed(sent, self.lease_seconds)
-                    job.sent_progress_version = version
-                    self.metrics.renewals.labels(job.job.queue).inc()
+                    attempt.lease_bound = time.monotonic() + self.lease_seconds
+                    attempt.renewed(sent, self.lease_seconds)
+                    attempt.sent_progress_version = version
+                    self.metrics.renewals.labels(attempt.job.queue).inc()
                 else:
-                    lost.append((job, beat))
-            if len(lost) < len(jobs):
+                    lost.append((attempt, beat))
+            if len(lost) < len(attempts):
                 self.metrics.last_heartbeat.set_to_current_time()
         # Outside the locks: giving up may stop or kill a handler, and take() decides
         # between it and a slot settling the same attempt.
-        for job, beat in lost:
+        for attempt, beat in lost:
             if beat.job_status is JobStatus.CANCELLED:
-                self.give_up(job, StopReason.CANCELLED)
+                self.give_up(attempt, StopReason.CANCELLED)
             else:
-                self.metrics.fenced.labels(job.job.queue).inc()
-                self.give_up(job, StopReason.LEASE_LOST)
+                self.metrics.fenced.labels(attempt.job.queue).inc()
+                self.give_up(attempt, StopReason.LEASE_LOST)
         return True

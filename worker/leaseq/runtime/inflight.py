@@ -15,8 +15,8 @@ from dataclasses import dataclass, field
 from leaseq.core.models import ClaimedJob
 from leaseq.runtime.context import JobContext
 from leaseq.runtime.latch import Latch
+from leaseq.runtime.outcomes import Settler
 from leaseq.runtime.registry import JobType
-from leaseq.runtime.settlement import Settler
 
 # The attempt is settled this long before its max runtime as measured locally, so the
 # fail(timed_out) call reaches PostgreSQL while the lease (capped at the deadline) still holds.
@@ -127,16 +127,16 @@ class InFlightTable:
         self._lock = threading.Lock()
         self._jobs: dict[int, InFlight] = {}
 
-    def add(self, job: InFlight) -> None:
+    def add(self, attempt: InFlight) -> None:
         with self._lock:
-            self._jobs[job.job.id] = job
+            self._jobs[attempt.job.id] = attempt
 
-    def remove(self, jobs: list[InFlight]) -> None:
+    def remove(self, attempts: list[InFlight]) -> None:
         """Forget ``jobs`` (each only if it is still the attempt held under its job id)."""
         with self._lock:
-            for job in jobs:
-                if self._jobs.get(job.job.id) is job:
-                    del self._jobs[job.job.id]
+            for attempt in attempts:
+                if self._jobs.get(attempt.job.id) is attempt:
+                    del self._jobs[attempt.job.id]
 
     def snapshot(self) -> list[InFlight]:
         with self._lock:
@@ -148,13 +148,13 @@ class InFlightTable:
 
     def running(self) -> list[InFlight]:
         """Attempts nobody has settled yet."""
-        return [job for job in self.snapshot() if job.running]
+        return [attempt for attempt in self.snapshot() if attempt.running]
 
     def wait_settled(self, timeout: float) -> bool:
         """Wait up to ``timeout`` seconds until every taken attempt's settling call returned."""
         end = time.monotonic() + timeout
-        for job in self.snapshot():
+        for attempt in self.snapshot():
             left = max(0.0, end - time.monotonic())
-            if job.settled_by is not None and not job.settled.wait(left):
+            if attempt.settled_by is not None and not attempt.settled.wait(left):
                 return False
         return True

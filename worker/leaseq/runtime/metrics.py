@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
-from leaseq.runtime.settlement import Outcome
+from leaseq.runtime.outcomes import Outcome
 
 #: How a claimed job ended for this worker (``leaseq_jobs_finished_total{outcome}``).
 OUTCOMES = tuple(Outcome)

@@ -17,13 +17,12 @@ without a line per job.
 from __future__ import annotations
 
 import collections
-import enum
 import logging
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import partial
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from leaseq.core.backoff import Backoff
 from leaseq.core.errors import DatabaseUnavailable, LeaseqError
@@ -37,21 +36,22 @@ from leaseq.core.models import (
     Released,
 )
 from leaseq.core.queue import Queue
-from leaseq.runtime.context import StopReason
+from leaseq.runtime.health import Health
+from leaseq.runtime.inflight import InFlight
+from leaseq.runtime.metrics import WorkerMetrics
+from leaseq.runtime.outcomes import Outcome, Settler
 
 if TYPE_CHECKING:
     import threading
 
     from prometheus_client import Counter
 
-    from leaseq.runtime.health import Health
-    from leaseq.runtime.inflight import InFlight
-    from leaseq.runtime.metrics import WorkerMetrics
-
 log = logging.getLogger("leaseq.worker")
 
 #: What a settling call returns.
 Answer = Completed | Failed | Released | Fenced
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -63,34 +63,6 @@ class Done:
     progress: Any
     #: Jobs the handler spawned (a leaseq.Graph), written with the completion.
     spawn: Any = None
-
-
-class Settler(enum.StrEnum):
-    """Who settled an attempt: the handler's slot, or the stop reason that took it away."""
-
-    HANDLER = "handler"
-    LEASE_LOST = StopReason.LEASE_LOST.value
-    CANCELLED = StopReason.CANCELLED.value
-    DRAINING = StopReason.DRAINING.value
-    TIMED_OUT = StopReason.TIMED_OUT.value
-    NO_PROGRESS = StopReason.NO_PROGRESS.value
-
-    @classmethod
-    def stopped(cls, reason: StopReason) -> Settler:
-        return cls(reason.value)
-
-
-class Outcome(enum.StrEnum):
-    """How a claimed attempt ended for this worker (``leaseq_jobs_finished_total{outcome}``)."""
-
-    SUCCEEDED = "succeeded"
-    FAILED = "failed"
-    DEAD = "dead"
-    TIMED_OUT = "timed_out"
-    RELEASED = "released"
-    LEASE_LOST = "lease_lost"
-    FENCED = "fenced"
-    CANCELLED = "cancelled"
 
 
 # Attempt-row outcomes that show an ambiguous call (retried after a lost connection) had
@@ -199,27 +171,27 @@ class Settlement:
         self.stopping = stopping
         self.tally = Tally(metrics.finished)
 
-    def settle(self, job: InFlight, call: Call, fn: Callable[[], Answer]) -> None:
+    def settle(self, attempt: InFlight, call: Call, fn: Callable[[], Answer]) -> None:
         """Settle as the handler if nobody else has; otherwise drop the result, logged."""
-        if not job.take(Settler.HANDLER):
+        if not attempt.take(Settler.HANDLER):
             log.info(
                 "attempt already given up (%s); result not reported",
-                job.settled_by,
-                extra=job.fields(),
+                attempt.settled_by,
+                extra=attempt.fields(),
             )
             return
-        self.settle_taken(job, call, fn)
+        self.settle_taken(attempt, call, fn)
 
     def settle_taken(
-        self, job: InFlight, call: Call, fn: Callable[[], Answer], until: float | None = None
+        self, attempt: InFlight, call: Call, fn: Callable[[], Answer], until: float | None = None
     ) -> None:
         """Deliver ``fn`` for an attempt this party has taken, then mark it settled."""
         try:
-            outcome = self._deliver(job, call, fn, until)
+            outcome = self._deliver(attempt, call, fn, until)
             if outcome is not None:
-                self._record(job, call, outcome)
+                self._record(attempt, call, outcome)
         finally:
-            job.settled.set()
+            attempt.settled.set()
 
     def complete(self, group: Sequence[Done]) -> None:
         """Complete attempts this party has taken, in one ``complete_many`` statement (one
@@ -248,77 +220,110 @@ class Settlement:
             for done in group:
                 done.attempt.settled.set()
 
-    def _complete_one(self, done: Done) -> Answer:
+    def _complete_many(self, group: Sequence[Done]) -> list[Completed | Fenced]:
         return self.queue.complete_many(
-            [done.attempt.job.lease],
-            [done.result],
+            [d.attempt.job.lease for d in group],
+            [d.result for d in group],
             # The enqueuer's key, if any: a job without one gets no effect row.
-            effect_keys=[done.attempt.job.idempotency_key],
-            progresses=[done.progress],
-            spawns=[done.spawn],
-        )[0]
+            effect_keys=[d.attempt.job.idempotency_key for d in group],
+            progresses=[d.progress for d in group],
+            spawns=[d.spawn for d in group],
+        )
 
-    def _complete_group(self, pending: list[Done]) -> bool:
+    def _complete_one(self, done: Done) -> Answer:
+        return self._complete_many([done])[0]
+
+    def _complete_group(self, group: list[Done]) -> bool:
         """Deliver the group; False if PostgreSQL refused the statement for a reason other
         than being unreachable (nothing was applied then)."""
-        backoff = Backoff(0.1, 2.0)
-        retried = False
-        while pending:
-            try:
-                answers = self.queue.complete_many(
-                    [d.attempt.job.lease for d in pending],
-                    [d.result for d in pending],
-                    effect_keys=[d.attempt.job.idempotency_key for d in pending],
-                    progresses=[d.progress for d in pending],
-                    spawns=[d.spawn for d in pending],
+        pending = list(group)
+
+        def keep_trying(exc: DatabaseUnavailable) -> bool:
+            now = time.monotonic()
+            for done in [d for d in pending if now > d.attempt.lease_bound]:
+                log.error(
+                    "complete not delivered (database unreachable, lease expired): %s; "
+                    "the reaper will return the job",
+                    exc,
+                    extra=done.attempt.fields(),
                 )
-            except DatabaseUnavailable as exc:
-                self.health.db_failed(exc)
-                now = time.monotonic()
-                for done in [d for d in pending if now > d.attempt.lease_bound]:
-                    log.error(
-                        "complete not delivered (database unreachable, lease expired): %s; "
-                        "the reaper will return the job",
-                        exc,
-                        extra=done.attempt.fields(),
-                    )
-                pending = [d for d in pending if now <= d.attempt.lease_bound]
-                if self.stopping.is_set() or not pending:
-                    return True
-                delay = backoff.next()
-                log.warning(
-                    "complete of %d failed (%s); retrying in %.1fs", len(pending), exc, delay
-                )
-                time.sleep(delay)
-                retried = True
-                continue
-            except LeaseqError as exc:
-                log.warning("complete of %d refused (%s); completing one by one", len(pending), exc)
-                return False
-            self.health.db_ok()
-            # Successes are counted once per (queue, job type) of the group.
-            succeeded: collections.Counter[tuple[str, str]] = collections.Counter()
-            for done, answer in zip(pending, answers, strict=True):
-                outcome = None
-                if retried and isinstance(answer, Fenced):
-                    outcome = self._applied(done.attempt, Call.COMPLETE)
-                outcome = outcome or outcome_of(answer, None)
-                if outcome is Outcome.SUCCEEDED:
-                    succeeded[done.attempt.job.queue, done.attempt.job.job_type] += 1
-                self._record(done.attempt, Call.COMPLETE, outcome, counted=True)
-            for (queue, job_type), count in succeeded.items():
-                self.metrics.finish(queue, job_type, Outcome.SUCCEEDED, count)
+            # In place: the next try completes only what is left.
+            pending[:] = [d for d in pending if now <= d.attempt.lease_bound]
+            return bool(pending) and not self.stopping.is_set()
+
+        try:
+            reached = self._retried(
+                lambda: self._complete_many(pending),
+                keep_trying,
+                lambda: f"complete of {len(pending)}",
+            )
+        except LeaseqError as exc:
+            log.warning("complete of %d refused (%s); completing one by one", len(pending), exc)
+            return False
+        if reached is None:
             return True
+        answers, retried = reached
+        # Successes are counted once per (queue, job type) of the group.
+        succeeded: collections.Counter[tuple[str, str]] = collections.Counter()
+        for done, answer in zip(pending, answers, strict=True):
+            outcome = None
+            if retried and isinstance(answer, Fenced):
+                outcome = self._applied(done.attempt, Call.COMPLETE)
+            outcome = outcome or outcome_of(answer, None)
+            if outcome is Outcome.SUCCEEDED:
+                succeeded[done.attempt.job.queue, done.attempt.job.job_type] += 1
+            self._record(done.attempt, Call.COMPLETE, outcome, counted=True)
+        for (queue, job_type), count in succeeded.items():
+            self.metrics.finish(queue, job_type, Outcome.SUCCEEDED, count)
         return True
 
     def _deliver(
-        self, job: InFlight, call: Call, fn: Callable[[], Answer], until: float | None
+        self, attempt: InFlight, call: Call, fn: Callable[[], Answer], until: float | None
     ) -> Outcome | None:
         """``fn()``, retried while PostgreSQL is unreachable, the lease may still hold and
         ``until`` (monotonic) has not passed; returns the attempt's outcome, or None after
         giving up (the reaper will take the job back). A retried call that comes back fenced
         is checked against the audit trail: if the first try had been applied before the
         connection dropped, that is the outcome."""
+
+        def keep_trying(exc: DatabaseUnavailable) -> bool:
+            limit = attempt.lease_bound if until is None else min(until, attempt.lease_bound)
+            if time.monotonic() > limit or self.stopping.is_set():
+                log.error(
+                    "%s not delivered (database unreachable, lease expired): %s; "
+                    "the reaper will return the job",
+                    call,
+                    exc,
+                    extra=attempt.fields(),
+                )
+                return False
+            return True
+
+        reached = self._retried(fn, keep_trying, lambda: str(call), attempt.fields)
+        if reached is None:
+            return None
+        answer, retried = reached
+        if retried and isinstance(answer, Fenced):
+            applied = self._applied(attempt, call)
+            if applied is not None:
+                log.info(
+                    "%s had been applied before the connection dropped",
+                    call,
+                    extra=attempt.fields(),
+                )
+                return applied
+        return outcome_of(answer, attempt.settled_by)
+
+    def _retried(
+        self,
+        fn: Callable[[], T],
+        keep_trying: Callable[[DatabaseUnavailable], bool],
+        what: Callable[[], str],
+        fields: Callable[[], dict[str, object]] | None = None,
+    ) -> tuple[T, bool] | None:
+        """``fn()`` and whether it had to be tried again: while PostgreSQL is unreachable it
+        is retried with backoff for as long as ``keep_trying`` (which logs why it gives up)
+        says so; None once it said not to. Any other error propagates at once."""
         backoff = Backoff(0.1, 2.0)
         retried = False
         while True:
@@ -326,47 +331,34 @@ class Settlement:
                 answer = fn()
             except DatabaseUnavailable as exc:
                 self.health.db_failed(exc)
-                limit = job.lease_bound if until is None else min(until, job.lease_bound)
-                if time.monotonic() > limit or self.stopping.is_set():
-                    log.error(
-                        "%s not delivered (database unreachable, lease expired): %s; "
-                        "the reaper will return the job",
-                        call,
-                        exc,
-                        extra=job.fields(),
-                    )
+                if not keep_trying(exc):
                     return None
                 delay = backoff.next()
                 log.warning(
-                    "%s failed (%s); retrying in %.1fs", call, exc, delay, extra=job.fields()
+                    "%s failed (%s); retrying in %.1fs",
+                    what(),
+                    exc,
+                    delay,
+                    extra=None if fields is None else fields(),
                 )
                 time.sleep(delay)
                 retried = True
                 continue
             self.health.db_ok()
-            if retried and isinstance(answer, Fenced):
-                applied = self._applied(job, call)
-                if applied is not None:
-                    log.info(
-                        "%s had been applied before the connection dropped",
-                        call,
-                        extra=job.fields(),
-                    )
-                    return applied
-            return outcome_of(answer, job.settled_by)
+            return answer, retried
 
-    def _applied(self, job: InFlight, call: Call) -> Outcome | None:
+    def _applied(self, attempt: InFlight, call: Call) -> Outcome | None:
         """The outcome if the audit trail shows ``call`` was applied for this lease."""
         try:
-            attempts = self.queue.attempts(job.job.id)
+            attempts = self.queue.attempts(attempt.job.id)
             mine = [
                 a.outcome
                 for a in attempts
-                if a.lease_token == job.job.lease.token and a.outcome in _APPLIED[call]
+                if a.lease_token == attempt.job.lease.token and a.outcome in _APPLIED[call]
             ]
             if not mine:
                 return None
-            if mine[0] is AttemptOutcome.FAILED and self.queue.get(job.job.id).status is (
+            if mine[0] is AttemptOutcome.FAILED and self.queue.get(attempt.job.id).status is (
                 JobStatus.DEAD
             ):
                 return Outcome.DEAD
@@ -376,36 +368,38 @@ class Settlement:
         except LeaseqError:
             return None
 
-    def _finish(self, job: InFlight, outcome: Outcome) -> None:
-        queue = job.job.queue
-        self.metrics.finish(queue, job.job.job_type, outcome)
+    def _finish(self, attempt: InFlight, outcome: Outcome) -> None:
+        queue = attempt.job.queue
+        self.metrics.finish(queue, attempt.job.job_type, outcome)
 
     def _record(
-        self, job: InFlight, call: Call, outcome: Outcome, *, counted: bool = False
+        self, attempt: InFlight, call: Call, outcome: Outcome, *, counted: bool = False
     ) -> None:
         """Count the outcome (a success unless the caller ``counted`` it); log it per job
         only when it is not a success (a success is logged at DEBUG, and only formatted when
         DEBUG is on)."""
         if outcome is Outcome.SUCCEEDED:
             if not counted:
-                self._finish(job, outcome)
+                self._finish(attempt, outcome)
             if log.isEnabledFor(logging.DEBUG):
-                fields = {**job.fields(), "outcome": outcome}
+                fields = {**attempt.fields(), "outcome": outcome}
                 log.debug("attempt settled: %s", outcome, extra=fields)
             return
-        self._finish(job, outcome)
+        self._finish(attempt, outcome)
         if outcome is Outcome.FENCED:
-            self.metrics.fenced.labels(job.job.queue).inc()
-            log.warning("%s fenced: the lease was lost", call, extra=job.fields())
+            self.metrics.fenced.labels(attempt.job.queue).inc()
+            log.warning("%s fenced: the lease was lost", call, extra=attempt.fields())
             return
         level = logging.WARNING if outcome is Outcome.DEAD else logging.INFO
-        log.log(level, "attempt settled: %s", outcome, extra={**job.fields(), "outcome": outcome})
+        log.log(
+            level, "attempt settled: %s", outcome, extra={**attempt.fields(), "outcome": outcome}
+        )
 
-    def cancelled(self, job: InFlight) -> None:
+    def cancelled(self, attempt: InFlight) -> None:
         """Count an attempt whose job was cancelled while it ran: nothing is reported for it."""
-        self._finish(job, Outcome.CANCELLED)
+        self._finish(attempt, Outcome.CANCELLED)
 
-    def lost(self, job: InFlight) -> None:
+    def lost(self, attempt: InFlight) -> None:
         """Count an attempt whose lease is gone: nothing is reported for it."""
-        self.metrics.losses.labels(job.job.queue).inc()
-        self._finish(job, Outcome.LEASE_LOST)
+        self.metrics.losses.labels(attempt.job.queue).inc()
+        self._finish(attempt, Outcome.LEASE_LOST)

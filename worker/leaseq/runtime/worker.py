@@ -59,10 +59,11 @@ from leaseq.runtime.http_server import ProbeServer
 from leaseq.runtime.inflight import InFlight, InFlightTable
 from leaseq.runtime.listener import Listener
 from leaseq.runtime.metrics import WorkerMetrics
+from leaseq.runtime.outcomes import Settler
 from leaseq.runtime.processes import ProcessExecutor
 from leaseq.runtime.registry import Registry
 from leaseq.runtime.settings import Isolation, WorkerSettings
-from leaseq.runtime.settlement import Answer, Done, Settlement, Settler
+from leaseq.runtime.settlement import Answer, Done, Settlement
 from leaseq.runtime.shutdown import SignalWatch
 
 log = logging.getLogger("leaseq.worker")
@@ -457,17 +458,19 @@ class Worker:
 
     # -- a handler's outcome ------------------------------------------------------------
 
-    def _handled(self, jobs: list[InFlight], outcomes: list[HandlerOutcome]) -> None:
+    def _handled(self, attempts: list[InFlight], outcomes: list[HandlerOutcome]) -> None:
         """The executor's report of a unit: its successes join one completion group (one
         statement for a batch); anything else is settled here with one statement per
         attempt. Unless the attempt was given up meanwhile."""
         with self._count_lock:
-            self._unreported -= len(jobs)
+            self._unreported -= len(attempts)
         successes = []
-        for job, outcome in zip(jobs, outcomes, strict=True):
-            self.metrics.series(job.job.queue, job.job.job_type).duration.observe(outcome.seconds)
+        for attempt, outcome in zip(attempts, outcomes, strict=True):
+            self.metrics.series(attempt.job.queue, attempt.job.job_type).duration.observe(
+                outcome.seconds
+            )
             if outcome.ending is Ending.RETURNED:
-                done = self._success(job, outcome.value, outcome.spawn)
+                done = self._success(attempt, outcome.value, outcome.spawn)
                 if done is not None:
                     successes.append(done)
                 continue
@@ -475,42 +478,44 @@ class Worker:
                 if outcome.ending is Ending.BACK_OFF:
                     back_off = partial(
                         self.queue.back_off,
-                        job.job.lease,
+                        attempt.job.lease,
                         float(outcome.value),
                         reason=outcome.error or "told to back off",
                     )
-                    self.settlement.settle(job, Call.RELEASE, back_off)
+                    self.settlement.settle(attempt, Call.RELEASE, back_off)
                 elif outcome.ending is Ending.INTERRUPTED:
                     # Free only while the worker shuts down; otherwise it counts (bounded).
                     release = partial(
                         self.queue.release,
-                        job.job.lease,
+                        attempt.job.lease,
                         reason="handler interrupted",
                         shutdown=self.draining.is_set(),
                     )
-                    self.settlement.settle(job, Call.RELEASE, release)
+                    self.settlement.settle(attempt, Call.RELEASE, release)
                 else:
                     retryable = outcome.ending is not Ending.PERMANENT
-                    self._fail(job, outcome.error, outcome.error_code, retryable, outcome.traceback)
+                    self._fail(
+                        attempt, outcome.error, outcome.error_code, retryable, outcome.traceback
+                    )
             except Exception:
-                log.exception("error settling the attempt", extra=job.fields())
+                log.exception("error settling the attempt", extra=attempt.fields())
             finally:
-                self._finished(job)
+                self._finished(attempt)
         if successes:
             self.completions.put(successes)
 
-    def _finished(self, job: InFlight) -> None:
+    def _finished(self, attempt: InFlight) -> None:
         """Free the attempt's slot and wake the dispatcher to claim for it."""
-        self._finished_group([job])
+        self._finished_group([attempt])
         self.wake.set()
 
-    def _finished_group(self, jobs: list[InFlight]) -> None:
+    def _finished_group(self, attempts: list[InFlight]) -> None:
         """Free the attempts' slots (the completion loop claims for its groups itself)."""
-        self.jobs.remove(jobs)
-        for queue, count in Counter(job.job.queue for job in jobs).items():
+        self.jobs.remove(attempts)
+        for queue, count in Counter(attempt.job.queue for attempt in attempts).items():
             self.metrics.in_flight.labels(queue).dec(count)
 
-    def _success(self, job: InFlight, result: Any, spawn: Any = None) -> Done | None:
+    def _success(self, attempt: InFlight, result: Any, spawn: Any = None) -> Done | None:
         """The attempt's result, final progress and spawned jobs, to complete; None (the
         attempt failed here) when the result cannot be stored or the spawned graph is
         invalid (a cycle, a bad job: retrying would not change it)."""
@@ -522,21 +527,21 @@ class Worker:
             # The handler's return value cannot be stored: retrying would not change it.
             error = PermanentError(f"handler returned an unusable result: {exc}")
             try:
-                self._fail(job, f"PermanentError: {error}", "PermanentError", retryable=False)
+                self._fail(attempt, f"PermanentError: {error}", "PermanentError", retryable=False)
             finally:
-                self._finished(job)
+                self._finished(attempt)
             return None
-        progress, version = job.context.pending_progress()
-        final = progress if version > job.sent_progress_version else None
+        progress, version = attempt.context.pending_progress()
+        final = progress if version > attempt.sent_progress_version else None
         try:
             validation.json_value("progress", final, limit=65536)
         except InvalidJob:
             final = None  # the heartbeat already logged why it was not stored
-        return Done(job, result, final, spawn)
+        return Done(attempt, result, final, spawn)
 
     def _fail(
         self,
-        job: InFlight,
+        attempt: InFlight,
         error: str,
         error_code: str,
         retryable: bool,
@@ -544,53 +549,53 @@ class Worker:
     ) -> None:
         call = partial(
             self.queue.fail,
-            job.job.lease,
+            attempt.job.lease,
             error,
             retryable=retryable,
             error_code=error_code,
             traceback=traceback,
         )
-        self.settlement.settle(job, Call.FAIL, call)
+        self.settlement.settle(attempt, Call.FAIL, call)
 
     # -- giving up --------------------------------------------------------------------
 
-    def give_up(self, job: InFlight, reason: StopReason) -> None:
+    def give_up(self, attempt: InFlight, reason: StopReason) -> None:
         """Take the attempt away from its handler (which sees ``should_stop``) and settle it:
         failed as timed out, failed for lack of progress, released, or, when the lease is
         already gone, dropped without reporting anything."""
-        if not job.take(Settler.stopped(reason)):
+        if not attempt.take(Settler.stopped(reason)):
             return
-        self.executor.stop(job, reason)
+        self.executor.stop(attempt, reason)
         # Where handlers can be killed (child processes), they are: the attempt is over,
         # and what the handler holds (a GPU's memory) is freed. Its outcome is then never
         # reported, so the attempt leaves the table once settled here.
-        killed = self.executor.kill(job)
-        lease = job.job.lease
+        killed = self.executor.kill(attempt)
+        lease = attempt.job.lease
         if reason in (StopReason.LEASE_LOST, StopReason.CANCELLED):
             if reason is StopReason.CANCELLED:
                 # Asked for, not a fault: the attempt row already says cancelled (job_cancel).
-                log.info("job cancelled: handler told to stop", extra=job.fields())
-                self.settlement.cancelled(job)
+                log.info("job cancelled: handler told to stop", extra=attempt.fields())
+                self.settlement.cancelled(attempt)
             else:
-                log.warning("lease lost: result will not be reported", extra=job.fields())
-                self.settlement.lost(job)
-            job.settled.set()
+                log.warning("lease lost: result will not be reported", extra=attempt.fields())
+                self.settlement.lost(attempt)
+            attempt.settled.set()
             if killed:
-                self._forget(job)
+                self._forget(attempt)
             return
         call: Callable[[], Answer]
         if reason is StopReason.DRAINING:
             # Bounded: the pod's grace period is running out.
             until = time.monotonic() + SETTLE_GRACE_SECONDS
             release = partial(self.queue.release, lease, reason="worker draining")
-            self.settlement.settle_taken(job, Call.RELEASE, release, until)
+            self.settlement.settle_taken(attempt, Call.RELEASE, release, until)
             if killed:
-                self._forget(job)
+                self._forget(attempt)
             return
         if reason is StopReason.TIMED_OUT:
-            error = f"timed out: ran past its max runtime of {job.job.timeout_seconds}s"
+            error = f"timed out: ran past its max runtime of {attempt.job.timeout_seconds}s"
         else:
-            limit = job.job_type.progress_timeout if job.job_type else None
+            limit = attempt.job_type.progress_timeout if attempt.job_type else None
             error = f"no progress reported for {limit}s"
         # Said when it happens: a thread cannot be killed, so its handler may run on for long
         # and the only later trace would be its result being refused.
@@ -598,7 +603,7 @@ class Worker:
             "%s; %s",
             error,
             "handler killed" if killed else "handler told to stop, its result will be dropped",
-            extra=job.fields(),
+            extra=attempt.fields(),
         )
         call = partial(
             self.queue.fail,
@@ -609,18 +614,18 @@ class Worker:
         )
 
         def settle() -> None:
-            self.settlement.settle_taken(job, Call.FAIL, call)
+            self.settlement.settle_taken(attempt, Call.FAIL, call)
             if killed:
-                self._forget(job)
+                self._forget(attempt)
 
         # Off the heartbeat thread: retries must not delay other jobs' renewals.
-        threading.Thread(target=settle, name=f"leaseq-giveup-{job.job.id}", daemon=True).start()
+        threading.Thread(target=settle, name=f"leaseq-giveup-{attempt.job.id}", daemon=True).start()
 
-    def _forget(self, job: InFlight) -> None:
+    def _forget(self, attempt: InFlight) -> None:
         """A killed attempt: its handler will never report, so its slot is free now."""
         with self._count_lock:
             self._unreported -= 1
-        self._finished(job)
+        self._finished(attempt)
 
     # -- draining ---------------------------------------------------------------------
 
@@ -644,8 +649,8 @@ class Worker:
             signals.wait(seen, min(0.1, max(0.0, end - time.monotonic())))
         if signals.count > seen:
             log.info("second signal: releasing in-flight jobs now", extra=self._fields)
-        for job in self.jobs.running():
-            self.give_up(job, StopReason.DRAINING)
+        for attempt in self.jobs.running():
+            self.give_up(attempt, StopReason.DRAINING)
         if not self.jobs.wait_settled(SETTLE_GRACE_SECONDS):
             log.warning("some attempts were still settling at exit", extra=self._fields)
         # Results that arrived during the drain are queued; the loop delivers them first.

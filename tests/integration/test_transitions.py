@@ -141,6 +141,25 @@ def test_heartbeat_on_a_lost_lease_is_fenced(
     assert [a.outcome for a in queue.attempts(job.id)] == ["fenced"]
 
 
+def test_a_frozen_workers_refused_call_keeps_the_reaped_attempts_end_time(
+    queue: leaseq.Queue, conn: leaseq.core.db.Conn
+) -> None:
+    # The attempt ended when the reaper took it: a later refusal of its frozen worker must
+    # not move that end (the history would show the key over its limit when it was not).
+    now = db_now(conn)
+    queue.enqueue("q", "t", now=now)
+    job = claim_one(queue, lease_seconds=5, now=now)
+    queue.reap(now=now + timedelta(seconds=6))
+    [reaped] = queue.attempts(job.id)
+    assert reaped.outcome == "lease_expired"
+    late = now + timedelta(minutes=5)
+    assert queue.heartbeat(job.lease, now=late).status is HeartbeatStatus.LOST
+    assert isinstance(queue.complete(job.lease, now=late), leaseq.Fenced)
+    [fenced] = queue.attempts(job.id)
+    assert fenced.outcome == "fenced"
+    assert fenced.ended_at == reaped.ended_at == now + timedelta(seconds=6)
+
+
 def test_heartbeat_many_renews_each_held_lease_and_answers_each_lost_one(
     queue: leaseq.Queue, conn: leaseq.core.db.Conn
 ) -> None:
@@ -294,6 +313,28 @@ def test_cancel_pending_and_running(queue: leaseq.Queue) -> None:
     assert (attempt.outcome, attempt.error) == ("cancelled", "user asked")
     with pytest.raises(leaseq.JobNotFound, match="job 999999"):
         queue.cancel(999999)
+
+
+def test_a_running_job_whose_refused_renewal_found_its_lease_expired_can_be_cancelled(
+    queue: leaseq.Queue, conn: leaseq.core.db.Conn
+) -> None:
+    # No reaper ran: the job stays running with the refused token, whose attempt the refusal
+    # recorded. Cancelling it must not trip over that row (it raised DuplicateJob).
+    then = db_now(conn) - timedelta(minutes=1)
+    job_id = queue.enqueue("q", "t", now=then).job_id
+    job = claim_one(queue, lease_seconds=5, now=then)
+    beat = queue.heartbeat(job.lease)
+    assert (beat.status, beat.job_status) == (HeartbeatStatus.LOST, "running")
+    [attempt] = queue.attempts(job_id)
+    assert attempt.outcome == "fenced"
+    assert attempt.error is not None and "lease of token 1 expired at" in attempt.error
+    assert "not current" not in attempt.error
+    assert queue.cancel(job_id, reason="stuck") == leaseq.Cancelled(job_id, True, "running")
+    assert queue.get(job_id).status == "cancelled"
+    # The attempt ended when its worker was told it had lost the lease; the cancel keeps that.
+    assert [a.outcome for a in queue.attempts(job_id)] == ["fenced"]
+    # A stale token still says it is not current.
+    assert queue.complete(job.lease) == leaseq.Fenced(job_id, "complete", "cancelled")
 
 
 def test_prune_deletes_only_old_finished_jobs_in_batches(

@@ -237,20 +237,28 @@ SELECT released.id, released.status::text AS status, released.available_at,
 -- name: job_record_fenced
 -- Records that a worker call was refused because the caller no longer holds the lease (a reaped attempt becomes fenced; a cancelled or finished one keeps its outcome); returns the job's status (NULL when the job does not exist).
 WITH job AS (
-    SELECT j.id, j.status, j.lease_token FROM leaseq.jobs j WHERE j.id = %(id)s
+    SELECT j.id, j.status, j.lease_token, j.lease_expires_at FROM leaseq.jobs j WHERE j.id = %(id)s
 ),
 refusal AS (
-    SELECT job.id, coalesce(%(now)s::timestamptz, now()) AS at,
-           %(call)s::text || ' refused: lease token ' || %(token)s::bigint || ' is not current (job is '
-           || job.status || ', token ' || job.lease_token || ')' AS error
-      FROM job
+    SELECT job.id, t.at,
+           %(call)s::text || ' refused: ' ||
+           CASE WHEN job.status = 'running' AND job.lease_token = %(token)s::bigint
+                THEN 'the lease of token ' || job.lease_token || ' expired at '
+                     || job.lease_expires_at || ' (job is running, not reaped yet)'
+                ELSE 'lease token ' || %(token)s::bigint || ' is not current (job is '
+                     || job.status || ', token ' || job.lease_token || ')'
+           END AS error
+      FROM job, (SELECT coalesce(%(now)s::timestamptz, now()) AS at) t
 ),
 -- A plain UPDATE, not ON CONFLICT DO UPDATE: under the worker role's row policy an attempt
 -- that is not lease_expired is skipped here instead of raising. A cancelled attempt stays
--- cancelled: its worker hearing so is the cancellation working, not a fault.
+-- cancelled: its worker hearing so is the cancellation working, not a fault. The attempt
+-- ended when the reaper took it: its end time stays (a later one would show the attempt
+-- holding its key's unit after the reaper gave it back); the error says when the call came.
 refenced AS (
     UPDATE leaseq.job_attempts a
-       SET outcome = 'fenced', ended_at = refusal.at, error = refusal.error || ' after ' || a.outcome::text
+       SET outcome = 'fenced',
+           error = refusal.error || ' at ' || refusal.at || ' after ' || a.outcome::text
       FROM refusal
      WHERE a.job_id = refusal.id AND a.lease_token = %(token)s
        AND a.outcome = 'lease_expired'
@@ -338,6 +346,9 @@ attempt AS (
     SELECT cur.id, cur.attempt_count, cur.lease_token, cur.lease_owner, cur.started_at, t.now, 'cancelled', %(reason)s
       FROM cur, t, cancelled
      WHERE cur.status = 'running' AND cancelled.id = cur.id
+    -- A refused call on an expired lease not yet reaped already ended this attempt (fenced):
+    -- that record stays.
+    ON CONFLICT (job_id, lease_token) DO NOTHING
 )
 SELECT cur.id, cur.status::text AS previous_status FROM cur JOIN cancelled USING (id);
 
@@ -419,7 +430,7 @@ WITH t AS (SELECT coalesce(%(now)s::timestamptz, now()) AS now),
 live AS (
     SELECT w.queues, w.job_types
       FROM leaseq.workers w, t
-     WHERE w.heartbeat_at > t.now - make_interval(secs => %(live_seconds)s)
+     WHERE w.heartbeat_at >= t.now - make_interval(secs => %(live_seconds)s)
 ),
 ready AS (
     SELECT j.queue, j.job_type, count(*) AS ready,

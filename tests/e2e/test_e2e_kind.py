@@ -28,24 +28,22 @@ import shutil
 import socket
 import subprocess
 import time
-from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
+from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import httpx
 import psycopg
 import pytest
 
 import leaseq
+from support.cluster import NAMESPACE, RELEASE, Cluster, wait_for, wait_replaced, worker_pods
 
 pytestmark = pytest.mark.e2e
 
 REPO = Path(__file__).resolve().parents[2]
 CHART = REPO / "charts" / "leaseq"
 CLUSTER = "leaseq-e2e"
-NAMESPACE = "leaseq-e2e"
-RELEASE = "leaseq"
 IMAGE = "leaseq:e2e"  # ci/kind-values.yaml: repository leaseq, tag e2e, pullPolicy Never
 QUEUE = "e2e"  # ci/kind-values.yaml: worker.queues
 JOBS = 100
@@ -59,8 +57,6 @@ CONSOLE = f"{RELEASE}-console"
 CONSOLE_USERS = "leaseq-console-users"
 CONSOLE_USER, CONSOLE_PASSWORD = "oncall", "e2e-console-pass"
 
-T = TypeVar("T")
-
 
 def missing_tools() -> str | None:
     """Why the e2e cannot run here, or None."""
@@ -71,44 +67,6 @@ def missing_tools() -> str | None:
     if probe.returncode != 0:
         return "no Docker engine answers `docker info`"
     return None
-
-
-@dataclass(frozen=True)
-class Cluster:
-    kubeconfig: Path
-
-    def env(self) -> dict[str, str]:
-        return {**os.environ, "KUBECONFIG": str(self.kubeconfig)}
-
-    def run(self, *args: str, timeout: float = 900) -> str:
-        """Run a command against the cluster; fail the test with its output if it fails."""
-        proc = subprocess.run(
-            args, capture_output=True, text=True, env=self.env(), timeout=timeout, check=False
-        )
-        if proc.returncode != 0:
-            pytest.fail(f"{' '.join(args)} exited {proc.returncode}:\n{proc.stdout}{proc.stderr}")
-        return proc.stdout
-
-    def kubectl(self, *args: str) -> str:
-        return self.run("kubectl", "-n", NAMESPACE, *args)
-
-    def jsonpath(self, resource: str, path: str) -> str:
-        return self.kubectl("get", resource, "-o", f"jsonpath={path}").strip()
-
-    def helm(self, *args: str) -> str:
-        return self.run("helm", "-n", NAMESPACE, *args)
-
-
-def wait_for(what: str, probe: Callable[[], T | None], timeout: float, every: float = 2.0) -> T:
-    """Poll `probe` until it returns something other than None/False; fail after `timeout`."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = probe()
-        if value is not None and value is not False:
-            return value
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out after {timeout:.0f}s waiting for {what}")
-        time.sleep(every)
 
 
 @pytest.fixture(scope="module")
@@ -267,11 +225,6 @@ def replicas(cluster: Cluster) -> tuple[int, int]:
     return int(spec), int(ready)
 
 
-def gone(old_pods: set[str], listed: str) -> bool:
-    """True when none of ``old_pods`` is in ``listed`` (kubectl's space-separated names)."""
-    return not old_pods & set(listed.split())
-
-
 def released_by(attempts: Sequence[leaseq.AttemptRecord], pods: set[str]) -> list[Any]:
     """The attempts a worker of one of ``pods`` ended by releasing (a graceful drain); empty
     (falsy, so wait_for polls on) until the database has one."""
@@ -328,7 +281,10 @@ def test_scale_crash_upgrade_scale_down(installed: Cluster, database_url: str) -
         assert before.running > 0 and before.ready > 0, (
             f"the upgrade must start while jobs run and wait: {before}"
         )
-        old_pods = set(cluster.jsonpath("pods", "{.items[*].metadata.name}").split())
+        # The upgrade changes only the worker pods' template: they are what it replaces (the
+        # operator's, the console's and PostgreSQL's pods stay, so waiting for every pod of
+        # the namespace to go would never end).
+        old_pods = worker_pods(cluster)
         cluster.helm(
             "upgrade",
             RELEASE,
@@ -342,11 +298,7 @@ def test_scale_crash_upgrade_scale_down(installed: Cluster, database_url: str) -
         )
         # `--wait` returns once the new pods are ready, while the last old ones may still be
         # draining: wait for them to be gone, then for their releases to be in the database.
-        wait_for(
-            "the old pods to be gone",
-            lambda: gone(old_pods, cluster.jsonpath("pods", "{.items[*].metadata.name}")),
-            timeout=300,
-        )
+        wait_replaced(cluster, old_pods, timeout=300)
         wait_for(
             "a draining pod to have released a job (the release path)",
             lambda: released_by([a for j in job_ids for a in queue.attempts(j)], old_pods),

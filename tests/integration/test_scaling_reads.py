@@ -4,7 +4,7 @@ mean run times (Queue.work, statement pool_work), and loading workers (Workers).
 from __future__ import annotations
 
 from collections.abc import Iterator
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
@@ -12,6 +12,7 @@ import pytest
 import leaseq
 from leaseq.core._store import statements
 from leaseq.core.models import JobTypeWork, WorkerState
+from leaseq.core.schedule_models import NextSlot
 from support.dbtime import db_now
 
 
@@ -110,3 +111,51 @@ def test_a_loading_worker_is_listed_with_its_age_then_its_start_up(
     assert running.state is WorkerState.RUNNING
     assert running.startup_seconds == 38.5
     assert running.age >= 40  # the row's start is the registration, not the refresh
+
+
+def test_what_is_coming_delayed_jobs_and_each_schedules_next_slot(
+    queue: leaseq.Queue, conn: leaseq.core.db.Conn
+) -> None:
+    schedules = leaseq.Schedules(conn)
+    start = datetime(2031, 3, 4, 10, 3, 20, tzinfo=UTC)  # far from the real clock
+    for name, cron, queue_name in [
+        ("reports", "*/10 * * * *", "q"),
+        ("hourly", "0 * * * *", "q"),
+        ("paused", "* * * * *", "q"),
+        ("elsewhere", "* * * * *", "other"),
+    ]:
+        schedules.add(leaseq.ScheduleSpec(name, cron, queue_name, name), now=start)
+    schedules.pause("paused", now=start)
+    queue.enqueue("q", "retry", {}, run_at=start + timedelta(seconds=30))  # within the horizon
+    queue.enqueue("q", "later", {}, run_at=start + timedelta(seconds=3600))  # beyond it
+    queue.enqueue("other", "retry", {}, run_at=start + timedelta(seconds=30))  # other queue
+    queue.enqueue("q", "ready", {}, now=start)  # due already: not coming
+
+    coming = schedules.coming(["q"], horizon=60, now=start)
+    assert coming.now == start
+    assert coming.delayed == 1
+    assert coming.slots == (
+        NextSlot("hourly", "hourly", datetime(2031, 3, 4, 11, 0, tzinfo=UTC)),
+        NextSlot("reports", "reports", datetime(2031, 3, 4, 10, 10, tzinfo=UTC)),
+    )
+    assert coming.slots_within(400) == 1
+    assert coming.slots_within(3400) == 2
+
+    # A slot that fell but was not fired yet is due now; once fired, the next one is.
+    fell = datetime(2031, 3, 4, 10, 10, 2, tzinfo=UTC)
+    assert schedules.coming(["q"], horizon=0, now=fell).slots[1] == NextSlot(
+        "reports", "reports", fell
+    )
+    schedules.tick(now=fell)
+    assert schedules.coming(["q"], horizon=0, now=fell).slots[1].at == datetime(
+        2031, 3, 4, 10, 20, tzinfo=UTC
+    )
+
+
+def test_what_is_coming_without_schedules(queue: leaseq.Queue, conn: leaseq.core.db.Conn) -> None:
+    now = db_now(conn)
+    queue.enqueue("q", "retry", {}, delay=30)
+    coming = leaseq.Schedules(conn).coming(["q"], horizon=60, now=now)
+    assert (coming.now, coming.delayed, coming.slots) == (now, 1, ())
+    with pytest.raises(leaseq.InvalidJob, match="horizon"):
+        leaseq.Schedules(conn).coming(["q"], horizon=-1)

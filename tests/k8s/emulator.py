@@ -290,6 +290,13 @@ class LeaseqEmulator(kmock.KubernetesEmulator):
 
     # -- reads ------------------------------------------------------------------------------------
 
+    async def _serve_version(self, request: kmock.Request) -> Any:
+        """Restores: the core group's resource list is for groupVersion ``v1`` (kmock said
+        ``/v1``, and kubectl then took ``pods`` for metrics.k8s.io's)."""
+        payload = await super()._serve_version(request)
+        payload["groupVersion"] = str(payload["groupVersion"]).removeprefix("/")
+        return payload
+
     def _selected(self, request: kmock.Request, obj: Mapping[str, Any]) -> bool:
         """Restores: labelSelector and fieldSelector filter lists and watches."""
         labels = obj.get("metadata", {}).get("labels") or {}
@@ -311,10 +318,15 @@ class LeaseqEmulator(kmock.KubernetesEmulator):
         return found
 
     def _list(self, request: kmock.Request) -> dict[str, Any]:
-        if request.resource not in self._get_resources():
+        resource = request.resource
+        if resource is None or resource not in self._get_resources():
             raise kmock.KubernetesResourceNotFoundError()
-        # Restores: a list carries the revision it was read at, for the watch that follows.
+        kind = self.resources[resource].kind if resource in self.resources else None
+        # Restores: a list says what it is (kubectl refuses one without a kind) and carries the
+        # revision it was read at, for the watch that follows.
         return {
+            "apiVersion": "/".join(filter(None, (resource.group, resource.version))),
+            "kind": f"{kind or resource.plural.capitalize()}List",
             "metadata": {"resourceVersion": str(self.revision)},
             "items": self._visible(request),
         }

@@ -9,6 +9,7 @@ import yaml
 from e2e import test_e2e_kind as e2e
 
 import leaseq
+from support.cluster import gone
 
 KIND_VALUES = Path(__file__).parents[2] / "charts" / "leaseq" / "ci" / "kind-values.yaml"
 
@@ -37,7 +38,8 @@ def _attempt(worker: str, outcome: str) -> leaseq.AttemptRecord:
 def test_the_upgrade_check_polls_until_a_draining_pod_released() -> None:
     """The upgrade's assertion is a wait: `released_by` is falsy until the database holds a
     release by a worker of an old pod (`helm upgrade --wait` returns while old pods still
-    drain), and `gone` waits for the old pods themselves (issue 17)."""
+    drain), and `gone` waits for the old pods themselves (issue 17; which pods those are is
+    tested against the emulator in tests/k8s/test_e2e_pods_k8s.py)."""
     old = {"leaseq-worker-abc-1", "leaseq-worker-abc-2"}
     finished = [_attempt("leaseq-worker-abc-1-0", "succeeded")]
     assert not e2e.released_by(finished, old)
@@ -45,8 +47,8 @@ def test_the_upgrade_check_polls_until_a_draining_pod_released() -> None:
     assert not e2e.released_by(by_new_pod, old)
     drained = [*by_new_pod, _attempt("leaseq-worker-abc-2-1", "released")]
     assert [a.worker for a in e2e.released_by(drained, old)] == ["leaseq-worker-abc-2-1"]
-    assert not e2e.gone(old, "leaseq-worker-abc-2 leaseq-worker-def-1")
-    assert e2e.gone(old, "leaseq-worker-def-1 leaseq-worker-def-2")
+    assert not gone(old, {"leaseq-worker-abc-2", "leaseq-worker-def-1"})
+    assert gone(old, {"leaseq-worker-def-1", "leaseq-worker-def-2"})
 
 
 def test_the_console_users_secret_is_the_one_the_kind_values_mount() -> None:

@@ -125,3 +125,41 @@ class Tick:
     fired: tuple[FiredSlot, ...] = ()
     missed: int = 0
     failed: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class DueRow:
+    """A row of ``pool_due``: the delayed jobs' count, and one active schedule (or none)."""
+
+    now: datetime
+    delayed: int
+    name: str | None
+    cron: str | None
+    timezone: str | None
+    job_type: str | None
+    handled: datetime | None  # the last slot the schedule handled (or its fire_after)
+
+
+@dataclass(frozen=True)
+class NextSlot:
+    """The next slot of an active schedule: its job is due ``at`` (now, for a slot that fell
+    and awaits the scheduler's next tick)."""
+
+    schedule: str
+    job_type: str
+    at: datetime
+
+
+@dataclass(frozen=True)
+class Coming:
+    """Jobs some queues will have after ``now`` (database time): those a pool sized for the
+    present does not see. ``delayed`` counts pending jobs due within the horizon asked for;
+    ``slots`` holds every active schedule's next slot, however far."""
+
+    now: datetime
+    delayed: int
+    slots: tuple[NextSlot, ...]
+
+    def slots_within(self, seconds: float) -> int:
+        """How many of the schedules' next slots fall within ``seconds`` of ``now``."""
+        return sum(1 for s in self.slots if (s.at - self.now).total_seconds() <= seconds)

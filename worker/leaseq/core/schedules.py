@@ -43,7 +43,9 @@ from leaseq.core.db import Db, borrow, transaction
 from leaseq.core.errors import InvalidJob
 from leaseq.core.models import JobStatus
 from leaseq.core.schedule_models import (
+    Coming,
     FiredSlot,
+    NextSlot,
     Overlap,
     ScheduleNotFound,
     ScheduleOrigin,
@@ -154,6 +156,31 @@ class Schedules:
 
     def get(self, name: str, *, now: datetime | None = None) -> ScheduleRecord:
         return self.list(name, now=now)[0]
+
+    def coming(
+        self, queues: Sequence[str], *, horizon: float, now: datetime | None = None
+    ) -> Coming:
+        """What ``queues`` will have after now, in one statement: the pending jobs due within
+        ``horizon`` seconds (delayed jobs, retries in backoff), and the next slot of every
+        enabled, unpaused schedule that enqueues into them (a slot that fell but was not fired
+        yet is due now). A schedule whose zone or cron this system cannot read has no next
+        slot here (its tick reports it)."""
+        validation.non_negative("horizon", horizon)
+        with borrow(self._db, "read what is due") as c:
+            rows = self._store.pool_due(c, queues=queues, horizon=horizon, now=now)
+        slots: list[NextSlot] = []
+        for row in rows:
+            if row.name is None or row.cron is None or row.timezone is None:
+                continue  # the row of a pool without schedules
+            try:
+                tz = cron.zone(row.timezone)
+                last = next(cron.slots_back(row.cron, tz, row.now))
+                unfired = row.handled is None or last > row.handled
+                at = row.now if unfired else cron.next_slot(row.cron, tz, row.now)
+            except ValueError:
+                continue
+            slots.append(NextSlot(row.name, str(row.job_type), at))
+        return Coming(rows[0].now, rows[0].delayed, tuple(slots))
 
     def tick(self, *, now: datetime | None = None) -> Tick:
         """Fire every due slot of every active schedule (see the module's guarantees). A

@@ -9,7 +9,7 @@ from psycopg.rows import DictRow
 from psycopg.types.json import Jsonb
 
 from leaseq.core._store.store import Conn, Store
-from leaseq.core.schedule_models import ScheduleOrigin, ScheduleSpec
+from leaseq.core.schedule_models import DueRow, ScheduleOrigin, ScheduleSpec
 
 
 class ScheduleStore(Store):
@@ -81,6 +81,12 @@ class ScheduleStore(Store):
 
     def schedule_due(self, conn: Conn, *, now: datetime | None = None) -> list[DictRow]:
         return self._dicts(conn, "schedule_due", {"now": now}, "read schedules")
+
+    def pool_due(
+        self, conn: Conn, *, queues: Sequence[str], horizon: float, now: datetime | None = None
+    ) -> list[DueRow]:
+        params = {"queues": list(queues), "horizon": horizon, "now": now}
+        return self._typed(conn, "pool_due", params, DueRow, "read what is due")
 
     def schedule_fire(
         self,

@@ -9,8 +9,9 @@ sql/leaseq_sql/definitions/, then run
 It replays every migration into a scratch database (on LEASEQ_TEST_DATABASE_URL's server if
 set, else an embedded PostgreSQL), applies the definitions on top, and writes
 sql/leaseq_sql/migrations/NNNN_short_name.sql with a statement for each object they change,
-add or no longer define. Tables, indexes, types and data moves are not its business: add
-them to the file by hand, and say in its header what changed and why.
+add or no longer define. Tables, indexes, types and data moves are not its business: write
+them in a file given with --tables (run on the replay first, and put at the top), and say in
+the migration's header what changed and why.
 tests/integration/test_definitions.py then proves the migrations and the definitions agree.
 """
 
@@ -72,11 +73,15 @@ def signature(key: str) -> str:
     return key.split(" ", 1)[1]
 
 
-def statements(server_url: str, present: dict[str, str]) -> list[str]:
+def statements(server_url: str, present: dict[str, str], tables: str = "") -> list[str]:
     """What brings the replay of the migrations to the ``present`` definitions files, object
-    by object: the replay is described, then every definition in it removed and the files
-    applied (as tests/integration/test_definitions.py does), and each difference written."""
+    by object: ``tables`` (hand-written table changes the definitions need) is run on the
+    replay, which is described; then every definition in it is removed and the files applied
+    (as tests/integration/test_definitions.py does), and each difference written."""
     with replayed(server_url) as url:
+        if tables:
+            with psycopg.connect(url) as conn:
+                conn.execute(tables.encode())
         before = catalog.describe(url)
         catalog.blank(url)
         catalog.apply(url, present)
@@ -132,11 +137,18 @@ def _statement(key: str, old: str | None, new: str) -> str:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("name", help="the migration's short name, e.g. flow_release_order")
+    parser.add_argument(
+        "--tables",
+        type=Path,
+        help="a file of hand-written table changes (columns, indexes, data moves) the "
+        "definitions need: run before them, and written at the top of the migration",
+    )
     args = parser.parse_args()
     if not args.name.isidentifier():
         parser.error(f"the name must be letters, digits and underscores: {args.name!r}")
     with server() as url:
-        found = statements(url, catalog.files())
+        tables = args.tables.read_text() if args.tables else ""
+        found = statements(url, catalog.files(), tables)
     if not found:
         print("the definitions and the migrations agree: no migration to write")
         return 0
@@ -145,7 +157,9 @@ def main() -> int:
         "-- leaseq schema: WHAT CHANGED AND WHY (written from sql/leaseq_sql/definitions/ by\n"
         "-- scripts/next_migration.py; add tables, indexes and data moves by hand).\n\n"
     )
-    path.write_text(header + "\n\n".join(found) + "\n")
+    path.write_text(
+        header + (tables.strip() + "\n\n" if tables else "") + "\n\n".join(found) + "\n"
+    )
     print(f"wrote {path.relative_to(REPO)}: {len(found)} statement(s); edit its header")
     return 0
 

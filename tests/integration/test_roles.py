@@ -20,139 +20,13 @@ import leaseq
 import leaseq.core.history
 from leaseq.core import waiters
 from leaseq_operator.history import HistoryDuty
+from support import threat_model
 from support.polling import wait_for
 from support.roles import Roles, login_roles
+from support.threat_model import ORDER
 
 DENIED = pg_errors.InsufficientPrivilege
 
-# Each role's privileges on leaseq's objects as the catalogs report them after apply_grants,
-# table-level then column-level. docs/guides/security.md states the same.
-EXPECTED = {
-    "worker": [
-        "USAGE on schema leaseq",
-        # The keyed claim reads the keys and takes slots (migration 0011's apply_grants).
-        "SELECT on flow_aggregates",
-        "SELECT on flow_buckets",
-        "SELECT on flow_keys",
-        "SELECT on flow_limits",
-        "SELECT on flow_slots",
-        "SELECT on job_attempts",
-        "INSERT on job_attempts",
-        # Pipelines: a fan-out from a handler (migration 0012's apply_grants).
-        "SELECT on job_deps",
-        "INSERT on job_deps",
-        "SELECT on job_results",
-        "INSERT on job_results",
-        "SELECT on job_view",
-        "SELECT on jobs",
-        "USAGE on jobs_id_seq",
-        "SELECT on pipelines",
-        "INSERT on pipelines",
-        "USAGE on pipelines_id_seq",
-        # Declaring its app's schedules at start-up (migration 0010's apply_grants).
-        "SELECT on schedule_slots",
-        "SELECT on schedules",
-        "INSERT on schedules",
-        "UPDATE on schedules",
-        "SELECT on schema_migrations",
-        "SELECT on workers",
-        "INSERT on workers",
-        "UPDATE on workers",
-        "DELETE on workers",
-        "UPDATE (tokens, tokens_at) on flow_buckets",
-        "UPDATE (job_id, lease_token, taken_at) on flow_slots",
-        "UPDATE (ended_at, outcome, error) on job_attempts",
-        "INSERT (id, queue, job_type, payload, status, priority, max_attempts, created_at, "
-        "available_at, timeout, idempotency_key, deps_left, has_children, pipeline_id) on jobs",
-        "UPDATE (status, attempt_count, available_at, started_at, finished_at, lease_owner, "
-        "lease_token, lease_expires_at, heartbeat_at, progress, last_error, last_error_code, "
-        "result, checkpoint, claim_id, has_children) on jobs",
-        "UPDATE (total, finished_at) on pipelines",
-    ],
-    "operator": [
-        "USAGE on schema leaseq",
-        # Limits, slot repairs and blocked aggregates (migration 0011's apply_grants).
-        "SELECT on flow_aggregates",
-        "SELECT on flow_buckets",
-        "SELECT on flow_keys",
-        "SELECT on flow_limits",
-        "SELECT on flow_repairs",
-        "SELECT on flow_slots",
-        # The leader's history duties (migration 0009's apply_grants).
-        "SELECT on history_counts",
-        "INSERT on history_counts",
-        "UPDATE on history_counts",
-        "DELETE on history_counts",
-        "SELECT on history_mover",
-        "UPDATE on history_mover",
-        "SELECT on history_retention",
-        "INSERT on history_retention",
-        "UPDATE on history_retention",
-        "DELETE on history_retention",
-        "SELECT on job_attempt_history",
-        "INSERT on job_attempt_history",
-        "SELECT on job_attempts",
-        "INSERT on job_attempts",
-        "DELETE on job_attempts",
-        "SELECT on job_deps",  # the mover's guard, and the edges it deletes
-        "DELETE on job_deps",
-        "SELECT on job_history",
-        "INSERT on job_history",
-        "SELECT on job_ledger",
-        "INSERT on job_ledger",
-        "DELETE on job_ledger",
-        "SELECT on job_results",
-        "DELETE on job_results",
-        "SELECT on job_view",
-        "SELECT on job_whereabouts",
-        "SELECT on jobs",
-        "DELETE on jobs",
-        "USAGE on jobs_id_seq",  # a slot's job id, taken before the job is inserted
-        "SELECT on leader_leases",
-        "INSERT on leader_leases",
-        "UPDATE on leader_leases",
-        "DELETE on leader_leases",
-        "SELECT on pipelines",
-        # The scheduler tick and `leaseq schedules` (migration 0010's apply_grants).
-        "SELECT on schedule_slots",
-        "INSERT on schedule_slots",
-        "SELECT on schedules",
-        "INSERT on schedules",
-        "UPDATE on schedules",
-        "DELETE on schedules",
-        "SELECT on schema_migrations",
-        "SELECT on workers",
-        "DELETE on workers",
-        "INSERT (id, queue, job_type, payload, priority, max_attempts, created_at, available_at, "
-        "idempotency_key) on jobs",
-        "UPDATE (status, max_attempts, available_at, finished_at, lease_owner, "
-        "lease_expires_at, last_error, last_error_code) on jobs",
-    ],
-    "producer": [
-        "USAGE on schema leaseq",
-        "SELECT on job_attempts",
-        "SELECT on job_deps",  # graphs and jobs after others (migration 0012)
-        "INSERT on job_deps",
-        "SELECT on job_results",
-        "SELECT on job_view",
-        "SELECT on jobs",
-        "USAGE on jobs_id_seq",
-        "SELECT on pipelines",
-        "INSERT on pipelines",
-        "USAGE on pipelines_id_seq",
-        "SELECT on schema_migrations",
-        "INSERT (id, queue, job_type, payload, status, priority, max_attempts, created_at, "
-        "available_at, timeout, idempotency_key, dedup_key, notify_done, deps_left, "
-        "has_children, pipeline_id, key, ordering_key) on jobs",
-        # Waiting for a job it enqueued: its completion notifies (migration 0011).
-        "UPDATE (notify_done, has_children) on jobs",
-        "UPDATE (total, finished_at) on pipelines",
-    ],
-}
-
-ORDER = (
-    "SELECT", "INSERT", "UPDATE", "DELETE", "TRUNCATE", "REFERENCES", "TRIGGER", "MAINTAIN", "USAGE"
-)  # fmt: skip
 
 PRIVILEGES = """
 SELECT 'schema', n.nspname, NULL::text, a.privilege_type, 0
@@ -226,14 +100,11 @@ def raw(roles: Roles, component: str) -> psycopg.Connection[tuple[object, ...]]:
 
 
 def test_each_role_holds_exactly_its_documented_privileges(database_url: str, roles: Roles) -> None:
+    """As the threat model (sql/leaseq_sql/definitions/threat_model.toml) declares them."""
     with psycopg.connect(database_url, autocommit=True) as admin:
         version = int(str(admin.execute("SHOW server_version_num").fetchone()[0]))  # type: ignore[index]
-        for component, expected in EXPECTED.items():
-            want = list(expected)
-            if component == "operator" and version >= 170000:
-                want.insert(want.index("DELETE on jobs") + 1, "MAINTAIN on jobs")
-                # The reaper's vacuum duty covers the keyed claim's turn order (migration 22).
-                want.insert(want.index("SELECT on flow_keys") + 1, "MAINTAIN on flow_keys")
+        for component in ("worker", "operator", "producer"):
+            want = threat_model.privilege_lines(component, version)
             assert observed_privileges(admin, roles.names[component]) == want, component
 
 
@@ -247,10 +118,9 @@ def test_grants_are_idempotent_and_a_replaced_role_keeps_nothing(
     with psycopg.connect(database_url, autocommit=True) as admin:
         assert {c: observed_privileges(admin, n) for c, n in roles.names.items()} == before
         policies = admin.execute("SELECT count(*) FROM pg_policies WHERE schemaname = 'leaseq'")
-        # 14, the producer's flag (migration 0011), the operator's effect expiry and its
-        # restriction to slot jobs, the worker's spawn, the producer's parents and its
-        # unfinished-only restriction
-        assert policies.fetchone() == (20,)
+        # 20 as of migration 0012; migration 0030 added 15 for the tables that got row
+        # level security (workers, schedules, job_deps, pipelines, flow_slots)
+        assert policies.fetchone() == (35,)
     with login_roles(database_url) as fresh:
         apply_grants(
             database_url,

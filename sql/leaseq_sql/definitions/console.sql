@@ -202,11 +202,15 @@ BEGIN
             format('GRANT USAGE ON SCHEMA leaseq TO %s', console),
             format('GRANT SELECT ON leaseq.schema_migrations, leaseq.jobs, leaseq.job_view, leaseq.job_whereabouts, leaseq.job_attempts, leaseq.job_results, leaseq.workers, leaseq.schedules, leaseq.schedule_slots, leaseq.job_history, leaseq.job_attempt_history, leaseq.job_ledger, leaseq.history_counts, leaseq.console_audit, leaseq.console_roles TO %s', console),
             format('GRANT SELECT ON leaseq.pipelines, leaseq.job_deps TO %s', console),
-            -- No row policies needed: none of the flow tables has row level security.
-            format('GRANT SELECT ON leaseq.flow_limits, leaseq.flow_keys, leaseq.flow_slots, leaseq.flow_aggregates TO %s', console),
+                        format('GRANT SELECT ON leaseq.flow_limits, leaseq.flow_keys, leaseq.flow_slots, leaseq.flow_aggregates TO %s', console),
             format('CREATE POLICY lqconsole_read ON leaseq.jobs FOR SELECT TO %s USING (true)', console),
             format('CREATE POLICY lqconsole_read ON leaseq.job_attempts FOR SELECT TO %s USING (true)', console),
-            format('CREATE POLICY lqconsole_read ON leaseq.job_results FOR SELECT TO %s USING (true)', console)];
+            format('CREATE POLICY lqconsole_read ON leaseq.job_results FOR SELECT TO %s USING (true)', console),
+            format('CREATE POLICY lqconsole_read ON leaseq.job_deps FOR SELECT TO %s USING (true)', console),
+            format('CREATE POLICY lqconsole_read ON leaseq.pipelines FOR SELECT TO %s USING (true)', console),
+            format('CREATE POLICY lqconsole_read ON leaseq.schedules FOR SELECT TO %s USING (true)', console),
+            format('CREATE POLICY lqconsole_read ON leaseq.workers FOR SELECT TO %s USING (true)', console),
+            format('CREATE POLICY lqconsole_read ON leaseq.flow_slots FOR SELECT TO %s USING (true)', console)];
         IF admin THEN
             stmts := stmts || format('GRANT EXECUTE ON FUNCTION %s TO %s', actions, console);
         END IF;

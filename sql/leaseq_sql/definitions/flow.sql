@@ -11,7 +11,8 @@
 -- Covers: every leaseq.flow_* function, the enqueue triggers jobs_flow_enqueue and
 -- jobs_flow_enqueue_ordered, and jobs_on_status (also the waiters' notify and the pipelines'
 -- dispatch to pipeline_changed, pipelines.sql). Set off by: the statements above, and
--- flow_limit_set, flow_pause, flow_unblock, flow_repair, job_back_off (queries/flow.sql).
+-- flow_limit_set, flow_pause, flow_resume, flow_unblock, flow_repair, job_back_off
+-- (queries/flow.sql).
 
 -- The limit row that applies to (queue, key): an exact key first, then the longest pattern.
 CREATE OR REPLACE FUNCTION leaseq.flow_limit_for(q text, k text)
@@ -306,15 +307,34 @@ $fn$;
 
 -- A handler told to back off (HTTP 429, Retry-After) pauses its key until `until`: no job of
 -- the key is claimed before then (a later pause wins; an earlier one never shortens it).
+-- `until` is clamped to [now, now + 1 day]: a garbage Retry-After (or a worker calling this
+-- with 'infinity') pauses a key for a day at most, and never writes a time no reader can
+-- subtract from; `leaseq limits resume` ends a pause early.
 CREATE OR REPLACE FUNCTION leaseq.flow_pause(q text, k text, until timestamptz)
 RETURNS timestamptz
 LANGUAGE sql
 SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
-    UPDATE leaseq.flow_keys f SET paused_until = greatest(f.paused_until, until)
+    UPDATE leaseq.flow_keys f
+       SET paused_until = greatest(f.paused_until, least(greatest(until, now()), now() + interval '1 day'))
      WHERE f.queue = q AND f.key = k
     RETURNING f.paused_until
+$$;
+
+-- Ends a key's pause now (`leaseq limits resume`); returns whether the key had one.
+CREATE OR REPLACE FUNCTION leaseq.flow_resume(q text, k text)
+RETURNS boolean
+LANGUAGE sql
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+    WITH resumed AS (
+        UPDATE leaseq.flow_keys f SET paused_until = NULL
+         WHERE f.queue = q AND f.key = k AND f.paused_until IS NOT NULL
+        RETURNING 1
+    )
+    SELECT EXISTS (SELECT 1 FROM resumed)
 $$;
 
 -- The reaper's check: every held slot belongs to a running attempt with the same token. Each
@@ -365,7 +385,8 @@ $fn$;
 
 REVOKE ALL ON FUNCTION leaseq.flow_promote(text, text), leaseq.flow_unblock(text, text),
     leaseq.flow_limit_set(text, text, integer, double precision, double precision, double precision, boolean),
-    leaseq.flow_pause(text, text, timestamptz), leaseq.flow_repair(integer) FROM PUBLIC;
+    leaseq.flow_pause(text, text, timestamptz), leaseq.flow_resume(text, text),
+    leaseq.flow_repair(integer) FROM PUBLIC;
 
 -- The one status trigger's function: each branch is what one of the six triggers before
 -- migration 26 did, tested in its own condition. SECURITY DEFINER: it changes tables the

@@ -11,6 +11,51 @@
 ALTER TABLE leaseq.jobs ENABLE ROW LEVEL SECURITY;
 ALTER TABLE leaseq.job_attempts ENABLE ROW LEVEL SECURITY;
 ALTER TABLE leaseq.job_results ENABLE ROW LEVEL SECURITY;
+ALTER TABLE leaseq.job_deps ENABLE ROW LEVEL SECURITY;
+ALTER TABLE leaseq.pipelines ENABLE ROW LEVEL SECURITY;
+ALTER TABLE leaseq.schedules ENABLE ROW LEVEL SECURITY;
+ALTER TABLE leaseq.workers ENABLE ROW LEVEL SECURITY;
+ALTER TABLE leaseq.flow_slots ENABLE ROW LEVEL SECURITY;
+
+-- The worker role's fence on leaseq.jobs, fired for the worker's role and its members only
+-- (apply_grants creates its trigger, leaseq_worker_fence; the owner, the other roles and the
+-- SECURITY DEFINER functions never fire it). A worker changes a job only by claiming it
+-- (pending to running, the token one more), or while the job runs under an unexpired lease
+-- (database time): keeping the token (heartbeat, progress, checkpoint, completion, failure)
+-- or giving it back to pending with the token one more (release, back-off); or by marking it
+-- as a parent (has_children, a fan-out). Anything else, e.g. a pending job made succeeded
+-- with a forged result, is refused. A start time it writes is finite and within 3650 days.
+CREATE OR REPLACE FUNCTION leaseq.jobs_worker_fence()
+RETURNS trigger
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    marked leaseq.jobs := OLD;
+BEGIN
+    marked.has_children := NEW.has_children;
+    IF marked IS NOT DISTINCT FROM NEW THEN
+        RETURN NEW;
+    END IF;
+    IF NOT ((OLD.status = 'pending' AND NEW.status = 'running'
+             AND NEW.lease_token = OLD.lease_token + 1)
+            OR (OLD.status = 'running' AND OLD.lease_expires_at > now()
+                AND (NEW.lease_token = OLD.lease_token
+                     OR (NEW.status = 'pending' AND NEW.lease_token = OLD.lease_token + 1)))) THEN
+        RAISE EXCEPTION 'a worker may change job % only by claiming it or while it holds its lease; it is % with token %',
+            OLD.id, OLD.status, OLD.lease_token
+            USING ERRCODE = 'insufficient_privilege';
+    END IF;
+    IF NEW.available_at IS DISTINCT FROM OLD.available_at
+       AND NOT (isfinite(NEW.available_at) AND NEW.available_at <= now() + interval '3650 days') THEN
+        RAISE EXCEPTION 'invalid run_at: must be a finite time within 3650 days of now, got %; nothing was written', NEW.available_at
+            USING ERRCODE = 'invalid_parameter_value', COLUMN = 'run_at';
+    END IF;
+    RETURN NEW;
+END
+$fn$;
+
+REVOKE ALL ON FUNCTION leaseq.jobs_worker_fence() FROM PUBLIC;
 
 -- Grants each component's role exactly its privileges on leaseq's objects, and nothing more:
 -- first everything is revoked from the previously registered roles and from the given ones,
@@ -22,8 +67,8 @@ ALTER TABLE leaseq.job_results ENABLE ROW LEVEL SECURITY;
 --           and only the lease, progress, outcome columns; records attempts (and may turn a
 --           lease_expired/cancelled attempt into fenced); inserts effects; writes the
 --           registry leaseq.workers; declares
---           its app's schedules at start-up (reads and upserts leaseq.schedules, never deletes
---           one; reads the slot records); spawns from a handler (inserts jobs, their edges and
+--           its app's schedules at start-up (through schedule_put and schedule_retire: code
+--           schedules of its own login only; reads the slot records); spawns from a handler (inserts jobs, their edges and
 --           pipelines in its completion's transaction, marks parents); the keyed claim reads
 --           the keys and takes units and rate tokens; may pause its job's key (flow_pause).
 --           No DELETE on jobs or attempts (cannot prune), no DDL.
@@ -56,7 +101,8 @@ DECLARE
     graph_cols text := 'id, queue, job_type, payload, priority, max_attempts, available_at, timeout, idempotency_key, created_at, status, deps_left, has_children, pipeline_id';
     producer_functions text := 'leaseq.enqueue(text, text, jsonb, integer, timestamptz, double precision, integer, double precision, text, text, boolean), leaseq.job_status(bigint)';
     history_functions text := 'leaseq.history_ensure_partitions(integer, timestamptz), leaseq.history_expire_step(timestamptz, integer)';
-    flow_functions text := 'leaseq.flow_limit_set(text, text, integer, double precision, double precision, double precision, boolean), leaseq.flow_unblock(text, text), leaseq.flow_repair(integer)';
+    flow_functions text := 'leaseq.flow_limit_set(text, text, integer, double precision, double precision, double precision, boolean), leaseq.flow_unblock(text, text), leaseq.flow_repair(integer), leaseq.flow_resume(text, text)';
+    schedule_functions text := 'leaseq.schedule_put(text, text, text, text, text, jsonb, integer, integer, leaseq.schedule_overlap, double precision, leaseq.schedule_origin, text, timestamptz), leaseq.schedule_retire(text, text[], timestamptz)';
     maintain boolean := current_setting('server_version_num')::int >= 170000;
     r regrole;
     stmt text;
@@ -87,7 +133,8 @@ BEGIN
             format('REVOKE ALL ON SCHEMA leaseq FROM %s', r),
             format('REVOKE ALL ON FUNCTION %s FROM %s', producer_functions, r),
             format('REVOKE ALL ON FUNCTION %s FROM %s', history_functions, r),
-            format('REVOKE ALL ON FUNCTION %s, leaseq.flow_pause(text, text, timestamptz) FROM %s', flow_functions, r)];
+            format('REVOKE ALL ON FUNCTION %s, leaseq.flow_pause(text, text, timestamptz) FROM %s', flow_functions, r),
+            format('REVOKE ALL ON FUNCTION %s FROM %s', schedule_functions, r)];
     END LOOP;
     FOR pol IN
         SELECT p.policyname, p.tablename FROM pg_policies p
@@ -96,6 +143,7 @@ BEGIN
     LOOP
         stmts := stmts || format('DROP POLICY %I ON leaseq.%I', pol.policyname, pol.tablename);
     END LOOP;
+    stmts := stmts || 'DROP TRIGGER IF EXISTS leaseq_worker_fence ON leaseq.jobs'::text;
     DELETE FROM leaseq.component_roles;
 
     IF worker IS NOT NULL THEN
@@ -107,18 +155,31 @@ BEGIN
             format('GRANT UPDATE (outcome, ended_at, error) ON leaseq.job_attempts TO %s', worker),
             -- The registry is the workers' own table: whatever a worker reports about itself.
             format('GRANT INSERT, UPDATE, DELETE ON leaseq.workers TO %s', worker),
+            format('CREATE POLICY leaseq_worker_read ON leaseq.workers FOR SELECT TO %s USING (true)', worker),
+            format('CREATE POLICY leaseq_worker_own ON leaseq.workers FOR ALL TO %s USING (registered_by = current_user) WITH CHECK (registered_by = current_user)', worker),
             format('CREATE POLICY leaseq_worker_read ON leaseq.jobs FOR SELECT TO %s USING (true)', worker),
             format('CREATE POLICY leaseq_worker_unfinished ON leaseq.jobs FOR UPDATE TO %s USING (status IN (''pending'', ''running'')) WITH CHECK (true)', worker),
             format('CREATE POLICY leaseq_worker_read ON leaseq.job_attempts FOR SELECT TO %s USING (true)', worker),
-            format('CREATE POLICY leaseq_worker_record ON leaseq.job_attempts FOR INSERT TO %s WITH CHECK (true)', worker),
+            -- An attempt of a job at its current token (the statement's snapshot: the one
+            -- that ends it).
+            format('CREATE POLICY leaseq_worker_record ON leaseq.job_attempts FOR INSERT TO %s WITH CHECK (EXISTS (SELECT 1 FROM leaseq.jobs j WHERE j.id = job_attempts.job_id AND j.lease_token = job_attempts.lease_token))', worker),
             format('CREATE POLICY leaseq_worker_fence ON leaseq.job_attempts FOR UPDATE TO %s USING (outcome IN (''lease_expired'', ''cancelled'')) WITH CHECK (outcome = ''fenced'')', worker),
             format('CREATE POLICY leaseq_worker_read ON leaseq.job_results FOR SELECT TO %s USING (true)', worker),
-            format('CREATE POLICY leaseq_worker_effect ON leaseq.job_results FOR INSERT TO %s WITH CHECK (true)', worker),
+            -- An effect only of a job that runs (in the completion's snapshot), in its
+            -- queue and type: no effect written ahead of the job that owns its key.
+            format('CREATE POLICY leaseq_worker_effect ON leaseq.job_results FOR INSERT TO %s WITH CHECK (EXISTS (SELECT 1 FROM leaseq.jobs j WHERE j.id = job_results.job_id AND j.status = ''running'' AND j.queue = job_results.queue AND j.job_type = job_results.job_type))', worker),
+            format('CREATE TRIGGER leaseq_worker_fence BEFORE UPDATE ON leaseq.jobs FOR EACH ROW WHEN (pg_has_role(%L, ''MEMBER'') AND NOT pg_has_role(%L, ''USAGE'')) EXECUTE FUNCTION leaseq.jobs_worker_fence()', worker::text, owner_oid::regrole::text),
             -- Schedules declared in code, upserted at start-up.
-            format('GRANT SELECT, INSERT, UPDATE ON leaseq.schedules TO %s', worker),
+            -- Declared only through schedule_put and schedule_retire (schedules.sql): code
+            -- schedules of its own login, never a run-time one, a pause or a slot.
+            format('GRANT SELECT ON leaseq.schedules TO %s', worker),
+            format('CREATE POLICY leaseq_worker_read ON leaseq.schedules FOR SELECT TO %s USING (true)', worker),
+            format('GRANT EXECUTE ON FUNCTION %s TO %s', schedule_functions, worker),
             format('GRANT SELECT ON leaseq.schedule_slots TO %s', worker),
             -- Pipelines: a fan-out from a handler.
             format('GRANT SELECT, INSERT ON leaseq.job_deps, leaseq.pipelines TO %s', worker),
+            format('CREATE POLICY leaseq_worker_spawn ON leaseq.job_deps FOR ALL TO %s USING (true) WITH CHECK (true)', worker),
+            format('CREATE POLICY leaseq_worker_spawn ON leaseq.pipelines FOR ALL TO %s USING (true) WITH CHECK (true)', worker),
             format('GRANT UPDATE (total, finished_at) ON leaseq.pipelines TO %s', worker),
             format('GRANT INSERT (%s) ON leaseq.jobs TO %s', graph_cols, worker),
             format('GRANT UPDATE (has_children) ON leaseq.jobs TO %s', worker),
@@ -128,6 +189,10 @@ BEGIN
             -- Flow control: the keyed claim reads the keys and takes units and rate tokens.
             format('GRANT SELECT ON leaseq.flow_keys, leaseq.flow_limits, leaseq.flow_aggregates TO %s', worker),
             format('GRANT SELECT, UPDATE (job_id, lease_token, taken_at) ON leaseq.flow_slots TO %s', worker),
+            format('CREATE POLICY leaseq_worker_read ON leaseq.flow_slots FOR SELECT TO %s USING (true)', worker),
+            -- A claim takes a free unit; only a job's transition (jobs_on_status, as the
+            -- owner) gives one back.
+            format('CREATE POLICY leaseq_worker_take ON leaseq.flow_slots FOR UPDATE TO %s USING (job_id IS NULL) WITH CHECK (job_id IS NOT NULL)', worker),
             format('GRANT SELECT, UPDATE (tokens, tokens_at) ON leaseq.flow_buckets TO %s', worker),
             format('GRANT EXECUTE ON FUNCTION leaseq.flow_pause(text, text, timestamptz) TO %s', worker)];
         INSERT INTO leaseq.component_roles VALUES ('worker', worker);
@@ -141,6 +206,7 @@ BEGIN
             format('GRANT DELETE ON leaseq.jobs TO %s', operator),
             format('GRANT INSERT, DELETE ON leaseq.job_attempts TO %s', operator),
             format('GRANT DELETE ON leaseq.workers TO %s', operator),
+            format('CREATE POLICY leaseq_operator_all ON leaseq.workers FOR ALL TO %s USING (true) WITH CHECK (true)', operator),
             format('GRANT INSERT, UPDATE, DELETE ON leaseq.leader_leases TO %s', operator),
             format('CREATE POLICY leaseq_operator_all ON leaseq.jobs FOR ALL TO %s USING (true) WITH CHECK (true)', operator),
             format('CREATE POLICY leaseq_operator_all ON leaseq.job_attempts FOR ALL TO %s USING (true) WITH CHECK (true)', operator),
@@ -158,14 +224,19 @@ BEGIN
             -- the slot row can name it in the same statement).
             format('GRANT SELECT, INSERT, UPDATE, DELETE ON leaseq.schedules TO %s', operator),
             format('GRANT SELECT, INSERT ON leaseq.schedule_slots TO %s', operator),
+            format('CREATE POLICY leaseq_operator_all ON leaseq.schedules FOR ALL TO %s USING (true) WITH CHECK (true)', operator),
+            format('GRANT EXECUTE ON FUNCTION %s TO %s', schedule_functions, operator),
             format('GRANT INSERT (id, queue, job_type, payload, priority, max_attempts, available_at, idempotency_key, created_at) ON leaseq.jobs TO %s', operator),
             format('GRANT USAGE ON SEQUENCE %s TO %s', jobs_seq, operator),
             format('CREATE POLICY leaseq_operator_slot_jobs ON leaseq.jobs AS RESTRICTIVE FOR INSERT TO %s WITH CHECK (starts_with(idempotency_key, ''schedule:''))', operator),
             -- Pipelines: the mover's and prune's guard, `pipelines show`.
             format('GRANT SELECT, DELETE ON leaseq.job_deps TO %s', operator),
             format('GRANT SELECT ON leaseq.pipelines TO %s', operator),
+            format('CREATE POLICY leaseq_operator_all ON leaseq.job_deps FOR ALL TO %s USING (true) WITH CHECK (true)', operator),
+            format('CREATE POLICY leaseq_operator_all ON leaseq.pipelines FOR ALL TO %s USING (true) WITH CHECK (true)', operator),
             -- Flow control: limits, unit repairs and blocked aggregates.
             format('GRANT SELECT ON leaseq.flow_keys, leaseq.flow_limits, leaseq.flow_slots, leaseq.flow_aggregates, leaseq.flow_repairs, leaseq.flow_buckets TO %s', operator),
+            format('CREATE POLICY leaseq_operator_all ON leaseq.flow_slots FOR ALL TO %s USING (true) WITH CHECK (true)', operator),
             format('GRANT EXECUTE ON FUNCTION %s TO %s', flow_functions, operator)];
         IF maintain THEN
             stmts := stmts || ARRAY[
@@ -195,6 +266,10 @@ BEGIN
             format('GRANT UPDATE (has_children) ON leaseq.jobs TO %s', producer),
             format('GRANT USAGE ON SEQUENCE %s, %s TO %s', jobs_seq, pipelines_seq, producer),
             format('CREATE POLICY leaseq_producer_parent ON leaseq.jobs FOR UPDATE TO %s USING (enqueued_by = current_user) WITH CHECK (enqueued_by = current_user)', producer),
+            -- Edges only between its own jobs, pipelines only its own.
+            format('CREATE POLICY leaseq_producer_own ON leaseq.job_deps FOR SELECT TO %s USING (EXISTS (SELECT 1 FROM leaseq.jobs j WHERE j.id = job_deps.child_id))', producer),
+            format('CREATE POLICY leaseq_producer_edge ON leaseq.job_deps FOR INSERT TO %s WITH CHECK (EXISTS (SELECT 1 FROM leaseq.jobs j WHERE j.id = job_deps.child_id) AND EXISTS (SELECT 1 FROM leaseq.jobs j WHERE j.id = job_deps.parent_id))', producer),
+            format('CREATE POLICY leaseq_producer_own ON leaseq.pipelines FOR ALL TO %s USING (created_by = current_user) WITH CHECK (created_by = current_user)', producer),
             -- A producer's jobs start unfinished, whatever columns it may set.
             format('CREATE POLICY leaseq_producer_unfinished ON leaseq.jobs AS RESTRICTIVE FOR INSERT TO %s WITH CHECK (status::text IN (''waiting'', ''pending''))', producer),
             -- Flow control: keys on the jobs it enqueues.

@@ -9,12 +9,21 @@
 
 -- The checks of the columns only the enqueue writes (queue name, job type, timeout), raised
 -- as the CHECK constraints they replace would (SQLSTATE 23514, the same constraint names),
--- and only by a statement that sets them.
+-- and only by a statement that sets them. A new job also gets the API's checks, in the API's
+-- words (leaseq.InvalidJob, SQLSTATE 22023, the field in COLUMN), whichever way it came in
+-- (Queue.enqueue, leaseq.enqueue() or a producer's own INSERT): a payload of at most
+-- 1,048,576 bytes as JSON, at most 1,000 attempts, a start time within 3,650 days of now
+-- (finite: every reader of every tenant computes ages from it), a timeout of at most 3,650
+-- days, and keys of 1-512 characters. The payload is measured as text, as readers get it: its
+-- stored size says little (a number such as 1e100000 is a few bytes stored, 100,001 printed).
 CREATE OR REPLACE FUNCTION leaseq.jobs_check_written()
 RETURNS trigger
 LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
 AS $fn$
+DECLARE
+    field text;
+    problem text;
 BEGIN
     IF NEW.queue !~ '^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$' THEN
         RAISE EXCEPTION 'new row for relation "jobs" violates check constraint "jobs_queue_name"'
@@ -30,6 +39,28 @@ BEGIN
         RAISE EXCEPTION 'new row for relation "jobs" violates check constraint "jobs_timeout_positive"'
               USING ERRCODE = 'check_violation', CONSTRAINT = 'jobs_timeout_positive',
                     SCHEMA = 'leaseq', TABLE = 'jobs', COLUMN = 'timeout';
+    END IF;
+    IF TG_OP = 'INSERT' THEN
+        IF octet_length(NEW.payload::text) > 1048576 THEN
+            field := 'payload'; problem := format('is %s bytes as JSON; the limit is 1048576', octet_length(NEW.payload::text));
+        ELSIF NEW.max_attempts > 1000 THEN
+            field := 'max_attempts'; problem := format('must be at most 1000, got %s', NEW.max_attempts);
+        ELSIF NOT isfinite(NEW.available_at)
+              OR NEW.available_at NOT BETWEEN now() - interval '3650 days' AND now() + interval '3650 days' THEN
+            field := 'run_at'; problem := format('must be a finite time within 3650 days of now, got %s', NEW.available_at);
+        ELSIF NEW.timeout > interval '3650 days' THEN
+            field := 'timeout'; problem := format('must be at most 315360000 seconds (3650 days), got %s', extract(epoch FROM NEW.timeout));
+        ELSIF NEW.idempotency_key = '' OR NEW.dedup_key = '' THEN
+            field := CASE WHEN NEW.idempotency_key = '' THEN 'idempotency_key' ELSE 'dedup_key' END;
+            problem := 'must be a non-empty string or None';
+        ELSIF length(NEW.idempotency_key) > 512 OR length(NEW.dedup_key) > 512 THEN
+            field := CASE WHEN length(NEW.idempotency_key) > 512 THEN 'idempotency_key' ELSE 'dedup_key' END;
+            problem := format('is %s characters long; the limit is 512', greatest(length(NEW.idempotency_key), length(NEW.dedup_key)));
+        END IF;
+        IF field IS NOT NULL THEN
+            RAISE EXCEPTION 'invalid %: %; nothing was written', field, problem
+                USING ERRCODE = 'invalid_parameter_value', COLUMN = field, DETAIL = problem;
+        END IF;
     END IF;
     RETURN NEW;
 END

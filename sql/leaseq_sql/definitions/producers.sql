@@ -48,14 +48,20 @@ BEGIN
         field := 'delay'; problem := format('must be a finite number, got %s', coalesce(enqueue.delay::text, 'NULL'));
     ELSIF enqueue.delay < 0 THEN
         field := 'delay'; problem := format('must not be negative, got %s', enqueue.delay);
+    ELSIF enqueue.delay > 315360000 THEN
+        field := 'delay'; problem := format('must be at most 315360000 seconds (3650 days), got %s', enqueue.delay);
     ELSIF enqueue.max_attempts IS NULL OR enqueue.max_attempts < 1 THEN
         field := 'max_attempts'; problem := format('must be at least 1, got %s', coalesce(enqueue.max_attempts::text, 'NULL'));
+    ELSIF enqueue.max_attempts > 1000 THEN
+        field := 'max_attempts'; problem := format('must be at most 1000, got %s', enqueue.max_attempts);
     ELSIF enqueue.timeout IN ('NaN', 'Infinity', '-Infinity') THEN
         field := 'timeout'; problem := format('must be a finite number, got %s', enqueue.timeout);
     ELSIF enqueue.timeout < 0 THEN
         field := 'timeout'; problem := format('must not be negative, got %s', enqueue.timeout);
     ELSIF enqueue.timeout = 0 THEN
         field := 'timeout'; problem := 'must be greater than zero';
+    ELSIF enqueue.timeout > 315360000 THEN
+        field := 'timeout'; problem := format('must be at most 315360000 seconds (3650 days), got %s', enqueue.timeout);
     ELSIF enqueue.idempotency_key = '' THEN
         field := 'idempotency_key'; problem := 'must be a non-empty string or None';
     ELSIF length(enqueue.idempotency_key) > 512 THEN

@@ -246,9 +246,10 @@ SELECT f.queue, f.repaired FROM leaseq.flow_repairs f ORDER BY f.queue;
 SELECT leaseq.flow_unblock(%(queue)s, %(ordering_key)s) AS head;
 
 -- name: flow_status
--- Per queue and key with unfinished jobs: the limit, running and ready jobs, whether it is saturated (no free slot), its weight and virtual time; at most %(limit)s keys, saturated first.
+-- Per queue and key with unfinished jobs: the limit, running and ready jobs, whether it is saturated (no free slot), its weight and virtual time, the pause in force; at most %(limit)s keys, saturated first.
 WITH t AS (SELECT coalesce(%(now)s::timestamptz, now()) AS now)
 SELECT k.queue, k.key, k.max_running, k.weight, k.vtime,
+       CASE WHEN k.paused_until > t.now THEN k.paused_until END AS paused_until,
        r.running, p.ready,
        (k.max_running IS NOT NULL AND f.free = 0) AS saturated,
        CASE WHEN k.max_running IS NULL THEN p.ready ELSE least(p.ready, f.free) END AS claimable
@@ -335,6 +336,10 @@ SELECT queue, coalesce(q.claimable, 0) AS claimable, coalesce(q.saturated_keys, 
 -- name: flow_pause
 -- Pauses a key until %(until)s (a handler told to back off): none of its jobs is claimed before then; returns the pause in force (NULL: the key has no unfinished job).
 SELECT leaseq.flow_pause(%(queue)s, %(key)s, %(until)s) AS paused_until;
+
+-- name: flow_resume
+-- Ends a key's pause now (`leaseq limits resume`); whether it had one.
+SELECT leaseq.flow_resume(%(queue)s, %(key)s) AS resumed;
 
 -- name: job_back_off
 -- A handler told to back off (HTTP 429, Retry-After): hands a held job back without spending an attempt, not before %(seconds)s from now, and pauses its key (if any) until then, in one statement; token bumped; the attempt is recorded as released.

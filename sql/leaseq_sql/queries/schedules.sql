@@ -2,45 +2,16 @@
 -- Time-dependent statements take %(now)s: NULL means database time (always, in production).
 
 -- name: schedule_put
--- Creates a schedule or updates the one of the same origin (a new cron, zone or a re-enable moves fire_after to now; paused is kept); no row when the name belongs to the other origin.
-WITH t AS (SELECT coalesce(%(now)s::timestamptz, now()) AS now)
-INSERT INTO leaseq.schedules AS s
-       (name, cron, timezone, queue, job_type, payload, priority, max_attempts, overlap,
-        catchup_seconds, declared_by, declared_in, fire_after, created_at, updated_at)
-SELECT %(name)s, %(cron)s, %(timezone)s, %(queue)s, %(job_type)s, %(payload)s, %(priority)s,
-       %(max_attempts)s, %(overlap)s, %(catchup_seconds)s, %(declared_by)s, %(declared_in)s,
-       t.now, t.now, t.now
-  FROM t
-ON CONFLICT (name) DO UPDATE
-   SET cron = excluded.cron, timezone = excluded.timezone, queue = excluded.queue,
-       job_type = excluded.job_type, payload = excluded.payload, priority = excluded.priority,
-       max_attempts = excluded.max_attempts, overlap = excluded.overlap,
-       catchup_seconds = excluded.catchup_seconds, declared_in = excluded.declared_in,
-       enabled = true, disabled_reason = NULL,
-       fire_after = CASE WHEN s.cron <> excluded.cron OR s.timezone <> excluded.timezone
-                              OR NOT s.enabled
-                         THEN excluded.updated_at ELSE s.fire_after END,
-       updated_at = CASE WHEN (s.cron, s.timezone, s.queue, s.job_type, s.payload, s.priority,
-                               s.max_attempts, s.overlap, s.catchup_seconds, s.enabled,
-                               s.declared_in)
-                              IS NOT DISTINCT FROM
-                              (excluded.cron, excluded.timezone, excluded.queue,
-                               excluded.job_type, excluded.payload, excluded.priority,
-                               excluded.max_attempts, excluded.overlap,
-                               excluded.catchup_seconds, true, excluded.declared_in)
-                         THEN s.updated_at ELSE excluded.updated_at END
- WHERE s.declared_by = excluded.declared_by
-RETURNING s.name, (s.xmax = 0) AS created;
+-- Creates a schedule or updates the one of the same origin (leaseq.schedule_put, definitions/schedules.sql); no row when the name belongs to the other origin or another login's code.
+SELECT s.schedule AS name, s.created
+  FROM leaseq.schedule_put(%(name)s, %(cron)s, %(timezone)s, %(queue)s, %(job_type)s, %(payload)s,
+                           %(priority)s, %(max_attempts)s, %(overlap)s, %(catchup_seconds)s,
+                           %(declared_by)s, %(declared_in)s,
+                           coalesce(%(now)s::timestamptz, now())) s;
 
 -- name: schedule_disable_undeclared
--- Disables (never deletes) the enabled code schedules of an app that its registry no longer declares; returns their names.
-UPDATE leaseq.schedules s
-   SET enabled = false,
-       disabled_reason = 'no longer declared by ' || %(app)s,
-       updated_at = coalesce(%(now)s::timestamptz, now())
- WHERE s.declared_by = 'code' AND s.declared_in = %(app)s AND s.enabled
-   AND NOT (s.name = ANY(%(names)s::text[]))
-RETURNING s.name;
+-- Disables (never deletes) the enabled code schedules of an app that its registry no longer declares, of the caller's own login (leaseq.schedule_retire); returns their names.
+SELECT leaseq.schedule_retire(%(app)s, %(names)s::text[], coalesce(%(now)s::timestamptz, now())) AS name;
 
 -- name: schedule_set_paused
 -- Pauses or resumes a schedule; resuming moves fire_after to now, so slots that fell while paused never fire. No row when there is no such schedule.

@@ -74,7 +74,8 @@ def flow_text(status: list[Any], blocked: list[Any]) -> str:
     if status:
         rows = [
             [s.queue, s.key, "-" if s.max_running is None else s.max_running, s.running,
-             s.ready, s.claimable, "yes" if s.saturated else "", f"{s.vtime:.1f}"]
+             s.ready, s.claimable, "yes" if s.saturated else "", f"{s.vtime:.1f}",
+             when(s.paused_until) if s.paused_until else ""]
             for s in status
         ]  # fmt: skip
         parts.append(
@@ -88,6 +89,7 @@ def flow_text(status: list[Any], blocked: list[Any]) -> str:
                     "CLAIMABLE",
                     "SATURATED",
                     "RUN S/WEIGHT",
+                    "PAUSED UNTIL",
                 ],
                 rows,
             )
@@ -100,6 +102,18 @@ def flow_text(status: list[Any], blocked: list[Any]) -> str:
             + table(["QUEUE", "ORDERING KEY", "DEAD HEAD", "SINCE", "WAITING"], rows)
         )
     return "\n\n".join(parts)
+
+
+def resume(args: argparse.Namespace) -> int:
+    with connect_for(args, "resume key") as conn:
+        resumed = FlowControl(conn).resume(args.queue, args.key)
+    text = (
+        f"{args.queue} {args.key}: pause ended, its jobs are claimable"
+        if resumed
+        else f"{args.queue} {args.key}: not paused"
+    )
+    say(args, {"queue": args.queue, "key": args.key, "resumed": resumed}, text)
+    return 0
 
 
 def unblock(args: argparse.Namespace) -> int:
@@ -155,6 +169,9 @@ def add_commands(sub: Any, command: Any) -> None:
                 keys, group)  # fmt: skip
     p.add_argument("queue", nargs="*")
     p.add_argument("--limit", type=int, default=50, help="at most this many rows (default 50)")
+    p = command("resume", "end a key's pause (a handler's back-off) now", resume, group)
+    p.add_argument("queue")
+    p.add_argument("key")
     p = command("unblock", "skip an aggregate's dead head: its next job runs", unblock, group)
     p.add_argument("queue")
     p.add_argument("ordering_key")

@@ -134,6 +134,13 @@ class FlowControl:
         with transaction(self._db, "pause key") as c:
             return self._store.flow_pause(c, queue=queue, key=key, until=until)
 
+    def resume(self, queue: str, key: str) -> bool:
+        """End ``key``'s pause now (a handler's back-off); False when it had none."""
+        validation.queue_name(queue)
+        validation.flow_key("key", key)
+        with transaction(self._db, "resume key") as c:
+            return self._store.flow_resume(c, queue=queue, key=key)
+
     def remove_limit(self, queue: str, key: str) -> int:
         """Remove the limit set for exactly ``key`` (or pattern); the keys it governed take
         the next matching limit, or none. Returns how many keys were updated."""
@@ -165,6 +172,7 @@ class FlowControl:
                 ready=r["ready"],
                 saturated=r["saturated"],
                 claimable=r["claimable"],
+                paused_until=r["paused_until"],
             )
             for r in rows
         ]

@@ -40,6 +40,8 @@ class FlowKeyStatus:
     ready: int
     saturated: bool
     claimable: int
+    #: Claimed no sooner than this (a handler backed off); None when not paused.
+    paused_until: datetime | None = None
 
 
 @dataclass(frozen=True)

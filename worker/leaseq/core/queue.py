@@ -94,6 +94,9 @@ _NOT_RETRYABLE = {
 
 log = logging.getLogger("leaseq.queue")
 
+#: The longest a BackOff hands a job back for, and pauses its key (the database agrees).
+MAX_BACK_OFF_SECONDS = 86_400.0
+
 T = TypeVar("T")
 
 MAX_CLAIM_BATCH = 100
@@ -133,10 +136,11 @@ class JobSpec:
         validation.name("job_type", self.job_type)
         validation.json_value("payload", self.payload)
         validation.priority(self.priority)
-        validation.non_negative("delay", self.delay)
-        validation.at_least("max_attempts", self.max_attempts, 1)
+        validation.within_horizon("delay", self.delay)
+        validation.attempts("max_attempts", self.max_attempts)
         if self.timeout is not None:
             validation.positive("timeout", self.timeout)
+            validation.within_horizon("timeout", self.timeout)
         validation.optional_key("idempotency_key", self.idempotency_key)
         validation.optional_key("dedup_key", self.dedup_key)
         validation.flow_key("key", self.key)
@@ -929,7 +933,18 @@ class Queue:
     ) -> Released | Fenced:
         """Hand the job back without spending an attempt, not to run before ``seconds`` from
         now, and pause its key (if it has one) until then: what a handler does when the
-        service it calls answers 429 / Retry-After (``raise leaseq.BackOff(seconds)``)."""
+        service it calls answers 429 / Retry-After (``raise leaseq.BackOff(seconds)``).
+        ``seconds`` is clamped to :data:`MAX_BACK_OFF_SECONDS` (a day), with a warning: a
+        garbage Retry-After never parks a job or pauses a key for years (the database clamps
+        the key's pause the same way)."""
+        if seconds > MAX_BACK_OFF_SECONDS:
+            log.warning(
+                "back-off of %gs clamped to %gs (a day); a longer wait is not a back-off",
+                seconds,
+                MAX_BACK_OFF_SECONDS,
+                extra=_lease_fields(lease),
+            )
+            seconds = MAX_BACK_OFF_SECONDS
         validation.non_negative("seconds", seconds)
         text = bounded.text(reason).value
 

@@ -68,7 +68,7 @@ def check_spec(spec: ScheduleSpec) -> ScheduleSpec:
     validation.name("job_type", spec.job_type)
     validation.json_value("payload", spec.payload)
     validation.priority(spec.priority)
-    validation.at_least("max_attempts", spec.max_attempts, 1)
+    validation.attempts("max_attempts", spec.max_attempts)
     validation.non_negative("catchup_seconds", spec.catchup_seconds)
     try:
         overlap = Overlap(spec.overlap)

@@ -68,6 +68,28 @@ def positive(field: str, value: float) -> float:
     return float(value)
 
 
+#: The furthest a job's start, delay or timeout may reach (3,650 days), as the database checks.
+MAX_HORIZON_SECONDS = 315_360_000
+#: The most attempts a job may have, as the database checks.
+MAX_ATTEMPTS = 1000
+
+
+def within_horizon(field: str, value: float) -> float:
+    """A finite, non-negative number of seconds of at most :data:`MAX_HORIZON_SECONDS`."""
+    if non_negative(field, value) > MAX_HORIZON_SECONDS:
+        raise InvalidJob(
+            field, f"must be at most {MAX_HORIZON_SECONDS} seconds (3650 days), got {value}"
+        )
+    return float(value)
+
+
+def attempts(field: str, value: int) -> int:
+    """An integer number of attempts in [1, :data:`MAX_ATTEMPTS`]."""
+    if at_least(field, value, 1) > MAX_ATTEMPTS:
+        raise InvalidJob(field, f"must be at most {MAX_ATTEMPTS}, got {value}")
+    return value
+
+
 def at_least(field: str, value: int, minimum: int) -> int:
     if not isinstance(value, int) or isinstance(value, bool):
         raise InvalidJob(field, f"must be an integer, got {value!r}")

@@ -96,6 +96,10 @@ class FlowStore(Store):
             "flow summary",
         )
 
+    def flow_resume(self, conn: Conn, *, queue: str, key: str) -> bool:
+        rows = self._dicts(conn, "flow_resume", {"queue": queue, "key": key}, "resume key")
+        return bool(rows[0]["resumed"])
+
     def flow_pause(self, conn: Conn, *, queue: str, key: str, until: datetime) -> datetime | None:
         rows = self._dicts(
             conn, "flow_pause", {"queue": queue, "key": key, "until": until}, "pause key"

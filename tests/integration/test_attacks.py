@@ -1,0 +1,397 @@
+"""The attack suite: each role's own login tries what the threat model
+(sql/leaseq_sql/definitions/threat_model.toml) forbids it, and what it allows.
+
+Generated from the catalogs where it can be: every relation and function of schema leaseq
+must have a decision in the model (a new one without one fails here); every privilege of every
+column of every relation is tried with each login (a statement that touches no row, so only
+the privilege answers) and must be refused exactly where the model gives none. Row
+boundaries, which privileges cannot express, are tried one by one below; the first six are
+the reproductions of issue 46 (each fails on the schema of 128adfe).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+
+import psycopg
+import pytest
+from psycopg import errors as pg_errors
+from psycopg import sql
+from psycopg.types.json import Jsonb
+
+import leaseq
+from support import threat_model
+from support.roles import Roles, login_roles
+
+DENIED = pg_errors.InsufficientPrivilege
+LOGINS = ("worker", "operator", "producer", "producer2", "console")
+
+
+@pytest.fixture
+def roles(database_url: str) -> Iterator[Roles]:
+    with login_roles(database_url, "producer2", "console") as made:
+        names = made.names
+        with leaseq.connect(database_url, action="migrate") as conn:
+            leaseq.migrate(
+                conn,
+                leaseq.ComponentRoles(names["worker"], names["operator"], names["producer"]),
+                leaseq.ConsoleRole(names["console"], admin=True),
+            )
+        with psycopg.connect(database_url, autocommit=True) as admin:
+            admin.execute(
+                sql.SQL("GRANT {} TO {}").format(
+                    sql.Identifier(names["producer"]), sql.Identifier(names["producer2"])
+                )
+            )
+        yield made
+
+
+def login(roles: Roles, who: str) -> psycopg.Connection[tuple[object, ...]]:
+    return psycopg.connect(roles.urls[who], autocommit=True)
+
+
+def queue_as(roles: Roles, who: str) -> leaseq.core.db.Conn:
+    return leaseq.connect(roles.urls[who], action="test")
+
+
+# -- every relation and function has a decision -----------------------------------------------
+
+RELATIONS = """
+SELECT c.relname, c.relkind::text, c.relrowsecurity
+  FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace AND n.nspname = 'leaseq'
+ WHERE c.relkind IN ('r', 'p', 'v', 'm', 'S', 'f') AND NOT c.relispartition
+"""
+
+
+def test_every_relation_and_function_has_a_decision(database_url: str) -> None:
+    model = threat_model.relations()
+    with psycopg.connect(database_url) as conn:
+        found = {str(n): (str(k), bool(r)) for n, k, r in conn.execute(RELATIONS)}
+        functions = {
+            str(n)
+            for (n,) in conn.execute(
+                "SELECT p.proname FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace"
+                " WHERE n.nspname = 'leaseq'"
+            )
+        }
+    assert sorted(set(found) - set(model)) == [], "relations with no decision in the model"
+    assert sorted(set(model) - set(found)) == [], "decisions for relations that do not exist"
+    assert sorted(functions ^ set(threat_model.functions())) == [], "functions without a decision"
+    for name, relation in model.items():
+        writes = any(
+            g.privilege in ("INSERT", "UPDATE", "DELETE")
+            for grants in relation.grants.values()
+            for g in grants
+        )
+        assert found[name][1] == relation.rls, f"{name}: row level security is not as declared"
+        if writes and found[name][0] in ("r", "p"):
+            assert relation.rls or relation.decision, f"{name} is written with no policy decision"
+
+
+def test_functions_execute_as_declared(database_url: str, roles: Roles) -> None:
+    wrong = []
+    with psycopg.connect(database_url) as conn:
+        rows = conn.execute(
+            "SELECT p.proname, p.oid FROM pg_proc p JOIN pg_namespace n"
+            " ON n.oid = p.pronamespace WHERE n.nspname = 'leaseq'"
+        ).fetchall()
+        for name, oid in rows:
+            allowed = threat_model.functions()[str(name)]
+            for who in ("PUBLIC", "worker", "operator", "producer", "console"):
+                role = "public" if who == "PUBLIC" else roles.names[who]
+                may = bool(
+                    conn.execute(
+                        "SELECT has_function_privilege(%s, %s::oid, 'EXECUTE')", [role, oid]
+                    ).fetchone()[0]  # type: ignore[index]
+                )
+                if may != ("PUBLIC" in allowed or who in allowed):
+                    wrong.append(f"{name}: {who} {'may' if may else 'may not'} execute it")
+    assert not wrong, wrong
+
+
+# -- every privilege, with each login -----------------------------------------------------------
+
+COLUMNS = """
+SELECT c.relname, c.relkind::text, a.attname
+  FROM pg_attribute a JOIN pg_class c ON c.oid = a.attrelid
+  JOIN pg_namespace n ON n.oid = c.relnamespace AND n.nspname = 'leaseq'
+ WHERE c.relkind IN ('r', 'p') AND NOT c.relispartition
+   AND a.attnum > 0 AND NOT a.attisdropped AND a.attgenerated = ''
+ ORDER BY c.relname, a.attnum
+"""
+
+
+def attempts(
+    conn: psycopg.Connection[tuple[object, ...]],
+) -> list[tuple[str, str, str, sql.Composed]]:
+    """(relation, privilege, column or "", a statement that needs exactly that privilege and
+    touches no row) for every relation and column of schema leaseq."""
+    out = []
+    rels = {str(n): str(k) for n, k, _ in conn.execute(RELATIONS)}
+    for rel, kind in rels.items():
+        if kind == "S":
+            continue
+        table = sql.Identifier("leaseq", rel)
+        out.append((rel, "SELECT", "", sql.SQL("SELECT 1 FROM {} WHERE false").format(table)))
+        if kind in ("r", "p"):
+            out.append((rel, "DELETE", "", sql.SQL("DELETE FROM {} WHERE false").format(table)))
+    for rel, _, column in conn.execute(COLUMNS).fetchall():
+        table, col = sql.Identifier("leaseq", str(rel)), sql.Identifier(str(column))
+        insert = "INSERT INTO {} ({}) OVERRIDING SYSTEM VALUE SELECT NULL WHERE false"
+        update = "UPDATE {} SET {} = DEFAULT WHERE false"
+        out.append((str(rel), "INSERT", str(column), sql.SQL(insert).format(table, col)))
+        out.append((str(rel), "UPDATE", str(column), sql.SQL(update).format(table, col)))
+    return out
+
+
+def declared(component: str, relation: str, privilege: str, column: str) -> bool:
+    grants = threat_model.relations()[relation].grants.get(component, ())
+    return any(g.privilege == privilege and (not g.columns or column in g.columns) for g in grants)
+
+
+@pytest.mark.parametrize("who", LOGINS)
+def test_each_login_holds_exactly_the_declared_privileges(
+    database_url: str, roles: Roles, who: str
+) -> None:
+    component = "producer" if who == "producer2" else who
+    with psycopg.connect(database_url) as admin:
+        tried = attempts(admin)
+    wrong = []
+    with login(roles, who) as conn:
+        for relation, privilege, column, statement in tried:
+            try:
+                conn.execute(statement)
+                allowed = True
+            except DENIED:
+                allowed = False
+            if allowed != declared(component, relation, privilege, column):
+                what = f"{privilege} {relation}{'.' + column if column else ''}"
+                wrong.append(f"{what}: {'allowed' if allowed else 'refused'}")
+    assert len(tried) > 300
+    assert not wrong, wrong
+
+
+# -- row boundaries and the reproductions -------------------------------------------------------
+
+FORGED_ROW = """
+CREATE TEMP TABLE fake (id bigint, queue text, key text, status text, ordering_key text,
+  ordering_waiting boolean, finished_at timestamptz, lease_expires_at timestamptz,
+  started_at timestamptz, lease_token bigint, notify_done boolean, has_children boolean,
+  pipeline_id bigint)
+"""
+
+
+@pytest.mark.parametrize(
+    "function", ["jobs_on_status", "flow_on_enqueue", "flow_on_enqueue_ordered"]
+)
+@pytest.mark.parametrize("who", LOGINS)
+def test_1_no_login_runs_the_owners_trigger_code_on_a_forged_row(
+    roles: Roles, who: str, function: str
+) -> None:
+    """A trigger function's EXECUTE is checked only by CREATE TRIGGER, on a temp table of the
+    caller's own; there it must be refused."""
+    with login(roles, who) as conn:
+        conn.execute(FORGED_ROW)
+        with pytest.raises(DENIED):
+            conn.execute(
+                f"CREATE TRIGGER t AFTER UPDATE ON fake FOR EACH ROW"
+                f" EXECUTE FUNCTION leaseq.{function}()"
+            )
+
+
+def test_2_a_worker_enqueues_nothing_through_the_scheduler(database_url: str, roles: Roles) -> None:
+    spec = leaseq.ScheduleSpec("team-report", "0 * * * *", queue="reports", job_type="report")
+    with leaseq.connect(database_url, action="test") as owner:
+        leaseq.Schedules(owner).declare("team:registry", [spec])
+    with login(roles, "worker") as conn:
+        with pytest.raises(DENIED):
+            conn.execute(
+                "INSERT INTO leaseq.schedules (name, cron, queue, job_type, payload, declared_by,"
+                " priority) VALUES ('x', '* * * * *', 'victimq', 'charge_card',"
+                " '{\"amount\": 1000000}', 'code', -32768)"
+            )
+        with pytest.raises(DENIED):
+            conn.execute("UPDATE leaseq.schedules SET queue = 'victimq'")
+        with pytest.raises(DENIED, match="only code schedules"):
+            conn.execute(
+                "SELECT * FROM leaseq.schedule_put('x', '* * * * *', 'UTC', 'victimq', 'charge',"
+                " '{}', 100, 5, 'skip', 0, 'runtime', NULL, now())"
+            )
+    with queue_as(roles, "worker") as w:
+        # The team's schedule is another login's: a worker's declaration leaves it alone.
+        hijack = leaseq.ScheduleSpec("team-report", "* * * * *", queue="victimq", job_type="x")
+        leaseq.Schedules(w).declare("team:registry", [hijack])
+        assert leaseq.Schedules(w).declare("team:registry", []) == []
+    with psycopg.connect(database_url) as admin:
+        row = admin.execute(
+            "SELECT cron, queue, enabled FROM leaseq.schedules WHERE name = 'team-report'"
+        ).fetchone()
+    assert row == ("0 * * * *", "reports", True)
+
+
+def test_3_a_producer_cannot_rewire_or_read_another_producers_pipeline(
+    database_url: str, roles: Roles
+) -> None:
+    with queue_as(roles, "producer") as p:
+        graph = leaseq.Graph("tenant-a")
+        parent = graph.add("q", "split", key="split")
+        graph.add("q", "merge", after=[parent], key="merge")
+        ids = leaseq.Queue(p).enqueue_graph(graph)
+    with queue_as(roles, "producer2") as p2:
+        mine = leaseq.Queue(p2).enqueue("q", "t").job_id
+    with login(roles, "producer2") as conn:
+        with pytest.raises(DENIED):
+            conn.execute(
+                "INSERT INTO leaseq.job_deps (parent_id, child_id) VALUES (%s, %s)",
+                [mine, ids["merge"]],
+            )
+        assert conn.execute("SELECT count(*) FROM leaseq.job_deps").fetchone() == (0,)
+        assert conn.execute("SELECT count(*) FROM leaseq.pipelines").fetchone() == (0,)
+        changed = conn.execute("UPDATE leaseq.pipelines SET total = 0, finished_at = now()")
+        assert changed.rowcount == 0
+    with psycopg.connect(database_url) as admin:
+        assert admin.execute("SELECT total, finished_at FROM leaseq.pipelines").fetchall() == [
+            (2, None)
+        ]
+
+
+def test_4_a_worker_settles_only_what_it_holds_and_writes_no_effect_ahead(
+    database_url: str, roles: Roles
+) -> None:
+    with queue_as(roles, "producer") as p:
+        pending = leaseq.Queue(p).enqueue("q", "invoice", idempotency_key="invoice-99").job_id
+    with login(roles, "worker") as conn:
+        with pytest.raises(DENIED, match="only by claiming it or while it holds its lease"):
+            conn.execute(
+                "UPDATE leaseq.jobs SET status = 'succeeded', finished_at = now(),"
+                ' result = \'{"receipt": "FORGED"}\' WHERE id = %s',
+                [pending],
+            )
+        with pytest.raises(DENIED):
+            conn.execute(
+                "INSERT INTO leaseq.job_results (queue, job_type, idempotency_key, job_id,"
+                " produced_by, produced_at, result) VALUES ('q', 'invoice', 'invoice-99', %s,"
+                " 'w', now(), '{\"receipt\": \"FORGED\"}')",
+                [pending],
+            )
+    with queue_as(roles, "worker") as w:
+        [job] = leaseq.Queue(w).claim(["q"], "w1")
+        leaseq.Queue(w).complete(job.lease, {"receipt": "real"})
+        effect = leaseq.Queue(w).effect("invoice-99", queue="q", job_type="invoice")
+    assert effect is not None and effect.result == {"receipt": "real"}
+
+
+def test_4_a_worker_pauses_a_key_for_a_day_at_most_and_the_operator_resumes_it(
+    database_url: str, roles: Roles
+) -> None:
+    with queue_as(roles, "producer") as p:
+        leaseq.Queue(p).enqueue("q", "t", key="tenant-a")
+    with login(roles, "worker") as conn:
+        until, now = conn.execute(
+            "SELECT leaseq.flow_pause('q', 'tenant-a', 'infinity'), now()"
+        ).fetchone()  # type: ignore[misc]
+    assert isinstance(until, datetime) and isinstance(now, datetime)
+    assert now < until <= now + timedelta(days=1)
+    with queue_as(roles, "operator") as o:
+        [key] = leaseq.FlowControl(o).status(["q"])
+        assert key.paused_until == until
+        assert leaseq.FlowControl(o).resume("q", "tenant-a") is True
+        assert leaseq.FlowControl(o).status(["q"])[0].paused_until is None
+        assert leaseq.FlowControl(o).resume("q", "tenant-a") is False
+
+
+@pytest.mark.parametrize("run_at", ["-infinity", "infinity", "20000-01-01", "1900-01-01"])
+def test_5_no_writer_stores_a_time_no_reader_can_read(roles: Roles, run_at: str) -> None:
+    with login(roles, "producer") as conn:
+        with pytest.raises(pg_errors.InvalidParameterValue, match="invalid run_at"):
+            conn.execute("SELECT * FROM leaseq.enqueue('q', 't', run_at => %s)", [run_at])
+        with pytest.raises(pg_errors.InvalidParameterValue, match="invalid run_at"):
+            conn.execute(
+                "INSERT INTO leaseq.jobs (queue, job_type, available_at) VALUES ('q', 't', %s)",
+                [run_at],
+            )
+        assert conn.execute("SELECT count(*) FROM leaseq.jobs").fetchone() == (0,)
+
+
+def test_5_a_back_off_from_a_garbage_retry_after_is_clamped_to_a_day(
+    database_url: str, roles: Roles
+) -> None:
+    with queue_as(roles, "producer") as p:
+        leaseq.Queue(p).enqueue("q", "t", key="tenant-a")
+    with queue_as(roles, "worker") as w:
+        queue = leaseq.Queue(w)
+        [job] = queue.claim(["q"], "w1")
+        queue.back_off(job.lease, 1e12)
+    with psycopg.connect(database_url) as admin:
+        available, paused, now = admin.execute(
+            "SELECT j.available_at, k.paused_until, now() FROM leaseq.jobs j"
+            " JOIN leaseq.flow_keys k ON k.queue = j.queue AND k.key = j.key"
+        ).fetchone()  # type: ignore[misc]
+    assert available <= now + timedelta(days=1) and paused <= now + timedelta(days=1)
+
+
+@pytest.mark.parametrize(
+    ("column", "value", "field"),
+    [
+        ("payload", Jsonb({"x": "a" * 2_000_000}), "payload"),
+        # A number is a few bytes stored and 100,001 printed: measured as readers get it.
+        ("payload", "[" + ", ".join(["1e100000"] * 11) + "]", "payload"),
+        ("max_attempts", 2147483647, "max_attempts"),
+        ("timeout", timedelta(days=4000), "timeout"),
+        ("idempotency_key", "k" * 513, "idempotency_key"),
+        ("dedup_key", "", "dedup_key"),
+    ],
+)
+def test_6_a_producers_own_insert_gets_the_enqueues_checks(
+    roles: Roles, column: str, value: object, field: str
+) -> None:
+    with login(roles, "producer") as conn, pytest.raises(pg_errors.InvalidParameterValue) as e:
+        conn.execute(
+            sql.SQL("INSERT INTO leaseq.jobs (queue, job_type, {}) VALUES ('q', 't', %s)").format(
+                sql.Identifier(column)
+            ),
+            [value],
+        )
+    assert e.value.diag.column_name == field
+    assert str(e.value).startswith(f"invalid {field}: ")
+
+
+def test_the_api_refuses_the_same_bounds_in_the_same_words(conn: leaseq.core.db.Conn) -> None:
+    queue = leaseq.Queue(conn)
+    for kwargs, field in [
+        ({"max_attempts": 1001}, "max_attempts"),
+        ({"delay": 315_360_001}, "delay"),
+        ({"timeout": 315_360_001}, "timeout"),
+        ({"run_at": datetime(2100, 1, 1, tzinfo=UTC)}, "run_at"),
+    ]:
+        with pytest.raises(leaseq.InvalidJob) as refused:
+            queue.enqueue("q", "t", **kwargs)  # type: ignore[arg-type]
+        assert refused.value.field == field
+    assert queue.jobs() == []
+
+
+def test_a_worker_cannot_free_a_held_unit_of_a_limit(database_url: str, roles: Roles) -> None:
+    with queue_as(roles, "operator") as o:
+        leaseq.FlowControl(o).set_limit("q", "tenant-a", max_running=1)
+    with queue_as(roles, "producer") as p:
+        for _ in range(2):
+            leaseq.Queue(p).enqueue("q", "t", key="tenant-a")
+    with queue_as(roles, "worker") as w:
+        assert len(leaseq.Queue(w).claim(["q"], "w1", limit=2)) == 1
+    with login(roles, "worker") as conn:
+        freed = conn.execute("UPDATE leaseq.flow_slots SET job_id = NULL, lease_token = NULL")
+        assert freed.rowcount == 0
+    with queue_as(roles, "worker") as w:
+        assert leaseq.Queue(w).claim(["q"], "w2") == []
+
+
+def test_a_worker_login_writes_only_its_own_registry_rows(database_url: str, roles: Roles) -> None:
+    with psycopg.connect(database_url) as admin:
+        admin.execute(
+            "INSERT INTO leaseq.workers (worker_id, queues, concurrency) VALUES ('other', '{q}', 1)"
+        )
+    with login(roles, "worker") as conn:
+        assert conn.execute("DELETE FROM leaseq.workers").rowcount == 0
+        assert conn.execute("UPDATE leaseq.workers SET in_flight = 99").rowcount == 0
+        assert conn.execute("SELECT count(*) FROM leaseq.workers").fetchone() == (1,)

@@ -22,7 +22,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import partial
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from leaseq.core.backoff import Backoff
 from leaseq.core.errors import DatabaseUnavailable, LeaseqError
@@ -50,6 +50,8 @@ log = logging.getLogger("leaseq.worker")
 
 #: What a settling call returns.
 Answer = Completed | Failed | Released | Fenced
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -200,7 +202,7 @@ class Settlement:
         another reason (one result PostgreSQL refuses) is split, so only that attempt is
         left undelivered."""
         try:
-            if len(group) > 1 and self._complete_group(list(group)):
+            if len(group) > 1 and self._complete_group(group):
                 return
             # One attempt, or a group PostgreSQL refused as a whole: one statement each.
             for done in group:
@@ -218,67 +220,61 @@ class Settlement:
             for done in group:
                 done.attempt.settled.set()
 
-    def _complete_one(self, done: Done) -> Answer:
+    def _complete_many(self, group: Sequence[Done]) -> list[Completed | Fenced]:
         return self.queue.complete_many(
-            [done.attempt.job.lease],
-            [done.result],
+            [d.attempt.job.lease for d in group],
+            [d.result for d in group],
             # The enqueuer's key, if any: a job without one gets no effect row.
-            effect_keys=[done.attempt.job.idempotency_key],
-            progresses=[done.progress],
-            spawns=[done.spawn],
-        )[0]
+            effect_keys=[d.attempt.job.idempotency_key for d in group],
+            progresses=[d.progress for d in group],
+            spawns=[d.spawn for d in group],
+        )
 
-    def _complete_group(self, pending: list[Done]) -> bool:
+    def _complete_one(self, done: Done) -> Answer:
+        return self._complete_many([done])[0]
+
+    def _complete_group(self, group: Sequence[Done]) -> bool:
         """Deliver the group; False if PostgreSQL refused the statement for a reason other
         than being unreachable (nothing was applied then)."""
-        backoff = Backoff(0.1, 2.0)
-        retried = False
-        while pending:
-            try:
-                answers = self.queue.complete_many(
-                    [d.attempt.job.lease for d in pending],
-                    [d.result for d in pending],
-                    effect_keys=[d.attempt.job.idempotency_key for d in pending],
-                    progresses=[d.progress for d in pending],
-                    spawns=[d.spawn for d in pending],
+        pending = list(group)
+
+        def keep_trying(exc: DatabaseUnavailable) -> bool:
+            now = time.monotonic()
+            for done in [d for d in pending if now > d.attempt.lease_bound]:
+                log.error(
+                    "complete not delivered (database unreachable, lease expired): %s; "
+                    "the reaper will return the job",
+                    exc,
+                    extra=done.attempt.fields(),
                 )
-            except DatabaseUnavailable as exc:
-                self.health.db_failed(exc)
-                now = time.monotonic()
-                for done in [d for d in pending if now > d.attempt.lease_bound]:
-                    log.error(
-                        "complete not delivered (database unreachable, lease expired): %s; "
-                        "the reaper will return the job",
-                        exc,
-                        extra=done.attempt.fields(),
-                    )
-                pending = [d for d in pending if now <= d.attempt.lease_bound]
-                if self.stopping.is_set() or not pending:
-                    return True
-                delay = backoff.next()
-                log.warning(
-                    "complete of %d failed (%s); retrying in %.1fs", len(pending), exc, delay
-                )
-                time.sleep(delay)
-                retried = True
-                continue
-            except LeaseqError as exc:
-                log.warning("complete of %d refused (%s); completing one by one", len(pending), exc)
-                return False
-            self.health.db_ok()
-            # Successes are counted once per (queue, job type) of the group.
-            succeeded: collections.Counter[tuple[str, str]] = collections.Counter()
-            for done, answer in zip(pending, answers, strict=True):
-                outcome = None
-                if retried and isinstance(answer, Fenced):
-                    outcome = self._applied(done.attempt, Call.COMPLETE)
-                outcome = outcome or outcome_of(answer, None)
-                if outcome is Outcome.SUCCEEDED:
-                    succeeded[done.attempt.job.queue, done.attempt.job.job_type] += 1
-                self._record(done.attempt, Call.COMPLETE, outcome, counted=True)
-            for (queue, job_type), count in succeeded.items():
-                self.metrics.finish(queue, job_type, Outcome.SUCCEEDED, count)
+            # In place: the next try completes only what is left.
+            pending[:] = [d for d in pending if now <= d.attempt.lease_bound]
+            return bool(pending) and not self.stopping.is_set()
+
+        try:
+            reached = self._retried(
+                lambda: self._complete_many(pending),
+                keep_trying,
+                lambda: f"complete of {len(pending)}",
+            )
+        except LeaseqError as exc:
+            log.warning("complete of %d refused (%s); completing one by one", len(pending), exc)
+            return False
+        if reached is None:
             return True
+        answers, retried = reached
+        # Successes are counted once per (queue, job type) of the group.
+        succeeded: collections.Counter[tuple[str, str]] = collections.Counter()
+        for done, answer in zip(pending, answers, strict=True):
+            outcome = None
+            if retried and isinstance(answer, Fenced):
+                outcome = self._applied(done.attempt, Call.COMPLETE)
+            outcome = outcome or outcome_of(answer, None)
+            if outcome is Outcome.SUCCEEDED:
+                succeeded[done.attempt.job.queue, done.attempt.job.job_type] += 1
+            self._record(done.attempt, Call.COMPLETE, outcome, counted=True)
+        for (queue, job_type), count in succeeded.items():
+            self.metrics.finish(queue, job_type, Outcome.SUCCEEDED, count)
         return True
 
     def _deliver(
@@ -289,6 +285,45 @@ class Settlement:
         giving up (the reaper will take the job back). A retried call that comes back fenced
         is checked against the audit trail: if the first try had been applied before the
         connection dropped, that is the outcome."""
+
+        def keep_trying(exc: DatabaseUnavailable) -> bool:
+            limit = attempt.lease_bound if until is None else min(until, attempt.lease_bound)
+            if time.monotonic() > limit or self.stopping.is_set():
+                log.error(
+                    "%s not delivered (database unreachable, lease expired): %s; "
+                    "the reaper will return the job",
+                    call,
+                    exc,
+                    extra=attempt.fields(),
+                )
+                return False
+            return True
+
+        reached = self._retried(fn, keep_trying, lambda: str(call), attempt.fields)
+        if reached is None:
+            return None
+        answer, retried = reached
+        if retried and isinstance(answer, Fenced):
+            applied = self._applied(attempt, call)
+            if applied is not None:
+                log.info(
+                    "%s had been applied before the connection dropped",
+                    call,
+                    extra=attempt.fields(),
+                )
+                return applied
+        return outcome_of(answer, attempt.settled_by)
+
+    def _retried(
+        self,
+        fn: Callable[[], T],
+        keep_trying: Callable[[DatabaseUnavailable], bool],
+        what: Callable[[], str],
+        fields: Callable[[], dict[str, object]] | None = None,
+    ) -> tuple[T, bool] | None:
+        """``fn()`` and whether it had to be tried again: while PostgreSQL is unreachable it
+        is retried with backoff for as long as ``keep_trying`` (which logs why it gives up)
+        says so; None once it said not to. Any other error propagates at once."""
         backoff = Backoff(0.1, 2.0)
         retried = False
         while True:
@@ -296,34 +331,21 @@ class Settlement:
                 answer = fn()
             except DatabaseUnavailable as exc:
                 self.health.db_failed(exc)
-                limit = attempt.lease_bound if until is None else min(until, attempt.lease_bound)
-                if time.monotonic() > limit or self.stopping.is_set():
-                    log.error(
-                        "%s not delivered (database unreachable, lease expired): %s; "
-                        "the reaper will return the job",
-                        call,
-                        exc,
-                        extra=attempt.fields(),
-                    )
+                if not keep_trying(exc):
                     return None
                 delay = backoff.next()
                 log.warning(
-                    "%s failed (%s); retrying in %.1fs", call, exc, delay, extra=attempt.fields()
+                    "%s failed (%s); retrying in %.1fs",
+                    what(),
+                    exc,
+                    delay,
+                    extra=None if fields is None else fields(),
                 )
                 time.sleep(delay)
                 retried = True
                 continue
             self.health.db_ok()
-            if retried and isinstance(answer, Fenced):
-                applied = self._applied(attempt, call)
-                if applied is not None:
-                    log.info(
-                        "%s had been applied before the connection dropped",
-                        call,
-                        extra=attempt.fields(),
-                    )
-                    return applied
-            return outcome_of(answer, attempt.settled_by)
+            return answer, retried
 
     def _applied(self, attempt: InFlight, call: Call) -> Outcome | None:
         """The outcome if the audit trail shows ``call`` was applied for this lease."""

@@ -27,9 +27,9 @@ _WHERE = {
     "BasicAuth": "leaseq.console.auth",
     "LocalOnly": "leaseq.console.auth",
     "ProxyAuth": "leaseq.console.auth",
-    "Panel": "leaseq.console.app",
+    "Panel": "leaseq.console.pages",
     "create_app": "leaseq.console.app",
-    "default_redactor": "leaseq.console.app",
+    "default_redactor": "leaseq.console.rendering",
 }
 
 

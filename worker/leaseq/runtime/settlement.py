@@ -202,7 +202,7 @@ class Settlement:
         another reason (one result PostgreSQL refuses) is split, so only that attempt is
         left undelivered."""
         try:
-            if len(group) > 1 and self._complete_group(list(group)):
+            if len(group) > 1 and self._complete_group(group):
                 return
             # One attempt, or a group PostgreSQL refused as a whole: one statement each.
             for done in group:
@@ -233,7 +233,7 @@ class Settlement:
     def _complete_one(self, done: Done) -> Answer:
         return self._complete_many([done])[0]
 
-    def _complete_group(self, group: list[Done]) -> bool:
+    def _complete_group(self, group: Sequence[Done]) -> bool:
         """Deliver the group; False if PostgreSQL refused the statement for a reason other
         than being unreachable (nothing was applied then)."""
         pending = list(group)

@@ -11,7 +11,8 @@ import psycopg
 from psycopg.rows import DictRow, class_row, dict_row
 
 from leaseq.core._store import statements
-from leaseq.core._store.store import Params, enqueue_params, outcome
+from leaseq.core._store.runner import Params
+from leaseq.core._store.store import enqueue_params, outcome
 from leaseq.core.errors import translate
 from leaseq.core.models import JobOutcome, JobRecord, JobStatus, PipelineRecord
 

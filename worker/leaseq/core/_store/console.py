@@ -11,7 +11,7 @@ from typing import Any
 from psycopg.rows import DictRow
 from psycopg.types.json import Jsonb
 
-from leaseq.core._store.store import Conn, Store
+from leaseq.core._store.runner import Conn, Runner
 
 Row = dict[str, Any]
 
@@ -41,8 +41,8 @@ def _rows(rows: list[DictRow]) -> list[Row]:
     return [dict(r) for r in rows]
 
 
-class ConsoleStore(Store):
-    """The store, with the console's statements."""
+class ConsoleStore(Runner):
+    """The console's statements (console.sql), and only those."""
 
     def console_bounds(self, conn: Conn, *, seconds: float) -> None:
         """Bound the current transaction (statement, lock and idle waits) to ``seconds``."""

@@ -7,11 +7,11 @@ from datetime import datetime
 
 from psycopg.rows import DictRow
 
-from leaseq.core._store.store import Conn, Store
+from leaseq.core._store.runner import Conn, Runner
 
 
-class FlowStore(Store):
-    """The store, with the flow-control statements."""
+class FlowStore(Runner):
+    """The flow-control statements (flow.sql), and only those."""
 
     def flow_limit_set(
         self,

@@ -8,12 +8,12 @@ from datetime import datetime
 from psycopg.rows import DictRow
 from psycopg.types.json import Jsonb
 
-from leaseq.core._store.store import Conn, Store
+from leaseq.core._store.runner import Conn, Runner
 from leaseq.core.schedule_models import DueRow, ScheduleOrigin, ScheduleSpec
 
 
-class ScheduleStore(Store):
-    """The store, with the schedule statements."""
+class ScheduleStore(Runner):
+    """The schedule statements (schedules.sql), and only those."""
 
     def schedule_put(
         self,

@@ -1,8 +1,9 @@
 """The store: one typed method per named statement, and nothing else.
 
 Methods take an open connection and run exactly one statement on it; transaction scope is
-the caller's (see the faces in :mod:`leaseq.core`). psycopg errors become leaseq errors here, in
-:meth:`Store._execute`, and nowhere else.
+the caller's (see the faces in :mod:`leaseq.core`). psycopg errors become leaseq errors in
+:class:`~leaseq.core._store.runner.Runner`, which every store class runs its statements
+through, and nowhere else.
 """
 
 from __future__ import annotations
@@ -11,14 +12,14 @@ import enum
 import json
 from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
-from typing import Any, TypeVar
+from typing import Any
 from uuid import UUID
 
 import psycopg
-from psycopg.rows import DictRow, class_row, dict_row
+from psycopg.rows import DictRow, dict_row
 from psycopg.types.json import Jsonb, set_json_loads
 
-from leaseq.core._store import statements
+from leaseq.core._store.runner import Conn, Params, Runner
 from leaseq.core.errors import InvalidGraph, translate
 from leaseq.core.graph import Plan
 from leaseq.core.models import (
@@ -53,11 +54,6 @@ from leaseq.core.models import (
     WorkerRecord,
     WorkerState,
 )
-
-Conn = psycopg.Connection[Any]
-T = TypeVar("T")
-Params = Mapping[str, Any]
-
 
 #: The statements whose rows are read in PostgreSQL's binary format: the claims and the
 #: completion, a worker's statements per job. Their integers and timestamps load without
@@ -248,48 +244,11 @@ def outcome(row: DictRow) -> JobOutcome:
     )
 
 
-class Store:
-    """Runs leaseq's named statements (loaded once) against a given connection."""
+class Store(Runner):
+    """The statements of jobs.sql and the rest of the queue core's files: jobs, workers,
+    leadership, history, pipelines, migrations and grants."""
 
-    def __init__(self) -> None:
-        self._statements = statements.load()
-
-    def _execute(
-        self,
-        conn: Conn,
-        name: str,
-        params: Params | None,
-        factory: Callable[..., Any],
-        action: str,
-    ) -> list[Any]:
-        binary = name in BINARY_RESULTS
-        return self._execute_text(
-            conn, self._statements[name].query, action, params, factory, binary=binary
-        )
-
-    def _execute_text(
-        self,
-        conn: Conn,
-        query: bytes,
-        action: str,
-        params: Params | None = None,
-        factory: Callable[..., Any] = dict_row,
-        *,
-        binary: bool = False,
-    ) -> list[Any]:
-        # params=None sends the text as a simple query, so a migration's many statements run.
-        try:
-            with conn.cursor(row_factory=factory, binary=binary) as cur:
-                cur.execute(query, params)
-                return cur.fetchall() if cur.description else []
-        except psycopg.Error as exc:
-            raise translate(exc, action=action, conninfo=conn.info.dsn) from exc
-
-    def _dicts(self, conn: Conn, name: str, params: Params | None, action: str) -> list[DictRow]:
-        return self._execute(conn, name, params, dict_row, action)
-
-    def _typed(self, conn: Conn, name: str, params: Params, cls: type[T], action: str) -> list[T]:
-        return self._execute(conn, name, params, class_row(cls), action)
+    _binary_results = BINARY_RESULTS
 
     # -- jobs ---------------------------------------------------------------------------
 

@@ -1,0 +1,105 @@
+"""The console's form posts: retry or cancel one job, retry the dead jobs a filter selects,
+cancel the pending jobs of a queue, cancel a pipeline. Each reads its form through
+:func:`~leaseq.console.guard.form_of` (the CSRF check), acts in one audited statement
+through the console face, logs one line naming the actor, and renders what it did."""
+
+from __future__ import annotations
+
+import logging
+from urllib.parse import urlencode
+
+from starlette.requests import Request
+from starlette.responses import Response
+
+from leaseq.console.guard import form_of
+from leaseq.console.params import blank, dead_filters
+from leaseq.console.rendering import Renderer
+from leaseq.core.console import Console
+
+log = logging.getLogger("leaseq.console")
+
+
+class Actions:
+    """One method per form post."""
+
+    def __init__(self, console: Console, render: Renderer) -> None:
+        self.console = console
+        self.render = render
+
+    def _acted(
+        self, request: Request, action: str, asked: int, done: list[int], back: str
+    ) -> Response:
+        log.info(
+            "console action",
+            extra={"actor": request.state.actor, "action": action, "jobs": len(done)},
+        )
+        return self.render(
+            request,
+            "done.html",
+            {"action": action, "asked": asked, "done": done, "back": back},
+        )
+
+    async def job(self, request: Request) -> Response:
+        job_id = int(request.path_params["job_id"])
+        action = request.path_params["action"]
+        form = await form_of(request)
+        reason, actor = form.get("reason", ""), request.state.actor
+        if action == "retry":
+            done = self.console.retry_dead([job_id], actor=actor, reason=reason)
+            return self._acted(request, "retried", 1, done, f"jobs/{job_id}")
+        if action == "cancel":
+            done = self.console.cancel([job_id], actor=actor, reason=reason)
+            return self._acted(request, "cancelled", 1, done, f"jobs/{job_id}")
+        return self.render(
+            request, "error.html", {"title": "No such action", "message": action}, 404
+        )
+
+    async def dead_retry(self, request: Request) -> Response:
+        form = await form_of(request)
+        filters = dead_filters(form)
+        selection = self.console.select_dead(
+            queue=filters["queue"], job_type=filters["job_type"], error_code=filters["error_code"]
+        )
+        done = self.console.retry_dead(
+            selection.ids,
+            actor=request.state.actor,
+            reason=form.get("reason", ""),
+            filter={k: v for k, v in filters.items() if v is not None},
+        )
+        back = "dead?" + urlencode({k: v for k, v in filters.items() if v})
+        return self._acted(request, "retried", len(selection.ids), done, back)
+
+    async def cancel_pending(self, request: Request) -> Response:
+        form = await form_of(request)
+        queue, job_type = blank(form.get("queue")), blank(form.get("job_type"))
+        selection = self.console.select_pending(queue=queue or "", job_type=job_type)
+        done = self.console.cancel(
+            selection.ids,
+            actor=request.state.actor,
+            reason=form.get("reason", ""),
+            filter={"queue": queue, "job_type": job_type, "status": "pending"},
+        )
+        back = "jobs?" + urlencode({"queue": queue or "", "status": "pending"})
+        return self._acted(request, "cancelled", len(selection.ids), done, back)
+
+    async def pipeline_cancel(self, request: Request) -> Response:
+        pipeline_id = int(request.path_params["pipeline_id"])
+        form = await form_of(request)
+        actor = request.state.actor
+        cancelled, running = self.console.cancel_pipeline(
+            pipeline_id, actor=actor, reason=form.get("reason", "")
+        )
+        log.info(
+            "console action",
+            extra={
+                "actor": actor,
+                "action": "cancel_pipeline",
+                "pipeline": pipeline_id,
+                "jobs": cancelled,
+            },
+        )
+        return self.render(
+            request,
+            "pipeline_cancelled.html",
+            {"pipeline_id": pipeline_id, "cancelled": cancelled, "running": running},
+        )

@@ -93,3 +93,21 @@ mark AS (
 ),
 woke AS (SELECT pg_notify('leaseq_jobs', job.queue) FROM job)
 SELECT slot.slot, slot.outcome, slot.job_id, (SELECT count(*) FROM woke) AS notified FROM slot;
+
+-- name: pool_due
+-- What the given queues have coming after now: the pending jobs due within the horizon (delayed jobs, retries in backoff), counted, and per enabled, unpaused schedule of the queues its cron, zone, job type and last handled slot (no such schedule: one row with NULLs for them); every row carries the database's now.
+WITH t AS (SELECT coalesce(%(now)s::timestamptz, now()) AS now),
+delayed AS (
+    SELECT count(*) AS delayed
+      FROM leaseq.jobs j, t
+     WHERE j.status = 'pending' AND j.queue = ANY(%(queues)s::text[]) AND NOT j.ordering_waiting
+       AND j.available_at > t.now
+       AND j.available_at <= t.now + make_interval(secs => %(horizon)s)
+)
+SELECT t.now, d.delayed, s.name, s.cron, s.timezone, s.job_type,
+       greatest(s.fire_after, s.last_slot) AS handled
+  FROM t
+ CROSS JOIN delayed d
+  LEFT JOIN leaseq.schedules s
+         ON s.enabled AND NOT s.paused AND s.queue = ANY(%(queues)s::text[])
+ ORDER BY s.name;

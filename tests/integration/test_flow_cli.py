@@ -67,3 +67,33 @@ def test_rate_limit_flags(database_url: str, capsys: pytest.CaptureFixture[str])
     [limit] = json.loads(run(capsys, "limits", "list", "--json", *db)[1])
     assert (limit["per_second"], limit["burst"]) == (10, 20)
     assert "10/s burst 20" in run(capsys, "limits", "list", *db)[1]
+
+
+def test_limits_set_changes_only_the_flags_given(
+    database_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # A missing flag keeps what is set: `set` without --max-running once replaced a
+    # tenant's limit of 2 with no limit at all.
+    db = ["--database-url", database_url]
+
+    def limit() -> tuple[object, ...]:
+        [got] = json.loads(run(capsys, "limits", "list", "--json", *db)[1])
+        return (got["max_running"], got["weight"], got["per_second"], got["burst"])
+
+    assert run(capsys, "limits", "set", "ocr", "tenant-a", "--max-running", "2", *db)[0] == 0
+    code, out, _ = run(capsys, "limits", "set", "ocr", "tenant-a", "--weight", "3", *db)
+    assert (code, out) == (0, "ocr tenant-a: at most 2 running, weight 3 (applied to 0 key(s))\n")
+    assert limit() == (2, 3, None, None)
+    run(capsys, "limits", "set", "ocr", "tenant-a", "--per-second", "5", *db)
+    assert limit() == (2, 3, 5, 1)
+    run(capsys, "limits", "set", "ocr", "tenant-a", "--burst", "4", *db)
+    assert limit() == (2, 3, 5, 4)
+    # Removing one part is said explicitly; the others stay.
+    code, out, _ = run(capsys, "limits", "set", "ocr", "tenant-a", "--max-running", "none", *db)
+    assert out == "ocr tenant-a: no limit, 5 starts/s (burst 4), weight 3 (applied to 0 key(s))\n"
+    assert limit() == (None, 3, 5, 4)
+    run(capsys, "limits", "set", "ocr", "tenant-a", "--per-second", "none", *db)
+    assert limit() == (None, 3, None, None)
+    # --burst needs a rate, given or already set.
+    code, _, err = run(capsys, "limits", "set", "ocr", "tenant-a", "--burst", "2", *db)
+    assert code != 0 and "burst" in err

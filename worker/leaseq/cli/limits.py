@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import argparse
+from collections.abc import Callable
 from typing import Any
 
 from leaseq.cli.commands import _connect, _say
@@ -12,19 +13,19 @@ from leaseq.core.flow import FlowControl
 
 
 def set_limit(args: argparse.Namespace) -> int:
+    given = {
+        name: getattr(args, name)
+        for name in ("max_running", "weight", "per_second", "burst")
+        if hasattr(args, name)  # a flag not given is absent: that part of the limit stays
+    }
     with _connect(args, "set limit") as conn:
-        keys = FlowControl(conn).set_limit(
-            args.queue,
-            args.key,
-            max_running=args.max_running,
-            weight=args.weight,
-            per_second=args.per_second,
-            burst=args.burst,
-        )
-    limit = "no limit" if args.max_running is None else f"at most {args.max_running} running"
-    if args.per_second is not None:
-        limit += f", {args.per_second:g} starts/s (burst {args.burst or 1:g})"
-    text = f"{args.queue} {args.key}: {limit}, weight {args.weight:g} (applied to {keys} key(s))"
+        flow = FlowControl(conn)
+        keys = flow.update_limit(args.queue, args.key, **given)
+        [lim] = (x for x in flow.limits(args.queue) if x.key_pattern == args.key)
+    limit = "no limit" if lim.max_running is None else f"at most {lim.max_running} running"
+    if lim.per_second is not None:
+        limit += f", {lim.per_second:g} starts/s (burst {lim.burst or 1:g})"
+    text = f"{args.queue} {args.key}: {limit}, weight {lim.weight:g} (applied to {keys} key(s))"
     _say(args, {"queue": args.queue, "key": args.key, "keys": keys}, text)
     return 0
 
@@ -125,12 +126,26 @@ def add_commands(sub: Any, command: Any) -> None:
     p = command("set", "set a key's (or pattern's) limit and weight", set_limit, group)
     p.add_argument("queue")
     p.add_argument("key", help="a key, or a pattern with * (an exact key beats a pattern)")
-    p.add_argument("--max-running", type=int, help="at most N of its jobs running (default: none)")
-    p.add_argument("--weight", type=float, default=1.0, help="fair-share weight (default 1)")
-    p.add_argument("--per-second", type=float, help="at most R job starts a second (default: none)")
-    p.add_argument(
-        "--burst", type=float, help="with --per-second: starts allowed at once (default 1)"
+    p.description = (
+        "Only the flags given change; a new limit starts with no concurrency or rate limit "
+        "and weight 1. `--max-running none` or `--per-second none` removes that part; "
+        "`leaseq limits remove` removes the whole limit."
     )
+    p.add_argument(
+        "--max-running", type=_or_none(int), default=argparse.SUPPRESS,
+        help="at most N of its jobs running; none: no concurrency limit",
+    )  # fmt: skip
+    p.add_argument(
+        "--weight", type=float, default=argparse.SUPPRESS, help="fair-share weight (new: 1)"
+    )
+    p.add_argument(
+        "--per-second", type=_or_none(float), default=argparse.SUPPRESS,
+        help="at most R job starts a second; none: no rate limit",
+    )  # fmt: skip
+    p.add_argument(
+        "--burst", type=float, default=argparse.SUPPRESS,
+        help="with a rate: starts allowed at once (new: 1)",
+    )  # fmt: skip
     p = command("remove", "remove the limit set for a key or pattern", remove_limit, group)
     p.add_argument("queue")
     p.add_argument("key")
@@ -143,3 +158,13 @@ def add_commands(sub: Any, command: Any) -> None:
     p = command("unblock", "skip an aggregate's dead head: its next job runs", unblock, group)
     p.add_argument("queue")
     p.add_argument("ordering_key")
+
+
+def _or_none(kind: Callable[[str], Any]) -> Callable[[str], Any]:
+    """An argparse type: ``kind``, or ``none`` for None (remove that part of the limit)."""
+
+    def parse(text: str) -> Any:
+        return None if text.strip().lower() == "none" else kind(text)
+
+    parse.__name__ = kind.__name__  # argparse names the type in its error
+    return parse

@@ -33,11 +33,19 @@ from __future__ import annotations
 from collections.abc import Sequence
 from datetime import datetime
 
+from psycopg.rows import DictRow
+
 from leaseq.core import validation
 from leaseq.core._store.flow import FlowStore
-from leaseq.core.db import Db, borrow, transaction
+from leaseq.core.db import Conn, Db, borrow, transaction
 from leaseq.core.errors import InvalidJob
-from leaseq.core.flow_models import BlockedAggregate, FlowKeyStatus, FlowLimit, FlowQueueSummary
+from leaseq.core.flow_models import (
+    BlockedAggregate,
+    FlowKeyStatus,
+    FlowLimit,
+    FlowQueueSummary,
+    Keep,
+)
 
 #: Slots one repair pass checks at most.
 REPAIR_BATCH = 1000
@@ -65,26 +73,60 @@ class FlowControl:
         ``weight``, and at most ``per_second`` starts a second with bursts of ``burst``
         (default 1; a token bucket taken in the claim, exact across workers). Applies at
         once to every key it governs (returned: how many are known)."""
-        validation.queue_name(queue)
-        validation.flow_key("key", key)
-        if max_running is not None and not 0 <= max_running <= 10000:
-            raise InvalidJob("max_running", f"must be in [0, 10000], got {max_running}")
-        if not weight > 0:
-            raise InvalidJob("weight", f"must be positive, got {weight}")
-        if per_second is not None and not per_second > 0:
-            raise InvalidJob("per_second", f"must be positive, got {per_second}")
-        if burst is not None and (per_second is None or not burst >= 1):
-            raise InvalidJob("burst", "needs per_second, and must be at least 1")
+        _check_limit(queue, key, max_running, weight, per_second, burst)
         with transaction(self._db, "set limit") as c:
-            return self._store.flow_limit_set(
-                c,
-                queue=queue,
-                pattern=key,
-                max_running=max_running,
-                weight=weight,
-                per_second=per_second,
-                burst=burst,
+            return self._set(c, queue, key, max_running, weight, per_second, burst)
+
+    def update_limit(
+        self,
+        queue: str,
+        key: str,
+        *,
+        max_running: int | Keep | None = Keep.KEEP,
+        weight: float | Keep = Keep.KEEP,
+        per_second: float | Keep | None = Keep.KEEP,
+        burst: float | Keep | None = Keep.KEEP,
+    ) -> int:
+        """Change only the parts of ``key``'s limit that are given (``leaseq limits set``);
+        the others keep their value (a new limit starts with none: no concurrency or rate
+        limit, weight 1). ``max_running=None`` removes the concurrency limit,
+        ``per_second=None`` the rate limit with its burst. Read and written in one
+        transaction; returns how many keys it applies to, as :meth:`set_limit` does."""
+        with transaction(self._db, "set limit") as c:
+            current = next(
+                (r for r in self._store.flow_limit_list(c, queue=queue) if r["key_pattern"] == key),
+                None,
             )
+            if isinstance(max_running, Keep):
+                max_running = None if current is None else current["max_running"]
+            if isinstance(weight, Keep):
+                weight = 1.0 if current is None else current["weight"]
+            if isinstance(per_second, Keep):
+                per_second = None if current is None else current["per_second"]
+            if isinstance(burst, Keep):
+                burst = None if current is None or per_second is None else current["burst"]
+            _check_limit(queue, key, max_running, weight, per_second, burst)
+            return self._set(c, queue, key, max_running, weight, per_second, burst)
+
+    def _set(
+        self,
+        c: Conn,
+        queue: str,
+        key: str,
+        max_running: int | None,
+        weight: float,
+        per_second: float | None,
+        burst: float | None,
+    ) -> int:
+        return self._store.flow_limit_set(
+            c,
+            queue=queue,
+            pattern=key,
+            max_running=max_running,
+            weight=weight,
+            per_second=per_second,
+            burst=burst,
+        )
 
     def pause(self, queue: str, key: str, until: datetime) -> datetime | None:
         """Claim none of ``key``'s jobs before ``until`` (a later pause wins). Returns the
@@ -104,18 +146,7 @@ class FlowControl:
         """The limits set, per queue and key pattern."""
         with borrow(self._db, "list limits") as c:
             rows = self._store.flow_limit_list(c, queue=queue)
-        return [
-            FlowLimit(
-                r["queue"],
-                r["key_pattern"],
-                r["max_running"],
-                r["weight"],
-                r["updated_at"],
-                r["per_second"],
-                r["burst"],
-            )
-            for r in rows
-        ]
+        return [_limit(r) for r in rows]
 
     def status(
         self, queues: Sequence[str] | None = None, *, limit: int = 100, now: datetime | None = None
@@ -185,3 +216,35 @@ class FlowControl:
         with borrow(self._db, "read flow repairs") as c:
             rows = self._store.flow_repairs_total(c)
         return {r["queue"]: int(r["repaired"]) for r in rows}
+
+
+def _check_limit(
+    queue: str,
+    key: str,
+    max_running: int | None,
+    weight: float,
+    per_second: float | None,
+    burst: float | None,
+) -> None:
+    validation.queue_name(queue)
+    validation.flow_key("key", key)
+    if max_running is not None and not 0 <= max_running <= 10000:
+        raise InvalidJob("max_running", f"must be in [0, 10000], got {max_running}")
+    if not weight > 0:
+        raise InvalidJob("weight", f"must be positive, got {weight}")
+    if per_second is not None and not per_second > 0:
+        raise InvalidJob("per_second", f"must be positive, got {per_second}")
+    if burst is not None and (per_second is None or not burst >= 1):
+        raise InvalidJob("burst", "needs per_second, and must be at least 1")
+
+
+def _limit(r: DictRow) -> FlowLimit:
+    return FlowLimit(
+        r["queue"],
+        r["key_pattern"],
+        r["max_running"],
+        r["weight"],
+        r["updated_at"],
+        r["per_second"],
+        r["burst"],
+    )

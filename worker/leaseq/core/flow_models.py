@@ -2,8 +2,16 @@
 
 from __future__ import annotations
 
+import enum
 from dataclasses import dataclass
 from datetime import datetime
+
+
+class Keep(enum.Enum):
+    """The default of :meth:`leaseq.FlowControl.update_limit`'s arguments: the part of the
+    limit not given keeps its value."""
+
+    KEEP = "keep"
 
 
 @dataclass(frozen=True)

@@ -256,6 +256,19 @@ def test_cancelling_a_pipeline_cancels_every_unfinished_job_and_fences_running_o
     assert (progress.succeeded, progress.cancelled, progress.finished) == (1, 4, True)
 
 
+def test_a_pipeline_whose_running_job_lost_an_expired_lease_can_be_cancelled(
+    queue: leaseq.Queue, conn: leaseq.core.db.Conn
+) -> None:
+    then = db_now(conn) - timedelta(minutes=1)
+    made = queue.enqueue_graph(ocr_graph(1), now=then)
+    (running,) = queue.claim(["q"], "w1", job_types=["page"], lease_seconds=5, now=then)
+    assert queue.heartbeat(running.lease).status is leaseq.HeartbeatStatus.LOST  # not reaped
+    done = queue.cancel_pipeline(made.pipeline_id, reason="user gave up")
+    assert (done.cancelled, done.running) == (3, 1)
+    assert [a.outcome for a in queue.attempts(running.id)] == ["fenced"]
+    assert status(queue, made["page-0"]) == "cancelled"
+
+
 def test_cancelling_a_waiting_job_cancels_its_descendants(face: Face, queue: leaseq.Queue) -> None:
     made = face.call("enqueue_graph", ocr_graph(1))
     assert face.call("cancel", made["merge"]).cancelled

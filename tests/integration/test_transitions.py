@@ -296,6 +296,28 @@ def test_cancel_pending_and_running(queue: leaseq.Queue) -> None:
         queue.cancel(999999)
 
 
+def test_a_running_job_whose_refused_renewal_found_its_lease_expired_can_be_cancelled(
+    queue: leaseq.Queue, conn: leaseq.core.db.Conn
+) -> None:
+    # No reaper ran: the job stays running with the refused token, whose attempt the refusal
+    # recorded. Cancelling it must not trip over that row (it raised DuplicateJob).
+    then = db_now(conn) - timedelta(minutes=1)
+    job_id = queue.enqueue("q", "t", now=then).job_id
+    job = claim_one(queue, lease_seconds=5, now=then)
+    beat = queue.heartbeat(job.lease)
+    assert (beat.status, beat.job_status) == (HeartbeatStatus.LOST, "running")
+    [attempt] = queue.attempts(job_id)
+    assert attempt.outcome == "fenced"
+    assert attempt.error is not None and "lease of token 1 expired at" in attempt.error
+    assert "not current" not in attempt.error
+    assert queue.cancel(job_id, reason="stuck") == leaseq.Cancelled(job_id, True, "running")
+    assert queue.get(job_id).status == "cancelled"
+    # The attempt ended when its worker was told it had lost the lease; the cancel keeps that.
+    assert [a.outcome for a in queue.attempts(job_id)] == ["fenced"]
+    # A stale token still says it is not current.
+    assert queue.complete(job.lease) == leaseq.Fenced(job_id, "complete", "cancelled")
+
+
 def test_prune_deletes_only_old_finished_jobs_in_batches(
     queue: leaseq.Queue, conn: leaseq.core.db.Conn
 ) -> None:

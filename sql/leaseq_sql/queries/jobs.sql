@@ -237,13 +237,18 @@ SELECT released.id, released.status::text AS status, released.available_at,
 -- name: job_record_fenced
 -- Records that a worker call was refused because the caller no longer holds the lease (a reaped attempt becomes fenced; a cancelled or finished one keeps its outcome); returns the job's status (NULL when the job does not exist).
 WITH job AS (
-    SELECT j.id, j.status, j.lease_token FROM leaseq.jobs j WHERE j.id = %(id)s
+    SELECT j.id, j.status, j.lease_token, j.lease_expires_at FROM leaseq.jobs j WHERE j.id = %(id)s
 ),
 refusal AS (
-    SELECT job.id, coalesce(%(now)s::timestamptz, now()) AS at,
-           %(call)s::text || ' refused: lease token ' || %(token)s::bigint || ' is not current (job is '
-           || job.status || ', token ' || job.lease_token || ')' AS error
-      FROM job
+    SELECT job.id, t.at,
+           %(call)s::text || ' refused: ' ||
+           CASE WHEN job.status = 'running' AND job.lease_token = %(token)s::bigint
+                THEN 'the lease of token ' || job.lease_token || ' expired at '
+                     || job.lease_expires_at || ' (job is running, not reaped yet)'
+                ELSE 'lease token ' || %(token)s::bigint || ' is not current (job is '
+                     || job.status || ', token ' || job.lease_token || ')'
+           END AS error
+      FROM job, (SELECT coalesce(%(now)s::timestamptz, now()) AS at) t
 ),
 -- A plain UPDATE, not ON CONFLICT DO UPDATE: under the worker role's row policy an attempt
 -- that is not lease_expired is skipped here instead of raising. A cancelled attempt stays
@@ -338,6 +343,9 @@ attempt AS (
     SELECT cur.id, cur.attempt_count, cur.lease_token, cur.lease_owner, cur.started_at, t.now, 'cancelled', %(reason)s
       FROM cur, t, cancelled
      WHERE cur.status = 'running' AND cancelled.id = cur.id
+    -- A refused call on an expired lease not yet reaped already ended this attempt (fenced):
+    -- that record stays.
+    ON CONFLICT (job_id, lease_token) DO NOTHING
 )
 SELECT cur.id, cur.status::text AS previous_status FROM cur JOIN cancelled USING (id);
 

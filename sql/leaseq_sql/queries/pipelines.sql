@@ -119,6 +119,8 @@ attempt AS (
            'cancelled', coalesce(%(reason)s, 'pipeline cancelled')
       FROM cur JOIN cancelled USING (id), t
      WHERE cur.status = 'running'
+    -- As job_cancel: an attempt a refused call already ended on an expired lease stays fenced.
+    ON CONFLICT (job_id, lease_token) DO NOTHING
 )
 SELECT count(*) AS cancelled, count(*) FILTER (WHERE cur.status = 'running') AS running
   FROM cur JOIN cancelled USING (id);

@@ -141,6 +141,25 @@ def test_heartbeat_on_a_lost_lease_is_fenced(
     assert [a.outcome for a in queue.attempts(job.id)] == ["fenced"]
 
 
+def test_a_frozen_workers_refused_call_keeps_the_reaped_attempts_end_time(
+    queue: leaseq.Queue, conn: leaseq.core.db.Conn
+) -> None:
+    # The attempt ended when the reaper took it: a later refusal of its frozen worker must
+    # not move that end (the history would show the key over its limit when it was not).
+    now = db_now(conn)
+    queue.enqueue("q", "t", now=now)
+    job = claim_one(queue, lease_seconds=5, now=now)
+    queue.reap(now=now + timedelta(seconds=6))
+    [reaped] = queue.attempts(job.id)
+    assert reaped.outcome == "lease_expired"
+    late = now + timedelta(minutes=5)
+    assert queue.heartbeat(job.lease, now=late).status is HeartbeatStatus.LOST
+    assert isinstance(queue.complete(job.lease, now=late), leaseq.Fenced)
+    [fenced] = queue.attempts(job.id)
+    assert fenced.outcome == "fenced"
+    assert fenced.ended_at == reaped.ended_at == now + timedelta(seconds=6)
+
+
 def test_heartbeat_many_renews_each_held_lease_and_answers_each_lost_one(
     queue: leaseq.Queue, conn: leaseq.core.db.Conn
 ) -> None:

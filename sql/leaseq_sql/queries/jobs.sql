@@ -252,10 +252,13 @@ refusal AS (
 ),
 -- A plain UPDATE, not ON CONFLICT DO UPDATE: under the worker role's row policy an attempt
 -- that is not lease_expired is skipped here instead of raising. A cancelled attempt stays
--- cancelled: its worker hearing so is the cancellation working, not a fault.
+-- cancelled: its worker hearing so is the cancellation working, not a fault. The attempt
+-- ended when the reaper took it: its end time stays (a later one would show the attempt
+-- holding its key's unit after the reaper gave it back); the error says when the call came.
 refenced AS (
     UPDATE leaseq.job_attempts a
-       SET outcome = 'fenced', ended_at = refusal.at, error = refusal.error || ' after ' || a.outcome::text
+       SET outcome = 'fenced',
+           error = refusal.error || ' at ' || refusal.at || ' after ' || a.outcome::text
       FROM refusal
      WHERE a.job_id = refusal.id AND a.lease_token = %(token)s
        AND a.outcome = 'lease_expired'

@@ -3,13 +3,20 @@ large (capped) data; the admin actions and their audit rows; the read-only refus
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 import psycopg
+import pytest
 from starlette.testclient import TestClient
 
 import leaseq
+from leaseq.cli.main import main
 from leaseq.console import Panel
 from leaseq.core.history import History
+from leaseq.core.models import SILENT_AFTER_SECONDS, WorkerState
+from leaseq.core.workers import Workers
 from support.consoledb import ConsoleDb, grant_readonly, make_dead, post
+from support.dbtime import db_now
 
 PAGES = ["/", "/jobs", "/dead", "/workers", "/pools", "/schedules", "/audit"]
 
@@ -256,3 +263,30 @@ def test_more_overview_panels_plug_in(console_db: ConsoleDb, client_for) -> None
     page = client.get("/").text
     assert "<h2>Pipelines</h2>" in page
     assert "<p id='pipelines'>&lt;b&gt;2 running</p>" in page  # autoescaped
+
+
+def test_a_silent_worker_is_silent_on_the_console_as_in_status(
+    console_db: ConsoleDb, client_for, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A SIGKILLed worker's row still says ``running``: the console and ``leaseq status``
+    apply one rule (no registry heartbeat for SILENT_AFTER_SECONDS) and both say silent."""
+    with leaseq.connect(console_db.owner_url, action="test") as conn:
+        now = db_now(conn)
+        workers = Workers(conn)
+        for name, age in (("w-killed", SILENT_AFTER_SECONDS + 20), ("w-live", 0.0)):
+            workers.register(name, pod=None, node=None, queues=["ocr"], concurrency=2,
+                             state=WorkerState.RUNNING, in_flight=0,
+                             now=now - timedelta(seconds=age))  # fmt: skip
+    client: TestClient = client_for(console_db.admin_url)
+    page = client.get("/workers").text
+    killed = page[page.index("<td>w-killed</td>") :].split("</tr>")[0]
+    live = page[page.index("<td>w-live</td>") :].split("</tr>")[0]
+    assert "silent (last running)" in killed and " bad" in killed, killed
+    assert "silent" not in live and "<td>running</td>" in live and " bad" not in live, live
+    overview = client.get("/").text
+    row = overview[overview.index('data-queue="ocr"') :].split("</tr>")[0]
+    cells = [c.split(">", 1)[1].split("<")[0] for c in row.split('<td class="n')[1:]]
+    assert cells[-2] == "1", row  # workers: the live one only
+    assert main(["status", "--database-url", console_db.owner_url]) == 0
+    out = capsys.readouterr().out
+    assert "silent (last running)" in out.split("w-killed", 1)[1].splitlines()[0], out

@@ -151,7 +151,8 @@ live AS (
     SELECT count(*) AS workers, coalesce(sum(w.in_flight), 0)::bigint AS in_flight
       FROM leaseq.workers w
      WHERE %(queue)s = ANY(w.queues)
-       AND w.heartbeat_at > (SELECT now FROM t) - make_interval(secs => %(live_seconds)s)
+       -- Not silent by leaseq.core.models.is_silent: the rule leaseq status applies.
+       AND w.heartbeat_at >= (SELECT now FROM t) - make_interval(secs => %(live_seconds)s)
 )
 SELECT %(queue)s::text AS queue, least(r.ready + k.ready, %(cap)s + 1) AS ready,
        least(s.scheduled + k.scheduled, %(cap)s + 1) AS scheduled, x.running, d.dead, w.waiting,

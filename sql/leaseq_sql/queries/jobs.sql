@@ -430,7 +430,7 @@ WITH t AS (SELECT coalesce(%(now)s::timestamptz, now()) AS now),
 live AS (
     SELECT w.queues, w.job_types
       FROM leaseq.workers w, t
-     WHERE w.heartbeat_at > t.now - make_interval(secs => %(live_seconds)s)
+     WHERE w.heartbeat_at >= t.now - make_interval(secs => %(live_seconds)s)
 ),
 ready AS (
     SELECT j.queue, j.job_type, count(*) AS ready,

@@ -19,7 +19,7 @@ from leaseq.core import validation
 from leaseq.core._store.console import BulkAction, ConsoleStore, Row
 from leaseq.core.db import Db, transaction
 from leaseq.core.errors import InvalidJob
-from leaseq.core.models import SILENT_AFTER_SECONDS, JobStatus
+from leaseq.core.models import SILENT_AFTER_SECONDS, JobStatus, is_silent
 
 #: Counts stop here: a queue with more shows ``1000+``.
 COUNT_CAP = 1000
@@ -506,9 +506,12 @@ class Console:
         )
 
     def workers(self, *, limit: int = 500, now: datetime | None = None) -> list[Row]:
+        """Registered workers (at most ``limit``), each with ``silent`` by the rule
+        ``leaseq status`` applies (:func:`leaseq.core.models.is_silent`)."""
         with self._tx("console: workers") as c:
             self._store.console_bounds(c, seconds=self._timeout)
-            return self._store.console_workers(c, limit=limit, now=now)
+            rows = self._store.console_workers(c, limit=limit, now=now)
+        return [{**r, "silent": is_silent(r["heartbeat_age"])} for r in rows]
 
     def schedules(self, *, limit: int = 500) -> list[Row]:
         with self._tx("console: schedules") as c:

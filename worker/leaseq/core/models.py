@@ -47,6 +47,14 @@ class AttemptOutcome(enum.StrEnum):
 SILENT_AFTER_SECONDS = 60.0
 
 
+def is_silent(heartbeat_age: float) -> bool:
+    """The one rule for a silent worker, whatever its row's state says (``leaseq status``,
+    the console's Workers page and overview): no registry heartbeat for more than
+    :data:`SILENT_AFTER_SECONDS` by database time. SQL that counts live workers keeps
+    ``heartbeat_at >= now - SILENT_AFTER_SECONDS``, the same rule."""
+    return heartbeat_age > SILENT_AFTER_SECONDS
+
+
 class WorkerState(enum.StrEnum):
     """A registered worker's state in ``leaseq.workers``."""
 
@@ -406,7 +414,7 @@ class WorkerRecord:
 
     def __post_init__(self) -> None:
         _as(WorkerState, self, "state")
-        object.__setattr__(self, "silent", self.heartbeat_age > SILENT_AFTER_SECONDS)
+        object.__setattr__(self, "silent", is_silent(self.heartbeat_age))
 
 
 class JobPlace(enum.StrEnum):

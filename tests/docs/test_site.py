@@ -6,6 +6,7 @@ first test cannot pass by checking nothing."""
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -18,7 +19,14 @@ pytestmark = pytest.mark.docs
 ROOT = Path(__file__).resolve().parents[2]
 # What the build reads: the config, the pages, the README sections they include, the hook and
 # the benchmark report it serves, and the sources mkdocstrings reads the docstrings from.
-INPUTS = ["mkdocs.yml", "README.md", "docs", "scripts/docs_hooks.py", "bench/results"]
+INPUTS = [
+    "mkdocs.yml",
+    "README.md",
+    "docs",
+    "scripts/docs_hooks.py",
+    "scripts/docs_roles.py",
+    "bench/results",
+]
 SOURCES = ["worker", "operator"]
 
 
@@ -66,12 +74,13 @@ def test_the_site_builds_in_strict_mode(tmp_path: Path) -> None:
     assert "--8&lt;--" not in started and "[start:" not in started
     api = (site / "reference/api/index.html").read_text()
     assert "complete_many" in api and "Fenced" in api  # docstrings rendered
+    # The docstrings' Sphinx roles are cross-references, not text (64 were printed as such).
+    assert re.findall(r":(?:meth|class|func|data|attr|mod|exc|obj):", api) == []
+    assert 'href="#leaseq.Queue.enqueue"><code>Queue.enqueue</code></a>' in api
 
 
 def test_the_readme_links_only_pages_that_exist() -> None:
     """The README is read on its own (on a forge, in a checkout): its docs/ links must exist."""
-    import re
-
     readme = (ROOT / "README.md").read_text()
     targets = re.findall(r"\]\((docs/[^)#]+)", readme)
     assert len(targets) >= 15, targets
@@ -92,3 +101,10 @@ def test_a_broken_link_fails_the_build(tmp_path: Path, broken: str) -> None:
     assert done.returncode != 0, output
     assert broken.split("(")[1].rstrip(")") in output
     assert "strict mode" in output
+
+
+def test_the_readme_says_which_extra_the_console_needs() -> None:
+    """`leaseq console` refuses to start without the console extra; the README's console
+    section says to install it."""
+    section = (ROOT / "README.md").read_text().split("## The console", 1)[1].split("\n## ")[0]
+    assert "pip install '.[console]'" in section

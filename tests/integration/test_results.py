@@ -164,6 +164,9 @@ def test_dead_and_cancelled_jobs_raise_typed_errors(face: Face, queue: leaseq.Qu
     assert raised.value.last_error == "page 3 is not an image"
     assert raised.value.error_code == "BAD_INPUT"
     assert raised.value.attempts == 1
+    # It names commands that exist (it said `leaseq show`).
+    assert f"see `leaseq jobs show {dead.job_id}` for its attempts" in str(raised.value)
+    assert f"`leaseq retry {dead.job_id}` to run it again" in str(raised.value)
     gone = face.call("enqueue", "q", "t")
     queue.cancel(gone.job_id, reason="user gave up")
     with pytest.raises(leaseq.JobCancelled, match="user gave up"):

@@ -5,6 +5,7 @@ reads)."""
 
 from __future__ import annotations
 
+import argparse
 import re
 import shlex
 from pathlib import Path
@@ -120,3 +121,38 @@ def test_documented_command_parses(
 def test_a_wrong_command_is_caught() -> None:
     with pytest.raises(SystemExit):
         parse("leaseq jobs --status running")
+
+
+SOURCES = sorted(
+    p for top in ("worker/leaseq", "operator/leaseq_operator") for p in (ROOT / top).rglob("*.py")
+)
+_NAMED = re.compile(r"`(leaseq [a-z][^`\n]*)`")
+
+
+def not_a_command(command: str) -> str | None:
+    """Why a `leaseq ...` span names no command (None when it does). Its words are followed
+    down the subcommands while they are ones; arguments may be left out (an error message
+    says `leaseq retry` without the ID it takes), and ``a/b`` names each of a and b."""
+    parser: argparse.ArgumentParser = build_parser()
+    for word in command.split()[1:]:
+        subs = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+        if not subs:
+            return None
+        choices = subs[0].choices
+        if word.split("/")[0] not in choices:
+            return f"{word!r} is not a command here" if subs[0].required else None
+        if unknown := [w for w in word.split("/") if w not in choices]:
+            return f"{unknown} are not commands here"
+        parser = choices[word.split("/")[0]]
+    return None
+
+
+def test_the_messages_of_the_code_name_real_commands() -> None:
+    """Errors, logs and docstrings that tell a user to run `leaseq ...` name a command that
+    exists (the dead-job error said `leaseq show`, which does not)."""
+    named = sorted(
+        {(str(p.relative_to(ROOT)), c) for p in SOURCES for c in _NAMED.findall(p.read_text())}
+    )
+    assert len(named) >= 10, named
+    wrong = [f"{src}: `{c}`: {why}" for src, c in named if (why := not_a_command(c))]
+    assert wrong == []

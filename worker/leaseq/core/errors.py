@@ -66,7 +66,8 @@ class JobDead(LeaseqError):
         code = f" [{error_code}]" if error_code else ""
         super().__init__(
             f"job {job_id} is dead after {attempts} attempt(s){code}: {last_error or 'no error'}"
-            "; see `leaseq show` for its attempts, and `leaseq retry` to run it again"
+            f"; see `leaseq jobs show {job_id}` for its attempts, and `leaseq retry {job_id}` to "
+            "run it again"
         )
         self.job_id = job_id
         self.last_error = last_error

@@ -15,7 +15,7 @@ its parents' results from the database, page by page (``ctx.parent_results()``: 
 into a payload), and its result is the document's text, in page order.
 
 If a page goes dead (a page that cannot be read), the merge is cancelled with the cause
-recorded; retrying that page (``leaseq jobs retry ID``) brings the merge back.
+recorded; retrying that page (``leaseq retry ID``) brings the merge back.
 
 The OCR model loads lazily, once per process, the first time a page has an image (documents
 made only of text layers never load it). ``OCR_PAGE_DELAY`` (seconds, default 0) slows page n

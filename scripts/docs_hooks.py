@@ -1,4 +1,5 @@
-"""MkDocs hooks (mkdocs.yml `hooks:`): the benchmark report becomes pages of the site.
+"""MkDocs hooks (mkdocs.yml `hooks:`): the benchmark report becomes pages of the site, and
+the security guide's threat-model table is rendered from the file the attack suite reads.
 
 `python -m bench report` writes bench/results/REPORT.md and its plots next to the CSV they come
 from; rather than copy them into docs/, the build serves them as benchmarks/report.md and
@@ -7,12 +8,17 @@ benchmarks/*.png, so the report's relative image links work unchanged.
 
 from __future__ import annotations
 
+import tomllib
 from pathlib import Path
 from typing import Any
 
 from mkdocs.structure.files import File, Files
 
-RESULTS = Path(__file__).resolve().parents[1] / "bench" / "results"
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "bench" / "results"
+THREAT_MODEL = ROOT / "sql" / "leaseq_sql" / "definitions" / "threat_model.toml"
+MARKER = "<!-- threat-model -->"
+COMPONENTS = ("worker", "operator", "producer", "console")
 
 
 def on_files(files: Files, config: Any) -> Files:
@@ -22,3 +28,33 @@ def on_files(files: Files, config: Any) -> Files:
     for name, uri in sources.items():
         files.append(File.generated(config, uri, abs_src_path=str(RESULTS / name)))
     return files
+
+
+def threat_model_table(model: dict[str, Any]) -> str:
+    """One row per relation: its row decision, then each role's privileges and rows."""
+    head = "| relation | rows decided by | " + " | ".join(COMPONENTS) + " |"
+    lines = [head, "|" + "---|" * (len(COMPONENTS) + 2)]
+    for name, spec in sorted(model["relations"].items()):
+        decision = "row level security" if spec.get("rls") else spec.get("decision", "")
+        cells = []
+        for c in COMPONENTS:
+            if c not in spec:
+                cells.append("-")
+                continue
+            privileges = ", ".join(spec[c]["privileges"])
+            rows = spec[c].get("rows", "")
+            cells.append(f"{privileges}: {rows}" if rows and rows != "-" else privileges)
+        row = [f"`{name}`", decision, *cells]
+        lines.append("| " + " | ".join(x.replace("|", "\\|") for x in row) + " |")
+    functions = ", ".join(
+        f"`{name}` ({', '.join(who) or 'owner only'})" for name, who in model["functions"].items()
+    )
+    return "\n".join(lines) + "\n\nFunctions, and who may execute them: " + functions + "."
+
+
+def on_page_markdown(markdown: str, page: Any, config: Any, files: Any) -> str:
+    """Render the threat model where the security guide marks it."""
+    if MARKER not in markdown:
+        return markdown
+    table = threat_model_table(tomllib.loads(THREAT_MODEL.read_text()))
+    return markdown.replace(MARKER, table)

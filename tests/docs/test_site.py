@@ -25,6 +25,7 @@ INPUTS = [
     "docs",
     "scripts/docs_hooks.py",
     "scripts/docs_roles.py",
+    "sql/leaseq_sql/definitions/threat_model.toml",
     "bench/results",
 ]
 SOURCES = ["worker", "operator"]

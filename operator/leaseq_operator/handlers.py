@@ -172,9 +172,7 @@ class PoolTick:
             coming = self.app.databases.schedules(url).coming(
                 pool.queues, horizon=horizon, now=self.at
             )
-            slots = [
-                s.job_type for s in coming.slots if (s.at - coming.now).total_seconds() <= soon
-            ]
+            slots = [s.job_type for s in coming.slots_within(soon)]
             self.status.update(_depth(stats))
             work = None
             if pool.scale_on is ScaleOn.WORK:
@@ -185,7 +183,7 @@ class PoolTick:
         self.condition(conditions.DATABASE_REACHABLE, True, "DepthRead", "queue depth read")
         depth = self.status
         self.status["claimable"] = claimable
-        self.status["coming"] = coming.delayed + coming.slots_within(horizon)
+        self.status["coming"] = coming.delayed + len(coming.slots_within(horizon))
         self.status["scaleAheadSeconds"] = round(lead, 3)
         ready = max(0, min(depth["ready"], claimable) - sum(u.ready for u in unserved))
         return scaling.Demand(

@@ -10,12 +10,13 @@ in backoff, each schedule's next slot) count twice over, by when they are due:
 * due within the scale-down window (:func:`coming_seconds`) they are *coming*: they add no
   replica, but the pool keeps the replicas they need. An idle pod is kept when its next job
   comes sooner than the window would let it go anyway; a job due later lets the pool shrink
-  (to zero with minReplicas 0) and brings it back up by the lead time. The stabilization follows the
-Kubernetes HPA: every reading leaves a recommendation with its timestamp; the pool scales up
-only to the *least* any reading within the up-window asked for (window 0: at once), and down
-only to the *most* any reading within the down-window asked for, so a backlog that flaps
-inside the window never shrinks the pool. Readings are taken with one clock chosen by the
-caller (seconds); nothing here reads a clock or does I/O.
+  (to zero with minReplicas 0) and brings it back up by the lead time.
+
+The stabilization follows the Kubernetes HPA: every reading leaves a recommendation with its
+timestamp; the pool scales up only to the *least* any reading within the up-window asked for
+(window 0: at once), and down only to the *most* any reading within the down-window asked
+for, so a backlog that flaps inside the window never shrinks the pool. Readings are taken
+with one clock chosen by the caller (seconds); nothing here reads a clock or does I/O.
 
 Two ways to ask for replicas (``spec.scaleOn``):
 
@@ -29,8 +30,8 @@ Guarantees of :func:`decide`:
 * with fresh data, the result is within [minReplicas, maxReplicas], except that it never drops
   below the replicas the running jobs need (``ceil(running / jobsPerReplica)``) unless the pool
   is already smaller: running jobs outrank a lowered maxReplicas, the pool shrinks as they end;
-* it never shrinks below the replicas its coming jobs need (``ceil(coming /
-  jobsPerReplica)``, within the bounds), and coming jobs never make it grow;
+* it never shrinks below the replicas its coming jobs need (``ceil(coming / jobsPerReplica)``,
+  within the bounds), and coming jobs never make it grow;
 * zero only when minReplicas is 0 and nothing is ready, due soon or running, and nothing is
   coming while replicas are up;
 * without a reading (``demand=None``, the database could not be read) the current count is

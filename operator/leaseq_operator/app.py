@@ -38,6 +38,9 @@ class PoolState:
     delay: float | None = None  # a retry delay that replaces pollSeconds once
     problem: str | None = None  # the last problem logged, so it is logged once
     annotation_problem: str | None = None  # likewise for the pods' annotations
+    # The model-load time the pool's workers last reported: kept while the pool is at zero,
+    # when no worker is left to report it (it sets how far ahead of a known job to scale up).
+    reported_startup: float | None = None
 
     def due(self, now: float, tick: float) -> bool:
         """True once ``pollSeconds`` (or the retry delay) passed since the last reading, to the
@@ -69,6 +72,10 @@ class Databases:
     def flow(self, url: str | None = None) -> FlowControl:
         """Flow control in the database at ``url`` (default: the operator's own)."""
         return FlowControl(self.pool(url))
+
+    def schedules(self, url: str | None = None) -> Schedules:
+        """The schedules in the database at ``url`` (default: the operator's own)."""
+        return Schedules(self.pool(url))
 
     def workers(self, url: str | None = None) -> Workers:
         """The worker registry in the database at ``url`` (default: the operator's own)."""

@@ -42,9 +42,17 @@ def pod_states(pods: Iterable[str], workers: Sequence[WorkerRecord]) -> PodState
         elif WorkerState.LOADING in states:
             ages = [w.age for w in by_pod[pod] if w.state == WorkerState.LOADING]
             loading.append(min(ages))
-    startups = [w.startup_seconds for w in live if w.startup_seconds is not None]
     return PodStates(
         active=active,
         loading=tuple(sorted(loading)),
-        reported_startup_seconds=statistics.fmean(startups) if startups else None,
+        reported_startup_seconds=reported_startup(workers),
     )
+
+
+def reported_startup(workers: Sequence[WorkerRecord]) -> float | None:
+    """The mean ``on_startup`` time (model load) of the live ``workers`` that finished
+    loading; None when none did."""
+    startups = [
+        w.startup_seconds for w in workers if not w.silent and w.startup_seconds is not None
+    ]
+    return statistics.fmean(startups) if startups else None

@@ -16,7 +16,9 @@ One tick of a pool, every ``pollSeconds`` (checked every ``tick_seconds``):
 
 1. parse the spec; a bad one sets ``SpecValid=False`` with the reason (the next poll tries
    again, so a fixed spec recovers by itself);
-2. read depth with one stats query for the pool's queues; if the database cannot be read, hold
+2. read depth with one stats query for the pool's queues, and what is coming (delayed jobs,
+   the next slot of each schedule that enqueues into them, see :mod:`leaseq_operator.scaling`
+   for how they count); if the database cannot be read, hold
    the replica count, set ``DatabaseReachable=False`` with the error and retry after
    ``pollSeconds`` (no scaling on missing data); a pool with ``scaleOn: Work`` also reads
    its work per job type, the workers table and its Deployment's pods, so pods whose worker
@@ -41,12 +43,13 @@ import threading
 import time
 from collections.abc import Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
+from datetime import datetime
 from typing import Any
 
 import kopf
 
 from leaseq.core.errors import LeaseqError
-from leaseq.core.models import SILENT_AFTER_SECONDS, QueueStats, UnservedWork
+from leaseq.core.models import SILENT_AFTER_SECONDS, QueueStats, UnservedWork, WorkerRecord
 from leaseq.core.queue import Queue
 from leaseq.core.workers import Workers
 from leaseq_operator import capacity, conditions, protection, scaling
@@ -91,9 +94,12 @@ class Retry(Exception):
 class PoolTick:
     """One tick of one WorkerPool; collects the status and the Events to write."""
 
-    def __init__(self, app: OperatorApp, body: Mapping[str, Any]) -> None:
+    def __init__(
+        self, app: OperatorApp, body: Mapping[str, Any], at: datetime | None = None
+    ) -> None:
         self.app = app
         self.body = body
+        self.at = at  # the readings' database time: None (now) but in tests
         meta = body.get("metadata", {})
         self.namespace = str(meta.get("namespace"))
         self.ref = ObjectRef(
@@ -137,7 +143,10 @@ class PoolTick:
         self.app.metrics.known_queues(pool.queues)
         return pool
 
-    def read_depth(self, pool: PoolSpec) -> scaling.Demand | LeaseqError:
+    def read_depth(self, pool: PoolSpec, state: PoolState) -> scaling.Demand | LeaseqError:
+        """Read the pool's demand; jobs due later (delayed jobs, the schedules' next slots)
+        count by the horizons of :mod:`leaseq_operator.scaling` (lead time from the spec or
+        the model-load time the pool's workers last reported, remembered in ``state``)."""
         try:
             url = None
             if pool.database_secret is not None:
@@ -145,32 +154,60 @@ class PoolTick:
                 url = self.app.kube.secret_value(self.namespace, ref.name, ref.key)
             self.queue = self.app.databases.queue(url)
             self.workers = self.app.databases.workers(url)
-            stats = self.queue.stats(pool.queues, horizon=pool.poll_seconds)
+            registered = self.workers.list(pool.queues)
+            reported = capacity.reported_startup(registered)
+            if reported is not None:
+                state.reported_startup = reported
+            lead = scaling.lead_seconds(pool, state.reported_startup)
+            soon = scaling.soon_seconds(pool, lead)
+            stats = self.queue.stats(pool.queues, horizon=soon, now=self.at)
             # Work no live worker of the pool can do is not a reason for more replicas.
-            unserved = self.queue.unserved(pool.queues, live_seconds=SILENT_AFTER_SECONDS)
+            unserved = self.queue.unserved(
+                pool.queues, live_seconds=SILENT_AFTER_SECONDS, now=self.at
+            )
             # Ready jobs of keys at their concurrency limit are not work a new pod could take.
-            claimable = sum(f.claimable for f in self.app.databases.flow(url).summary(pool.queues))
+            flow = self.app.databases.flow(url).summary(pool.queues, now=self.at)
+            claimable = sum(f.claimable for f in flow)
+            horizon = scaling.coming_seconds(pool, lead)
+            coming = self.app.databases.schedules(url).coming(
+                pool.queues, horizon=horizon, now=self.at
+            )
+            slots = [s.job_type for s in coming.slots_within(soon)]
             self.status.update(_depth(stats))
             work = None
             if pool.scale_on is ScaleOn.WORK:
-                work = self.read_work(pool, self.queue, self.workers, unserved)
+                work = self.read_work(pool, self.queue, registered, unserved, soon, slots)
         except LeaseqError as exc:
             self.condition(conditions.DATABASE_REACHABLE, False, "DatabaseUnreadable", str(exc))
             return exc
         self.condition(conditions.DATABASE_REACHABLE, True, "DepthRead", "queue depth read")
         depth = self.status
         self.status["claimable"] = claimable
+        self.status["coming"] = coming.delayed + len(coming.slots_within(horizon))
+        self.status["scaleAheadSeconds"] = round(lead, 3)
         ready = max(0, min(depth["ready"], claimable) - sum(u.ready for u in unserved))
-        return scaling.Demand(ready, depth["scheduledSoon"], depth["running"], work)
+        return scaling.Demand(
+            ready,
+            depth["scheduledSoon"] + len(slots),
+            depth["running"],
+            work,
+            coming=self.status["coming"],
+        )
 
     def read_work(
-        self, pool: PoolSpec, queue: Queue, workers: Workers, unserved: list[UnservedWork]
+        self,
+        pool: PoolSpec,
+        queue: Queue,
+        registered: list[WorkerRecord],
+        unserved: list[UnservedWork],
+        soon: float,
+        slots: list[str],
     ) -> scaling.Work:
-        """The work-seconds of the pool's jobs (but ``unserved`` ones) and which of its pods
-        take work or still load, for a pool that scales on work (after the depth was read)."""
-        loads = queue.work(pool.queues, window=pool.work.window_seconds, horizon=pool.poll_seconds)
-        types = scaling.servable(loads, unserved)
-        registered = workers.list(pool.queues)
+        """The work-seconds of the pool's jobs (but ``unserved`` ones; with the job types of
+        the schedules' ``slots`` due within ``soon`` seconds) and which of its pods take work
+        or still load, for a pool that scales on work (after the depth was read)."""
+        loads = queue.work(pool.queues, window=pool.work.window_seconds, horizon=soon, now=self.at)
+        types = scaling.servable(scaling.with_slots(loads, slots), unserved)
         pods = self.app.kube.pods(self.namespace, pool.deployment)
         states = capacity.pod_states([p.name for p in pods if not p.terminating], registered)
         seconds = scaling.work_seconds(types, pool.work.default_job_seconds)
@@ -268,7 +305,7 @@ class PoolTick:
     def run(self, state: PoolState, now: float) -> None:
         """Decide, and act when this replica leads (raises :class:`Retry` to poll again later)."""
         pool = self.spec()
-        demand = self.read_depth(pool)
+        demand = self.read_depth(pool, state)
         try:
             current = self.app.kube.replicas(self.namespace, pool.deployment)
         except TargetNotFound as exc:
@@ -301,14 +338,19 @@ class PoolTick:
         self.app.metrics.pool(self.key, desired=desired, current=current)
 
 
-def tick_pool(app: OperatorApp, key: str, state: PoolState, now: float) -> None:
-    """Poll one WorkerPool if it is due; write what it found only in the leading replica."""
+def tick_pool(
+    app: OperatorApp, key: str, state: PoolState, now: float, at: datetime | None = None
+) -> None:
+    """Poll one WorkerPool if it is due; write what it found only in the leading replica.
+
+    ``now`` is the clock of the scaling history (monotonic seconds); ``at`` the database
+    time the readings are taken at (None: the database's now; tests move it)."""
     body = state.body
     if body is None or not state.due(now, app.config.tick_seconds):
         return
     state.last_poll = now
     state.delay = None
-    pool_tick = PoolTick(app, body)
+    pool_tick = PoolTick(app, body, at)
     problem: str | None = None
     try:
         pool_tick.run(state, now)

@@ -1,12 +1,22 @@
 """The scaling policy: how many worker replicas a WorkerPool wants, as a pure function.
 
 Demand is ready + due-soon + running jobs, so busy workers are never counted as spare (a
-metric of the backlog alone scales busy workers away). The stabilization follows the
-Kubernetes HPA: every reading leaves a recommendation with its timestamp; the pool scales up
-only to the *least* any reading within the up-window asked for (window 0: at once), and down
-only to the *most* any reading within the down-window asked for, so a backlog that flaps
-inside the window never shrinks the pool. Readings are taken with one clock chosen by the
-caller (seconds); nothing here reads a clock or does I/O.
+metric of the backlog alone scales busy workers away). Jobs known ahead (delayed jobs, retries
+in backoff, each schedule's next slot) count twice over, by when they are due:
+
+* due within the lead time plus one poll (:func:`soon_seconds`, the lead from
+  :func:`lead_seconds`) they are *due soon*, demand like ready jobs: a pool at zero scales up
+  that long before a schedule's slot, and the slot's job starts on a warm pod;
+* due within the scale-down window (:func:`coming_seconds`) they are *coming*: they add no
+  replica, but the pool keeps the replicas they need. An idle pod is kept when its next job
+  comes sooner than the window would let it go anyway; a job due later lets the pool shrink
+  (to zero with minReplicas 0) and brings it back up by the lead time.
+
+The stabilization follows the Kubernetes HPA: every reading leaves a recommendation with its
+timestamp; the pool scales up only to the *least* any reading within the up-window asked for
+(window 0: at once), and down only to the *most* any reading within the down-window asked
+for, so a backlog that flaps inside the window never shrinks the pool. Readings are taken
+with one clock chosen by the caller (seconds); nothing here reads a clock or does I/O.
 
 Two ways to ask for replicas (``spec.scaleOn``):
 
@@ -20,7 +30,10 @@ Guarantees of :func:`decide`:
 * with fresh data, the result is within [minReplicas, maxReplicas], except that it never drops
   below the replicas the running jobs need (``ceil(running / jobsPerReplica)``) unless the pool
   is already smaller: running jobs outrank a lowered maxReplicas, the pool shrinks as they end;
-* zero only when minReplicas is 0 and nothing is ready, due soon or running;
+* it never shrinks below the replicas its coming jobs need (``ceil(coming / jobsPerReplica)``,
+  within the bounds), and coming jobs never make it grow;
+* zero only when minReplicas is 0 and nothing is ready, due soon or running, and nothing is
+  coming while replicas are up;
 * without a reading (``demand=None``, the database could not be read) the current count is
   held and recorded, so the down-window restarts once readings resume;
 * an empty history counts the current replicas as recommended now, so a restarted operator
@@ -56,12 +69,17 @@ class Work:
 
 @dataclass(frozen=True)
 class Demand:
-    """Jobs in a pool's queues at one reading (and their work, for pools that scale on it)."""
+    """Jobs in a pool's queues at one reading (and their work, for pools that scale on it).
+
+    ``scheduled_soon`` counts the jobs due within :func:`soon_seconds` (delayed jobs and the
+    schedules' next slots); ``coming`` those due within :func:`coming_seconds`, the due-soon
+    ones included."""
 
     ready: int
     scheduled_soon: int
     running: int
     work: Work | None = None
+    coming: int = 0
 
     @property
     def jobs(self) -> int:
@@ -114,10 +132,41 @@ def work_seconds(loads: Sequence[JobTypeWork], default_job_seconds: float) -> fl
     )
 
 
-def startup_seconds(work: Work, spec: PoolSpec) -> float:
+def startup_seconds(spec: PoolSpec, reported: float | None) -> float:
     """Seconds a new pod is expected to need before it takes work: the larger of the spec's
-    estimate and the mean start-up the pool's workers reported."""
-    return max(spec.work.startup_seconds, work.reported_startup_seconds or 0.0)
+    estimate and the mean start-up (model load) the pool's workers ``reported``."""
+    return max(spec.work.startup_seconds, reported or 0.0)
+
+
+def lead_seconds(spec: PoolSpec, reported: float | None) -> float:
+    """How long before a known job is due the pool scales up for it: ``scaleAheadSeconds``,
+    or by default the pool's start-up time (:func:`startup_seconds`)."""
+    if spec.scale_ahead_seconds is not None:
+        return spec.scale_ahead_seconds
+    return startup_seconds(spec, reported)
+
+
+def soon_seconds(spec: PoolSpec, lead: float) -> float:
+    """Jobs due within this many seconds are demand now: the lead time, plus one poll (the
+    next reading may come that much later)."""
+    return lead + spec.poll_seconds
+
+
+def coming_seconds(spec: PoolSpec, lead: float) -> float:
+    """Jobs due within this many seconds keep the replicas they need: the scale-down
+    window, and at least the due-soon horizon."""
+    return max(spec.scale_down_seconds, soon_seconds(spec, lead))
+
+
+def with_slots(loads: Sequence[JobTypeWork], job_types: Sequence[str]) -> list[JobTypeWork]:
+    """``loads`` with one due-soon job more per entry of ``job_types`` (the job types of the
+    schedules' slots due soon), so their work is estimated like that of delayed jobs."""
+    extra: dict[str, int] = {}
+    for job_type in job_types:
+        extra[job_type] = extra.get(job_type, 0) + 1
+    merged = [replace(t, scheduled_soon=t.scheduled_soon + extra.pop(t.job_type, 0)) for t in loads]
+    merged += [JobTypeWork(t, 0, n, 0, None, 0) for t, n in sorted(extra.items())]
+    return merged
 
 
 def budget_seconds(work: Work, spec: PoolSpec) -> float:
@@ -140,7 +189,7 @@ def work_replicas(work: Work, current: int, spec: PoolSpec) -> tuple[int, str]:
     maxReplicas cannot do the work within the budget (too much work, or too little time left
     for a new pod to start), the answer is maxReplicas.
     """
-    startup = startup_seconds(work, spec)
+    startup = startup_seconds(spec, work.reported_startup_seconds)
     budget = budget_seconds(work, spec)
     known = [0.0] * work.active + [max(startup - age, 0.0) for age in work.loading]
     remaining = sorted([*known, *[startup] * max(current - len(known), 0)])
@@ -165,7 +214,7 @@ def _recommend(demand: Demand, current: int, spec: PoolSpec) -> tuple[int, str]:
     jobs = (
         f"{demand.ready} ready, {demand.scheduled_soon} due soon, {demand.running} running"
         f" at {spec.jobs_per_replica} per replica"
-    )
+    ) + (f", {demand.coming} due within the scale-down window" if demand.coming else "")
     if spec.scale_on is ScaleOn.JOBS or demand.work is None:
         return counted, jobs
     replicas, why = work_replicas(demand.work, current, spec)
@@ -210,6 +259,9 @@ def decide(
         target, why = up_to, "scale up"
     elif current > down_to:
         target, why = down_to, "scale down"
+        keep = _clamp(replicas_for(demand.coming, spec.jobs_per_replica), spec)
+        if target < min(current, keep):
+            target, why = min(current, keep), "hold for jobs due within the scale-down window"
     else:
         target, why = current, "hold"
     target = _clamp(target, spec)

@@ -101,6 +101,7 @@ class PoolSpec:
     database_secret: SecretRef | None = None
     scale_on: ScaleOn = ScaleOn.JOBS
     work: WorkSpec = field(default_factory=WorkSpec)
+    scale_ahead_seconds: float | None = None  # None: the pool's start-up time
 
 
 def _integer(spec: Mapping[str, Any], field: str, minimum: int) -> int:
@@ -130,6 +131,13 @@ def _seconds(
     if value > maximum:
         raise InvalidSpec(f"{where}.{field} must be at most {maximum:g}, got {value}")
     return float(value)
+
+
+def _optional_seconds(spec: Mapping[str, Any], field: str, *, maximum: float) -> float | None:
+    """A number of seconds (0 allowed) that may be left out: None when absent or null."""
+    if spec.get(field) is None:
+        return None
+    return _seconds(spec, field, positive=False, defaults={field: None}, maximum=maximum)
 
 
 def _choice(
@@ -224,4 +232,5 @@ def parse(spec: Mapping[str, Any]) -> PoolSpec:
         ),
         scale_on=_choice(spec, "scaleOn", ScaleOn, "spec", DEFAULTS),
         work=_work(spec),
+        scale_ahead_seconds=_optional_seconds(spec, "scaleAheadSeconds", maximum=HOUR),
     )

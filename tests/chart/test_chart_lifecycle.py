@@ -35,6 +35,7 @@ CRD_TO_VALUES = {
             "pollSeconds",
             "scaleUpStabilizationSeconds",
             "scaleDownStabilizationSeconds",
+            "scaleAheadSeconds",
             "scaleOn",
             "work",
         )
@@ -137,6 +138,7 @@ def test_every_crd_spec_field_is_either_mapped_or_the_charts_own() -> None:
         ("worker.pool.maxReplicas", "20000"),
         ("worker.pool.pollSeconds", "7200"),
         ("worker.pool.scaleDownStabilizationSeconds", "100000"),
+        ("worker.pool.scaleAheadSeconds", "3601"),
         ("worker.queues[0]", "q" * 129),
     ],
 )

@@ -298,7 +298,8 @@ def test_scale_crash_upgrade_scale_down(installed: Cluster, database_url: str) -
         )
         # `--wait` returns once the new pods are ready, while the last old ones may still be
         # draining: wait for them to be gone, then for their releases to be in the database.
-        wait_replaced(cluster, old_pods, timeout=300)
+        new_pods = wait_replaced(cluster, old_pods, timeout=300)
+        assert new_pods, "the upgrade left no worker pod, though jobs were waiting"
         wait_for(
             "a draining pod to have released a job (the release path)",
             lambda: released_by([a for j in job_ids for a in queue.attempts(j)], old_pods),

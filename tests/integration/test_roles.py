@@ -259,6 +259,8 @@ def test_operator_does_its_job(database_url: str, roles: Roles) -> None:
         assert leaseq.check_schema(o) >= 3
         stats = {s.queue: s for s in queue.stats()}
         assert (stats["q"].ready, stats["q"].running, stats["q"].dead) == (1, 1, 1)
+        coming = leaseq.Schedules(o).coming(["q"], horizon=60)  # what the pool warms up for
+        assert (coming.delayed, coming.slots) == (0, ())
         acquired = leadership.acquire("reaper", "op-1", term=0, ttl=15)
         assert acquired is not None
         with leadership.reap_pass("reaper", "op-1", acquired.term, ttl=15) as locked:

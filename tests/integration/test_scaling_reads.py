@@ -138,8 +138,8 @@ def test_what_is_coming_delayed_jobs_and_each_schedules_next_slot(
         NextSlot("hourly", "hourly", datetime(2031, 3, 4, 11, 0, tzinfo=UTC)),
         NextSlot("reports", "reports", datetime(2031, 3, 4, 10, 10, tzinfo=UTC)),
     )
-    assert coming.slots_within(400) == 1
-    assert coming.slots_within(3400) == 2
+    assert coming.slots_within(400) == coming.slots[1:]
+    assert coming.slots_within(3400) == coming.slots
 
     # A slot that fell but was not fired yet is due now; once fired, the next one is.
     fell = datetime(2031, 3, 4, 10, 10, 2, tzinfo=UTC)

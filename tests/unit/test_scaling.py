@@ -15,9 +15,13 @@ from leaseq_operator.scaling import (
     Demand,
     Recommendation,
     Work,
+    coming_seconds,
     decide,
+    lead_seconds,
     replicas_for,
     servable,
+    soon_seconds,
+    with_slots,
     work_seconds,
 )
 from leaseq_operator.spec import PoolSpec, ScaleOn, WorkSpec, WorkTarget
@@ -357,3 +361,55 @@ def test_work_no_live_worker_serves_is_not_the_pools_work() -> None:
         ("resize", 1, 1),
     ]
     assert servable(loads, []) == loads
+
+
+def settle(demand: Demand, current: int, spec: PoolSpec = BASE) -> Decision:
+    """The decision after the same reading every 10 s for longer than the windows."""
+    history: tuple[Recommendation, ...] = ()
+    for t in range(0, 200, 10):
+        decision = decide(demand, current, history, spec, now=t)
+        history, current = decision.history, decision.desired
+    return decision
+
+
+def test_a_job_coming_within_the_window_keeps_its_pod() -> None:
+    """An idle pod whose next job is due within the scale-down window stays; without a job
+    coming the same readings shrink the pool to zero."""
+    assert settle(Demand(0, 0, 0, coming=1), 1).desired == 1
+    assert settle(Demand(0, 0, 0), 1).desired == 0
+    history = decide(Demand(0, 0, 0), 1, (), BASE, now=0).history
+    history = decide(Demand(0, 0, 0), 1, history, BASE, now=30).history
+    held = decide(Demand(0, 0, 0, coming=1), 1, history, BASE, now=61)
+    assert held.desired == 1
+    assert held.reason.startswith("hold for jobs due within the scale-down window")
+    assert "1 due within the scale-down window" in held.reason
+
+
+def test_coming_jobs_add_no_replicas_and_keep_only_what_they_need() -> None:
+    assert settle(Demand(0, 0, 0, coming=7), 0).desired == 0
+    assert settle(Demand(0, 0, 0, coming=3), 6).desired == 2  # ceil(3 / 2) of 6
+    assert settle(Demand(0, 0, 0, coming=99), 10, replace(BASE, max_replicas=4)).desired == 4
+
+
+def test_a_work_pool_keeps_a_pod_for_a_coming_job_but_sizes_by_work() -> None:
+    spec = replace(BASE, scale_on=ScaleOn.WORK, work=WorkSpec(startup_seconds=0))
+    assert settle(Demand(0, 0, 0, Work(0, 0, active=3), coming=1), 3, spec).desired == 1
+
+
+def test_the_lead_time_is_the_spec_or_the_start_up_time() -> None:
+    assert lead_seconds(BASE, None) == 30.0  # work.startupSeconds' default
+    assert lead_seconds(BASE, 75.0) == 75.0  # the model load the workers reported
+    assert lead_seconds(replace(BASE, scale_ahead_seconds=5.0), 75.0) == 5.0
+    assert lead_seconds(replace(BASE, scale_ahead_seconds=0.0), 75.0) == 0.0
+    assert soon_seconds(BASE, 30.0) == 40.0  # plus one poll
+    assert coming_seconds(BASE, 30.0) == 60.0  # the window
+    assert coming_seconds(replace(BASE, scale_down_seconds=0), 30.0) == 40.0  # at least soon
+
+
+def test_slots_due_soon_are_work_of_their_job_type() -> None:
+    loads = [JobTypeWork("ocr", 1, 0, 0, 10.0, 3)]
+    assert with_slots(loads, ["ocr", "report", "report"]) == [
+        JobTypeWork("ocr", 1, 1, 0, 10.0, 3),
+        JobTypeWork("report", 0, 2, 0, None, 0),
+    ]
+    assert with_slots(loads, []) == loads

@@ -93,6 +93,8 @@ def api_server_errors(spec: dict[str, Any]) -> list[str]:
         ({**GOOD, "work": {"windowSeconds": 0}}, "work.windowSeconds: 0 is less than or equal"),
         ({**GOOD, "work": {"defaultJobSeconds": 0}}, "work.defaultJobSeconds: 0 is less than"),
         ({**GOOD, "work": {"targetSeconds": 90000}}, "work.targetSeconds: 90000 is greater"),
+        ({**GOOD, "scaleAheadSeconds": -1}, "scaleAheadSeconds: -1 is less than the minimum"),
+        ({**GOOD, "scaleAheadSeconds": 3601}, "scaleAheadSeconds: 3601 is greater than"),
         (
             {**GOOD, "work": {"targetSeconds": 30, "startupSeconds": 30}},
             "work.targetSeconds must be greater than work.startupSeconds",
@@ -117,9 +119,12 @@ def test_crd_schema_accepts_good_specs() -> None:
         "scaleUpStabilizationSeconds": 0,
         "scaleDownStabilizationSeconds": 600,
         "databaseSecretRef": {"name": "db", "key": "url"},
+        "scaleAheadSeconds": 0,
     }
     assert api_server_errors(full) == []
     assert parse(full).database_secret == SecretRef("db", "url")
+    assert parse(full).scale_ahead_seconds == 0.0
+    assert parse(GOOD).scale_ahead_seconds is None  # unset: the pool's start-up time
     work = {
         **GOOD,
         "scaleOn": "Work",
@@ -157,6 +162,7 @@ def test_operator_defaults_are_the_crds() -> None:
         ({**GOOD, "databaseSecretRef": "db"}, "spec.databaseSecretRef must be an object"),
         ({**GOOD, "work": []}, "spec.work must be an object, got []"),
         ({**GOOD, "scaleOn": "work"}, "spec.scaleOn must be one of Jobs, Work, got 'work'"),
+        ({**GOOD, "scaleAheadSeconds": "1m"}, "spec.scaleAheadSeconds must be a number of"),
         (
             {**GOOD, "work": {"targetSeconds": 20}},
             "spec.work.targetSeconds (20) must be greater than spec.work.startupSeconds (30)",

@@ -164,6 +164,6 @@ class Coming:
     delayed: int
     slots: tuple[NextSlot, ...]
 
-    def slots_within(self, seconds: float) -> int:
-        """How many of the schedules' next slots fall within ``seconds`` of ``now``."""
-        return sum(1 for s in self.slots if (s.at - self.now).total_seconds() <= seconds)
+    def slots_within(self, seconds: float) -> tuple[NextSlot, ...]:
+        """The schedules' next slots that fall within ``seconds`` of ``now``."""
+        return tuple(s for s in self.slots if (s.at - self.now).total_seconds() <= seconds)

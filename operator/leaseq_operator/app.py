@@ -38,6 +38,7 @@ class PoolState:
     delay: float | None = None  # a retry delay that replaces pollSeconds once
     problem: str | None = None  # the last problem logged, so it is logged once
     annotation_problem: str | None = None  # likewise for the pods' annotations
+    claimed: bool = False  # this process applied the Deployment's spec.replicas once
 
     def due(self, now: float, tick: float) -> bool:
         """True once ``pollSeconds`` (or the retry delay) passed since the last reading, to the

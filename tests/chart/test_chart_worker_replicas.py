@@ -2,8 +2,10 @@
 
 The operator owns the worker Deployment's ``spec.replicas``: it applies the scale subresource
 as the field manager ``leaseq-operator`` (operator/leaseq_operator/kube.py, ``Kube.scale``).
-The chart renders no ``replicas`` in any case, so by the server-side apply rules no apply of
-the chart can conflict with the operator or reset the pool:
+The chart renders no ``replicas`` (one exception: the first upgrade of a release an older
+chart installed, until the operator applied the field; see the last test), so by the
+server-side apply rules no apply of the chart can conflict with the operator or reset the
+pool:
 
 - an apply conflicts only over fields in its own configuration whose value it changes and
   another manager owns (sigs.k8s.io/structured-merge-diff merge/update.go, ``update``:
@@ -159,3 +161,55 @@ def test_no_hold_without_an_operator_to_resume(
     deployment = _deployment(helm.render(sets={"operator.enabled": "false"}, extra=flags))
     assert "paused" not in deployment["spec"]
     assert "replicas" not in deployment["spec"]
+
+
+def _entry(manager: str, **extra: str) -> Obj:
+    """A managedFields entry owning ``.spec.replicas`` by an apply (the shape the API server
+    stores: staging/src/k8s.io/apimachinery/pkg/apis/meta/v1/types.go,
+    ``ManagedFieldsEntry``; a scale apply keeps ``subresource: scale``, scalehandler.go)."""
+    return {
+        "manager": manager,
+        "operation": "Apply",
+        "apiVersion": "apps/v1",
+        "fieldsType": "FieldsV1",
+        "fieldsV1": {"f:spec": {"f:replicas": {}}},
+        **extra,
+    }
+
+
+def test_an_older_release_keeps_its_count_until_the_operator_applied_it(
+    helm: Helm, cluster: tuple[EmulatorServer, list[str]]
+) -> None:
+    """A release an older chart installed: helm applied ``replicas`` in every revision. If
+    the upgrade simply left it out, helm (an applier of the field) would remove it unless
+    another applier owns it (merge/update.go, ``prune``: ``addBackOwnedItems`` keeps only
+    fields in an ``Applied`` manager's set), and the API server would default it to 1. So the
+    chart renders the live count once more until the operator's own apply owns the field."""
+    server, flags = cluster
+    install = helm.render(extra=flags)
+    created = _deployment(install)
+    kube = Kube(Cluster.at(server.url))
+    try:
+        older = {**created, "spec": {**created["spec"], "replicas": 7}}
+        del older["spec"]["paused"]
+        older["metadata"] = {**created["metadata"], "managedFields": [_entry("helm")]}
+        kube._apps.create_namespaced_deployment(NAMESPACE, older)
+        upgrade = _deployment(helm.render(extra=[*flags, "--is-upgrade"]))
+        assert upgrade["spec"]["replicas"] == 7
+        kube._apps.patch_namespaced_deployment(
+            WORKER,
+            NAMESPACE,
+            {
+                "metadata": {
+                    "managedFields": [
+                        _entry("helm"),
+                        _entry(FIELD_MANAGER, subresource="scale"),
+                    ]
+                }
+            },
+            _content_type="application/merge-patch+json",
+        )
+    finally:
+        kube.close()
+    upgrade = _deployment(helm.render(extra=[*flags, "--is-upgrade"]))
+    assert "replicas" not in upgrade["spec"]

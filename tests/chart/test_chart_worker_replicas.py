@@ -213,3 +213,14 @@ def test_an_older_release_keeps_its_count_until_the_operator_applied_it(
         kube.close()
     upgrade = _deployment(helm.render(extra=[*flags, "--is-upgrade"]))
     assert "replicas" not in upgrade["spec"]
+
+
+def test_the_guide_names_what_the_cluster_shows() -> None:
+    """The Kubernetes guide's section names the field manager and the annotation the code
+    uses (each of its other sentences is one of the tests above or in
+    tests/k8s/test_field_manager_k8s.py)."""
+    guide = (Path(__file__).parents[2] / "docs" / "guides" / "kubernetes.md").read_text()
+    section = guide[guide.index("## Who owns the worker Deployment's replicas") :]
+    section = section[: section.index("\n## ")]
+    assert f"`{FIELD_MANAGER}`" in section
+    assert f"`{HELD_ANNOTATION}`" in section

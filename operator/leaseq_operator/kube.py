@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import dataclasses
 import datetime
 import json
 from collections.abc import Callable, Iterator, Mapping
@@ -32,6 +33,7 @@ FIELD_MANAGER = "leaseq-operator"
 #: Set (with ``spec.paused``) by the chart on a worker Deployment it creates: held at zero
 #: pods until the operator's first scale, then removed by :meth:`Kube.resume`.
 HELD_ANNOTATION = "leaseq.dev/paused-until-scaled"
+USER_AGENT = FIELD_MANAGER  # the API server takes the part before any "/" as the manager
 
 
 class KubeError(LeaseqError):
@@ -148,6 +150,28 @@ class Pod:
     unschedulable: str | None = None
 
 
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class _Identified(kopf.ConnectionInfo):
+    """kopf's connection, sending :data:`FIELD_MANAGER` as its user agent: kopf names no field
+    manager on its own writes (removing the finalizer earlier versions added), and the API
+    server then takes the user agent up to its first "/" instead (k8s.io/apiserver
+    pkg/endpoints/handlers/create.go, ``managerOrUserAgent``, ``prefixFromUserAgent``)."""
+
+    def as_http_headers(self) -> dict[str, str]:
+        return {**super().as_http_headers(), "User-Agent": USER_AGENT}
+
+
+def _identified(login: Callable[..., kopf.ConnectionInfo | None]) -> Callable[..., Any]:
+    def identified(**kwargs: Any) -> kopf.ConnectionInfo | None:
+        info = login(**kwargs)
+        if info is None:
+            return None
+        fields = {f.name: getattr(info, f.name) for f in dataclasses.fields(info)}
+        return _Identified(**fields)
+
+    return identified
+
+
 @dataclass(frozen=True)
 class Cluster:
     """How to reach the API server: the sync client's configuration and kopf's login."""
@@ -167,7 +191,9 @@ class Cluster:
                 raise ConfigError(
                     f"no Kubernetes credentials: not in a pod and no usable kubeconfig ({exc})"
                 ) from exc
-        return cls(kubernetes.client.Configuration.get_default_copy(), kopf.login_via_client)
+        return cls(
+            kubernetes.client.Configuration.get_default_copy(), _identified(kopf.login_via_client)
+        )
 
     @classmethod
     def at(cls, server: str) -> Cluster:
@@ -176,7 +202,7 @@ class Cluster:
         def login(**_: Any) -> kopf.ConnectionInfo:
             return kopf.ConnectionInfo(server=server, insecure=True)
 
-        return cls(kubernetes.client.Configuration(host=server), login)
+        return cls(kubernetes.client.Configuration(host=server), _identified(login))
 
 
 @dataclass
@@ -188,6 +214,9 @@ class Kube:
 
     def __post_init__(self) -> None:
         self._client = kubernetes.client.ApiClient(self.cluster.configuration)
+        # Every write also names FIELD_MANAGER; a call that ever forgot would still not be
+        # recorded as "OpenAPI-Generator" (the client's default user agent).
+        self._client.user_agent = USER_AGENT
         self._apps = kubernetes.client.AppsV1Api(self._client)
         self._core = kubernetes.client.CoreV1Api(self._client)
         self._custom = kubernetes.client.CustomObjectsApi(self._client)

@@ -72,6 +72,7 @@ class Write:
     path: str
     params: dict[str, str]
     content_type: str
+    user_agent: str
     body: Any
 
 
@@ -148,6 +149,7 @@ class LeaseqEmulator(kmock.KubernetesEmulator):
                     path=request.url.path,
                     params=dict(request.params),
                     content_type=request.headers.get("Content-Type", "").split(";")[0],
+                    user_agent=request.headers.get("User-Agent", ""),
                     body=copy.deepcopy(request.data),
                 )
             )

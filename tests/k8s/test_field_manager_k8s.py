@@ -5,9 +5,11 @@ How the API server turns these writes into ownership (k8s.io/apimachinery is ven
 kubernetes/kubernetes under staging/src/k8s.io/apimachinery):
 
 - ``fieldManager`` names the manager of a write; without it the server takes the client's
-  user agent (the Python client's is ``OpenAPI-Generator/...``, the owner an upgrade
-  conflict used to name) - staging/src/k8s.io/apiserver/pkg/endpoints/handlers/patch.go,
-  ``managerOrUserAgent``.
+  user agent up to its first "/" (the Python client's was ``OpenAPI-Generator/...``, the
+  owner an upgrade conflict used to name; kopf's is ``kopf/...``) -
+  staging/src/k8s.io/apiserver/pkg/endpoints/handlers/create.go, ``managerOrUserAgent``,
+  ``prefixFromUserAgent``. kopf sends no ``fieldManager``, so its one write here (removing
+  the finalizer earlier versions added) is named by the user agent the operator gives it.
 - An *apply* makes its manager own exactly the fields of its configuration, whatever their
   values; any other write (merge or JSON patch, create) takes only the fields whose value it
   changed, and takes them away from every other manager - sigs.k8s.io/structured-merge-diff
@@ -30,7 +32,7 @@ from typing import Any
 
 import pytest
 from emulator import EmulatorServer, Write
-from harness import NAMESPACE, Api, StartOperator
+from harness import NAMESPACE, WORKERPOOLS, Api, StartOperator
 
 import leaseq
 from leaseq_operator.kube import FIELD_MANAGER, HELD_ANNOTATION
@@ -41,7 +43,9 @@ pytestmark = pytest.mark.k8s
 
 DEPLOYMENTS = f"/apis/apps/v1/namespaces/{NAMESPACE}/deployments"
 SCALE = f"{DEPLOYMENTS}/workers/scale"
-STATUS = f"/apis/leaseq.dev/v1/namespaces/{NAMESPACE}/workerpools/ocr/status"
+POOLS = f"/apis/leaseq.dev/v1/namespaces/{NAMESPACE}/workerpools"
+STATUS = f"{POOLS}/ocr/status"
+FINALIZER = "leaseq.dev/operator"  # what earlier versions added
 EVENTS = f"/api/v1/namespaces/{NAMESPACE}/events"
 PODS = f"/api/v1/namespaces/{NAMESPACE}/pods/"
 POOL = {
@@ -102,12 +106,31 @@ def test_every_write_names_the_operator_and_only_its_fields(
     for pod in ("pod-a", "pod-b"):
         api.create_pod(pod, "workers")
     api.create_pool("ocr", POOL)
+    # kopf's own write: it removes the finalizer earlier versions added (runner.py).
+    legacy = {"apiVersion": "leaseq.dev/v1", "kind": "WorkerPool"}
+    api.custom.create_namespaced_custom_object(
+        *WORKERPOOLS[:2],
+        NAMESPACE,
+        WORKERPOOLS[2],
+        {
+            **legacy,
+            "metadata": {"name": "old", "finalizers": [FINALIZER]},
+            "spec": {**POOL, "deployment": "absent"},
+        },
+    )
     mark = len(emulator.emulator.writes)
     start_operator()
     wait_for(lambda: api.replicas("workers") == 0, what="scaled to zero")
     wait_for(lambda: api.events("ScaledDown"), what="the ScaledDown event")
+    wait_for(lambda: not api.pool("old")["metadata"].get("finalizers"), what="finalizer gone")
     writes = _since(emulator, mark)
+    kopf_writes = [w for w in writes if w.path == f"{POOLS}/old"]
+    assert kopf_writes and all(w.method == "PATCH" for w in kopf_writes)
+    # kopf names no fieldManager: the API server then takes the user agent's product.
+    assert {w.user_agent.split("/")[0] for w in kopf_writes} == {FIELD_MANAGER}
+    writes = [w for w in writes if w not in kopf_writes and "/workerpools/old/" not in w.path]
     assert [w for w in writes if w.params.get("fieldManager") != FIELD_MANAGER] == []
+    assert {w.user_agent.split("/")[0] for w in writes} == {FIELD_MANAGER}
     assert [w for w in writes if not _touches_only_its_fields(w)] == []
     kinds = {w.path if not w.path.startswith(PODS) else PODS for w in writes}
     assert kinds == {SCALE, PODS, STATUS, EVENTS}

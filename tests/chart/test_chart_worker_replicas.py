@@ -40,6 +40,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import kubernetes.client
 import pytest
 import yaml
 from chartkit import Helm, Obj, one
@@ -75,6 +76,16 @@ def cluster(tmp_path: Path) -> Iterator[tuple[EmulatorServer, list[str]]]:
             str(kubeconfig),
         ]
         yield server, flags
+
+
+@pytest.fixture
+def apps(
+    cluster: tuple[EmulatorServer, list[str]],
+) -> Iterator[kubernetes.client.AppsV1Api]:
+    """The test's own client: it does to the Deployment what helm's apply would."""
+    client = kubernetes.client.ApiClient(kubernetes.client.Configuration(host=cluster[0].url))
+    yield kubernetes.client.AppsV1Api(client)
+    client.close()  # type: ignore[no-untyped-call]
 
 
 def _paths(value: Any, prefix: tuple[str, ...] = ()) -> set[tuple[str, ...]]:
@@ -113,7 +124,10 @@ def _held(deployment: Obj) -> bool:
 
 @pytest.mark.parametrize("min_replicas", ["0", "3"])
 def test_install_upgrade_and_rollback_never_render_what_the_operator_owns(
-    helm: Helm, cluster: tuple[EmulatorServer, list[str]], min_replicas: str
+    helm: Helm,
+    cluster: tuple[EmulatorServer, list[str]],
+    apps: kubernetes.client.AppsV1Api,
+    min_replicas: str,
 ) -> None:
     server, flags = cluster
     sets = {"worker.pool.minReplicas": min_replicas}
@@ -124,7 +138,7 @@ def test_install_upgrade_and_rollback_never_render_what_the_operator_owns(
     # The Deployment as helm created it; the operator scales it (9 busy workers) and resumes.
     kube = Kube(Cluster.at(server.url))
     try:
-        kube._apps.create_namespaced_deployment(NAMESPACE, created)
+        apps.create_namespaced_deployment(NAMESPACE, created)
         assert kube.target(NAMESPACE, WORKER).held
         kube.scale(NAMESPACE, WORKER, 9)
         kube.resume(NAMESPACE, WORKER, paused=True)
@@ -178,39 +192,29 @@ def _entry(manager: str, **extra: str) -> Obj:
 
 
 def test_an_older_release_keeps_its_count_until_the_operator_applied_it(
-    helm: Helm, cluster: tuple[EmulatorServer, list[str]]
+    helm: Helm, cluster: tuple[EmulatorServer, list[str]], apps: kubernetes.client.AppsV1Api
 ) -> None:
     """A release an older chart installed: helm applied ``replicas`` in every revision. If
     the upgrade simply left it out, helm (an applier of the field) would remove it unless
     another applier owns it (merge/update.go, ``prune``: ``addBackOwnedItems`` keeps only
     fields in an ``Applied`` manager's set), and the API server would default it to 1. So the
     chart renders the live count once more until the operator's own apply owns the field."""
-    server, flags = cluster
-    install = helm.render(extra=flags)
-    created = _deployment(install)
-    kube = Kube(Cluster.at(server.url))
-    try:
-        older = {**created, "spec": {**created["spec"], "replicas": 7}}
-        del older["spec"]["paused"]
-        older["metadata"] = {**created["metadata"], "managedFields": [_entry("helm")]}
-        kube._apps.create_namespaced_deployment(NAMESPACE, older)
-        upgrade = _deployment(helm.render(extra=[*flags, "--is-upgrade"]))
-        assert upgrade["spec"]["replicas"] == 7
-        kube._apps.patch_namespaced_deployment(
-            WORKER,
-            NAMESPACE,
-            {
-                "metadata": {
-                    "managedFields": [
-                        _entry("helm"),
-                        _entry(FIELD_MANAGER, subresource="scale"),
-                    ]
-                }
-            },
-            _content_type="application/merge-patch+json",
-        )
-    finally:
-        kube.close()
+    _, flags = cluster
+    created = _deployment(helm.render(extra=flags))
+    older = {**created, "spec": {**created["spec"], "replicas": 7}}
+    del older["spec"]["paused"]
+    older["metadata"] = {**created["metadata"], "managedFields": [_entry("helm")]}
+    apps.create_namespaced_deployment(NAMESPACE, older)
+    upgrade = _deployment(helm.render(extra=[*flags, "--is-upgrade"]))
+    assert upgrade["spec"]["replicas"] == 7
+
+    claimed = [_entry("helm"), _entry(FIELD_MANAGER, subresource="scale")]
+    apps.patch_namespaced_deployment(
+        WORKER,
+        NAMESPACE,
+        {"metadata": {"managedFields": claimed}},
+        _content_type="application/merge-patch+json",
+    )
     upgrade = _deployment(helm.render(extra=[*flags, "--is-upgrade"]))
     assert "replicas" not in upgrade["spec"]
 

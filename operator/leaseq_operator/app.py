@@ -41,6 +41,7 @@ class PoolState:
     # The model-load time the pool's workers last reported: kept while the pool is at zero,
     # when no worker is left to report it (it sets how far ahead of a known job to scale up).
     reported_startup: float | None = None
+    claimed: bool = False  # this process applied the Deployment's spec.replicas once
 
     def due(self, now: float, tick: float) -> bool:
         """True once ``pollSeconds`` (or the retry delay) passed since the last reading, to the

@@ -7,7 +7,9 @@ timer without one never stops) and nothing can remove that finalizer once ``helm
 or a namespace deletion has removed the operator and its RBAC: the WorkerPool would stay
 Terminating and the namespace with it. With no timer and no changing handler, kopf adds no
 finalizer, and it removes the ``leaseq.dev/operator`` finalizer that earlier versions added.
-Users' Deployments are only read and scaled through their scale subresource.
+Users' Deployments are read, scaled by a server-side apply of their scale subresource, and
+(only one the chart created paused for the operator's first scale) resumed; every write names
+the field manager ``leaseq-operator``.
 
 Handlers are synchronous on purpose: kopf runs them in worker threads, where the blocking
 ``kubernetes`` client and the psycopg pool belong (never inside a coroutine).
@@ -32,7 +34,9 @@ One tick of a pool, every ``pollSeconds`` (checked every ``tick_seconds``):
    deletion cost (idle cheapest); never shrink below the number of busy pods. A refused
    annotation patch is reported (``PodsAnnotated=False``, a Warning Event, a counter) and
    never stops step 5;
-5. patch the Deployment's scale, the status, and post an Event for every change.
+5. apply the Deployment's scale (at every change, and once per process to own the field),
+   resume a Deployment the chart holds paused, write the status, and post an Event for
+   every change.
 """
 
 from __future__ import annotations
@@ -307,11 +311,12 @@ class PoolTick:
         pool = self.spec()
         demand = self.read_depth(pool, state)
         try:
-            current = self.app.kube.replicas(self.namespace, pool.deployment)
+            target = self.app.kube.target(self.namespace, pool.deployment)
         except TargetNotFound as exc:
             self.condition(conditions.TARGET_FOUND, False, "DeploymentNotFound", str(exc))
             raise Retry(str(exc), pool.poll_seconds) from exc
         self.condition(conditions.TARGET_FOUND, True, "DeploymentFound", pool.deployment)
+        current = target.replicas
         decision = scaling.decide(
             None if isinstance(demand, LeaseqError) else demand,
             current,
@@ -326,8 +331,16 @@ class PoolTick:
         if not self.app.leading:
             return  # a standby replica: the leader scales
         desired = self.protect(pool, current, decision.desired)
-        if desired != current:
+        if desired != current or not state.claimed:
+            # Once per process even at an unchanged count: the apply makes the operator an
+            # owner of spec.replicas, so a chart or GitOps apply that once wrote the field and
+            # now leaves it out does not remove it (see Kube.scale).
             self.app.kube.scale(self.namespace, pool.deployment, desired)
+            state.claimed = True
+        if target.held:
+            self.app.kube.resume(self.namespace, pool.deployment, target.paused)
+            log.info("%s: %s resumed at %d replicas", self.key, pool.deployment, desired)
+        if desired != current:
             self.status["lastScaleTime"] = conditions.timestamp()
             kind = "ScaledUp" if desired > current else "ScaledDown"
             message = f"{pool.deployment} from {current} to {desired} replicas: {decision.reason}"

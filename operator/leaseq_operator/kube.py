@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import dataclasses
 import datetime
 import json
 from collections.abc import Callable, Iterator, Mapping
@@ -24,6 +25,15 @@ from kubernetes.client.exceptions import ApiException
 from leaseq.core.errors import ConfigError, LeaseqError
 
 MERGE_PATCH = "application/merge-patch+json"
+JSON_PATCH = "application/json-patch+json"
+APPLY_PATCH = "application/apply-patch+yaml"
+#: The field manager of every write the operator makes: what ``kubectl get -o yaml
+#: --show-managed-fields`` and a server-side apply conflict name as the owner of a field.
+FIELD_MANAGER = "leaseq-operator"
+#: Set (with ``spec.paused``) by the chart on a worker Deployment it creates: held at zero
+#: pods until the operator's first scale, then removed by :meth:`Kube.resume`.
+HELD_ANNOTATION = "leaseq.dev/paused-until-scaled"
+USER_AGENT = FIELD_MANAGER  # the API server takes the part before any "/" as the manager
 
 
 class KubeError(LeaseqError):
@@ -91,9 +101,6 @@ def label_selector(selector: kubernetes.client.V1LabelSelector) -> str:
     return ",".join(terms)
 
 
-EVENT_SOURCE = "leaseq-operator"
-
-
 def _unschedulable(pod: kubernetes.client.V1Pod) -> str | None:
     """The scheduler's message if it found no node for the pod (PodScheduled=False, reason
     Unschedulable; reason and message are omitempty in the API, hence the defaults)."""
@@ -105,6 +112,17 @@ def _unschedulable(pod: kubernetes.client.V1Pod) -> str | None:
         ):
             return condition.message or "no node fits the pod"
     return None
+
+
+@dataclass(frozen=True)
+class Target:
+    """A pool's Deployment, as far as scaling cares."""
+
+    replicas: int
+    #: The chart created it paused with :data:`HELD_ANNOTATION`: no pod until the operator
+    #: scaled it and called :meth:`Kube.resume`.
+    held: bool = False
+    paused: bool = False
 
 
 @dataclass(frozen=True)
@@ -132,6 +150,28 @@ class Pod:
     unschedulable: str | None = None
 
 
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class _Identified(kopf.ConnectionInfo):
+    """kopf's connection, sending :data:`FIELD_MANAGER` as its user agent: kopf names no field
+    manager on its own writes (removing the finalizer earlier versions added), and the API
+    server then takes the user agent up to its first "/" instead (k8s.io/apiserver
+    pkg/endpoints/handlers/create.go, ``managerOrUserAgent``, ``prefixFromUserAgent``)."""
+
+    def as_http_headers(self) -> dict[str, str]:
+        return {**super().as_http_headers(), "User-Agent": USER_AGENT}
+
+
+def _identified(login: Callable[..., kopf.ConnectionInfo | None]) -> Callable[..., Any]:
+    def identified(**kwargs: Any) -> kopf.ConnectionInfo | None:
+        info = login(**kwargs)
+        if info is None:
+            return None
+        fields = {f.name: getattr(info, f.name) for f in dataclasses.fields(info)}
+        return _Identified(**fields)
+
+    return identified
+
+
 @dataclass(frozen=True)
 class Cluster:
     """How to reach the API server: the sync client's configuration and kopf's login."""
@@ -151,7 +191,9 @@ class Cluster:
                 raise ConfigError(
                     f"no Kubernetes credentials: not in a pod and no usable kubeconfig ({exc})"
                 ) from exc
-        return cls(kubernetes.client.Configuration.get_default_copy(), kopf.login_via_client)
+        return cls(
+            kubernetes.client.Configuration.get_default_copy(), _identified(kopf.login_via_client)
+        )
 
     @classmethod
     def at(cls, server: str) -> Cluster:
@@ -160,7 +202,7 @@ class Cluster:
         def login(**_: Any) -> kopf.ConnectionInfo:
             return kopf.ConnectionInfo(server=server, insecure=True)
 
-        return cls(kubernetes.client.Configuration(host=server), login)
+        return cls(kubernetes.client.Configuration(host=server), _identified(login))
 
 
 @dataclass
@@ -172,6 +214,9 @@ class Kube:
 
     def __post_init__(self) -> None:
         self._client = kubernetes.client.ApiClient(self.cluster.configuration)
+        # Every write also names FIELD_MANAGER; a call that ever forgot would still not be
+        # recorded as "OpenAPI-Generator" (the client's default user agent).
+        self._client.user_agent = USER_AGENT
         self._apps = kubernetes.client.AppsV1Api(self._client)
         self._core = kubernetes.client.CoreV1Api(self._client)
         self._custom = kubernetes.client.CustomObjectsApi(self._client)
@@ -179,17 +224,58 @@ class Kube:
     def close(self) -> None:
         self._client.close()  # type: ignore[no-untyped-call]
 
-    def replicas(self, namespace: str, deployment: str) -> int:
-        """The Deployment's spec.replicas, read through its scale subresource."""
-        with _calling(f"read scale of deployment {namespace}/{deployment}"):
-            scale = self._apps.read_namespaced_deployment_scale(deployment, namespace)
-        return int(scale.spec.replicas or 0) if scale.spec else 0
+    def target(self, namespace: str, deployment: str) -> Target:
+        """The Deployment's spec.replicas (1, the API server's default, when unset) and whether
+        the chart holds it paused for the operator's first scale."""
+        with _calling(f"read deployment {namespace}/{deployment}"):
+            found = self._apps.read_namespaced_deployment(deployment, namespace)
+        spec = found.spec
+        annotations = (found.metadata.annotations if found.metadata else None) or {}
+        return Target(
+            replicas=1 if spec is None or spec.replicas is None else int(spec.replicas),
+            held=HELD_ANNOTATION in annotations,
+            paused=bool(spec and spec.paused),
+        )
 
     def scale(self, namespace: str, deployment: str, replicas: int) -> None:
-        """Set spec.replicas through the scale subresource (nothing else of the Deployment)."""
+        """Set spec.replicas by a server-side apply of the scale subresource as
+        :data:`FIELD_MANAGER`, forced: the operator becomes an *applier* owning the field (and
+        nothing else of the Deployment), so an apply that leaves replicas out (helm, a GitOps
+        sync, ``kubectl apply --server-side``) neither conflicts with it nor removes it."""
+        body = {
+            "apiVersion": "autoscaling/v1",
+            "kind": "Scale",
+            "metadata": {"name": deployment, "namespace": namespace},
+            "spec": {"replicas": replicas},
+        }
         with _calling(f"scale deployment {namespace}/{deployment} to {replicas}"):
             self._apps.patch_namespaced_deployment_scale(
-                deployment, namespace, {"spec": {"replicas": replicas}}, _content_type=MERGE_PATCH
+                deployment,
+                namespace,
+                body,
+                field_manager=FIELD_MANAGER,
+                force=True,
+                _content_type=APPLY_PATCH,
+            )
+
+    def resume(self, namespace: str, deployment: str, paused: bool) -> None:
+        """Let a Deployment the chart created paused roll out (after :meth:`scale` set its
+        replicas): remove :data:`HELD_ANNOTATION` and, when ``paused``, ``spec.paused``.
+        Removing (not setting false) leaves no manager owning either field, so rolling back to
+        the chart revision that set them sets them again without a conflict."""
+        key = HELD_ANNOTATION.replace("~", "~0").replace("/", "~1")
+        patch: list[dict[str, Any]] = [
+            {"op": "remove", "path": f"/metadata/annotations/{key}"},
+        ]
+        if paused:
+            patch.append({"op": "remove", "path": "/spec/paused"})
+        with _calling(f"resume deployment {namespace}/{deployment}"):
+            self._apps.patch_namespaced_deployment(
+                deployment,
+                namespace,
+                patch,
+                field_manager=FIELD_MANAGER,
+                _content_type=JSON_PATCH,
             )
 
     def pods(self, namespace: str, deployment: str) -> list[Pod]:
@@ -218,6 +304,7 @@ class Kube:
                 pod,
                 namespace,
                 {"metadata": {"annotations": dict(annotations)}},
+                field_manager=FIELD_MANAGER,
                 _content_type=MERGE_PATCH,
             )
 
@@ -243,6 +330,7 @@ class Kube:
                 ref.plural,
                 ref.name,
                 {"status": dict(status)},
+                field_manager=FIELD_MANAGER,
                 _content_type=MERGE_PATCH,
             )
 
@@ -263,10 +351,10 @@ class Kube:
             type=type_,
             reason=reason,
             message=message[:1024],
-            source=kubernetes.client.V1EventSource(component=EVENT_SOURCE),
+            source=kubernetes.client.V1EventSource(component=FIELD_MANAGER),
             first_timestamp=now,
             last_timestamp=now,
             count=1,
         )
         with _calling(f"post event {reason} on {ref.plural}/{ref.namespace}/{ref.name}"):
-            self._core.create_namespaced_event(ref.namespace, event)
+            self._core.create_namespaced_event(ref.namespace, event, field_manager=FIELD_MANAGER)

@@ -111,8 +111,9 @@ class Helm:
         *,
         include_crds: bool = False,
         check: bool = True,
+        extra: Sequence[str] = (),
     ) -> subprocess.CompletedProcess[str]:
-        cmd = [self.binary, "template", "rel", str(self.chart), "--namespace", "jobs"]
+        cmd = [self.binary, "template", "rel", str(self.chart), "--namespace", "jobs", *extra]
         if include_crds:
             cmd.append("--include-crds")
         return run(cmd + self.args(values, sets, api_versions, kube_version), check=check)
@@ -125,10 +126,11 @@ class Helm:
         kube_version: str | None = None,
         *,
         include_crds: bool = False,
+        extra: Sequence[str] = (),
     ) -> list[Obj]:
-        """helm template, parsed: every non-empty document."""
+        """helm template, parsed: every non-empty document (``extra``: more helm flags)."""
         out = self.template_raw(
-            values, sets, api_versions, kube_version, include_crds=include_crds
+            values, sets, api_versions, kube_version, include_crds=include_crds, extra=extra
         ).stdout
         return [doc for doc in yaml.safe_load_all(out) if doc]
 

@@ -1,5 +1,5 @@
-"""The operator's ValidatingAdmissionPolicy (issues 11, 17): its CEL, evaluated with cel-python
-the way the API server does (matchConditions, then variables, then every validation; an
+"""The operator's ValidatingAdmissionPolicies (issues 11, 17, 48): their CEL, evaluated with
+cel-python the way the API server does (matchConditions, then variables, then every validation; an
 expression that errors is a denial, as ``failurePolicy: Fail`` makes it), against patches the
 operator makes and patches a stolen operator token would try.
 
@@ -29,14 +29,20 @@ from pathlib import Path
 from typing import Any
 
 import celpy
+import jsonpatch
 import pytest
-from chartkit import Helm, Obj, of_kind, one, tool
+from chartkit import Helm, Obj, of_kind, tool
+
+from leaseq_operator.kube import HELD_ANNOTATION
 
 SA = "system:serviceaccount:jobs:rel-leaseq-operator"
 COST = "controller.kubernetes.io/pod-deletion-cost"
 EVICT = "cluster-autoscaler.kubernetes.io/safe-to-evict"
-POD_KIND = {"group": "", "version": "v1", "kind": "Pod"}
-PODS = {"group": "", "version": "v1", "resource": "pods"}
+# (kind, resource) of request.kind / request.resource, by the stored object's kind
+KINDS = {
+    "Pod": ({"group": "", "version": "v1", "kind": "Pod"}, "pods"),
+    "Deployment": ({"group": "apps", "version": "v1", "kind": "Deployment"}, "deployments"),
+}
 
 
 def _stored_pod(metadata: Obj) -> Obj:
@@ -91,11 +97,13 @@ BARE_POD: Obj = _stored_pod({"name": "debug"})
 def admission_request(old: Obj, *, user: str, subresource: str = "") -> Obj:
     """``request`` for an UPDATE (a PATCH) of ``old``, as CreateAdmissionRequest fills it,
     with the omitempty fields absent when empty (see the module docstring)."""
+    kind, plural = KINDS[old["kind"]]
+    resource = {"group": kind["group"], "version": kind["version"], "resource": plural}
     request: Obj = {
-        "kind": POD_KIND,
-        "resource": PODS,
-        "requestKind": POD_KIND,
-        "requestResource": PODS,
+        "kind": kind,
+        "resource": resource,
+        "requestKind": kind,
+        "requestResource": resource,
         "name": old["metadata"]["name"],
         "namespace": old["metadata"]["namespace"],
         "operation": "UPDATE",
@@ -195,9 +203,20 @@ def policy_objects(chart: tuple[Path, bool]) -> list[Obj]:
     return Helm(tool("helm"), chart[0]).render(kube_version="1.30.0")
 
 
+def named(objs: list[Obj], kind: str, part: str) -> Obj:
+    """The one object of ``kind`` whose name contains ``part``."""
+    [found] = [o for o in of_kind(objs, kind) if part in o["metadata"]["name"]]
+    return found
+
+
 @pytest.fixture(scope="module")
 def policy(policy_objects: list[Obj]) -> Policy:
-    return Policy(one(policy_objects, "ValidatingAdmissionPolicy"))
+    return Policy(named(policy_objects, "ValidatingAdmissionPolicy", "-operator-pods-"))
+
+
+@pytest.fixture(scope="module")
+def deployment_policy(policy_objects: list[Obj]) -> Policy:
+    return Policy(named(policy_objects, "ValidatingAdmissionPolicy", "-operator-deployments-"))
 
 
 ALLOWED = {
@@ -324,15 +343,128 @@ def test_other_users_are_not_matched(policy: Policy) -> None:
     assert policy.denials(POD, patched) != []
 
 
-def test_the_binding_denies(policy_objects: list[Obj]) -> None:
-    policy = one(policy_objects, "ValidatingAdmissionPolicy")
-    binding = one(policy_objects, "ValidatingAdmissionPolicyBinding")
+@pytest.mark.parametrize("part", ["-operator-pods-", "-operator-deployments-"])
+def test_the_binding_denies(policy_objects: list[Obj], part: str) -> None:
+    policy = named(policy_objects, "ValidatingAdmissionPolicy", part)
+    binding = named(policy_objects, "ValidatingAdmissionPolicyBinding", part)
     assert binding["spec"] == {
         "policyName": policy["metadata"]["name"],
         "validationActions": ["Deny"],
     }
     assert policy["spec"]["failurePolicy"] == "Fail"
     assert policy["spec"]["matchConditions"][0]["expression"].endswith(f"'{SA}'")
+
+
+# The worker Deployment as the API server stores it after the chart created it paused
+# (k8s.io/api/apps/v1/types.go, ``DeploymentSpec``: replicas, revisionHistoryLimit and
+# progressDeadlineSeconds are defaulted, so present; paused and minReadySeconds are
+# omitempty; the chart renders no replicas, so the server's default of 1 is stored).
+HELD_DEPLOYMENT: Obj = {
+    "apiVersion": "apps/v1",
+    "kind": "Deployment",
+    "metadata": {
+        "name": "rel-leaseq-worker",
+        "namespace": "jobs",
+        "uid": "1c9e4f6c-1d2a-4c3b-9e8f-7a6b5c4d3e2f",
+        "resourceVersion": "81000",
+        "generation": 1,
+        "creationTimestamp": "2026-12-01T10:00:00Z",
+        "labels": {"app.kubernetes.io/component": "worker"},
+        "annotations": {HELD_ANNOTATION: "true", "checkov.io/skip1": "x"},
+    },
+    "spec": {
+        "replicas": 1,
+        "paused": True,
+        "selector": {"matchLabels": {"app.kubernetes.io/component": "worker"}},
+        "template": {
+            "metadata": {"labels": {"app.kubernetes.io/component": "worker"}},
+            "spec": {"containers": [{"name": "worker", "image": "ghcr.io/leaseq/leaseq:1.0"}]},
+        },
+        "strategy": {
+            "type": "RollingUpdate",
+            "rollingUpdate": {"maxUnavailable": 0, "maxSurge": "25%"},
+        },
+        "revisionHistoryLimit": 5,
+        "progressDeadlineSeconds": 600,
+    },
+    "status": {},
+}
+RESUME = [
+    {"op": "remove", "path": "/metadata/annotations/leaseq.dev~1paused-until-scaled"},
+    {"op": "remove", "path": "/spec/paused"},
+]
+
+
+def _json_patched(target: Obj, patch: list[Obj]) -> Obj:
+    patched: Obj = jsonpatch.apply_patch(target, patch, in_place=False)
+    return patched
+
+
+def test_the_operator_may_resume_a_held_deployment(deployment_policy: Policy) -> None:
+    """What Kube.resume sends (kube.py), and the same resume of a Deployment the chart holds
+    but that someone already unpaused (only the annotation left to remove)."""
+    assert deployment_policy.denials(HELD_DEPLOYMENT, _json_patched(HELD_DEPLOYMENT, RESUME)) == []
+    unpaused = _json_patched(HELD_DEPLOYMENT, [RESUME[1]])
+    assert deployment_policy.denials(unpaused, _json_patched(unpaused, [RESUME[0]])) == []
+
+
+DEPLOYMENT_FORBIDDEN = {
+    "change the image": (
+        [{"op": "replace", "path": "/spec/template/spec/containers/0/image", "value": "evil"}],
+        "nothing of a Deployment's spec",
+    ),
+    "change the service account": (
+        [{"op": "add", "path": "/spec/template/spec/serviceAccountName", "value": "admin"}],
+        "nothing of a Deployment's spec",
+    ),
+    "scale through the Deployment": (
+        [*RESUME, {"op": "replace", "path": "/spec/replicas", "value": 50}],
+        "scale subresource",
+    ),
+    "change the strategy": (
+        [{"op": "replace", "path": "/spec/strategy/type", "value": "Recreate"}],
+        "nothing of a Deployment's spec",
+    ),
+    "keep it paused": ([RESUME[0]], "may not pause"),
+    "change a label": (
+        [{"op": "add", "path": "/metadata/labels/role", "value": "admin"}],
+        "labels, owners or finalizers",
+    ),
+    "remove another annotation": (
+        [{"op": "remove", "path": "/metadata/annotations/checkov.io~1skip1"}],
+        "only remove the leaseq.dev/paused-until-scaled annotation",
+    ),
+    "add an annotation": (
+        [{"op": "add", "path": "/metadata/annotations/x", "value": "y"}],
+        "only remove the leaseq.dev/paused-until-scaled annotation",
+    ),
+}
+
+
+@pytest.mark.parametrize(
+    ("patch", "reason"), DEPLOYMENT_FORBIDDEN.values(), ids=DEPLOYMENT_FORBIDDEN.keys()
+)
+def test_the_operator_may_change_nothing_else_of_a_deployment(
+    deployment_policy: Policy, patch: list[Obj], reason: str
+) -> None:
+    denials = deployment_policy.denials(HELD_DEPLOYMENT, _json_patched(HELD_DEPLOYMENT, patch))
+    assert denials and any(reason in d for d in denials), denials
+    assert _own_messages(denials), denials
+
+
+def test_only_a_deployment_the_chart_holds(deployment_policy: Policy) -> None:
+    """A Deployment without the annotation (every worker Deployment once resumed, and any
+    other Deployment in the namespace) cannot be touched, not even unpaused, and neither can
+    a Deployment's status."""
+    running = _json_patched(HELD_DEPLOYMENT, [RESUME[0]])
+    denials = deployment_policy.denials(running, _json_patched(running, [RESUME[1]]))
+    assert any("created paused" in d for d in denials), denials
+    assert _own_messages(denials), denials
+    patched = _json_patched(HELD_DEPLOYMENT, RESUME)
+    denials = deployment_policy.denials(HELD_DEPLOYMENT, patched, subresource="status")
+    assert any("status" in d for d in denials), denials
+    other = "system:serviceaccount:jobs:deployer"
+    assert deployment_policy.denials(running, _json_patched(running, [RESUME[1]]), user=other) == []
 
 
 def test_on_by_default_only_where_the_api_exists(helm: Helm) -> None:

@@ -136,3 +136,40 @@ def test_no_api_token_unless_it_reads_worker_pools(helm: Helm) -> None:
     assert binding["subjects"][0]["name"] == "rel-leaseq-console"
     env = _env(spec["containers"][0])
     assert env["LEASEQ_CONSOLE_POOLS_NAMESPACE"] == "jobs"
+
+
+def _selects(policy: Obj, labels: dict[str, str]) -> bool:
+    """A NetworkPolicy's podSelector (matchLabels, matchExpressions with In) matches labels."""
+    selector = policy["spec"]["podSelector"]
+    if any(labels.get(k) != v for k, v in selector.get("matchLabels", {}).items()):
+        return False
+    for expr in selector.get("matchExpressions", []):
+        assert expr["operator"] == "In", expr
+        if labels.get(expr["key"]) not in expr["values"]:
+            return False
+    return True
+
+
+def test_a_network_policy_selects_the_console_and_opens_only_its_port(helm: Helm) -> None:
+    """Issue 48: the console's pods were selected by no NetworkPolicy (open on every port)."""
+    objs = helm.render(sets={**ON, "console.port": "8090"})
+    labels = _console(objs)["spec"]["template"]["metadata"]["labels"]
+    policies = [p for p in of_kind(objs, "NetworkPolicy") if _selects(p, labels)]
+    assert policies, "no NetworkPolicy selects the console's pods"
+    ports = {
+        (port["port"], port["protocol"])
+        for policy in policies
+        for rule in policy["spec"]["ingress"]
+        for port in rule["ports"]
+    }
+    assert ports == {(8090, "TCP")}
+    peer = {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "ingress"}}}
+    key = "networkPolicy.consoleFrom[0].namespaceSelector.matchLabels"
+    objs = helm.render(sets={**ON, f"{key}.kubernetes\\.io/metadata\\.name": "ingress"})
+    (rule,) = [
+        r
+        for p in of_kind(objs, "NetworkPolicy")
+        if _selects(p, labels)
+        for r in p["spec"]["ingress"]
+    ]
+    assert rule["from"] == [peer]

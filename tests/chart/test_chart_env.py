@@ -155,9 +155,8 @@ def test_worker_values_map_onto_its_settings(helm: Helm) -> None:
     )
     deploy = one(objs, "Deployment", "worker")
     assert deploy["spec"]["template"]["spec"]["terminationGracePeriodSeconds"] == 60
-    # A new Deployment starts at minReplicas; an upgrade keeps the live scale (lookup; see
-    # tests/chart/test_chart_worker_replicas.py).
-    assert deploy["spec"]["replicas"] == one(objs, "WorkerPool")["spec"]["minReplicas"]
+    # The operator owns replicas: never rendered (tests/chart/test_chart_worker_replicas.py).
+    assert "replicas" not in deploy["spec"]
     pool = one(objs, "WorkerPool")
     assert pool["spec"]["deployment"] == deploy["metadata"]["name"]
     assert pool["spec"]["queues"] == ["ocr", "pdf"]

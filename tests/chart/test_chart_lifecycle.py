@@ -172,6 +172,28 @@ def test_readiness_and_liveness_wait_for_a_startup_probe(helm: Helm) -> None:
     assert checked == 2
 
 
+# The longest time from a container's start to its server listening, measured (issue 48) on a
+# loaded 2-core machine: every probe attempt before it is a "connection refused" Warning Event.
+SERVER_LISTENS_WITHIN = {"operator": 4.9, "worker": 1.4}
+
+
+def test_the_first_startup_probe_waits_for_the_server(helm: Helm) -> None:
+    """Issue 48: each pod start posted ``Startup probe failed: connection refused``. The
+    first attempt now comes after the server listens, and the worker still gets its whole
+    ``startupTimeoutSeconds`` before the kubelet restarts it."""
+    objs = helm.render(sets={"worker.startupTimeoutSeconds": "120"})
+    for owner, spec in pod_specs(objs):
+        component = owner["metadata"].get("labels", {}).get("app.kubernetes.io/component")
+        if owner["kind"] != "Deployment" or component not in SERVER_LISTENS_WITHIN:
+            continue
+        startup = spec["containers"][0]["startupProbe"]
+        assert startup["initialDelaySeconds"] > SERVER_LISTENS_WITHIN[component], component
+        if component == "worker":
+            budget = startup["initialDelaySeconds"]
+            budget += startup["periodSeconds"] * startup["failureThreshold"]
+            assert 120 <= budget < 120 + startup["periodSeconds"]
+
+
 # -- uninstall -----------------------------------------------------------------------------------
 
 
@@ -207,6 +229,16 @@ def test_notes_cleanup_removes_everything_helm_leaves(helm: Helm, sets: dict[str
             left.append(f"{hook['kind']}/{hook['metadata']['name']}")
     assert not left, f"left behind after the NOTES cleanup: {left}"
     assert "kubectl delete crd workerpools.leaseq.dev" in notes
+
+
+def test_notes_name_a_database_secret_only_when_the_chart_created_one(helm: Helm) -> None:
+    """Issue 48: with ``database.existingSecret`` the chart creates no Secret, and the NOTES
+    said helm leaves "the database Secret it created"."""
+    created = _notes(helm, {"database.url": "postgresql://u:p@db:5432/leaseq"})
+    assert "the database Secret it created" in created
+    existing = _notes(helm, {"database.existingSecret": "leaseq-database"})
+    assert "Secret it created" not in existing
+    assert "a failed migration Job or test Pod" in existing
 
 
 def _annotations(obj: Obj) -> dict[str, str]:

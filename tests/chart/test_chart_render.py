@@ -30,8 +30,9 @@ VALUES = values_files()
 OPERATOR_RULES = {
     ("leaseq.dev", "workerpools"): {"get", "list", "watch", "patch"},
     ("leaseq.dev", "workerpools/status"): {"get", "patch"},
-    ("apps", "deployments"): {"get"},
-    ("apps", "deployments/scale"): {"get", "patch"},
+    # patch: only to resume a Deployment the chart created paused (the admission policy)
+    ("apps", "deployments"): {"get", "patch"},
+    ("apps", "deployments/scale"): {"patch"},
     ("", "pods"): {"list", "patch"},
     ("", "events"): {"create"},
 }

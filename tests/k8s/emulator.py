@@ -64,6 +64,18 @@ def _fields_match(selector: str, obj: Mapping[str, Any]) -> bool:
     return True
 
 
+@attrs.frozen
+class Write:
+    """One write request as the API server received it."""
+
+    method: str
+    path: str
+    params: dict[str, str]
+    content_type: str
+    user_agent: str
+    body: Any
+
+
 class LeaseqEmulator(kmock.KubernetesEmulator):
     """KubernetesEmulator plus the API server behaviours listed on each method."""
 
@@ -73,6 +85,9 @@ class LeaseqEmulator(kmock.KubernetesEmulator):
         self.revision = 0
         # plural -> the admission denial every write to such an object gets (deny_updates).
         self.denied_updates: dict[str, str] = {}
+        # Every write request (POST, PATCH, PUT, DELETE) in arrival order, for tests that
+        # check who wrote what (the fieldManager query parameter) and which fields.
+        self.writes: list[Write] = []
 
     def deny_updates(self, plural: str, policy: str, message: str) -> None:
         """Make every PATCH of a ``plural`` object (not its subresources) fail as a
@@ -126,6 +141,18 @@ class LeaseqEmulator(kmock.KubernetesEmulator):
     # -- the request dispatcher ----------------------------------------------------------------
 
     async def _handle(self, request: kmock.Request) -> aiohttp.web.StreamResponse:
+        method = str(getattr(request.method, "value", request.method)).upper()
+        if method in {"POST", "PATCH", "PUT", "DELETE"}:
+            self.writes.append(
+                Write(
+                    method=method,
+                    path=request.url.path,
+                    params=dict(request.params),
+                    content_type=request.headers.get("Content-Type", "").split(";")[0],
+                    user_agent=request.headers.get("User-Agent", ""),
+                    body=copy.deepcopy(request.data),
+                )
+            )
         if request.resource is None or request.resource.plural is None or request.action is None:
             return await super()._handle(request)  # discovery, non-API paths, PUT
         async with self._lock:
@@ -144,6 +171,20 @@ class LeaseqEmulator(kmock.KubernetesEmulator):
             if request.action == action.FETCH:
                 return self._json(self._current(self._key(request)))
         return await super()._handle(request)  # watches stream outside the lock
+
+    async def _serve_server_version(self, request: Any) -> Any:
+        """A version the chart supports (its Chart.yaml kubeVersion): kmock says 1.26."""
+        served = await super()._serve_server_version(request)
+        return {**served, "major": "1", "minor": "31", "gitVersion": "v1.31.0"}
+
+    async def _serve_version(self, request: Any) -> Any:
+        """Restores: the core group's APIResourceList says ``groupVersion: v1`` (kmock writes
+        ``/v1``, and kubectl's and helm's REST mappers then find no core kind at all: kubectl took
+        ``pods`` for metrics.k8s.io's)."""
+        served = await super()._serve_version(request)
+        if isinstance(served, dict) and str(served.get("groupVersion", "")).startswith("/"):
+            served = {**served, "groupVersion": served["groupVersion"][1:]}
+        return served
 
     @staticmethod
     def _json(payload: Any, status: int = 200) -> aiohttp.web.StreamResponse:
@@ -289,13 +330,6 @@ class LeaseqEmulator(kmock.KubernetesEmulator):
         }
 
     # -- reads ------------------------------------------------------------------------------------
-
-    async def _serve_version(self, request: kmock.Request) -> Any:
-        """Restores: the core group's resource list is for groupVersion ``v1`` (kmock said
-        ``/v1``, and kubectl then took ``pods`` for metrics.k8s.io's)."""
-        payload = await super()._serve_version(request)
-        payload["groupVersion"] = str(payload["groupVersion"]).removeprefix("/")
-        return payload
 
     def _selected(self, request: kmock.Request, obj: Mapping[str, Any]) -> bool:
         """Restores: labelSelector and fieldSelector filter lists and watches."""

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -35,16 +35,26 @@ class Api:
     def custom(self) -> kubernetes.client.CustomObjectsApi:
         return kubernetes.client.CustomObjectsApi(self.client)
 
-    def create_deployment(self, name: str, replicas: int = 0) -> None:
+    def create_deployment(
+        self, name: str, replicas: int | None = 0, held: Mapping[str, Any] | None = None
+    ) -> None:
+        """A Deployment of ``replicas`` (None: the field left out, as the chart renders it);
+        ``held`` adds what the chart adds to one it creates paused (annotations, spec)."""
         labels = {"app": name}
+        held = held or {}
         self.apps.create_namespaced_deployment(
             NAMESPACE,
             {
                 "apiVersion": "apps/v1",
                 "kind": "Deployment",
-                "metadata": {"name": name, "labels": labels},
+                "metadata": {
+                    "name": name,
+                    "labels": labels,
+                    "annotations": dict(held.get("annotations", {})),
+                },
                 "spec": {
-                    "replicas": replicas,
+                    **({} if replicas is None else {"replicas": replicas}),
+                    **held.get("spec", {}),
                     "selector": {"matchLabels": labels},
                     "template": {
                         "metadata": {"labels": labels},

@@ -135,6 +135,39 @@ def test_after_downtime_only_the_latest_missed_slot_fires(
     assert len(jobs(conn)) == 2
 
 
+def test_a_schedule_finer_than_the_pass_without_catch_up_is_refused(
+    schedules: leaseq.Schedules,
+) -> None:
+    """Slots closer than the leader's pass (5 s) with no catch-up window: a pass would fire
+    only the latest and skip the rest (``*/2`` made 4 jobs in 28 s); refused with the reason,
+    by add and by a code declaration alike."""
+    fine = spec("fine", "*/2 * * * * *", catchup_seconds=0)
+    says = r"slots 2 s apart.*pass \(every 5 s\).*catchup_seconds \(--catchup\) of at least 5"
+    with pytest.raises(leaseq.InvalidJob, match=says):
+        schedules.add(fine)
+    with pytest.raises(leaseq.InvalidJob, match=says):
+        schedules.declare("app.jobs:registry", [fine])
+    with pytest.raises(leaseq.ConfigError, match=says):
+        leaseq.Registry().schedule("fine", "*/2 * * * * *", queue="periodic", job_type="tick",
+                                   catchup_seconds=0)  # fmt: skip
+    assert schedules.list() == []
+    schedules.add(spec("coarse", "*/5 * * * * *", catchup_seconds=0))  # one slot per pass
+
+
+def test_by_default_a_fine_schedule_and_a_leader_takeover_skip_no_slot(
+    schedules: leaseq.Schedules, conn: leaseq.core.db.Conn
+) -> None:
+    """Passes every 5 s over a ``*/2`` schedule, then a takeover's 20 s without a pass: with
+    the default catch-up every slot fires (late by at most a pass), none is missed."""
+    schedules.add(spec("fine", "*/2 * * * * *"), now=T0 - timedelta(seconds=0.5))
+    passes = [T0 + timedelta(seconds=s) for s in (0, 5, 10, 15, 20, 25, 45, 50)]
+    ticks = [schedules.tick(now=at) for at in passes]
+    assert sum(t.missed for t in ticks) == 0
+    fired = [row[0] for row in slot_rows(conn, "fine")]
+    assert fired == [T0 + timedelta(seconds=s) for s in range(0, 51, 2)]
+    assert len(jobs(conn)) == 26
+
+
 def test_a_catch_up_window_backfills_oldest_first(schedules: leaseq.Schedules) -> None:
     schedules.add(spec(catchup_seconds=180), now=T0 - timedelta(seconds=1))
     tick = schedules.tick(now=T0 + timedelta(minutes=10))
@@ -188,7 +221,8 @@ def test_a_tick_that_read_a_schedule_before_an_edit_does_not_fire_it(
 def test_overlap_skip_records_the_slot_and_stacks_no_copies(
     schedules: leaseq.Schedules, queue: leaseq.Queue, conn: leaseq.core.db.Conn
 ) -> None:
-    schedules.add(spec(overlap=Overlap.SKIP), now=T0 - timedelta(seconds=1))
+    # No catch-up: the tick an hour later fires one slot (the latest), not the minute before.
+    schedules.add(spec(overlap=Overlap.SKIP, catchup_seconds=0), now=T0 - timedelta(seconds=1))
     (first,) = schedules.tick(now=T0).fired
     (claimed,) = queue.claim(["periodic"], "w1", now=T0 + timedelta(seconds=50))
     (skipped,) = schedules.tick(now=T0 + timedelta(minutes=1)).fired  # first still running

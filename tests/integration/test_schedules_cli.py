@@ -60,3 +60,14 @@ def test_a_bad_cron_or_zone_is_named(
                        "--timezone", zone, "--database-url", database_url)  # fmt: skip
     assert code == 2
     assert err.startswith(f"leaseq: error: {says}")
+
+
+def test_a_schedule_that_would_skip_slots_is_refused_with_the_reason(
+    database_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    fine = ["schedules", "add", "fine", "*/2 * * * * *", "--queue", "q", "--job-type", "t"]
+    code, _, err = run(capsys, *fine, "--catchup", "0", "--database-url", database_url)
+    assert code == 2
+    assert "slots 2 s apart" in err and "--catchup" in err, err
+    code, _, _ = run(capsys, *fine, "--database-url", database_url)
+    assert code == 0  # the default catch-up fires every slot

@@ -130,3 +130,20 @@ def test_a_bad_cron_is_named(expression: str, says: str) -> None:
 def test_a_bad_zone_is_named() -> None:
     with pytest.raises(InvalidJob, match="'Mars/Olympus' is not an IANA time zone name"):
         cron.zone("Mars/Olympus")
+
+
+@pytest.mark.parametrize(
+    ("expression", "gap"),
+    [
+        ("* * * * *", 60),  # five fields: a minute at least
+        ("30 * * * * *", 60),  # one second a minute
+        ("* * * * * *", 1),
+        ("*/2 * * * * *", 2),
+        ("*/5 * * * * *", 5),
+        ("0,30 * * * * *", 30),
+        ("0,58 * * * * *", 2),  # 58 then the next minute's 0
+        ("0,58 */2 * * * *", 58),  # no next minute to wrap into
+    ],
+)
+def test_the_shortest_gap_between_slots(expression: str, gap: int) -> None:
+    assert cron.shortest_gap(expression) == gap

@@ -8,6 +8,7 @@ from typing import Any
 
 from leaseq.cli.commands import _connect, _say, duration, json_argument
 from leaseq.cli.tables import age, table, to_json, when
+from leaseq.core.cron import DEFAULT_CATCHUP_SECONDS
 from leaseq.core.schedule_models import Overlap, ScheduleRecord, ScheduleSpec
 from leaseq.core.schedules import Schedules
 
@@ -134,8 +135,9 @@ def add_commands(sub: Any, command: Any) -> None:
     p.add_argument(
         "--catchup",
         type=duration,
-        default=0.0,
-        help="after downtime, fire every slot this recent (e.g. 6h); default: the latest only",
+        default=DEFAULT_CATCHUP_SECONDS,
+        help="fire every slot this recent (e.g. 6h), of older ones the latest only; the "
+        "default (60s) covers a leader takeover; 0: the latest only",
     )
     for name, func, text in (
         ("pause", pause, "stop firing a schedule"),

@@ -22,6 +22,7 @@ from now and stop at the last slot it fired.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
@@ -33,6 +34,15 @@ from leaseq.core.errors import InvalidJob
 #: At most this many past slots are walked per schedule and tick (counting missed slots, or
 #: backfilling a catch-up window): bounds a tick after a long outage of a per-second schedule.
 MAX_SLOTS_WALKED = 10_000
+
+#: Seconds between the leader's passes (the reaper's default ``--reap-interval-seconds``): a
+#: schedule is ticked at most this often.
+PASS_SECONDS = 5
+
+#: ScheduleSpec's default catch-up window. A tick fires every slot this recent, so slots
+#: that fell between two passes, or during a leader takeover (a 15 s lease TTL plus a pass,
+#: by default), all fire, late, instead of being skipped. Three takeovers' worth.
+DEFAULT_CATCHUP_SECONDS = 60.0
 
 
 def check_cron(expression: object) -> str:
@@ -53,6 +63,21 @@ def check_cron(expression: object) -> str:
     except (CroniterError, ValueError, KeyError) as exc:
         raise InvalidJob("cron", f"{expression!r} is not a cron expression: {exc}") from exc
     return expression
+
+
+def shortest_gap(expression: str) -> int:
+    """The fewest seconds between two consecutive slots of ``expression`` (a checked cron),
+    or 60 when they are a minute or more apart. Only a seconds field gives less: two of its
+    seconds, or its last and first across a minute when two consecutive minutes match."""
+    fields = croniter(expression, datetime(2000, 1, 1), second_at_beginning=True).expanded
+    if len(fields) < 6:
+        return 60
+    seconds = list(range(60)) if fields[5] == ["*"] else sorted(int(s) for s in fields[5])
+    minutes = set(range(60)) if fields[0] == ["*"] else {int(m) for m in fields[0]}
+    gaps = [b - a for a, b in itertools.pairwise(seconds)]
+    if any((m + 1) % 60 in minutes for m in minutes):
+        gaps.append(60 - seconds[-1] + seconds[0])
+    return min([60, *gaps])
 
 
 def zone(name: object) -> ZoneInfo:

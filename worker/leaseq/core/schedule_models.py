@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from leaseq.core.cron import DEFAULT_CATCHUP_SECONDS
 from leaseq.core.errors import LeaseqError
 from leaseq.core.models import JobStatus
 
@@ -51,8 +52,11 @@ class ScheduleState(enum.StrEnum):
 @dataclass(frozen=True)
 class ScheduleSpec:
     """A schedule to declare: fire a ``job_type`` job on ``queue`` at every slot of ``cron``
-    (wall-clock time in ``timezone``). ``catchup_seconds`` 0: after downtime only the latest
-    missed slot fires; otherwise every slot that recent, oldest first."""
+    (wall-clock time in ``timezone``). A tick fires every slot at most ``catchup_seconds``
+    old, oldest first, and of older ones only the latest (the rest are missed). The default
+    (:data:`leaseq.core.cron.DEFAULT_CATCHUP_SECONDS`, 60 s) covers slots between two passes
+    and a leader takeover; 0 fires only the latest slot. A cron with slots closer than the
+    leader's pass (5 s) needs a window of at least that (refused otherwise)."""
 
     name: str
     cron: str
@@ -63,7 +67,7 @@ class ScheduleSpec:
     priority: int = 100
     max_attempts: int = 5
     overlap: Overlap = Overlap.SKIP
-    catchup_seconds: float = 0.0
+    catchup_seconds: float = DEFAULT_CATCHUP_SECONDS
 
 
 @dataclass(frozen=True)

@@ -68,6 +68,16 @@ def check_spec(spec: ScheduleSpec) -> ScheduleSpec:
     validation.priority(spec.priority)
     validation.at_least("max_attempts", spec.max_attempts, 1)
     validation.non_negative("catchup_seconds", spec.catchup_seconds)
+    gap = cron.shortest_gap(spec.cron)
+    if gap < cron.PASS_SECONDS and spec.catchup_seconds < cron.PASS_SECONDS:
+        raise InvalidJob(
+            "catchup_seconds",
+            f"{spec.cron!r} has slots {gap} s apart, closer than the leader's pass (every "
+            f"{cron.PASS_SECONDS} s): a pass would fire only the latest slot and skip the "
+            f"others. Give it catchup_seconds (--catchup) of at least {cron.PASS_SECONDS} s "
+            f"(the default, {cron.DEFAULT_CATCHUP_SECONDS:g} s, fires every slot since the "
+            "last pass), or a cron with slots further apart",
+        )
     try:
         overlap = Overlap(spec.overlap)
     except ValueError as exc:

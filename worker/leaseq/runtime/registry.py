@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from leaseq.core import validation
+from leaseq.core.cron import DEFAULT_CATCHUP_SECONDS
 from leaseq.core.errors import ConfigError, InvalidJob
 from leaseq.core.schedule_models import Overlap, ScheduleSpec
 from leaseq.core.schedules import check_spec
@@ -168,7 +169,7 @@ class Registry:
         priority: int = 100,
         max_attempts: int = 5,
         overlap: Overlap = Overlap.SKIP,
-        catchup_seconds: float = 0.0,
+        catchup_seconds: float = DEFAULT_CATCHUP_SECONDS,
     ) -> None:
         """Declare a schedule (see :class:`leaseq.Schedules`): every worker starting with this
         registry upserts it, and disables the ones its app declared before and no longer

@@ -292,6 +292,24 @@ def test_concurrent_movers_move_each_job_exactly_once(conn: Conn, database_url: 
     assert count(conn, "SELECT sum(jobs) FROM leaseq.history_counts") == len(ids)
 
 
+def test_the_mover_skips_a_finished_job_whose_row_another_transaction_holds(
+    conn: Conn, database_url: str
+) -> None:
+    """A finished job locked elsewhere (an operator's retry or prune, a console action) is
+    left for the next batch: the mover takes the others at once instead of waiting on it.
+    Without SKIP LOCKED the move waits for the lock until its 5 s bound and fails."""
+    locked, *others = finished(conn, 3)
+    History(conn).ensure_partitions(ahead=2, timeout=10)
+    with psycopg.connect(database_url) as holder:
+        holder.execute("SELECT 1 FROM leaseq.jobs WHERE id = %s FOR UPDATE", (locked,))
+        moved = History(conn).move(hot_retention=3600, batch=10, timeout=5)
+        assert moved.moved == len(others)
+        holder.rollback()
+    assert count(conn, "SELECT count(*) FROM leaseq.jobs") == 1
+    assert History(conn).move(hot_retention=3600, batch=10, timeout=5).moved == 1
+    assert count(conn, "SELECT count(*) FROM leaseq.job_history") == 3
+
+
 class BrokenQueue(leaseq.Queue):
     """A queue whose reap statement fails, as a lost database would make it."""
 

@@ -218,6 +218,30 @@ def test_a_tick_that_read_a_schedule_before_an_edit_does_not_fire_it(
     assert jobs(conn) == []
 
 
+@pytest.mark.parametrize(
+    "edit",
+    [
+        {"cron": "*/2 * * * *"},
+        {"payload": {"report": "weekly"}},
+        {"queue": "reports"},
+    ],
+    ids=["cron", "payload", "queue"],
+)
+def test_a_tick_that_read_a_schedule_before_an_edit_of_its_fields_does_not_fire_it(
+    schedules: leaseq.Schedules, conn: leaseq.core.db.Conn, edit: dict[str, object]
+) -> None:
+    """The version guard alone: the schedule stays enabled and unpaused (which the fire
+    statement refuses on their own), only a field the tick's slot came from changed."""
+    schedules.add(spec(), now=T0 - timedelta(seconds=1))
+    store = leaseq.core._store.schedules.ScheduleStore()
+    (read,) = store.schedule_due(conn, now=T0)
+    schedules.add(spec(**edit), now=T0)
+    assert store.schedule_fire(conn, name="every-minute", slot=T0, version=read["updated_at"],
+                               missed=0, now=T0) is None  # fmt: skip
+    assert jobs(conn) == []
+    assert slot_rows(conn, "every-minute") == []
+
+
 def test_overlap_skip_records_the_slot_and_stacks_no_copies(
     schedules: leaseq.Schedules, queue: leaseq.Queue, conn: leaseq.core.db.Conn
 ) -> None:

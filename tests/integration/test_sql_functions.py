@@ -4,6 +4,7 @@ only. psql and a real worker process: tests/process/test_psql_producer.py."""
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import psycopg
@@ -45,11 +46,19 @@ BAD = [
     {"timeout": 0},
     {"timeout": -1},
     {"idempotency_key": ""},
+    {"idempotency_key": "k" * 513},
     {"dedup_key": "k" * 513},
+    {"dedup_key": ""},
+    {"job_type": None},
+    {"delay": math.nan},
+    {"delay": math.inf},
+    {"timeout": math.nan},
+    {"timeout": math.inf},
+    {"timeout": -math.inf},
 ]
 
 
-@pytest.mark.parametrize("bad", BAD, ids=lambda b: next(iter(b)))
+@pytest.mark.parametrize("bad", BAD, ids=lambda b: "{}={!r:.12}".format(*next(iter(b.items()))))
 def test_sql_and_python_reject_the_same_input_the_same_way(
     database_url: str, queue: leaseq.Queue, bad: dict[str, Any]
 ) -> None:

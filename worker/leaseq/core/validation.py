@@ -22,7 +22,10 @@ PRIORITY_RANGE = (-32768, 32767)
 
 
 def name(field: str, value: object) -> str:
-    """A queue or job type name: a non-empty string of at most 128 characters."""
+    """A queue or job type name: a non-empty string of at most 128 characters. None is
+    empty, as the SQL function's NULL is (the same words on both faces)."""
+    if value is None:
+        raise InvalidJob(field, "must not be empty")
     if not isinstance(value, str):
         raise InvalidJob(field, f"must be a string, got {type(value).__name__}")
     if not value.strip():
@@ -56,7 +59,7 @@ def json_value(field: str, value: Any, *, limit: int = MAX_PAYLOAD_BYTES) -> Any
 
 def non_negative(field: str, value: float) -> float:
     if not isinstance(value, int | float) or isinstance(value, bool) or not math.isfinite(value):
-        raise InvalidJob(field, f"must be a finite number, got {value!r}")
+        raise InvalidJob(field, f"must be a finite number, got {_number(value)}")
     if value < 0:
         raise InvalidJob(field, f"must not be negative, got {value}")
     return float(value)
@@ -124,3 +127,11 @@ def flow_key(field: str, value: str | None) -> str | None:
     if len(value) > 200:
         raise InvalidJob(field, f"is {len(value)} characters long; the limit is 200")
     return value
+
+
+def _number(value: object) -> str:
+    """``value`` as the error shows it: a non-finite float spelt as PostgreSQL spells it
+    (NaN, Infinity, -Infinity), so Python and ``leaseq.enqueue`` say the same words."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return "NaN" if math.isnan(value) else ("Infinity" if value > 0 else "-Infinity")
+    return repr(value)

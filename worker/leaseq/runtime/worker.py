@@ -50,6 +50,7 @@ from leaseq.core.schema import Schema
 from leaseq.core.workers import Workers
 from leaseq.runtime.batching import Batching
 from leaseq.runtime.child import ChildSpec
+from leaseq.runtime.claims import ClaimPlanner
 from leaseq.runtime.completions import Completions
 from leaseq.runtime.context import JobContext, PermanentError, StopReason
 from leaseq.runtime.executor import Ending, Executor, HandlerOutcome, OnDone, ThreadExecutor
@@ -116,6 +117,8 @@ class Worker:
             configure=Queue.tune_worker_session if settings.prepared_statements else None,
         )
         self.queue = Queue(self.pool, retry=retry)
+        # What this worker's claims found, which decides the statements of the next.
+        self.planner = ClaimPlanner()
         self.workers = Workers(self.pool)
         self.settlement = Settlement(
             self.queue,
@@ -418,6 +421,7 @@ class Worker:
             limit=min(free, MAX_CLAIM_BATCH),
             lease_seconds=s.lease_seconds,
             job_types=self.registry.job_types,
+            plan=self.planner,
         )
         received = time.monotonic()
         self.health.db_ok()

@@ -308,8 +308,8 @@ class Store:
     def _claim(self, conn: Conn, name: str, request: ClaimRequest, limit: int) -> list[DictRow]:
         """The rows of the claim statement ``name`` for up to ``limit`` jobs of ``request``."""
         params = {
-            "queues": list(request.queues),
-            "job_types": None if request.job_types is None else list(request.job_types),
+            "queues": request.queues,
+            "job_types": request.job_types,
             "owner": request.owner,
             "limit": limit,
             "lease_seconds": request.lease_seconds,

@@ -102,7 +102,7 @@ class ClaimPlanner:
         with self._lock:
             by = keyed_start(round_, self._keyed_by)
         while True:
-            found, instead = _keyed_by(claims, by, room)
+            found, instead = _run_keyed(claims, by, room)
             if instead is None:
                 break
             by = instead
@@ -111,7 +111,7 @@ class ClaimPlanner:
         return found
 
 
-def _keyed_by(claims: Claims, by: KeyedBy, room: int) -> tuple[list[ClaimedJob], KeyedBy | None]:
+def _run_keyed(claims: Claims, by: KeyedBy, room: int) -> tuple[list[ClaimedJob], KeyedBy | None]:
     """The jobs statement ``by`` leased, and :func:`keyed_instead`'s answer to it."""
     if by is KeyedBy.OPEN:
         opened = claims.keyed_open(room)

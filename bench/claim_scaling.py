@@ -25,6 +25,7 @@ from bench.context import Context
 from bench.env import reset_leaseq, scratch_database
 from bench.gang import Signals, cpu_per_job, run_gang, server_cpu_meter
 from bench.stats import ms, percentile
+from leaseq.runtime.claims import ClaimPlanner
 
 NAME = "claim_scaling"
 QUEUE = "bench"
@@ -78,6 +79,7 @@ def worker(args: WorkerArgs, signals: Signals) -> list[Execution]:
     runs: list[Execution] = []
     with leaseq.connect(args.url, action="bench") as conn:
         queue = leaseq.Queue(conn)
+        plan = ClaimPlanner()  # claims as a worker does
         signals.ready()
         while True:
             t0 = time.perf_counter()
@@ -102,7 +104,7 @@ def worker(args: WorkerArgs, signals: Signals) -> list[Execution]:
                     )
                 )
             else:
-                jobs = queue.claim([QUEUE], args.owner, lease_seconds=60.0)
+                jobs = queue.claim([QUEUE], args.owner, lease_seconds=60.0, plan=plan)
                 claim_seconds = time.perf_counter() - t0
                 if not jobs:
                     return runs

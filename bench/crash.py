@@ -22,6 +22,7 @@ import psycopg
 import leaseq
 from bench.context import Context
 from bench.env import reset_leaseq, scratch_database
+from leaseq.runtime.claims import ClaimPlanner
 
 NAME = "crash"
 QUEUE = "bench"
@@ -50,8 +51,9 @@ def survivor(url: str, setting: Setting) -> None:
 def _work(url: str, owner: str, setting: Setting, poll: float) -> None:
     with leaseq.connect(url, action="bench") as conn:
         queue = leaseq.Queue(conn)
+        plan = ClaimPlanner()  # claims as a worker does
         while True:
-            jobs = queue.claim([QUEUE], owner, lease_seconds=setting.lease)
+            jobs = queue.claim([QUEUE], owner, lease_seconds=setting.lease, plan=plan)
             if jobs:
                 break
             time.sleep(poll)

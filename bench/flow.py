@@ -39,6 +39,7 @@ import leaseq
 from bench.context import Context
 from bench.env import reset_leaseq, scratch_database
 from bench.gang import server_cpu_meter, wait_reaped
+from leaseq.runtime.claims import ClaimPlanner
 from leaseq_operator.config import REAP_INTERVAL, VACUUM_DEAD_TUPLES
 
 NAME = "flow"
@@ -92,11 +93,12 @@ def _drain(url: str, threads: int, jobs: int, server: Callable[[], float] | None
             with leaseq.connect(url, action="bench") as conn:
                 leaseq.Queue.tune_worker_session(conn)
                 q = leaseq.Queue(conn)
+                plan = ClaimPlanner()  # claims as a worker does
                 while True:
                     with lock:
                         if done[0] >= jobs:
                             break
-                    got = q.claim([QUEUE], f"w{n}", limit=1)
+                    got = q.claim([QUEUE], f"w{n}", limit=1, plan=plan)
                     if not got:
                         continue
                     q.complete(got[0].lease, None)
@@ -201,9 +203,10 @@ def _lone_statements(
         leaseq.Queue.tune_worker_session(conn)
         conn.execute("SET synchronous_commit = off")
         q = leaseq.Queue(conn)
+        plan = ClaimPlanner()  # claims as a worker does
         for _ in range(jobs):
             t0 = time.perf_counter()
-            got = q.claim([QUEUE], "w", limit=1)
+            got = q.claim([QUEUE], "w", limit=1, plan=plan)
             t1 = time.perf_counter()
             q.complete(got[0].lease, None)
             claims.append(t1 - t0)
@@ -293,9 +296,10 @@ def _hot_process(url: str, threads: int, job_seconds: float, owner: str) -> None
         with leaseq.connect(url, action="bench") as conn:
             leaseq.Queue.tune_worker_session(conn)
             q = leaseq.Queue(conn)
+            plan = ClaimPlanner()  # claims as a worker does
             idle = 0
             while idle < 40:
-                got = q.claim([QUEUE], f"{owner}-{n}", limit=1)
+                got = q.claim([QUEUE], f"{owner}-{n}", limit=1, plan=plan)
                 if not got:
                     idle += 1
                     time.sleep(0.02)  # a worker's idle wait (no NOTIFY listener here)

@@ -28,6 +28,7 @@ from bench.env import scratch_database
 from bench.gang import Signals, run_gang
 from bench.stats import ms, percentile
 from leaseq.core._store import statements
+from leaseq.runtime.claims import ClaimPlanner
 
 NAME = "history"
 QUEUE = "bench"
@@ -200,13 +201,14 @@ def churn_worker(args: ChurnArgs, signals: Signals) -> int:
     completed = 0
     with leaseq.connect(args.url, action="bench") as conn:
         queue = leaseq.Queue(conn)
+        plan = ClaimPlanner()  # claims as a worker does
         signals.ready()
         enqueued = 0
         while enqueued < args.jobs:
             count = min(args.batch, args.jobs - enqueued)
             queue.enqueue_many(leaseq.JobSpec(QUEUE, "churn") for _ in range(count))
             enqueued += count
-            for job in queue.claim([QUEUE], args.owner, limit=args.batch):
+            for job in queue.claim([QUEUE], args.owner, limit=args.batch, plan=plan):
                 queue.complete(job.lease)
                 completed += 1
     return completed
@@ -223,10 +225,11 @@ def drain_worker(args: DrainArgs, signals: Signals) -> list[tuple[float, float]]
     claims: list[tuple[float, float]] = []
     with leaseq.connect(args.url, action="bench") as conn:
         queue = leaseq.Queue(conn)
+        plan = ClaimPlanner()  # claims as a worker does
         signals.ready()
         while True:
             started, t0 = time.time(), time.perf_counter()
-            jobs = queue.claim([QUEUE], args.owner)
+            jobs = queue.claim([QUEUE], args.owner, plan=plan)
             if not jobs:
                 return claims
             claims.append((started, time.perf_counter() - t0))

@@ -17,6 +17,7 @@ import psycopg
 
 import leaseq
 from bench.gang import Signals, cpu_per_job, run_gang, server_cpu_meter
+from leaseq.runtime.claims import ClaimPlanner
 
 QUEUE = "bench"
 
@@ -82,9 +83,10 @@ def leaseq_worker(args: NoopArgs, signals: Signals) -> None:
     """Claim up to ``batch`` jobs, complete each, until told to stop."""
     with leaseq.connect(args.url, action="bench") as conn:
         queue = leaseq.Queue(conn)
+        plan = ClaimPlanner()  # claims as a worker does
         signals.ready()
         while not signals.stopping():
-            jobs = queue.claim([QUEUE], args.owner, limit=args.batch)
+            jobs = queue.claim([QUEUE], args.owner, limit=args.batch, plan=plan)
             for job in jobs:
                 queue.complete(job.lease)
             if not jobs:
@@ -95,9 +97,10 @@ def leaseq_batch_worker(args: NoopArgs, signals: Signals) -> None:
     """Claim up to ``batch`` jobs and complete them together with ``Queue.complete_many``."""
     with leaseq.connect(args.url, action="bench") as conn:
         queue = leaseq.Queue(conn)
+        plan = ClaimPlanner()  # claims as a worker does
         signals.ready()
         while not signals.stopping():
-            jobs = queue.claim([QUEUE], args.owner, limit=args.batch)
+            jobs = queue.claim([QUEUE], args.owner, limit=args.batch, plan=plan)
             if jobs:
                 queue.complete_many([job.lease for job in jobs])
             else:

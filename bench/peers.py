@@ -47,6 +47,7 @@ from bench.env import scratch_database
 from bench.gang import Signals, cpu_per_job, run_gang, server_cpu_meter
 from bench.noop import NoopArgs
 from bench.stats import ms, percentile
+from leaseq.runtime.claims import ClaimPlanner
 
 NAME = "peers"
 QUEUE = noop.QUEUE
@@ -293,10 +294,11 @@ def sleep_worker(args: SleepArgs, signals: Signals) -> list[Run]:
     runs: list[Run] = []
     with leaseq.connect(args.url, action="bench") as conn:
         queue = leaseq.Queue(conn)
+        plan = ClaimPlanner()  # claims as a worker does
         signals.ready()
         while True:
             started, t0 = time.time(), time.perf_counter()
-            jobs = queue.claim([QUEUE], args.owner, lease_seconds=60.0)
+            jobs = queue.claim([QUEUE], args.owner, lease_seconds=60.0, plan=plan)
             latency = time.perf_counter() - t0
             if not jobs:
                 return runs

@@ -20,6 +20,7 @@ from bench.context import Context
 from bench.env import scratch_database
 from bench.gang import Signals, run_gang
 from bench.stats import ms, percentile
+from leaseq.runtime.claims import ClaimPlanner
 
 NAME = "throughput"
 QUEUE = noop.QUEUE
@@ -37,11 +38,12 @@ def wake_worker(args: WakeArgs, signals: Signals) -> list[tuple[int, float]]:
     claimed: list[tuple[int, float]] = []
     with leaseq.connect(args.url, action="bench") as conn:
         queue = leaseq.Queue(conn)
+        plan = ClaimPlanner()  # claims as a worker does
         if args.mode == "notify":
             conn.execute("LISTEN leaseq_jobs")
         signals.ready()
         while not signals.stopping():
-            jobs = queue.claim([QUEUE], "waker")
+            jobs = queue.claim([QUEUE], "waker", plan=plan)
             at = time.time()
             for job in jobs:
                 claimed.append((job.id, at))

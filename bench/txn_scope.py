@@ -22,6 +22,7 @@ from bench.context import Context
 from bench.env import reset_leaseq, scratch_database
 from bench.gang import Signals, cpu_per_job, run_gang, server_cpu_meter
 from bench.stats import ms, percentile
+from leaseq.runtime.claims import ClaimPlanner
 
 NAME = "txn_scope"
 QUEUE = "bench"
@@ -58,6 +59,7 @@ def worker(args: ScopeArgs, signals: Signals) -> ScopeRun:
     latencies: list[float] = []
     with leaseq.connect(args.url, action="bench", autocommit=not args.held) as conn:
         queue = leaseq.Queue(conn)
+        plan = ClaimPlanner()  # claims as a worker does
         signals.ready()
         first = last = time.time()
         while True:
@@ -65,7 +67,7 @@ def worker(args: ScopeArgs, signals: Signals) -> ScopeRun:
             # connection are held for as long as the work runs. Otherwise two short ones.
             with conn.transaction() if args.held else contextlib.nullcontext():
                 t0 = time.perf_counter()
-                jobs = queue.claim([QUEUE], args.owner, lease_seconds=60.0)
+                jobs = queue.claim([QUEUE], args.owner, lease_seconds=60.0, plan=plan)
                 latencies.append(time.perf_counter() - t0)
                 if not jobs:
                     return ScopeRun(latencies[:-1], first, last)

@@ -2,7 +2,7 @@
 unit the test holds claims once per wake-up plus its idle-backoff ticks, never in a loop; and
 the unit's release wakes it, so it runs the key's next job without waiting for its poll.
 
-The bound comes from the dispatcher (leaseq/runtime/worker.py, ``_dispatch``): after a claim
+The bound comes from the dispatcher (leaseq/runtime/dispatcher.py, ``_dispatch``): after a claim
 that comes up empty it waits ``idle.next()`` on its wake event, which LISTEN notifications
 set. ``idle`` is ``Backoff(0.5, poll_seconds)``: it is reset only by a claim that got a job,
 so here its step doubles on every claim, and a delay is at least half its step. Over a

@@ -16,7 +16,7 @@ import psycopg
 import pytest
 
 import leaseq
-from leaseq.core._store.store import ClaimBy
+from leaseq.runtime.claims import ClaimPlanner
 from support.flowcheck import intervals, max_running
 
 Q = "fq"
@@ -305,6 +305,7 @@ def test_lowered_limit_drains_and_raised_limit_opens(database_url: str) -> None:
 def test_keyless_claim_reads_no_flow_table(database_url: str) -> None:
     with leaseq.connect(database_url, action="test") as conn:
         q = leaseq.Queue(conn)
+        planner = ClaimPlanner()  # a worker's
         for _ in range(5):
             q.enqueue(Q, "t", {})
         before = conn.execute(
@@ -312,7 +313,7 @@ def test_keyless_claim_reads_no_flow_table(database_url: str) -> None:
             " WHERE relname LIKE 'flow\\_%%'"
         ).fetchone()
         for _ in range(5):
-            assert len(q.claim([Q], "w")) == 1
+            assert len(q.claim([Q], "w", plan=planner)) == 1
         conn.execute("SELECT pg_stat_force_next_flush()")
         after = conn.execute(
             "SELECT coalesce(sum(seq_scan + coalesce(idx_scan, 0)), 0) FROM pg_stat_user_tables"
@@ -330,16 +331,17 @@ def _keyless_claim_scans(conn: leaseq.core.db.Conn) -> object:
 
 
 def test_a_keyed_only_queue_runs_only_the_keyed_claim(database_url: str) -> None:
-    """Once the keyless claim has found nothing, it is tried first only every 16th round:
-    a queue of keyed jobs pays one statement a claim."""
+    """Once a worker's keyless claim has found nothing, it is tried first only every 16th
+    round: a queue of keyed jobs pays one statement a claim."""
     with leaseq.connect(database_url, action="test") as conn:
         q = leaseq.Queue(conn)
+        planner = ClaimPlanner()  # a worker's
         for n in range(6):
             q.enqueue(Q, "t", {}, key=f"k{n}")
-        assert len(q.claim([Q], "w")) == 1
+        assert len(q.claim([Q], "w", plan=planner)) == 1
         before = _keyless_claim_scans(conn)
         for _ in range(5):
-            assert len(q.claim([Q], "w")) == 1
+            assert len(q.claim([Q], "w", plan=planner)) == 1
         assert _keyless_claim_scans(conn) == before
 
 
@@ -360,24 +362,27 @@ def test_a_batch_never_takes_more_jobs_of_a_key_than_its_free_units(database_url
         assert [keys[j.id] for j in again].count("a-limited") == 0
 
 
+OPEN, SLOTS, FULL = "job_claim_keyed_open", "job_claim_keyed_slots", "job_claim_keyed"
+
+
 def _claims_by(q: leaseq.Queue, monkeypatch: pytest.MonkeyPatch) -> list[str]:
     """The keyed claim statements ``q`` runs, in order, as they run."""
     ran: list[str] = []
     # Private: which statement a claim takes is what is tested.
     store = q._store
-    claim = store.job_claim
 
-    def job_claim(*args: Any, **kwargs: Any) -> Any:
-        by = kwargs.get("by", ClaimBy.KEYLESS)
-        if by is not ClaimBy.KEYLESS:
-            ran.append(by.value)
-        return claim(*args, **kwargs)
+    def recorded(name: str) -> Callable[..., Any]:
+        run = getattr(store, name)
 
-    monkeypatch.setattr(store, "job_claim", job_claim)
+        def statement(*args: Any) -> Any:
+            ran.append(name)
+            return run(*args)
+
+        return statement
+
+    for name in (OPEN, SLOTS, FULL):
+        monkeypatch.setattr(store, name, recorded(name))
     return ran
-
-
-OPEN, SLOTS, FULL = "job_claim_keyed_open", "job_claim_keyed_slots", "job_claim_keyed"
 
 
 def test_keyed_claims_take_the_cheapest_statement_that_keeps_the_limits(
@@ -390,31 +395,32 @@ def test_keyed_claims_take_the_cheapest_statement_that_keeps_the_limits(
     with leaseq.connect(database_url, action="test") as conn:
         q = leaseq.Queue(conn)
         ran = _claims_by(q, monkeypatch)
+        planner = ClaimPlanner()  # a worker's
         q.enqueue_many([leaseq.JobSpec(Q, "t", key="k") for _ in range(10)])
-        running = [j for _ in range(2) for j in q.claim([Q], "w")]
+        running = [j for _ in range(2) for j in q.claim([Q], "w", plan=planner)]
         assert len(running) == 2
         assert ran == [OPEN, OPEN]
         with leaseq.connect(database_url, action="test") as other:
             leaseq.FlowControl(other).set_limit(Q, "k", max_running=1)
         ran.clear()
-        assert q.claim([Q], "w") == [], "two run, the new limit is 1"
+        assert q.claim([Q], "w", plan=planner) == [], "two run, the new limit is 1"
         assert ran == [OPEN, SLOTS], "open found the limit, and no rate"
         q.complete(running[0].lease, {})
-        assert q.claim([Q], "w") == [], "one still runs"
+        assert q.claim([Q], "w", plan=planner) == [], "one still runs"
         q.complete(running[1].lease, {})
-        [third] = q.claim([Q], "w")
-        assert q.claim([Q], "w") == []
+        [third] = q.claim([Q], "w", plan=planner)
+        assert q.claim([Q], "w", plan=planner) == []
         assert ran == [OPEN, SLOTS, SLOTS, SLOTS, SLOTS]
         q.complete(third.lease, {})
         with leaseq.connect(database_url, action="test") as other:
             leaseq.FlowControl(other).set_limit(Q, "k", max_running=1, per_second=0.001)
         ran.clear()
         # A full bucket (burst 1 by default): one start, then none for 1,000 s.
-        [fourth] = q.claim([Q], "w")
+        [fourth] = q.claim([Q], "w", plan=planner)
         assert ran == [SLOTS, FULL], "the slots claim found the rate"
         q.complete(fourth.lease, {})
         for _ in range(3):
-            assert q.claim([Q], "w") == [], "the rate holds"
+            assert q.claim([Q], "w", plan=planner) == [], "the rate holds"
         assert ran == [SLOTS, FULL, FULL, FULL, FULL]
 
 
@@ -427,16 +433,34 @@ def test_a_removed_limit_sends_claims_back_to_the_open_statement(
         flow.set_limit(Q, "k", max_running=1, per_second=rate, burst=rate)
         q = leaseq.Queue(conn)
         ran = _claims_by(q, monkeypatch)
+        planner = ClaimPlanner()  # a worker's
         q.enqueue_many([leaseq.JobSpec(Q, "t", key="k") for _ in range(80)])
-        assert len(q.claim([Q], "w", limit=4)) == 1  # claim round 1: "limited"
+        assert len(q.claim([Q], "w", limit=4, plan=planner)) == 1  # claim round 1: "limited"
         kept = SLOTS if rate is None else FULL
         assert ran == [OPEN, kept]
         flow.remove_limit(Q, "k")
         ran.clear()
         for _ in range(62):  # rounds 2 to 63: by the statement the limits called for
-            assert len(q.claim([Q], "w", limit=1)) == 1
+            assert len(q.claim([Q], "w", limit=1, plan=planner)) == 1
         assert ran == [kept] * 62
         # One round in 64 asks the open claim again; from then on it serves the queue.
-        assert len(q.claim([Q], "w", limit=2)) == 2
-        assert len(q.claim([Q], "w", limit=2)) == 2
+        assert len(q.claim([Q], "w", limit=2, plan=planner)) == 2
+        assert len(q.claim([Q], "w", limit=2, plan=planner)) == 2
         assert ran[62:] == [OPEN, OPEN]
+
+
+def test_a_claim_given_no_plan_runs_the_same_statements_every_time(
+    database_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Queue.claim keeps nothing between calls: without a worker's planner each call that
+    finds no keyless job takes keyed ones by job_claim_keyed, whatever earlier calls found,
+    and the limit holds."""
+    with leaseq.connect(database_url, action="test") as conn:
+        q = leaseq.Queue(conn)
+        ran = _claims_by(q, monkeypatch)
+        q.enqueue_many([leaseq.JobSpec(Q, "t", key="k") for _ in range(5)])
+        assert len(q.claim([Q], "w", limit=2)) == 2
+        leaseq.FlowControl(conn).set_limit(Q, "k", max_running=3)
+        assert len(q.claim([Q], "w", limit=2)) == 1, "three run: the limit holds"
+        assert q.claim([Q], "w") == []
+        assert ran == [FULL, FULL, FULL]

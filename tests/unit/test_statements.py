@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from importlib import resources
 
 import pytest
 from psycopg import _queries
@@ -40,30 +41,71 @@ SELECT 1
     assert found["two"].query == b"SELECT 1"
 
 
-def test_a_part_is_shared_by_the_statements_that_include_it() -> None:
+def shared_copies(text: str) -> dict[str, list[tuple[str, str]]]:
+    """Per NAME, the (statement, SQL) of every copy between "-- shared: NAME" and
+    "-- end shared: NAME" in a file of named statements, its SQL as the loader keeps it
+    (comment lines and indentation left out). Raises AssertionError on an unclosed copy."""
+    copies: dict[str, list[tuple[str, str]]] = {}
+    statement, open_copy, lines = "", "", []
+    for raw in text.splitlines():
+        line = raw.strip()
+        if named := re.fullmatch(r"-- name: (\w+)", line):
+            assert not open_copy, f"{statement}: shared {open_copy} has no end"
+            statement = named.group(1)
+        elif start := re.fullmatch(r"-- shared: (\w+)", line):
+            assert not open_copy, f"{statement}: shared {start.group(1)} inside {open_copy}"
+            open_copy, lines = start.group(1), []
+        elif end := re.fullmatch(r"-- end shared: (\w+)", line):
+            assert end.group(1) == open_copy, f"{statement}: {line} does not end {open_copy!r}"
+            copies.setdefault(open_copy, []).append((statement, "\n".join(lines)))
+            open_copy = ""
+        elif open_copy and line and not line.startswith("--"):
+            lines.append(line)
+    assert not open_copy, f"{statement}: shared {open_copy} has no end"
+    return copies
+
+
+def test_the_copies_of_a_shared_piece_are_the_same_sql() -> None:
+    """The keyed claims are each written whole, and the pieces they share are copies (see
+    flow.sql's head): every copy of a piece is the same SQL, and each is shared."""
+    text = (resources.files("leaseq_sql") / "queries" / "flow.sql").read_text(encoding="utf-8")
+    copies = shared_copies(text)
+    assert set(copies) == {
+        "keyed_slots",
+        "keyed_ready",
+        "keyed_taken",
+        "keyed_claimed",
+        "queues_rated",
+    }
+    loaded = statements.load()
+    for name, found in copies.items():
+        assert len(found) >= 2, f"{name} is in {found[0][0]} only: nothing shares it"
+        first_statement, first = found[0]
+        for statement, sql in found[1:]:
+            assert sql == first, f"{name} in {statement} differs from its copy in {first_statement}"
+        for statement, sql in found:
+            assert sql.encode() in loaded[statement].query, f"{name} is not in {statement}"
+
+
+def test_a_copy_that_drifted_is_named() -> None:
     text = """
--- part: tail
--- The shared end.
-t AS (SELECT 1)
 -- name: one
 -- First.
 WITH
--- include: tail
+-- shared: tail
+t AS (SELECT 1)
+-- end shared: tail
 SELECT * FROM t;
 
 -- name: two
 -- Second.
 WITH
-  -- include: tail
+  -- shared: tail
+  t AS (SELECT 2)
+  -- end shared: tail
 SELECT 2 FROM t
 """
-    found = statements.parse(text)
-    assert set(found) == {"one", "two"}
-    assert found["one"].query == b"WITH\nt AS (SELECT 1)\nSELECT * FROM t"
-    assert found["two"].query == b"WITH\nt AS (SELECT 1)\nSELECT 2 FROM t"
-
-
-def test_an_include_of_a_missing_part_is_an_error_that_names_it() -> None:
-    text = "-- name: one\n-- First.\nWITH\n-- include: nowhere\nSELECT 1\n"
-    with pytest.raises(ValueError, match="one includes nowhere"):
-        statements.parse(text)
+    copies = shared_copies(text)
+    assert copies == {"tail": [("one", "t AS (SELECT 1)"), ("two", "t AS (SELECT 2)")]}
+    with pytest.raises(AssertionError, match="one: shared tail has no end"):
+        shared_copies(text.replace("-- end shared: tail\nSELECT *", "SELECT *"))

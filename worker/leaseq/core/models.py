@@ -6,6 +6,7 @@ import enum
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
+from uuid import UUID
 
 #: How long a lease lasts unless renewed, when the caller names no other length (seconds).
 DEFAULT_LEASE_SECONDS = 30.0
@@ -142,6 +143,39 @@ class ClaimedJob:
         idempotency key (completion writes an effect row under it), else ``job:<id>`` (no
         effect row: the job's own row holds its result)."""
         return self.idempotency_key or f"job:{self.id}"
+
+
+@dataclass(frozen=True)
+class ClaimRequest:
+    """What each claim statement of one :meth:`leaseq.Queue.claim` call is asked, but for
+    how many jobs (each statement gets the room the call's earlier ones left)."""
+
+    queues: list[str]
+    owner: str
+    lease_seconds: float
+    #: Stamped on the rows the call takes, so a call whose answer was lost finds them.
+    claim_id: UUID
+    job_types: list[str] | None
+    now: datetime | None
+
+
+@dataclass(frozen=True)
+class OpenClaim:
+    """What job_claim_keyed_open answered: the jobs it leased; whether its queues have a
+    limit or rate set (``limited``: then it leased none), and a rate among them."""
+
+    jobs: list[ClaimedJob]
+    limited: bool
+    rated: bool
+
+
+@dataclass(frozen=True)
+class SlotsClaim:
+    """What job_claim_keyed_slots answered: the jobs it leased; whether its queues have a
+    rate set (``rated``: then it leased none)."""
+
+    jobs: list[ClaimedJob]
+    rated: bool
 
 
 @dataclass(frozen=True)

@@ -32,7 +32,8 @@ from psycopg.conninfo import make_conninfo
 from psycopg.rows import DictRow
 
 from leaseq.core import bounded, validation, waiters
-from leaseq.core._store.store import ClaimBy, Store, graph_rows, pipeline_of
+from leaseq.core._store.store import Store, graph_rows, pipeline_of
+from leaseq.core.claims import ClaimPlan, Claims, keyless_then_keyed
 from leaseq.core.db import Conn, Db, borrow, replaceable, transaction
 from leaseq.core.errors import (
     DatabaseUnavailable,
@@ -53,6 +54,7 @@ from leaseq.core.models import (
     Call,
     Cancelled,
     ClaimedJob,
+    ClaimRequest,
     Completed,
     EffectRecord,
     Enqueued,
@@ -304,13 +306,6 @@ class Queue:
         # Claim calls whose answer was lost, by owner (see :meth:`claim`).
         self._lost_claims: dict[str, list[UUID]] = {}
         self._lock = threading.Lock()
-        # Claim rounds, and whether the last claim of each kind found work (see _claim_both).
-        self._rounds = 0
-        self._keyed_seen = False
-        self._keyless_seen = True
-        # The keyed claim the limits of the last keyed claim's queues called for (see
-        # _claim_keyed).
-        self._keyed_by = ClaimBy.KEYED_OPEN
 
     @staticmethod
     def tune_worker_session(conn: Conn) -> None:
@@ -506,6 +501,7 @@ class Queue:
         lease_seconds: float = DEFAULT_LEASE_SECONDS,
         job_types: Sequence[str] | None = None,
         now: datetime | None = None,
+        plan: ClaimPlan | None = None,
     ) -> list[ClaimedJob]:
         """Lease up to ``limit`` ready jobs from ``queues``, best priority first; only of
         ``job_types`` when given (a worker claims what its registry serves, so a job type it
@@ -519,6 +515,14 @@ class Queue:
         PostgreSQL stays unreachable, ``owner``'s next claim on this Queue) first asks for
         those rows and returns them, so a lost answer never leaves a job to expire and cost
         an attempt.
+
+        Which claim statements run, in which order, is ``plan``'s choice (see
+        :mod:`leaseq.core.claims`), on one connection. This Queue keeps no state between
+        claims: given no plan, a call runs :func:`~leaseq.core.claims.keyless_then_keyed`,
+        the same statements every time. A worker passes its
+        :class:`~leaseq.runtime.claims.ClaimPlanner`, which learns from its claims which
+        kind of work shows and which keyed statement is the cheapest that keeps the
+        queues' limits.
         """
         if isinstance(queues, str):
             queues = [queues]
@@ -538,6 +542,8 @@ class Queue:
         with self._lock:
             lost = self._lost_claims.pop(owner, [])
         claim_id = uuid4()
+        types = None if job_types is None else list(job_types)
+        request = ClaimRequest(list(queues), owner, lease_seconds, claim_id, types, now)
 
         def run(c: Conn, repeat: bool) -> list[ClaimedJob]:
             ids = [*lost, claim_id] if repeat else lost
@@ -549,69 +555,13 @@ class Queue:
                     if len(found) > limit:
                         self._remember_lost(owner, ids)
                     return found[:limit]
-            args = {
-                "queues": queues,
-                "owner": owner,
-                "lease_seconds": lease_seconds,
-                "claim_id": claim_id,
-                "job_types": job_types,
-                "now": now,
-            }
-            return self._claim_both(c, limit, args)
+            return (plan or keyless_then_keyed)(Claims(self._store, c, request), limit)
 
         try:
             return self._write("claim", run)
         except DatabaseUnavailable:
             self._remember_lost(owner, [*lost, claim_id])
             raise
-
-    def _claim_both(self, c: Conn, limit: int, args: dict[str, Any]) -> list[ClaimedJob]:
-        """Keyless jobs by job_claim, keyed ones by :meth:`_claim_keyed`. A kind of work that
-        the last claim of it did not find is looked for first only in every 16th round (and
-        as the filler of a short batch), so queues of one kind pay one statement a claim;
-        while both kinds show, they alternate going first."""
-        with self._lock:
-            self._rounds += 1
-            probe = self._rounds % 16 == 0
-            if self._keyed_seen == self._keyless_seen:
-                keyed_first = self._rounds % 2 == 0 if self._keyed_seen else probe
-            else:
-                keyed_first = self._keyed_seen != probe
-        got: list[ClaimedJob] = []
-        for keyed in (keyed_first, not keyed_first):
-            room = limit - len(got)
-            if room <= 0:
-                break
-            if keyed:
-                found = self._claim_keyed(c, room, args)
-            else:
-                found, _ = self._store.job_claim(c, limit=room, **args)
-            with self._lock:
-                if keyed:
-                    self._keyed_seen = bool(found)
-                else:
-                    self._keyless_seen = bool(found)
-            got += found
-        return got
-
-    def _claim_keyed(self, c: Conn, room: int, args: dict[str, Any]) -> list[ClaimedJob]:
-        """Keyed jobs, one statement in the common case, the cheapest that keeps the
-        queues' flow control: job_claim_keyed_open while they have no limit or rate set,
-        job_claim_keyed_slots while they have limits but no rate, job_claim_keyed with
-        rates. Each of the first two answers when the queues need another (and then claims
-        nothing); one round in 64 asks job_claim_keyed_open again, to come back down once
-        limits or rates are removed. A stale belief costs a statement, never a limit."""
-        with self._lock:
-            by = ClaimBy.KEYED_OPEN if self._rounds % 64 == 0 else self._keyed_by
-        # At most open, then slots, then the full claim: job_claim_keyed never redirects.
-        while True:
-            found, instead = self._store.job_claim(c, limit=room, by=by, **args)
-            if instead is None:
-                break
-            by = instead
-        with self._lock:
-            self._keyed_by = by
-        return found
 
     def _remember_lost(self, owner: str, claim_ids: list[UUID]) -> None:
         with self._lock:

@@ -1,13 +1,12 @@
 """The worker process: claim, run, renew, settle; drain on SIGTERM.
 
-Threads: the main thread waits for signals and runs the drain; a dispatcher claims, in one
-statement, as many jobs as there are free slots, and claims again at once for the room
-the jobs of a batch type opened (woken by LISTEN notifications, by settled
-jobs, else by a jittered idle backoff capped at the poll interval) and hands each to the
-executor's long-lived slots (:mod:`leaseq.runtime.executor`); successful attempts are
-completed in groups, one ``complete_many`` per group (:mod:`leaseq.runtime.completions`);
-one heartbeat loop renews the leases of attempts older than one heartbeat interval; a
-listener holds the LISTEN connection. A slot counts as busy from the claim until its attempt
+Threads: the main thread waits for signals and runs the drain; a dispatcher claims as many
+jobs as there are free slots (:mod:`leaseq.runtime.dispatcher`, whose claim planner chooses
+the statements) and hands each to the executor's long-lived slots
+(:mod:`leaseq.runtime.executor`); successful attempts are completed in groups, one
+``complete_many`` per group (:mod:`leaseq.runtime.completions`); one heartbeat loop renews
+the leases of attempts older than one heartbeat interval; a listener holds the LISTEN
+connection. A slot counts as busy from the claim until its attempt
 is settled, so the next claim never precedes the commit of the slot's previous result.
 Every database call is one autocommit statement from a psycopg_pool pool, so no transaction
 is ever open while a handler runs.
@@ -44,14 +43,15 @@ from leaseq.core.backoff import Backoff
 from leaseq.core.db import open_pool
 from leaseq.core.errors import DatabaseUnavailable, InvalidJob, LeaseqError, SchemaNotReady
 from leaseq.core.models import Call, RetryPolicy, WorkerState
-from leaseq.core.queue import MAX_CLAIM_BATCH, Queue, checked_plan
+from leaseq.core.queue import Queue, checked_plan
 from leaseq.core.schedules import Schedules
 from leaseq.core.schema import Schema
 from leaseq.core.workers import Workers
 from leaseq.runtime.batching import Batching
 from leaseq.runtime.child import ChildSpec
 from leaseq.runtime.completions import Completions
-from leaseq.runtime.context import JobContext, PermanentError, StopReason
+from leaseq.runtime.context import PermanentError, StopReason
+from leaseq.runtime.dispatcher import Dispatcher
 from leaseq.runtime.executor import Ending, Executor, HandlerOutcome, OnDone, ThreadExecutor
 from leaseq.runtime.health import NOT_READY_ERRORS, Health
 from leaseq.runtime.heartbeat import PROCESS_HINT, THREAD_HINT, HeartbeatLoop
@@ -128,14 +128,23 @@ class Worker:
         self._unreported = 0
         self._count_lock = threading.Lock()
         self.executor = self._executor()
-        # Held while claiming: the dispatcher and the completion loop (which refills the
-        # slots a group freed, sparing a thread hand-off per cycle) both claim.
-        self._claiming = threading.Lock()
+        self.dispatcher = Dispatcher(
+            settings,
+            registry,
+            self.queue,
+            executor=self.executor,
+            jobs=self.jobs,
+            metrics=self.metrics,
+            health=self.health,
+            draining=self.draining,
+            wake=self.wake,
+            start=self._start,
+        )
         self.completions = Completions(
             self.settlement,
             running=lambda: self._unreported,
             finished=self._finished_group,
-            after=self._refill,
+            after=self.dispatcher.refill,
         )
         self.heartbeat = HeartbeatLoop(
             self.queue,
@@ -275,7 +284,7 @@ class Worker:
 
     def _start_threads(self) -> None:
         s = self.settings
-        self._start_loop("dispatcher", self.dispatch, 3 * s.poll_seconds + 60)
+        self._start_loop("dispatcher", self.dispatcher.run, 3 * s.poll_seconds + 60)
         if s.listen:
             self._start_loop("listener", self.listener.run, 120.0)
         self._completions_thread = self.completions.start()
@@ -324,137 +333,20 @@ class Worker:
         except LeaseqError as exc:
             log.warning("could not remove this worker's row: %s", exc, extra=self._fields)
 
-    # -- claiming ---------------------------------------------------------------------
+    # -- starting a claimed attempt ----------------------------------------------------
 
-    def dispatch(self) -> None:
-        """Claim whenever a slot is free, until draining starts."""
-        s = self.settings
-        idle = Backoff(min(0.5, s.poll_seconds), s.poll_seconds)
-        failures = Backoff(0.5, 15.0)
-        try:
-            self._dispatch(idle, failures)
-        finally:
-            # Claiming ends with the drain, which may outlast any liveness allowance.
-            self.health.forget("dispatcher")
-
-    def _dispatch(self, idle: Backoff, failures: Backoff) -> None:
-        s = self.settings
-        while not self.draining.is_set():
-            self.health.tick("dispatcher")
-            if self.executor.capacity - len(self.jobs) <= 0:
-                self.wake.wait(s.poll_seconds)
-                self.wake.clear()
-                continue
-            # Cleared before claiming: a notification during the claim keeps it set.
-            self.wake.clear()
-            try:
-                short, claimed = self._claim_free()
-            except LeaseqError as exc:
-                if isinstance(exc, NOT_READY_ERRORS):
-                    self.health.db_failed(exc)
-                delay = failures.next()
-                log.warning("claim failed (%s); retrying in %.1fs", exc, delay, extra=self._fields)
-                self.wake.wait(delay)
-                continue
-            except Exception:
-                log.exception("dispatcher error; continuing", extra=self._fields)
-                self.wake.wait(failures.next())
-                continue
-            failures.reset()
-            if not short:
-                idle.reset()
-                continue
-            if claimed:
-                idle.reset()
-            self.wake.wait(idle.next())
-
-    def _claim_free(self) -> tuple[bool, list[InFlight]]:
-        """Claim as many jobs as there is free capacity; when those jobs raised it (they
-        opened batches, which take up to ``max_batch`` jobs per slot), claim again for the
-        new room at once, so a batch fills from a backlog instead of waiting ``max_wait``
-        alone. Stops as soon as a claim returns fewer jobs than asked for (the queue has no
-        more: never a loop on an empty queue), no capacity is free or draining started, and
-        after ``concurrency + 1`` claims (enough for one batch opening per slot; if room is
-        left, the dispatcher is woken to claim for it). Returns whether the last claim came
-        up short (the dispatcher then backs off) and the attempts started."""
-        started: list[InFlight] = []
-        rounds = self.settings.concurrency + 1
-        with self._claiming:
-            while (free := self.executor.capacity - len(self.jobs)) > 0:
-                if self.draining.is_set():
-                    break
-                if rounds == 0:
-                    # Room is left (jobs finished meanwhile): the dispatcher claims for it.
-                    self.wake.set()
-                    break
-                rounds -= 1
-                asked = min(free, MAX_CLAIM_BATCH)
-                claimed = self._claim(asked)
-                started += claimed
-                if len(claimed) < asked:
-                    return True, started
-        return False, started
-
-    def _refill(self) -> None:
-        """After a completion group: claim for the slots it freed, on this thread. If the
-        claim fails, the dispatcher takes over (with its backoff)."""
+    def _start(self, attempt: InFlight) -> None:
+        """Hand a claimed attempt to the executor; give it straight back if SIGTERM arrived
+        while its claim was in flight."""
         if self.draining.is_set():
-            self.wake.set()
+            self.give_up(attempt, StopReason.DRAINING)
+            self._finished(attempt)
             return
-        try:
-            self._claim_free()
-        except Exception:
-            self.wake.set()
-
-    def _claim(self, free: int) -> list[InFlight]:
-        s = self.settings
-        if not self.registry.job_types:
-            return []  # it serves nothing, so it claims nothing (said at start-up)
-        sent = time.monotonic()
-        # Only the types this worker serves: one it does not know stays pending, no attempt
-        # spent, for a worker that does (a rolling deploy that ships a new type).
-        claimed = self.queue.claim(
-            s.queues,
-            s.worker_id,
-            limit=min(free, MAX_CLAIM_BATCH),
-            lease_seconds=s.lease_seconds,
-            job_types=self.registry.job_types,
-        )
-        received = time.monotonic()
-        self.health.db_ok()
-        self.metrics.claim_latency.observe(received - sent)
-        started = []
-        # Counted once per (queue, job type) of the claim, not once per job.
-        kinds: Counter[tuple[str, str]] = Counter()
-        for job in claimed:
-            attempt = InFlight.start(
-                job,
-                self.registry.get(job.job_type),
-                JobContext(job, self.queue, s.worker_id, self.draining),
-                sent_at=sent,
-                received_at=received,
-                lease_seconds=s.lease_seconds,
-                heartbeat_seconds=s.heartbeat_seconds,
-            )
-            self.jobs.add(attempt)
-            kinds[job.queue, job.job_type] += 1
-            started.append(attempt)
-        for (queue, job_type), count in kinds.items():
-            series = self.metrics.series(queue, job_type)
-            series.in_flight.inc(count)
-            series.claimed.inc(count)
-        for attempt in started:
-            if self.draining.is_set():
-                # SIGTERM arrived while the claim was in flight: hand it straight back.
-                self.give_up(attempt, StopReason.DRAINING)
-                self._finished(attempt)
-                continue
-            if log.isEnabledFor(logging.DEBUG):
-                log.debug("claimed", extra=attempt.fields())
-            with self._count_lock:
-                self._unreported += 1
-            self.executor.submit(attempt)
-        return started
+        if log.isEnabledFor(logging.DEBUG):
+            log.debug("claimed", extra=attempt.fields())
+        with self._count_lock:
+            self._unreported += 1
+        self.executor.submit(attempt)
 
     # -- a handler's outcome ------------------------------------------------------------
 

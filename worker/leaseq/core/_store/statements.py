@@ -1,9 +1,8 @@
 """Named SQL statements, parsed once from the ``queries/*.sql`` files shipped in ``leaseq_sql``.
 
 A block starts with ``-- name: NAME``; the next comment line describes it; the rest, up to
-the next block, is the statement. No SQL is written anywhere else in the runtime. A block that
-starts with ``-- part: NAME`` is no statement but a piece that two statements of its file
-share: a line ``-- include: NAME`` in a statement stands for its text.
+the next block, is the statement, written whole. No SQL is written anywhere else in the
+runtime.
 
 A statement is loaded without its comment lines and indentation: psycopg converts a query's
 ``%(name)s`` placeholders once per process only for texts of at most 4,096 bytes, and
@@ -18,8 +17,7 @@ import re
 from dataclasses import dataclass
 from importlib import resources
 
-_BLOCK = re.compile(r"^-- (name|part): (\w+)\s*$", re.MULTILINE)
-_INCLUDE = re.compile(r"^-- include: (\w+)$")
+_BLOCK = re.compile(r"^-- name: (\w+)\s*$", re.MULTILINE)
 
 
 @dataclass(frozen=True)
@@ -32,45 +30,25 @@ class Statement:
 
 
 def _lines(name: str, body: str) -> tuple[str, list[str]]:
-    """A block's description and its lines of SQL, stripped, comments left out but includes."""
+    """A block's description and its lines of SQL, stripped, comments left out."""
     lines = body.splitlines()
     if not lines or not lines[0].startswith("-- "):
         raise ValueError(f"statement {name} has no description line")
     kept = (line.strip() for line in lines[1:])
-    sql = [line for line in kept if line and (not line.startswith("--") or _INCLUDE.match(line))]
-    return lines[0][3:].strip(), sql
+    return lines[0][3:].strip(), [line for line in kept if line and not line.startswith("--")]
 
 
 def parse(text: str) -> dict[str, Statement]:
-    """Parse one file of named blocks; raises ValueError on a duplicate or empty block, or an
-    include of a part the file does not have."""
+    """Parse one file of named blocks; raises ValueError on a duplicate or empty block."""
     found: dict[str, Statement] = {}
-    parts: dict[str, list[str]] = {}
-    blocks: list[tuple[str, str, list[str]]] = []
-    seen: set[str] = set()
     marks = list(_BLOCK.finditer(text))
     for mark, following in zip(marks, [*marks[1:], None], strict=True):
-        kind, name = mark.group(1), mark.group(2)
+        name = mark.group(1)
         body = text[mark.end() : following.start() if following else len(text)].strip()
         description, sql = _lines(name, body)
-        if name in seen:
+        if name in found:
             raise ValueError(f"statement {name} is defined twice")
-        seen.add(name)
-        if kind == "part":
-            parts[name] = sql
-        else:
-            blocks.append((name, description, sql))
-    for name, description, sql in blocks:
-        lines: list[str] = []
-        for line in sql:
-            include = _INCLUDE.match(line)
-            if include is None:
-                lines.append(line)
-            elif include.group(1) in parts:
-                lines += parts[include.group(1)]
-            else:
-                raise ValueError(f"statement {name} includes {include.group(1)}, not a part here")
-        query = "\n".join(lines).rstrip(";").strip()
+        query = "\n".join(sql).rstrip(";").strip()
         if not query:
             raise ValueError(f"statement {name} is empty")
         found[name] = Statement(name, description, query.encode())

@@ -8,7 +8,6 @@ through, and nowhere else.
 
 from __future__ import annotations
 
-import enum
 import json
 from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
@@ -28,6 +27,7 @@ from leaseq.core.models import (
     AttemptRecord,
     Call,
     ClaimedJob,
+    ClaimRequest,
     ClaimTable,
     EffectRecord,
     ExpireStep,
@@ -42,6 +42,7 @@ from leaseq.core.models import (
     Lease,
     LinkedJob,
     Moved,
+    OpenClaim,
     ParentResult,
     PipelineRecord,
     PruneCandidates,
@@ -50,6 +51,7 @@ from leaseq.core.models import (
     Reaped,
     RetentionRule,
     RetryPolicy,
+    SlotsClaim,
     UnservedWork,
     WorkerRecord,
     WorkerState,
@@ -89,18 +91,6 @@ def _utf8_json(data: str | bytes) -> Any:
 
 def _json(value: Any) -> Jsonb | None:
     return None if value is None else Jsonb(value)
-
-
-class ClaimBy(enum.StrEnum):
-    """The claim statements: keyless jobs (jobs.sql); keyed jobs, each key within its limit
-    and rate; keyed jobs of queues with no rate set, each key within its limit; keyed jobs
-    of queues with no limit or rate set (flow.sql). The last two also answer whether the
-    queues need another of them."""
-
-    KEYLESS = "job_claim"
-    KEYED = "job_claim_keyed"
-    KEYED_SLOTS = "job_claim_keyed_slots"
-    KEYED_OPEN = "job_claim_keyed_open"
 
 
 def _bigint_array(values: Sequence[int]) -> str:
@@ -274,42 +264,40 @@ class Store(Runner):
             raise translate(exc, action="enqueue", conninfo=conn.info.dsn) from exc
         return results
 
-    def job_claim(
-        self,
-        conn: Conn,
-        *,
-        queues: Sequence[str],
-        owner: str,
-        limit: int,
-        lease_seconds: float,
-        claim_id: UUID,
-        job_types: Sequence[str] | None = None,
-        now: datetime | None = None,
-        by: ClaimBy = ClaimBy.KEYLESS,
-    ) -> tuple[list[ClaimedJob], ClaimBy | None]:
-        """The jobs the statement ``by`` leased, and the statement to claim by instead when
-        ``by`` found ``queues`` have limits (KEYED_OPEN) or rates (KEYED_OPEN, KEYED_SLOTS)
-        that it does not keep: then it leased nothing."""
-        rows = self._dicts(
-            conn,
-            by.value,
-            {
-                "queues": list(queues),
-                "job_types": None if job_types is None else list(job_types),
-                "owner": owner,
-                "limit": limit,
-                "lease_seconds": lease_seconds,
-                "claim_id": claim_id,
-                "now": now,
-            },
-            "claim",
-        )
-        instead = None
-        if by is ClaimBy.KEYED_OPEN and rows[0]["limited"]:
-            instead = ClaimBy.KEYED if rows[0]["rated"] else ClaimBy.KEYED_SLOTS
-        elif by is ClaimBy.KEYED_SLOTS and rows[0]["rated"]:
-            instead = ClaimBy.KEYED
-        return _claimed([r for r in rows if r["id"] is not None], owner), instead
+    def _claim(self, conn: Conn, name: str, request: ClaimRequest, limit: int) -> list[DictRow]:
+        """The rows of the claim statement ``name`` for up to ``limit`` jobs of ``request``."""
+        params = {
+            "queues": request.queues,
+            "job_types": request.job_types,
+            "owner": request.owner,
+            "limit": limit,
+            "lease_seconds": request.lease_seconds,
+            "claim_id": request.claim_id,
+            "now": request.now,
+        }
+        return self._dicts(conn, name, params, "claim")
+
+    def job_claim(self, conn: Conn, request: ClaimRequest, limit: int) -> list[ClaimedJob]:
+        """The keyless jobs leased, at most ``limit``."""
+        return _claimed(self._claim(conn, "job_claim", request, limit), request.owner)
+
+    def job_claim_keyed_open(self, conn: Conn, request: ClaimRequest, limit: int) -> OpenClaim:
+        """The keyed jobs leased from queues with no limit or rate set, at most ``limit``,
+        and whether the queues have one (then none)."""
+        rows = self._claim(conn, "job_claim_keyed_open", request, limit)
+        jobs = _claimed([r for r in rows if r["id"] is not None], request.owner)
+        return OpenClaim(jobs, limited=rows[0]["limited"], rated=rows[0]["rated"])
+
+    def job_claim_keyed_slots(self, conn: Conn, request: ClaimRequest, limit: int) -> SlotsClaim:
+        """The keyed jobs leased from queues with no rate set, each key within its limit, at
+        most ``limit``, and whether the queues have a rate (then none)."""
+        rows = self._claim(conn, "job_claim_keyed_slots", request, limit)
+        jobs = _claimed([r for r in rows if r["id"] is not None], request.owner)
+        return SlotsClaim(jobs, rated=rows[0]["rated"])
+
+    def job_claim_keyed(self, conn: Conn, request: ClaimRequest, limit: int) -> list[ClaimedJob]:
+        """The keyed jobs leased, each key within its limit and rate, at most ``limit``."""
+        return _claimed(self._claim(conn, "job_claim_keyed", request, limit), request.owner)
 
     def job_claim_recover(
         self, conn: Conn, *, owner: str, claim_ids: Sequence[UUID]

@@ -290,3 +290,30 @@ def test_a_silent_worker_is_silent_on_the_console_as_in_status(
     assert main(["status", "--database-url", console_db.owner_url]) == 0
     out = capsys.readouterr().out
     assert "silent (last running)" in out.split("w-killed", 1)[1].splitlines()[0], out
+
+
+def test_the_console_cancels_a_job_whose_refused_renewal_found_its_lease_expired(
+    console_db: ConsoleDb,
+) -> None:
+    """No reaper ran: the refused renewal recorded the attempt (fenced) under the job's own
+    token; the console's cancels, like `leaseq cancel`, keep that row instead of failing."""
+    with leaseq.connect(console_db.owner_url, action="test") as conn:
+        q = leaseq.Queue(conn)
+        then = db_now(conn) - timedelta(minutes=1)
+        alone = q.enqueue("ocr", "page", now=then).job_id
+        graph = leaseq.Graph("doc")
+        graph.add("ocr", "page", key="page")
+        made = q.enqueue_graph(graph, now=then)
+        held = q.claim(["ocr"], "w1", limit=2, lease_seconds=5, now=then)
+        assert sorted(j.id for j in held) == sorted([alone, made["page"]])
+        for job in held:
+            assert q.heartbeat(job.lease).status is leaseq.HeartbeatStatus.LOST
+    with leaseq.connect(console_db.admin_url, action="test") as conn:
+        console = leaseq.core.console.Console(conn)
+        assert console.cancel([alone], actor="alice", reason="stuck") == [alone]
+        assert console.cancel_pipeline(made.pipeline_id, actor="alice", reason="stuck") == (1, 1)
+    with leaseq.connect(console_db.owner_url, action="test") as conn:
+        q = leaseq.Queue(conn)
+        for job_id in (alone, made["page"]):
+            assert q.get(job_id).status == "cancelled"
+            assert [a.outcome for a in q.attempts(job_id)] == ["fenced"]

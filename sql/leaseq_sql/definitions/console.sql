@@ -74,6 +74,7 @@ BEGIN
         SELECT cur.id, cur.attempt_count, cur.lease_token, cur.lease_owner, cur.started_at, now(), 'cancelled', reason
           FROM cur JOIN cancelled USING (id)
          WHERE cur.status = 'running'
+        ON CONFLICT (job_id, lease_token) DO NOTHING
     )
     SELECT coalesce(array_agg(c.id ORDER BY c.id), '{}') INTO done FROM cancelled c;
     INSERT INTO leaseq.console_audit (actor, action, job_ids, asked, reason, filter)
@@ -122,6 +123,7 @@ BEGIN
                'cancelled', coalesce(reason, 'pipeline cancelled')
           FROM cur JOIN c USING (id), t
          WHERE cur.status = 'running'
+        ON CONFLICT (job_id, lease_token) DO NOTHING
     )
     SELECT coalesce(array_agg(cur.id ORDER BY cur.id), '{}'),
            count(*) FILTER (WHERE cur.status = 'running')

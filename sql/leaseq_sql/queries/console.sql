@@ -113,9 +113,12 @@ oldest AS (
     SELECT min(f.available_at) AS available_at
       FROM levels p
       CROSS JOIN LATERAL (
+          -- A job due at -infinity is ready but adds no age (no number of seconds): the
+          -- probe starts after it.
           SELECT j.available_at FROM leaseq.jobs j
            WHERE j.status = 'pending' AND j.key IS NULL AND NOT j.ordering_waiting
              AND j.queue = %(queue)s AND j.priority = p.priority
+             AND j.available_at > '-infinity'::timestamptz
            ORDER BY j.available_at LIMIT 1) f
      WHERE f.available_at <= (SELECT now FROM t)
 ),
@@ -124,14 +127,16 @@ oldest AS (
 keyed AS (
     SELECT count(*) FILTER (WHERE k.available_at <= (SELECT now FROM t)) AS ready,
            count(*) FILTER (WHERE k.available_at > (SELECT now FROM t)) AS scheduled,
-           min(k.available_at) FILTER (WHERE k.available_at <= (SELECT now FROM t)) AS oldest
+           min(k.available_at) FILTER (WHERE k.available_at <= (SELECT now FROM t)
+                                         AND isfinite(k.available_at)) AS oldest
       FROM (SELECT j.available_at FROM leaseq.jobs j
              WHERE j.status = 'pending' AND j.key IS NOT NULL AND NOT j.ordering_waiting
                AND j.queue = %(queue)s
              LIMIT %(cap)s + 1) k
 ),
 running AS (
-    SELECT count(*) AS running, min(j.heartbeat_at) AS oldest_heartbeat
+    SELECT count(*) AS running,
+           min(j.heartbeat_at) FILTER (WHERE isfinite(j.heartbeat_at)) AS oldest_heartbeat
       FROM leaseq.jobs j
      WHERE j.status = 'running' AND j.queue = %(queue)s
 ),
@@ -294,14 +299,20 @@ SELECT id FROM leaseq.console_cancel(%(ids)s::bigint[], %(actor)s, %(reason)s, %
 -- Registered workers (at most %(limit)s) with their heartbeat age and jobs in flight (running jobs they hold, from the running jobs: at most the workers' concurrency).
 WITH t AS (SELECT coalesce(%(now)s::timestamptz, now()) AS now),
 held AS (
-    SELECT j.lease_owner, count(*) AS running, min(j.started_at) AS oldest_started
+    SELECT j.lease_owner, count(*) AS running,
+           min(j.started_at) FILTER (WHERE isfinite(j.started_at)) AS oldest_started
       FROM leaseq.jobs j
      WHERE j.status = 'running'
      GROUP BY j.lease_owner
 )
 SELECT w.worker_id, w.pod, w.node, w.queues, w.concurrency, w.state, w.in_flight, w.job_types,
-       extract(epoch FROM (SELECT now FROM t) - w.heartbeat_at)::float8 AS heartbeat_age,
-       extract(epoch FROM (SELECT now FROM t) - w.started_at)::float8 AS age,
+       -- As worker_list: an age from an infinite time is +-Infinity.
+       CASE WHEN isfinite(w.heartbeat_at) THEN extract(epoch FROM (SELECT now FROM t) - w.heartbeat_at)::float8
+            WHEN w.heartbeat_at < (SELECT now FROM t) THEN 'Infinity'::float8
+            ELSE '-Infinity'::float8 END AS heartbeat_age,
+       CASE WHEN isfinite(w.started_at) THEN extract(epoch FROM (SELECT now FROM t) - w.started_at)::float8
+            WHEN w.started_at < (SELECT now FROM t) THEN 'Infinity'::float8
+            ELSE '-Infinity'::float8 END AS age,
        coalesce(h.running, 0) AS running,
        extract(epoch FROM (SELECT now FROM t) - h.oldest_started)::float8 AS oldest_running_age
   FROM leaseq.workers w

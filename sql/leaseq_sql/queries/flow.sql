@@ -173,10 +173,12 @@ WITH candidate AS (
           SELECT k.queue, k.key, s.slots[j.n] AS slot, j.id, j.lease_token, k.rated
             FROM leaseq.flow_keys k
             -- include: keyed_slots
-            -- A rate-limited key's bucket, locked: the starts it allows now.
+            -- A rate-limited key's bucket, locked: the starts it allows now (a bucket last
+            -- filled at -infinity is full, one at infinity gains nothing).
             LEFT JOIN LATERAL (
                 SELECT floor(least(b.burst, b.tokens + b.per_second
-                                   * greatest(extract(epoch FROM coalesce(%(now)s::timestamptz, now()) - b.tokens_at), 0)))::int AS allows
+                                   * greatest(CASE WHEN isfinite(b.tokens_at) THEN extract(epoch FROM coalesce(%(now)s::timestamptz, now()) - b.tokens_at)
+                                                 WHEN b.tokens_at < 'epoch' THEN 'Infinity' END, 0)))::int AS allows
                   FROM leaseq.flow_buckets b
                  WHERE k.rated AND b.queue = k.queue AND b.key = k.key
                    FOR UPDATE SKIP LOCKED
@@ -200,7 +202,8 @@ WITH candidate AS (
 spent AS (
     UPDATE leaseq.flow_buckets b
        SET tokens = least(b.burst, b.tokens + b.per_second
-                                   * greatest(extract(epoch FROM coalesce(%(now)s::timestamptz, now()) - b.tokens_at), 0)) - c.n,
+                                   * greatest(CASE WHEN isfinite(b.tokens_at) THEN extract(epoch FROM coalesce(%(now)s::timestamptz, now()) - b.tokens_at)
+                                                 WHEN b.tokens_at < 'epoch' THEN 'Infinity' END, 0)) - c.n,
            tokens_at = greatest(b.tokens_at, coalesce(%(now)s::timestamptz, now()))
       FROM (SELECT x.queue, x.key, count(*) AS n FROM candidate x WHERE x.rated
              GROUP BY x.queue, x.key) c
@@ -246,12 +249,14 @@ SELECT f.queue, f.repaired FROM leaseq.flow_repairs f ORDER BY f.queue;
 SELECT leaseq.flow_unblock(%(queue)s, %(ordering_key)s) AS head;
 
 -- name: flow_status
--- Per queue and key with unfinished jobs: the limit, running and ready jobs, whether it is saturated (no free slot), its weight and virtual time; at most %(limit)s keys, saturated first.
+-- Per queue and key with unfinished jobs: the limit, running and ready jobs, whether it is saturated (no free slot), its weight and virtual time, until when it is paused (none claimable meanwhile); at most %(limit)s keys, saturated first.
 WITH t AS (SELECT coalesce(%(now)s::timestamptz, now()) AS now)
 SELECT k.queue, k.key, k.max_running, k.weight, k.vtime,
        r.running, p.ready,
        (k.max_running IS NOT NULL AND f.free = 0) AS saturated,
-       CASE WHEN k.max_running IS NULL THEN p.ready ELSE least(p.ready, f.free) END AS claimable
+       CASE WHEN k.paused_until > t.now THEN 0
+            WHEN k.max_running IS NULL THEN p.ready ELSE least(p.ready, f.free) END AS claimable,
+       CASE WHEN k.paused_until > t.now THEN k.paused_until END AS paused_until
   FROM leaseq.flow_keys k
   CROSS JOIN t
   CROSS JOIN LATERAL (

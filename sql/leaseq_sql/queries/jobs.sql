@@ -398,7 +398,11 @@ pending AS (
            count(*) FILTER (WHERE j.available_at > t.now) AS scheduled,
            count(*) FILTER (WHERE j.available_at > t.now
                               AND j.available_at <= t.now + make_interval(secs => %(horizon)s)) AS scheduled_soon,
-           extract(epoch FROM t.now - min(j.available_at) FILTER (WHERE j.available_at <= t.now))::float8
+           -- Ages only from finite times: a job due at -infinity counts as ready but adds no
+           -- age (an infinite one would be no number of seconds, and PostgreSQL before 17
+           -- refuses to subtract it).
+           extract(epoch FROM t.now - min(j.available_at) FILTER (WHERE j.available_at <= t.now
+                                                                   AND isfinite(j.available_at)))::float8
                AS oldest_ready_age
       FROM leaseq.jobs j, t
      WHERE j.status = 'pending'
@@ -406,10 +410,11 @@ pending AS (
 ),
 running AS (
     SELECT j.queue, count(*) AS running,
-           extract(epoch FROM max(t.now - j.heartbeat_at))::float8 AS max_heartbeat_age
+           extract(epoch FROM t.now - min(j.heartbeat_at) FILTER (WHERE isfinite(j.heartbeat_at)))::float8
+               AS max_heartbeat_age
       FROM leaseq.jobs j, t
      WHERE j.status = 'running'
-     GROUP BY j.queue
+     GROUP BY j.queue, t.now
 ),
 dead AS (
     SELECT j.queue, count(*) AS dead FROM leaseq.jobs j WHERE j.status = 'dead' GROUP BY j.queue
@@ -434,7 +439,8 @@ live AS (
 ),
 ready AS (
     SELECT j.queue, j.job_type, count(*) AS ready,
-           extract(epoch FROM t.now - min(j.available_at))::float8 AS oldest_ready_age
+           extract(epoch FROM t.now - min(j.available_at) FILTER (WHERE isfinite(j.available_at)))::float8
+               AS oldest_ready_age
       FROM leaseq.jobs j, t
      WHERE j.status = 'pending' AND j.available_at <= t.now
        AND (%(queues)s::text[] IS NULL OR j.queue = ANY(%(queues)s::text[]))

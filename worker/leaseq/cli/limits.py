@@ -74,7 +74,8 @@ def flow_text(status: list[Any], blocked: list[Any]) -> str:
     if status:
         rows = [
             [s.queue, s.key, "-" if s.max_running is None else s.max_running, s.running,
-             s.ready, s.claimable, "yes" if s.saturated else "", f"{s.vtime:.1f}"]
+             s.ready, s.claimable, "yes" if s.saturated else "", f"{s.vtime:.1f}",
+             when(s.paused_until)]
             for s in status
         ]  # fmt: skip
         parts.append(
@@ -88,6 +89,7 @@ def flow_text(status: list[Any], blocked: list[Any]) -> str:
                     "CLAIMABLE",
                     "SATURATED",
                     "RUN S/WEIGHT",
+                    "PAUSED UNTIL",
                 ],
                 rows,
             )

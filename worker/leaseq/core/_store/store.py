@@ -18,6 +18,7 @@ import psycopg
 from psycopg.rows import DictRow, class_row, dict_row
 from psycopg.types.json import Jsonb, set_json_loads
 
+from leaseq.core import moments
 from leaseq.core._store import statements
 from leaseq.core.errors import InvalidGraph, translate
 from leaseq.core.graph import Plan
@@ -280,6 +281,7 @@ class Store:
         # params=None sends the text as a simple query, so a migration's many statements run.
         try:
             with conn.cursor(row_factory=factory, binary=binary) as cur:
+                moments.register(cur.adapters)
                 cur.execute(query, params)
                 return cur.fetchall() if cur.description else []
         except psycopg.Error as exc:
@@ -306,6 +308,7 @@ class Store:
         results: list[DictRow | None] = []
         try:
             with conn.cursor(row_factory=dict_row) as cur:
+                moments.register(cur.adapters)
                 cur.executemany(query, params, returning=True)
                 while True:
                     results.append(cur.fetchone())

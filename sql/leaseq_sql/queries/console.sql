@@ -193,15 +193,30 @@ SELECT j.id, j.queue, j.job_type, j.status::text AS status, j.priority, j.attemp
  LIMIT %(limit)s;
 
 -- name: console_job
--- One job by id wherever it is (hot table, history, or only the ledger), with the effect its idempotency key wrote, if any.
-SELECT w.place, w.id, w.queue, w.job_type, w.payload, w.status, w.priority, w.attempt_count,
+-- One job by id wherever it is (hot table, history, or only the ledger), with the effect its idempotency key wrote, if any; each of its documents (payload, progress, result, checkpoint) only when at most %(max_bytes)s bytes as JSON text, else NULL and flagged *_large.
+-- The stored (compressed) size first: a document over the bound is never expanded to text,
+-- let alone sent; one under it is measured as the text the page would load.
+SELECT w.place, w.id, w.queue, w.job_type, w.status, w.priority, w.attempt_count,
        w.max_attempts, w.created_at, w.available_at, w.started_at, w.finished_at,
-       w.lease_owner, w.lease_token, w.lease_expires_at, w.heartbeat_at, w.progress,
+       w.lease_owner, w.lease_token, w.lease_expires_at, w.heartbeat_at,
        w.timeout_seconds, w.last_error, w.last_error_code, w.idempotency_key, w.dedup_key,
-       w.result, w.checkpoint,
+       CASE WHEN NOT s.payload_large THEN w.payload END AS payload, s.payload_large,
+       CASE WHEN NOT s.progress_large THEN w.progress END AS progress, s.progress_large,
+       CASE WHEN NOT s.result_large THEN w.result END AS result, s.result_large,
+       CASE WHEN NOT s.checkpoint_large THEN w.checkpoint END AS checkpoint, s.checkpoint_large,
        (SELECT r.job_id FROM leaseq.job_results r
          WHERE r.queue = w.queue AND r.job_type = w.job_type AND r.idempotency_key = w.idempotency_key) AS effect_job_id
   FROM leaseq.job_whereabouts w
+  CROSS JOIN LATERAL (
+      SELECT coalesce(CASE WHEN pg_column_size(w.payload) > %(max_bytes)s THEN true
+                           ELSE octet_length(w.payload::text) > %(max_bytes)s END, false) AS payload_large,
+             coalesce(CASE WHEN pg_column_size(w.progress) > %(max_bytes)s THEN true
+                           ELSE octet_length(w.progress::text) > %(max_bytes)s END, false) AS progress_large,
+             coalesce(CASE WHEN pg_column_size(w.result) > %(max_bytes)s THEN true
+                           ELSE octet_length(w.result::text) > %(max_bytes)s END, false) AS result_large,
+             coalesce(CASE WHEN pg_column_size(w.checkpoint) > %(max_bytes)s THEN true
+                           ELSE octet_length(w.checkpoint::text) > %(max_bytes)s END, false) AS checkpoint_large
+  ) s
  WHERE w.id = %(id)s
  LIMIT 1;
 

@@ -30,6 +30,7 @@ from starlette.responses import HTMLResponse, PlainTextResponse, RedirectRespons
 from starlette.routing import Route
 
 from leaseq.console.auth import Auth, LocalOnly, Refusal
+from leaseq.core import moments
 from leaseq.core import redact as secrets_redact
 from leaseq.core.console import BULK_LIMIT, Console, JobFilter
 from leaseq.core.db import Db, open_pool
@@ -115,6 +116,9 @@ def _age(seconds: Any) -> str:
     if seconds is None:
         return "-"
     s = float(seconds)
+    endless = moments.seconds_label(s)
+    if endless is not None:
+        return endless
     if s < 0:
         return f"in {_age(-s)}"
     if s < 90:
@@ -127,7 +131,9 @@ def _age(seconds: Any) -> str:
 
 
 def _when(value: Any) -> str:
-    return "-" if value is None else value.strftime("%Y-%m-%d %H:%M:%S")
+    if value is None:
+        return "-"
+    return moments.label(value) or value.strftime("%Y-%m-%d %H:%M:%S")
 
 
 def _text(value: Any) -> str:

@@ -249,13 +249,12 @@ SELECT f.queue, f.repaired FROM leaseq.flow_repairs f ORDER BY f.queue;
 SELECT leaseq.flow_unblock(%(queue)s, %(ordering_key)s) AS head;
 
 -- name: flow_status
--- Per queue and key with unfinished jobs: the limit, running and ready jobs, whether it is saturated (no free slot), its weight and virtual time, until when it is paused (none claimable meanwhile); at most %(limit)s keys, saturated first.
+-- Per queue and key with unfinished jobs: the limit, running and ready jobs, whether it is saturated (no free slot), its weight and virtual time, until when it is paused (if it is); at most %(limit)s keys, saturated first.
 WITH t AS (SELECT coalesce(%(now)s::timestamptz, now()) AS now)
 SELECT k.queue, k.key, k.max_running, k.weight, k.vtime,
        r.running, p.ready,
        (k.max_running IS NOT NULL AND f.free = 0) AS saturated,
-       CASE WHEN k.paused_until > t.now THEN 0
-            WHEN k.max_running IS NULL THEN p.ready ELSE least(p.ready, f.free) END AS claimable,
+       CASE WHEN k.max_running IS NULL THEN p.ready ELSE least(p.ready, f.free) END AS claimable,
        CASE WHEN k.paused_until > t.now THEN k.paused_until END AS paused_until
   FROM leaseq.flow_keys k
   CROSS JOIN t

@@ -40,7 +40,8 @@ class FlowKeyStatus:
     ready: int
     saturated: bool
     claimable: int
-    #: Until when the key is paused (no job of it is claimable meanwhile); None if it is not.
+    #: Until when the key is paused (no worker starts a job of it meanwhile); None if it is
+    #: not.
     paused_until: datetime | None = None
 
 

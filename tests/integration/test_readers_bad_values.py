@@ -181,3 +181,27 @@ def test_each_extreme_alone_keeps_status_answering(
     run(capsys, "status", *db)
     _, out = run(capsys, "jobs", "show", str(job_id), *db)
     assert "infinity" in out
+
+
+def test_a_huge_max_runtime_keeps_heartbeats_and_the_reaper_working(
+    queue: leaseq.Queue, conn: leaseq.core.db.Conn
+) -> None:
+    """A running job whose max runtime is 100 million years (past the last timestamp when
+    added to its start) next to an ordinary one: one worker's heartbeat of both renews both,
+    and the reaper returns both once their leases expire."""
+    for n in range(2):
+        queue.enqueue(BAD, "extreme", {"n": n})
+    huge, ordinary = queue.claim([BAD], "w1", limit=2)
+    conn.execute(
+        "UPDATE leaseq.jobs SET timeout = interval '100000000 years' WHERE id = %s",
+        (huge.id,),
+    )
+    beats = queue.heartbeat_many([huge.lease, ordinary.lease])
+    renewed = leaseq.HeartbeatStatus.RENEWED
+    assert [b.status for b in beats] == [renewed, renewed], beats
+    assert queue.heartbeat(huge.lease).status is renewed
+    conn.execute(
+        "UPDATE leaseq.jobs SET lease_expires_at = now() - interval '1 second' WHERE id = ANY(%s)",
+        ([huge.id, ordinary.id],),
+    )
+    assert {r.job_id for r in queue.reap()} == {huge.id, ordinary.id}

@@ -83,6 +83,11 @@ def test_other_cli_listings_answer(
     run(capsys, "pipelines", "list", "--json", *db)
     run(capsys, "pipelines", "show", str(planted.pipeline), *db)
     run(capsys, "pipelines", "show", str(planted.pipeline), "--json", *db)
+    _, out = run(capsys, "schedules", "list", *db)
+    assert "bad-schedule" in out
+    _, out = run(capsys, "schedules", "list", "--json", *db)
+    [schedule] = json.loads(out)
+    assert schedule["last_slot"] == "-infinity"
 
 
 def test_queue_metrics_stay_for_every_queue(
@@ -91,6 +96,7 @@ def test_queue_metrics_stay_for_every_queue(
     metrics = OperatorMetrics()
     metrics.watch_queues(queue, leaseq.Workers(conn))
     metrics.watch_flow(leaseq.FlowControl(conn))
+    metrics.watch_schedules(leaseq.Schedules(conn))
     text = generate_latest(metrics.registry).decode()
     assert "leaseq_operator_database_up 1.0" in text, text
 
@@ -105,6 +111,15 @@ def test_queue_metrics_stay_for_every_queue(
         got = value(name, queue=BAD)
         assert got is not None and got < 1e12, (name, got)
     assert value("leaseq_queue_claimable_jobs", queue=GOOD) == 1
+    assert value("leaseq_schedule_late_seconds") == 0
+
+
+def test_the_scaling_read_skips_a_run_that_started_at_minus_infinity(
+    queue: leaseq.Queue, planted: Planted
+) -> None:
+    work = {w.job_type: w for w in queue.work([BAD], window=3600)}
+    assert work["extreme"].ready >= 1
+    assert work["extreme"].mean_seconds is None  # the one sample had no number of seconds
 
 
 def test_reading_a_job_and_its_attempts_answers(queue: leaseq.Queue, planted: Planted) -> None:

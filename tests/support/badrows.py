@@ -35,7 +35,9 @@ class Planted:
 
 def plant(conn: leaseq.core.db.Conn) -> Planted:
     """Write the bad rows (``conn`` is the owner's): see :class:`Planted`. Also a flow key
-    of BAD paused until past 9999 and a worker whose heartbeat and start are extreme."""
+    of BAD paused until past 9999, a worker whose heartbeat and start are extreme, a
+    succeeded attempt that started at -infinity, and a schedule of BAD firing after 9999
+    whose last slot was at -infinity."""
     queue = leaseq.Queue(conn)
     pending: dict[str, int] = {}
     for value in EXTREMES:
@@ -89,6 +91,29 @@ def plant(conn: leaseq.core.db.Conn) -> Planted:
         " VALUES ('bad-pipe', 1, 1, '-infinity', '20000-01-01') RETURNING id"
     ).fetchall()
     conn.execute("UPDATE leaseq.jobs SET pipeline_id = %s WHERE id = %s", (pipeline, dead))
+    # An attempt that ended just now after starting at -infinity: a run-time sample.
+    done = queue.enqueue(BAD, "extreme", {"at": "done"}).job_id
+    conn.execute(
+        "UPDATE leaseq.jobs SET status = 'succeeded', attempt_count = 1, finished_at = now()"
+        " WHERE id = %s",
+        (done,),
+    )
+    conn.execute(
+        "INSERT INTO leaseq.job_attempts (job_id, lease_token, attempt, worker, outcome,"
+        " started_at, ended_at) VALUES (%s, 1, 1, 'w-bad', 'succeeded', '-infinity', now())",
+        (done,),
+    )
+    # A schedule that fires after 9999, whose last slot was at -infinity.
+    conn.execute(
+        "INSERT INTO leaseq.schedules (name, cron, queue, job_type, declared_by, fire_after,"
+        " last_slot) VALUES ('bad-schedule', '* * * * *', %s, 'extreme', 'code',"
+        " '20000-01-01', '-infinity')",
+        (BAD,),
+    )
+    conn.execute(
+        "INSERT INTO leaseq.schedule_slots (name, slot, outcome, recorded_at)"
+        " VALUES ('bad-schedule', '-infinity', 'skipped', now())"
+    )
     return Planted(pending, running, dead, big, good, pipeline)
 
 

@@ -5,13 +5,16 @@ the other queues."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 from datetime import UTC, datetime
 
+import psycopg
 import pytest
 from prometheus_client import generate_latest
 
 import leaseq
+from leaseq.aio import AsyncQueue
 from leaseq.cli.main import main
 from leaseq_operator.metrics import OperatorMetrics
 from support.badrows import BAD, EXTREMES, GOOD, MIB, Planted, flood, plant
@@ -133,6 +136,19 @@ def test_reading_a_job_and_its_attempts_answers(queue: leaseq.Queue, planted: Pl
     assert attempt.ended_at == datetime.max.replace(tzinfo=UTC)
     records = queue.jobs(queue=BAD, limit=100)
     assert {r.id for r in records} >= {planted.dead, planted.running, planted.big}
+
+
+def test_the_asyncio_producer_reads_rows_with_bad_times(
+    database_url: str, planted: Planted
+) -> None:
+    async def read() -> list[leaseq.JobRecord]:
+        async with await psycopg.AsyncConnection.connect(database_url, autocommit=True) as c:
+            aq = AsyncQueue(c)
+            return [await aq.get(planted.dead), await aq.get(planted.pending["-infinity"])]
+
+    dead, early = asyncio.run(read())
+    assert dead.finished_at == datetime.max.replace(tzinfo=UTC)
+    assert early.available_at == datetime.min.replace(tzinfo=UTC)
 
 
 def test_a_worker_claims_and_settles_rows_with_bad_times(

@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 import leaseq
-from support import net
+from support import badrows, net
 from support.consoledb import ConsoleDb, grant_readonly, make_dead
 from support.polling import wait_for
 from support.workers import Workers
@@ -273,6 +273,41 @@ def test_refresh_pauses_in_a_hidden_tab(console_db: ConsoleDb, tmp_path: Path) -
             assert fetches() == visible + 1  # shown again: refreshed at once
             page.clock.run_for(2500)
             assert fetches() >= visible + 3
+            browser.close()
+    finally:
+        console.stop()
+
+
+def test_pages_with_unreadable_times_and_a_large_payload_render(
+    console_db: ConsoleDb, tmp_path: Path, artifacts: Path
+) -> None:
+    """Rows holding -infinity, infinity, a year past 9999 and a 1 MiB payload
+    (support.badrows): the overview, the jobs, a job due at -infinity, the large job and the
+    workers render in the browser, the large payload said to be too large, not shown."""
+    sync_playwright = _browser()
+    with leaseq.connect(console_db.owner_url, action="test") as conn:
+        planted = badrows.plant(conn)
+    console = ConsoleProcess(console_db.admin_url, tmp_path / "console.log")
+    try:
+        with sync_playwright() as p:
+            browser = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
+            page = browser.new_page(viewport={"width": 1280, "height": 800})
+            page.goto(console.base + "/")
+            page.wait_for_selector(f'tr[data-queue="{badrows.BAD}"]')
+            assert page.locator(f'tr[data-queue="{badrows.GOOD}"]').count() == 1
+            page.screenshot(path=artifacts / "bad-overview.png", full_page=True)
+            page.goto(f"{console.base}/jobs?queue={badrows.BAD}")
+            assert page.locator("tr[data-job]").count() >= 5
+            assert "infinity" in page.inner_text("main")
+            page.goto(f"{console.base}/jobs/{planted.pending['-infinity']}")
+            assert "-infinity" in page.inner_text("#job-fields")
+            page.goto(f"{console.base}/jobs/{planted.big}")
+            assert "Too large to show" in page.inner_text("#payload-large")
+            assert page.locator("#payload").count() == 0
+            page.screenshot(path=artifacts / "bad-job-large.png", full_page=True)
+            page.goto(console.base + "/workers")
+            assert "w-bad" in page.inner_text("main")
+            page.screenshot(path=artifacts / "bad-workers.png", full_page=True)
             browser.close()
     finally:
         console.stop()

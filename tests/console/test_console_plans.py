@@ -115,7 +115,7 @@ def _params(conn: psycopg.Connection[Any]) -> dict[str, dict[str, Any]]:
             "created_from": datetime(2020, 1, 1, tzinfo=UTC),
         },
         "console_jobs/middle": {**jobs, "before": high // 2, "status": "succeeded"},
-        "console_job": {"id": dead_id},
+        "console_job": {"id": dead_id, "max_bytes": 65536},
         "console_job_attempts": {"id": dead_id, "limit": 200},
         "console_dead": dead,
         "console_dead/queue and type": {**dead, "queue": "q2", "job_type": "t3"},

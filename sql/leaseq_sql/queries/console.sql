@@ -113,9 +113,12 @@ oldest AS (
     SELECT min(f.available_at) AS available_at
       FROM levels p
       CROSS JOIN LATERAL (
+          -- A job due at -infinity is ready but adds no age (no number of seconds): the
+          -- probe starts after it.
           SELECT j.available_at FROM leaseq.jobs j
            WHERE j.status = 'pending' AND j.key IS NULL AND NOT j.ordering_waiting
              AND j.queue = %(queue)s AND j.priority = p.priority
+             AND j.available_at > '-infinity'::timestamptz
            ORDER BY j.available_at LIMIT 1) f
      WHERE f.available_at <= (SELECT now FROM t)
 ),
@@ -124,14 +127,16 @@ oldest AS (
 keyed AS (
     SELECT count(*) FILTER (WHERE k.available_at <= (SELECT now FROM t)) AS ready,
            count(*) FILTER (WHERE k.available_at > (SELECT now FROM t)) AS scheduled,
-           min(k.available_at) FILTER (WHERE k.available_at <= (SELECT now FROM t)) AS oldest
+           min(k.available_at) FILTER (WHERE k.available_at <= (SELECT now FROM t)
+                                         AND isfinite(k.available_at)) AS oldest
       FROM (SELECT j.available_at FROM leaseq.jobs j
              WHERE j.status = 'pending' AND j.key IS NOT NULL AND NOT j.ordering_waiting
                AND j.queue = %(queue)s
              LIMIT %(cap)s + 1) k
 ),
 running AS (
-    SELECT count(*) AS running, min(j.heartbeat_at) AS oldest_heartbeat
+    SELECT count(*) AS running,
+           min(j.heartbeat_at) FILTER (WHERE isfinite(j.heartbeat_at)) AS oldest_heartbeat
       FROM leaseq.jobs j
      WHERE j.status = 'running' AND j.queue = %(queue)s
 ),
@@ -188,15 +193,30 @@ SELECT j.id, j.queue, j.job_type, j.status::text AS status, j.priority, j.attemp
  LIMIT %(limit)s;
 
 -- name: console_job
--- One job by id wherever it is (hot table, history, or only the ledger), with the effect its idempotency key wrote, if any.
-SELECT w.place, w.id, w.queue, w.job_type, w.payload, w.status, w.priority, w.attempt_count,
+-- One job by id wherever it is (hot table, history, or only the ledger), with the effect its idempotency key wrote, if any; each of its documents (payload, progress, result, checkpoint) only when at most %(max_bytes)s bytes as JSON text, else NULL and flagged *_large.
+-- The stored (compressed) size first: a document over the bound is never expanded to text,
+-- let alone sent; one under it is measured as the text the page would load.
+SELECT w.place, w.id, w.queue, w.job_type, w.status, w.priority, w.attempt_count,
        w.max_attempts, w.created_at, w.available_at, w.started_at, w.finished_at,
-       w.lease_owner, w.lease_token, w.lease_expires_at, w.heartbeat_at, w.progress,
+       w.lease_owner, w.lease_token, w.lease_expires_at, w.heartbeat_at,
        w.timeout_seconds, w.last_error, w.last_error_code, w.idempotency_key, w.dedup_key,
-       w.result, w.checkpoint,
+       CASE WHEN NOT s.payload_large THEN w.payload END AS payload, s.payload_large,
+       CASE WHEN NOT s.progress_large THEN w.progress END AS progress, s.progress_large,
+       CASE WHEN NOT s.result_large THEN w.result END AS result, s.result_large,
+       CASE WHEN NOT s.checkpoint_large THEN w.checkpoint END AS checkpoint, s.checkpoint_large,
        (SELECT r.job_id FROM leaseq.job_results r
          WHERE r.queue = w.queue AND r.job_type = w.job_type AND r.idempotency_key = w.idempotency_key) AS effect_job_id
   FROM leaseq.job_whereabouts w
+  CROSS JOIN LATERAL (
+      SELECT coalesce(CASE WHEN pg_column_size(w.payload) > %(max_bytes)s THEN true
+                           ELSE octet_length(w.payload::text) > %(max_bytes)s END, false) AS payload_large,
+             coalesce(CASE WHEN pg_column_size(w.progress) > %(max_bytes)s THEN true
+                           ELSE octet_length(w.progress::text) > %(max_bytes)s END, false) AS progress_large,
+             coalesce(CASE WHEN pg_column_size(w.result) > %(max_bytes)s THEN true
+                           ELSE octet_length(w.result::text) > %(max_bytes)s END, false) AS result_large,
+             coalesce(CASE WHEN pg_column_size(w.checkpoint) > %(max_bytes)s THEN true
+                           ELSE octet_length(w.checkpoint::text) > %(max_bytes)s END, false) AS checkpoint_large
+  ) s
  WHERE w.id = %(id)s
  LIMIT 1;
 
@@ -294,14 +314,20 @@ SELECT id FROM leaseq.console_cancel(%(ids)s::bigint[], %(actor)s, %(reason)s, %
 -- Registered workers (at most %(limit)s) with their heartbeat age and jobs in flight (running jobs they hold, from the running jobs: at most the workers' concurrency).
 WITH t AS (SELECT coalesce(%(now)s::timestamptz, now()) AS now),
 held AS (
-    SELECT j.lease_owner, count(*) AS running, min(j.started_at) AS oldest_started
+    SELECT j.lease_owner, count(*) AS running,
+           min(j.started_at) FILTER (WHERE isfinite(j.started_at)) AS oldest_started
       FROM leaseq.jobs j
      WHERE j.status = 'running'
      GROUP BY j.lease_owner
 )
 SELECT w.worker_id, w.pod, w.node, w.queues, w.concurrency, w.state, w.in_flight, w.job_types,
-       extract(epoch FROM (SELECT now FROM t) - w.heartbeat_at)::float8 AS heartbeat_age,
-       extract(epoch FROM (SELECT now FROM t) - w.started_at)::float8 AS age,
+       -- As worker_list: an age from an infinite time is +-Infinity.
+       CASE WHEN isfinite(w.heartbeat_at) THEN extract(epoch FROM (SELECT now FROM t) - w.heartbeat_at)::float8
+            WHEN w.heartbeat_at < (SELECT now FROM t) THEN 'Infinity'::float8
+            ELSE '-Infinity'::float8 END AS heartbeat_age,
+       CASE WHEN isfinite(w.started_at) THEN extract(epoch FROM (SELECT now FROM t) - w.started_at)::float8
+            WHEN w.started_at < (SELECT now FROM t) THEN 'Infinity'::float8
+            ELSE '-Infinity'::float8 END AS age,
        coalesce(h.running, 0) AS running,
        extract(epoch FROM (SELECT now FROM t) - h.oldest_started)::float8 AS oldest_running_age
   FROM leaseq.workers w

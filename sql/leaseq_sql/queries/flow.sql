@@ -30,10 +30,12 @@ WITH candidate AS (
                 ) x
             ) s
             -- end shared: keyed_slots
-            -- A rate-limited key's bucket, locked: the starts it allows now.
+            -- A rate-limited key's bucket, locked: the starts it allows now (a bucket last
+            -- filled at -infinity is full, one at infinity gains nothing).
             LEFT JOIN LATERAL (
                 SELECT floor(least(b.burst, b.tokens + b.per_second
-                                   * greatest(extract(epoch FROM coalesce(%(now)s::timestamptz, now()) - b.tokens_at), 0)))::int AS allows
+                                   * greatest(CASE WHEN isfinite(b.tokens_at) THEN extract(epoch FROM coalesce(%(now)s::timestamptz, now()) - b.tokens_at)
+                                                 WHEN b.tokens_at < 'epoch' THEN 'Infinity' END, 0)))::int AS allows
                   FROM leaseq.flow_buckets b
                  WHERE k.rated AND b.queue = k.queue AND b.key = k.key
                    FOR UPDATE SKIP LOCKED
@@ -67,7 +69,8 @@ WITH candidate AS (
 spent AS (
     UPDATE leaseq.flow_buckets b
        SET tokens = least(b.burst, b.tokens + b.per_second
-                                   * greatest(extract(epoch FROM coalesce(%(now)s::timestamptz, now()) - b.tokens_at), 0)) - c.n,
+                                   * greatest(CASE WHEN isfinite(b.tokens_at) THEN extract(epoch FROM coalesce(%(now)s::timestamptz, now()) - b.tokens_at)
+                                                 WHEN b.tokens_at < 'epoch' THEN 'Infinity' END, 0)) - c.n,
            tokens_at = greatest(b.tokens_at, coalesce(%(now)s::timestamptz, now()))
       FROM (SELECT x.queue, x.key, count(*) AS n FROM candidate x WHERE x.rated
              GROUP BY x.queue, x.key) c

@@ -88,10 +88,13 @@ SELECT j.id, j.queue, j.job_type, j.payload, j.priority, j.available_at, j.attem
 
 -- name: job_heartbeat
 -- Extends a held lease (capped at started_at + timeout, the job's max runtime) and stores progress; no row when the lease is not held.
+-- A max runtime counts as at most 100 years: one of millions of years (a row written by the
+-- owner) added to a start would pass the last timestamp ("timestamp out of range") and fail
+-- the heartbeat of every lease renewed with it; job_heartbeat_many and job_reap do the same.
 UPDATE leaseq.jobs j
    SET heartbeat_at = t.now,
        lease_expires_at = least(t.now + make_interval(secs => %(lease_seconds)s),
-                                coalesce(j.started_at + j.timeout, 'infinity')),
+                                coalesce(j.started_at + least(j.timeout, interval '100 years'), 'infinity')),
        progress = coalesce(%(progress)s::jsonb, j.progress)
   FROM (SELECT coalesce(%(now)s::timestamptz, now()) AS now) t
  WHERE j.id = %(id)s AND j.lease_owner = %(owner)s
@@ -103,7 +106,7 @@ RETURNING j.lease_expires_at;
 UPDATE leaseq.jobs j
    SET heartbeat_at = t.now,
        lease_expires_at = least(t.now + make_interval(secs => %(lease_seconds)s),
-                                coalesce(j.started_at + j.timeout, 'infinity')),
+                                coalesce(j.started_at + least(j.timeout, interval '100 years'), 'infinity')),
        progress = coalesce(r.progress, j.progress)
   FROM (SELECT coalesce(%(now)s::timestamptz, now()) AS now) t,
        unnest(%(ids)s::bigint[], %(owners)s::text[], %(tokens)s::bigint[], %(progresses)s::jsonb[])
@@ -279,7 +282,7 @@ SELECT (SELECT job.status FROM job) AS status,
 WITH t AS (SELECT coalesce(%(now)s::timestamptz, now()) AS now),
 expired AS (
     SELECT j.id, j.lease_owner, j.lease_token, j.attempt_count, j.started_at,
-           (j.timeout IS NOT NULL AND j.started_at + j.timeout <= t.now) AS timed_out
+           (j.timeout IS NOT NULL AND j.started_at + least(j.timeout, interval '100 years') <= t.now) AS timed_out
       FROM leaseq.jobs j, t
      WHERE j.status = 'running' AND j.lease_expires_at <= t.now
      ORDER BY j.lease_expires_at
@@ -398,7 +401,11 @@ pending AS (
            count(*) FILTER (WHERE j.available_at > t.now) AS scheduled,
            count(*) FILTER (WHERE j.available_at > t.now
                               AND j.available_at <= t.now + make_interval(secs => %(horizon)s)) AS scheduled_soon,
-           extract(epoch FROM t.now - min(j.available_at) FILTER (WHERE j.available_at <= t.now))::float8
+           -- Ages only from finite times: a job due at -infinity counts as ready but adds no
+           -- age (an infinite one would be no number of seconds, and PostgreSQL before 17
+           -- refuses to subtract it).
+           extract(epoch FROM t.now - min(j.available_at) FILTER (WHERE j.available_at <= t.now
+                                                                   AND isfinite(j.available_at)))::float8
                AS oldest_ready_age
       FROM leaseq.jobs j, t
      WHERE j.status = 'pending'
@@ -406,10 +413,11 @@ pending AS (
 ),
 running AS (
     SELECT j.queue, count(*) AS running,
-           extract(epoch FROM max(t.now - j.heartbeat_at))::float8 AS max_heartbeat_age
+           extract(epoch FROM t.now - min(j.heartbeat_at) FILTER (WHERE isfinite(j.heartbeat_at)))::float8
+               AS max_heartbeat_age
       FROM leaseq.jobs j, t
      WHERE j.status = 'running'
-     GROUP BY j.queue
+     GROUP BY j.queue, t.now
 ),
 dead AS (
     SELECT j.queue, count(*) AS dead FROM leaseq.jobs j WHERE j.status = 'dead' GROUP BY j.queue
@@ -434,7 +442,8 @@ live AS (
 ),
 ready AS (
     SELECT j.queue, j.job_type, count(*) AS ready,
-           extract(epoch FROM t.now - min(j.available_at))::float8 AS oldest_ready_age
+           extract(epoch FROM t.now - min(j.available_at) FILTER (WHERE isfinite(j.available_at)))::float8
+               AS oldest_ready_age
       FROM leaseq.jobs j, t
      WHERE j.status = 'pending' AND j.available_at <= t.now
        AND (%(queues)s::text[] IS NULL OR j.queue = ANY(%(queues)s::text[]))

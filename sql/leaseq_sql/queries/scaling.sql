@@ -11,7 +11,8 @@ recent AS (
      WHERE a.outcome IN ('succeeded', 'failed', 'timed_out')
        AND a.ended_at > (SELECT now FROM t) - make_interval(secs => %(window)s)
        AND a.ended_at <= (SELECT now FROM t)
-       AND a.started_at IS NOT NULL
+       -- An attempt started at -infinity ran for no number of seconds: no sample.
+       AND isfinite(a.started_at)
      ORDER BY a.ended_at DESC
      LIMIT %(max_samples)s
 ),

@@ -34,7 +34,8 @@ SELECT s.name, s.cron, s.timezone, s.queue, s.job_type, s.payload, s.priority, s
        s.overlap, s.catchup_seconds, s.paused, s.enabled, s.declared_by, s.declared_in,
        s.disabled_reason, s.fire_after, s.last_slot, s.last_job_id, s.missed_slots,
        s.created_at, s.updated_at, j.status AS last_job_status,
-       extract(epoch FROM ls.recorded_at - ls.slot)::float8 AS lag_seconds,
+       CASE WHEN isfinite(ls.recorded_at) AND isfinite(ls.slot)
+            THEN extract(epoch FROM ls.recorded_at - ls.slot)::float8 END AS lag_seconds,
        coalesce(%(now)s::timestamptz, now()) AS now
   FROM leaseq.schedules s
   LEFT JOIN leaseq.jobs j ON j.id = s.last_job_id

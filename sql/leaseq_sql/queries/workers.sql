@@ -18,16 +18,22 @@ DELETE FROM leaseq.workers WHERE worker_id = %(worker_id)s RETURNING worker_id;
 
 -- name: worker_list
 -- Workers with their running jobs counted from leaseq.jobs (in flight, age of the oldest one), their age, start-up time and job types.
+-- An age from an infinite time is +-Infinity (a worker whose heartbeat is -infinity is silent);
+-- the oldest running job's age counts only finite start times.
+WITH t AS (SELECT coalesce(%(now)s::timestamptz, now()) AS now)
 SELECT w.worker_id, w.pod, w.node, w.queues, w.concurrency, w.state, w.started_at, w.heartbeat_at,
-       extract(epoch FROM coalesce(%(now)s::timestamptz, now()) - w.heartbeat_at)::float8 AS heartbeat_age,
+       CASE WHEN isfinite(w.heartbeat_at) THEN extract(epoch FROM t.now - w.heartbeat_at)::float8
+            WHEN w.heartbeat_at < t.now THEN 'Infinity'::float8 ELSE '-Infinity'::float8 END AS heartbeat_age,
        count(j.id) AS running,
-       extract(epoch FROM coalesce(%(now)s::timestamptz, now()) - min(j.started_at))::float8 AS oldest_running_age,
-       extract(epoch FROM coalesce(%(now)s::timestamptz, now()) - w.started_at)::float8 AS age,
+       extract(epoch FROM t.now - min(j.started_at) FILTER (WHERE isfinite(j.started_at)))::float8
+           AS oldest_running_age,
+       CASE WHEN isfinite(w.started_at) THEN extract(epoch FROM t.now - w.started_at)::float8
+            WHEN w.started_at < t.now THEN 'Infinity'::float8 ELSE '-Infinity'::float8 END AS age,
        w.startup_seconds, w.job_types
-  FROM leaseq.workers w
+  FROM t, leaseq.workers w
   LEFT JOIN leaseq.jobs j ON j.status = 'running' AND j.lease_owner = w.worker_id
  WHERE %(queues)s::text[] IS NULL OR w.queues && %(queues)s::text[]
- GROUP BY w.worker_id
+ GROUP BY w.worker_id, t.now
  ORDER BY w.worker_id;
 
 -- name: worker_prune_stale

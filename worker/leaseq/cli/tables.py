@@ -9,13 +9,18 @@ from collections.abc import Sequence
 from datetime import date, datetime
 from typing import Any
 
+from leaseq.core import moments
 from leaseq.core.redact import redact
 
 
 def age(seconds: float | None) -> str:
-    """``None`` -> ``-``; otherwise a short human duration: 4s, 3m12s, 2h05m, 3d04h."""
+    """``None`` -> ``-``; an age from an infinite time -> ``infinite`` (or ``-infinite``);
+    otherwise a short human duration: 4s, 3m12s, 2h05m, 3d04h."""
     if seconds is None:
         return "-"
+    endless = moments.seconds_label(seconds)
+    if endless is not None:
+        return endless
     s = int(max(0.0, seconds))
     if s < 60:
         return f"{seconds:.1f}s" if seconds < 10 else f"{s}s"
@@ -27,7 +32,11 @@ def age(seconds: float | None) -> str:
 
 
 def when(moment: datetime | None) -> str:
-    return "-" if moment is None else moment.astimezone().strftime("%Y-%m-%d %H:%M:%S")
+    """A time in local time, ``-`` for None, ``infinity``/``-infinity`` for a time Python
+    cannot hold (:mod:`leaseq.core.moments`)."""
+    if moment is None:
+        return "-"
+    return moments.label(moment) or moment.astimezone().strftime("%Y-%m-%d %H:%M:%S")
 
 
 # C0 and C1 control characters, DEL, and the Unicode marks that reorder text (bidi
@@ -81,8 +90,12 @@ def table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
 def _plain(value: Any) -> Any:
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         return {k: _plain(v) for k, v in dataclasses.asdict(value).items()}
-    if isinstance(value, datetime | date):
+    if isinstance(value, datetime):
+        return moments.label(value) or value.isoformat()
+    if isinstance(value, date):
         return value.isoformat()
+    if isinstance(value, float) and moments.seconds_label(value) is not None:
+        return moments.seconds_label(value)
     if isinstance(value, dict):
         return {k: _plain(v) for k, v in value.items()}
     if isinstance(value, list | tuple):

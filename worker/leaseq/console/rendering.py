@@ -17,6 +17,7 @@ from jinja2 import Environment, FileSystemLoader, select_autoescape
 from starlette.requests import Request
 from starlette.responses import HTMLResponse
 
+from leaseq.core import moments
 from leaseq.core import redact as secrets_redact
 
 log = logging.getLogger("leaseq.console")
@@ -50,6 +51,9 @@ def age(seconds: Any) -> str:
     if seconds is None:
         return "-"
     s = float(seconds)
+    endless = moments.seconds_label(s)
+    if endless is not None:
+        return endless
     if s < 0:
         return f"in {age(-s)}"
     if s < 90:
@@ -62,7 +66,9 @@ def age(seconds: Any) -> str:
 
 
 def when(value: Any) -> str:
-    return "-" if value is None else value.strftime("%Y-%m-%d %H:%M:%S")
+    if value is None:
+        return "-"
+    return moments.label(value) or value.strftime("%Y-%m-%d %H:%M:%S")
 
 
 def text(value: Any) -> str:

@@ -34,6 +34,10 @@ PENDING_SCAN = 2000
 BULK_LIMIT = 1000
 #: Parents or children shown per page of a job's links.
 LINKS_PAGE = 50
+#: A job's document (payload, progress, result, checkpoint) larger than this as JSON text is
+#: not loaded by its page (only said to be larger): a page's time and memory must not grow
+#: with what a producer wrote.
+DOCUMENT_BYTES = 64 * 1024
 
 
 @dataclass(frozen=True)
@@ -266,10 +270,11 @@ class Console:
         return JobsPage(rows, before, next_before, window)
 
     def job(self, job_id: int, *, attempts: int = 200) -> tuple[Row | None, list[Row]]:
-        """One job wherever it is, and its attempt timeline (None, [] when unknown)."""
+        """One job wherever it is, and its attempt timeline (None, [] when unknown). A
+        document larger than :data:`DOCUMENT_BYTES` is None, its ``<name>_large`` true."""
         with self._tx("console: job") as c:
             self._store.console_bounds(c, seconds=self._timeout)
-            job = self._store.console_job(c, job_id=job_id)
+            job = self._store.console_job(c, job_id=job_id, max_bytes=DOCUMENT_BYTES)
             timeline = (
                 self._store.console_job_attempts(c, job_id=job_id, limit=attempts) if job else []
             )

@@ -158,7 +158,8 @@ class FlowControl:
     def status(
         self, queues: Sequence[str] | None = None, *, limit: int = 100, now: datetime | None = None
     ) -> list[FlowKeyStatus]:
-        """Keys with unfinished jobs (saturated ones first): limit, running, ready, claimable."""
+        """Keys with unfinished jobs (saturated ones first): limit, running, ready, claimable,
+        paused until."""
         with borrow(self._db, "flow status") as c:
             rows = self._store.flow_status(c, queues=queues, limit=limit, now=now)
         return [

@@ -40,7 +40,8 @@ class FlowKeyStatus:
     ready: int
     saturated: bool
     claimable: int
-    #: Claimed no sooner than this (a handler backed off); None when not paused.
+    #: Until when the key is paused (no worker starts a job of it meanwhile); None if it is
+    #: not.
     paused_until: datetime | None = None
 
 

@@ -10,6 +10,7 @@ from typing import Any, TypeVar
 import psycopg
 from psycopg.rows import DictRow, class_row, dict_row
 
+from leaseq.core import moments
 from leaseq.core._store import statements
 from leaseq.core._store.runner import Params
 from leaseq.core._store.store import enqueue_params, outcome
@@ -31,6 +32,7 @@ class AsyncStore:
     ) -> list[Any]:
         try:
             async with conn.cursor(row_factory=factory) as cur:
+                moments.register(cur.adapters)
                 await cur.execute(self._statements[name].query, params)
                 return await cur.fetchall() if cur.description else []
         except psycopg.Error as exc:
@@ -49,6 +51,7 @@ class AsyncStore:
         results: list[DictRow | None] = []
         try:
             async with conn.cursor(row_factory=dict_row) as cur:
+                moments.register(cur.adapters)
                 await cur.executemany(query, enqueue_params(jobs, now), returning=True)
                 while True:
                     results.append(await cur.fetchone())

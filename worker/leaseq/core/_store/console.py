@@ -74,8 +74,9 @@ class ConsoleStore(Runner):
     def console_jobs(self, conn: Conn, params: Mapping[str, Any]) -> list[Row]:
         return _rows(self._dicts(conn, "console_jobs", params, "console: jobs"))
 
-    def console_job(self, conn: Conn, *, job_id: int) -> Row | None:
-        rows = self._dicts(conn, "console_job", {"id": job_id}, "console: job")
+    def console_job(self, conn: Conn, *, job_id: int, max_bytes: int) -> Row | None:
+        params = {"id": job_id, "max_bytes": max_bytes}
+        rows = self._dicts(conn, "console_job", params, "console: job")
         return dict(rows[0]) if rows else None
 
     def console_job_attempts(self, conn: Conn, *, job_id: int, limit: int) -> list[Row]:

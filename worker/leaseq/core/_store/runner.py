@@ -15,6 +15,7 @@ from typing import Any, TypeVar
 import psycopg
 from psycopg.rows import DictRow, class_row, dict_row
 
+from leaseq.core import moments
 from leaseq.core._store import statements
 from leaseq.core.errors import translate
 
@@ -58,6 +59,7 @@ class Runner:
         # params=None sends the text as a simple query, so a migration's many statements run.
         try:
             with conn.cursor(row_factory=factory, binary=binary) as cur:
+                moments.register(cur.adapters)
                 cur.execute(query, params)
                 return cur.fetchall() if cur.description else []
         except psycopg.Error as exc:

@@ -18,6 +18,7 @@ import psycopg
 from psycopg.rows import DictRow, dict_row
 from psycopg.types.json import Jsonb, set_json_loads
 
+from leaseq.core import moments
 from leaseq.core._store.runner import Conn, Params, Runner
 from leaseq.core.errors import InvalidGraph, translate
 from leaseq.core.graph import Plan
@@ -255,6 +256,7 @@ class Store(Runner):
         results: list[DictRow | None] = []
         try:
             with conn.cursor(row_factory=dict_row) as cur:
+                moments.register(cur.adapters)
                 cur.executemany(query, params, returning=True)
                 while True:
                     results.append(cur.fetchone())

@@ -22,7 +22,7 @@ from psycopg.types.json import Jsonb
 
 import leaseq
 from support import threat_model
-from support.roles import Roles, login_roles
+from support.roles import Roles, login_roles, migrate_granting_all
 
 DENIED = pg_errors.InsufficientPrivilege
 LOGINS = ("worker", "operator", "producer", "producer2", "console")
@@ -32,12 +32,7 @@ LOGINS = ("worker", "operator", "producer", "producer2", "console")
 def roles(database_url: str) -> Iterator[Roles]:
     with login_roles(database_url, "producer2", "console") as made:
         names = made.names
-        with leaseq.connect(database_url, action="migrate") as conn:
-            leaseq.migrate(
-                conn,
-                leaseq.ComponentRoles(names["worker"], names["operator"], names["producer"]),
-                leaseq.ConsoleRole(names["console"], admin=True),
-            )
+        migrate_granting_all(database_url, made)
         with psycopg.connect(database_url, autocommit=True) as admin:
             admin.execute(
                 sql.SQL("GRANT {} TO {}").format(

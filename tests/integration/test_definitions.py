@@ -23,7 +23,7 @@ import pytest
 
 import leaseq
 from support import catalog
-from support.roles import Roles, login_roles
+from support.roles import Roles, login_roles, migrate_granting_all
 
 
 @pytest.fixture
@@ -32,23 +32,12 @@ def roles(empty_database_url: str) -> Iterator[Roles]:
         yield made
 
 
-def migrate(url: str, roles: Roles) -> None:
-    """What `leaseq migrate` with every role given does: the migrations, then the grants."""
-    names = roles.names
-    with leaseq.connect(url, action="migrate") as conn:
-        leaseq.migrate(
-            conn,
-            leaseq.ComponentRoles(names["worker"], names["operator"], names["producer"]),
-            leaseq.ConsoleRole(names["console"], admin=True),
-        )
-
-
 def present_against_migrations(url: str, roles: Roles, present: dict[str, str]) -> list[str]:
-    migrate(url, roles)
+    migrate_granting_all(url, roles)
     replayed = catalog.describe(url)
     catalog.blank(url)
     catalog.apply(url, present)
-    migrate(url, roles)
+    migrate_granting_all(url, roles)
     return catalog.disagreements(replayed, catalog.describe(url))
 
 
@@ -61,7 +50,7 @@ def test_the_migrations_define_exactly_the_present_tense(
 
 def test_blank_removes_every_definition(empty_database_url: str, roles: Roles) -> None:
     """The comparison is only as strong as the blanking: nothing it describes survives it."""
-    migrate(empty_database_url, roles)
+    migrate_granting_all(empty_database_url, roles)
     replayed = catalog.describe(empty_database_url)
     catalog.blank(empty_database_url)
     blanked = catalog.describe(empty_database_url)

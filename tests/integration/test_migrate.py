@@ -16,7 +16,7 @@ import pytest
 import leaseq
 from leaseq.core.schema import code_version
 from support import catalog
-from support.roles import Roles, login_roles
+from support.roles import Roles, login_roles, migrate_granting_all
 
 EXPECTED_SCHEMA = Path(__file__).with_name("expected_schema.txt")
 
@@ -86,13 +86,7 @@ def describe_granted(url: str, roles: Roles) -> str:
 
 def test_migrations_replay_to_the_checked_in_schema(empty_database_url: str) -> None:
     with login_roles(empty_database_url, "console") as roles:
-        names = roles.names
-        with leaseq.connect(empty_database_url, action="migrate") as conn:
-            leaseq.migrate(
-                conn,
-                leaseq.ComponentRoles(names["worker"], names["operator"], names["producer"]),
-                leaseq.ConsoleRole(names["console"], admin=True),
-            )
+        migrate_granting_all(empty_database_url, roles)
         actual = describe_granted(empty_database_url, roles)
     if os.environ.get("LEASEQ_UPDATE_SCHEMA"):
         EXPECTED_SCHEMA.write_text(actual)

@@ -38,3 +38,17 @@ def login_roles(database_url: str, *extra: str) -> Iterator[Roles]:
             idents = [sql.Identifier(n) for n in names.values()]
             admin.execute(sql.SQL("DROP OWNED BY {}").format(sql.SQL(", ").join(idents)))
             admin.execute(sql.SQL("DROP ROLE {}").format(sql.SQL(", ").join(idents)))
+
+
+def migrate_granting_all(url: str, roles: Roles) -> None:
+    """What `leaseq migrate` with every role given does (a role per component and, named
+    "console", an admin console role): the migrations, then the grants."""
+    import leaseq
+
+    names = roles.names
+    with leaseq.connect(url, action="migrate") as conn:
+        leaseq.migrate(
+            conn,
+            leaseq.ComponentRoles(names["worker"], names["operator"], names["producer"]),
+            leaseq.ConsoleRole(names["console"], admin=True),
+        )

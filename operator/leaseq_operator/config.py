@@ -14,7 +14,12 @@ from leaseq.config import Option
 from leaseq.core.errors import ConfigError
 
 NAMESPACE = Option(
-    "namespace", "LEASEQ_NAMESPACE", str, "", "namespace to watch WorkerPools in (empty: all)"
+    "namespace",
+    "LEASEQ_NAMESPACE",
+    str,
+    "",
+    "namespace to watch WorkerPools in (empty: all, and then a pool's Deployment must carry "
+    "leaseq.dev/worker-pool: <pool> in its selector)",
 )
 OPERATOR_ID = Option(
     "operator_id",

@@ -59,7 +59,7 @@ from leaseq.core.workers import Workers
 from leaseq_operator import capacity, conditions, protection, scaling
 from leaseq_operator.app import OperatorApp, PoolState
 from leaseq_operator.conditions import Condition
-from leaseq_operator.kube import KubeError, ObjectRef, Pod, TargetNotFound
+from leaseq_operator.kube import POOL_LABEL, KubeError, ObjectRef, Pod, TargetNotFound
 from leaseq_operator.spec import (
     GROUP,
     KIND,
@@ -315,6 +315,19 @@ class PoolTick:
         except TargetNotFound as exc:
             self.condition(conditions.TARGET_FOUND, False, "DeploymentNotFound", str(exc))
             raise Retry(str(exc), pool.poll_seconds) from exc
+        if not self.app.config.namespace and target.pool_label != self.ref.name:
+            # Watching every namespace, the operator scales only Deployments whose owner
+            # labelled them for this pool: a WorkerPool cannot point it at someone else's
+            # Deployment, and the admission policy refuses the writes anyway.
+            message = (
+                f"deployment {self.namespace}/{pool.deployment} is not labelled for this pool: "
+                f"in clusterWide mode its spec.selector.matchLabels (and so its pod template) "
+                f"must carry {POOL_LABEL}: {self.ref.name} (found: "
+                f"{'none' if target.pool_label is None else repr(target.pool_label)}); "
+                f"the operator leaves it alone until it does"
+            )
+            self.condition(conditions.TARGET_FOUND, False, "DeploymentNotLabelled", message)
+            raise Retry(message, pool.poll_seconds)
         self.condition(conditions.TARGET_FOUND, True, "DeploymentFound", pool.deployment)
         current = target.replicas
         decision = scaling.decide(

@@ -33,6 +33,11 @@ FIELD_MANAGER = "leaseq-operator"
 #: Set (with ``spec.paused``) by the chart on a worker Deployment it creates: held at zero
 #: pods until the operator's first scale, then removed by :meth:`Kube.resume`.
 HELD_ANNOTATION = "leaseq.dev/paused-until-scaled"
+#: In ``clusterWide`` mode a WorkerPool's Deployment must carry this label in
+#: ``spec.selector.matchLabels`` (hence on its pods), valued with the pool's name. The selector
+#: is the one part of a Deployment the admission policy sees on a scale subresource request
+#: (the API server hands it a Scale object with no labels; see docs/guides/kubernetes.md).
+POOL_LABEL = "leaseq.dev/worker-pool"
 USER_AGENT = FIELD_MANAGER  # the API server takes the part before any "/" as the manager
 
 
@@ -123,6 +128,8 @@ class Target:
     #: scaled it and called :meth:`Kube.resume`.
     held: bool = False
     paused: bool = False
+    #: The value of :data:`POOL_LABEL` in its ``spec.selector.matchLabels`` (None: absent).
+    pool_label: str | None = None
 
 
 @dataclass(frozen=True)
@@ -225,8 +232,8 @@ class Kube:
         self._client.close()  # type: ignore[no-untyped-call]
 
     def target(self, namespace: str, deployment: str) -> Target:
-        """The Deployment's spec.replicas (1, the API server's default, when unset) and whether
-        the chart holds it paused for the operator's first scale."""
+        """The Deployment's spec.replicas (1, the API server's default, when unset), whether
+        the chart holds it paused for the operator's first scale, and its pool label."""
         with _calling(f"read deployment {namespace}/{deployment}"):
             found = self._apps.read_namespaced_deployment(deployment, namespace)
         spec = found.spec
@@ -235,6 +242,9 @@ class Kube:
             replicas=1 if spec is None or spec.replicas is None else int(spec.replicas),
             held=HELD_ANNOTATION in annotations,
             paused=bool(spec and spec.paused),
+            pool_label=((spec.selector.match_labels or {}) if spec and spec.selector else {}).get(
+                POOL_LABEL
+            ),
         )
 
     def scale(self, namespace: str, deployment: str, replicas: int) -> None:

@@ -1,4 +1,4 @@
-"""The operator's ValidatingAdmissionPolicies (issues 11, 17, 48): their CEL, evaluated with
+"""The operator's ValidatingAdmissionPolicies (issues 11, 17, 46, 48): their CEL, evaluated with
 cel-python the way the API server does (matchConditions, then variables, then every validation; an
 expression that errors is a denial, as ``failurePolicy: Fail`` makes it), against patches the
 operator makes and patches a stolen operator token would try.
@@ -33,15 +33,21 @@ import jsonpatch
 import pytest
 from chartkit import Helm, Obj, of_kind, tool
 
-from leaseq_operator.kube import HELD_ANNOTATION
+from leaseq_operator.kube import HELD_ANNOTATION, POOL_LABEL
 
 SA = "system:serviceaccount:jobs:rel-leaseq-operator"
 COST = "controller.kubernetes.io/pod-deletion-cost"
 EVICT = "cluster-autoscaler.kubernetes.io/safe-to-evict"
-# (kind, resource) of request.kind / request.resource, by the stored object's kind
+# (request.kind, request.resource) by the admitted object's kind. A Scale is admitted as
+# the deployments resource's scale subresource (ScaleREST.GroupVersionKind: autoscaling/v1
+# Scale for apps/v1).
 KINDS = {
-    "Pod": ({"group": "", "version": "v1", "kind": "Pod"}, "pods"),
-    "Deployment": ({"group": "apps", "version": "v1", "kind": "Deployment"}, "deployments"),
+    "Pod": ({"group": "", "version": "v1", "kind": "Pod"}, ("", "pods")),
+    "Deployment": (
+        {"group": "apps", "version": "v1", "kind": "Deployment"},
+        ("apps", "deployments"),
+    ),
+    "Scale": ({"group": "autoscaling", "version": "v1", "kind": "Scale"}, ("apps", "deployments")),
 }
 
 
@@ -97,8 +103,8 @@ BARE_POD: Obj = _stored_pod({"name": "debug"})
 def admission_request(old: Obj, *, user: str, subresource: str = "") -> Obj:
     """``request`` for an UPDATE (a PATCH) of ``old``, as CreateAdmissionRequest fills it,
     with the omitempty fields absent when empty (see the module docstring)."""
-    kind, plural = KINDS[old["kind"]]
-    resource = {"group": kind["group"], "version": kind["version"], "resource": plural}
+    kind, (group, plural) = KINDS[old["kind"]]
+    resource = {"group": group, "version": "v1", "resource": plural}
     request: Obj = {
         "kind": kind,
         "resource": resource,
@@ -147,7 +153,9 @@ class Policy:
         self.conditions = [
             (c["expression"], self._compile(c["expression"])) for c in spec["matchConditions"]
         ]
-        self.variables = [(v["name"], self._compile(v["expression"])) for v in spec["variables"]]
+        self.variables = [
+            (v["name"], self._compile(v["expression"])) for v in spec.get("variables", [])
+        ]
         self.validations = [
             (v["expression"], self._compile(v["expression"]), v["message"])
             for v in spec["validations"]
@@ -478,3 +486,216 @@ def test_on_by_default_only_where_the_api_exists(helm: Helm) -> None:
     )
     off = helm.render(kube_version="1.31.0", sets={"operator.admissionPolicy.enabled": "false"})
     assert not of_kind(off, "ValidatingAdmissionPolicy")
+
+
+# -- clusterWide mode (issue 46): only Deployments labelled for a WorkerPool, and their pods --
+
+
+@pytest.fixture(scope="module")
+def scoped_objects(chart: tuple[Path, bool]) -> list[Obj]:
+    return Helm(tool("helm"), chart[0]).render(
+        kube_version="1.30.0", sets={"operator.clusterWide": "true"}
+    )
+
+
+@pytest.fixture(scope="module")
+def scoped_pods(scoped_objects: list[Obj]) -> Policy:
+    return Policy(named(scoped_objects, "ValidatingAdmissionPolicy", "-operator-pods-"))
+
+
+@pytest.fixture(scope="module")
+def scoped_deployments(scoped_objects: list[Obj]) -> Policy:
+    return Policy(named(scoped_objects, "ValidatingAdmissionPolicy", "-operator-deployments-"))
+
+
+@pytest.fixture(scope="module")
+def scale_policy(scoped_objects: list[Obj]) -> Policy:
+    return Policy(named(scoped_objects, "ValidatingAdmissionPolicy", "-operator-scale-"))
+
+
+def _scale(selector: str | None, replicas: int = 2) -> Obj:
+    """A Deployment's Scale as the API server admits a scale request (storage.go,
+    ``scaleFromDeployment``): five metadata fields, spec.replicas, and status with the
+    Deployment's selector as a string (``json:"selector,omitempty"``)."""
+    status: Obj = {"replicas": replicas}
+    if selector is not None:
+        status["selector"] = selector
+    return {
+        "apiVersion": "autoscaling/v1",
+        "kind": "Scale",
+        "metadata": {
+            "name": "rel-leaseq-worker",
+            "namespace": "team-b",
+            "uid": "1c9e4f6c-1d2a-4c3b-9e8f-7a6b5c4d3e2f",
+            "resourceVersion": "81000",
+            "creationTimestamp": "2026-12-01T10:00:00Z",
+        },
+        "spec": {"replicas": replicas},
+        "status": status,
+    }
+
+
+# metav1.LabelSelectorAsSelector(...).String(): requirements sorted by key, joined by ",";
+# a matchLabels entry prints as key=value.
+LABELLED_SELECTOR = (
+    "app.kubernetes.io/component=worker,app.kubernetes.io/instance=rel,"
+    f"app.kubernetes.io/name=leaseq,{POOL_LABEL}=rel-leaseq-worker"
+)
+UNLABELLED_SELECTORS = {
+    "another Deployment": "app=payments",
+    "the label negated": f"app=payments,{POOL_LABEL}!=x",
+    "the label required absent": f"!{POOL_LABEL},app=payments",
+    "a longer key ending in it": f"app=payments,evil.{POOL_LABEL}=x",
+    "a key prefixed by it": f"app=payments,{POOL_LABEL}x=y",
+    "a set-based requirement": f"app=payments,{POOL_LABEL} in (a)",
+}
+
+
+def _scaled(scale: Obj, replicas: int) -> Obj:
+    return merge_patch(scale, {"spec": {"replicas": replicas}})
+
+
+@pytest.mark.parametrize("selector", [LABELLED_SELECTOR, f"{POOL_LABEL}=ocr"])
+def test_cluster_wide_the_operator_may_scale_a_labelled_deployment(
+    scale_policy: Policy, selector: str
+) -> None:
+    scale = _scale(selector)
+    assert scale_policy.denials(scale, _scaled(scale, 7), subresource="scale") == []
+
+
+@pytest.mark.parametrize(
+    "selector", [*UNLABELLED_SELECTORS.values(), None], ids=[*UNLABELLED_SELECTORS, "no selector"]
+)
+def test_cluster_wide_the_operator_may_not_scale_another_deployment(
+    scale_policy: Policy, selector: str | None
+) -> None:
+    scale = _scale(selector)
+    denials = scale_policy.denials(scale, _scaled(scale, 0), subresource="scale")
+    assert any("may only scale a Deployment" in d for d in denials), denials
+    assert _own_messages(denials), denials
+    other = "system:serviceaccount:team-b:deployer"
+    assert scale_policy.denials(scale, _scaled(scale, 0), user=other, subresource="scale") == []
+
+
+def test_cluster_wide_the_scale_policy_matches_only_scale_updates(
+    scoped_objects: list[Obj],
+) -> None:
+    spec = named(scoped_objects, "ValidatingAdmissionPolicy", "-operator-scale-")["spec"]
+    assert spec["failurePolicy"] == "Fail"
+    assert spec["matchConstraints"]["resourceRules"] == [
+        {
+            "apiGroups": ["apps"],
+            "apiVersions": ["*"],
+            "operations": ["UPDATE"],
+            "resources": ["deployments/scale"],
+        }
+    ]
+    assert spec["matchConditions"][0]["expression"].endswith(f"'{SA}'")
+
+
+LABELLED_POD: Obj = merge_patch(POD, {"metadata": {"labels": {POOL_LABEL: "ocr"}}})
+
+
+@pytest.mark.parametrize("patch", ALLOWED.values(), ids=ALLOWED.keys())
+def test_cluster_wide_the_operator_may_annotate_a_labelled_pod(
+    scoped_pods: Policy, patch: Obj
+) -> None:
+    assert scoped_pods.denials(LABELLED_POD, merge_patch(LABELLED_POD, patch)) == []
+
+
+def test_cluster_wide_the_operator_may_not_annotate_another_pod(scoped_pods: Policy) -> None:
+    """Any other ReplicaSet's pod, in any namespace: the pod of an unlabelled Deployment."""
+    for pod in (POD, POD_WITHOUT_ANNOTATIONS):
+        denials = scoped_pods.denials(
+            pod, merge_patch(pod, {"metadata": {"annotations": {COST: "1"}}})
+        )
+        assert any("labelled leaseq.dev/worker-pool" in d for d in denials), denials
+        assert _own_messages(denials), denials
+    # ... nor label one to make it annotatable: the label rule holds in both modes.
+    labelled = merge_patch(POD, {"metadata": {"labels": {POOL_LABEL: "ocr"}}})
+    denials = scoped_pods.denials(POD, labelled)
+    assert any("may not change a pod's labels" in d for d in denials), denials
+
+
+def test_cluster_wide_the_operator_may_resume_only_a_labelled_deployment(
+    scoped_deployments: Policy,
+) -> None:
+    labelled = merge_patch(
+        HELD_DEPLOYMENT, {"spec": {"selector": {"matchLabels": {POOL_LABEL: "ocr"}}}}
+    )
+    assert scoped_deployments.denials(labelled, _json_patched(labelled, RESUME)) == []
+    denials = scoped_deployments.denials(HELD_DEPLOYMENT, _json_patched(HELD_DEPLOYMENT, RESUME))
+    assert any("selector.matchLabels carries leaseq.dev/worker-pool" in d for d in denials)
+    assert _own_messages(denials), denials
+
+
+def test_namespaced_mode_needs_no_label(policy_objects: list[Obj], policy: Policy) -> None:
+    """Within its own namespace (a Role) the operator's policies ask for no label, so a
+    namespaced install keeps working with unlabelled Deployments."""
+    assert not [
+        o
+        for o in of_kind(policy_objects, "ValidatingAdmissionPolicy")
+        if "-scale-" in o["metadata"]["name"]
+    ]
+    assert policy.denials(POD, merge_patch(POD, {"metadata": {"annotations": {COST: "1"}}})) == []
+
+
+@pytest.mark.parametrize("part", ["-operator-pods-", "-operator-deployments-", "-operator-scale-"])
+def test_cluster_wide_every_binding_covers_every_namespace(
+    scoped_objects: list[Obj], part: str
+) -> None:
+    """No matchResources: a binding without it matches every namespace (and the policy's
+    matchConstraints alone choose the requests)."""
+    policy = named(scoped_objects, "ValidatingAdmissionPolicy", part)
+    binding = named(scoped_objects, "ValidatingAdmissionPolicyBinding", part)
+    assert binding["spec"] == {
+        "policyName": policy["metadata"]["name"],
+        "validationActions": ["Deny"],
+    }
+
+
+# Writes the ClusterRole may grant without a label rule: the operator's own WorkerPools (and
+# their status), and Events (create only, about its WorkerPools).
+UNLABELLED_WRITES = {
+    ("leaseq.dev", "workerpools"),
+    ("leaseq.dev", "workerpools/status"),
+    ("", "events"),
+}
+
+
+def test_cluster_wide_every_write_the_cluster_role_grants_needs_the_label(
+    scoped_objects: list[Obj],
+) -> None:
+    """Each resource the ClusterRole lets the operator write is matched, for UPDATE, by a
+    policy that requires the pool label; a write rule added to the ClusterRole without one
+    fails here."""
+    [role] = of_kind(scoped_objects, "ClusterRole")
+    writes = {
+        (group, resource)
+        for rule in role["rules"]
+        if set(rule["verbs"]) - {"get", "list", "watch"}
+        for group in rule["apiGroups"]
+        for resource in rule["resources"]
+    }
+    assert writes - UNLABELLED_WRITES == {
+        ("apps", "deployments"),
+        ("apps", "deployments/scale"),
+        ("", "pods"),
+    }
+    for group, resource in writes - UNLABELLED_WRITES:
+        policing = [
+            p
+            for p in of_kind(scoped_objects, "ValidatingAdmissionPolicy")
+            for r in p["spec"]["matchConstraints"]["resourceRules"]
+            if group in r["apiGroups"]
+            and resource in r["resources"]
+            and "UPDATE" in r["operations"]
+            and any(
+                label in v["expression"]
+                for v in p["spec"]["validations"]
+                for label in (POOL_LABEL, POOL_LABEL.replace(".", "[.]"))
+            )
+        ]
+        assert policing, (group, resource)
+    verbs = {v for rule in role["rules"] for v in rule["verbs"]}
+    assert verbs <= {"get", "list", "watch", "patch", "create"}, "a write that is not an UPDATE"

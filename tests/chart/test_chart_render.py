@@ -23,6 +23,8 @@ from chartkit import (
     values_id,
 )
 
+from leaseq_operator.kube import POOL_LABEL
+
 VALUES = values_files()
 
 # What the operator calls (operator/leaseq_operator/kube.py,
@@ -193,6 +195,26 @@ def test_rbac_cluster_wide_when_asked(helm: Helm) -> None:
     operator = one(objs, "Deployment", "operator")["spec"]["template"]["spec"]
     env = {e["name"]: e.get("value") for e in operator["containers"][0]["env"]}
     assert env["LEASEQ_NAMESPACE"] == ""
+
+
+@pytest.mark.parametrize("cluster_wide", [True, False])
+def test_cluster_wide_labels_the_worker_deployment_for_its_pool(
+    helm: Helm, cluster_wide: bool
+) -> None:
+    """clusterWide (issue 46): the operator touches only a Deployment whose selector (so its
+    pods) carries leaseq.dev/worker-pool: <its WorkerPool>, so the chart's own worker
+    Deployment carries it there; a namespaced install keeps its selector unchanged (a
+    selector is immutable: adding a key would break every upgrade)."""
+    objs = helm.render(sets={"operator.clusterWide": str(cluster_wide).lower()})
+    deployment = one(objs, "Deployment", "worker")
+    pool = one(objs, "WorkerPool")
+    selector = deployment["spec"]["selector"]["matchLabels"]
+    template = deployment["spec"]["template"]["metadata"]["labels"]
+    if cluster_wide:
+        assert selector[POOL_LABEL] == template[POOL_LABEL] == pool["metadata"]["name"]
+        assert pool["spec"]["deployment"] == deployment["metadata"]["name"]
+    else:
+        assert POOL_LABEL not in selector and POOL_LABEL not in template
 
 
 @pytest.mark.parametrize("kind", ["Role", "ClusterRole"])

@@ -46,7 +46,7 @@ import yaml
 from chartkit import Helm, Obj, one
 from k8s.emulator import CRD_PATH, EmulatorServer, leaseq_server
 
-from leaseq_operator.kube import FIELD_MANAGER, HELD_ANNOTATION, Cluster, Kube
+from leaseq_operator.kube import FIELD_MANAGER, HELD_ANNOTATION, POOL_LABEL, Cluster, Kube
 
 NAMESPACE = "jobs"
 WORKER = "rel-leaseq-worker"
@@ -217,6 +217,30 @@ def test_an_older_release_keeps_its_count_until_the_operator_applied_it(
     )
     upgrade = _deployment(helm.render(extra=[*flags, "--is-upgrade"]))
     assert "replicas" not in upgrade["spec"]
+
+
+def test_cluster_wide_refuses_a_worker_deployment_without_the_pool_label(
+    helm: Helm, cluster: tuple[EmulatorServer, list[str]], apps: kubernetes.client.AppsV1Api
+) -> None:
+    """clusterWide (issue 46) puts leaseq.dev/worker-pool in the worker Deployment's selector,
+    which cannot change on a live Deployment: switching a release to clusterWide (or
+    upgrading one an older chart installed) fails at render time saying what to do, instead
+    of the API server's "field is immutable" halfway through the upgrade."""
+    _, flags = cluster
+    created = _deployment(helm.render(extra=flags))
+    assert POOL_LABEL not in created["spec"]["selector"]["matchLabels"]
+    apps.create_namespaced_deployment(NAMESPACE, created)
+    sets = {"operator.clusterWide": "true"}
+    failed = helm.template_raw(sets=sets, extra=[*flags, "--is-upgrade"], check=False)
+    assert failed.returncode != 0
+    assert f"no {POOL_LABEL}={WORKER} in its selector" in failed.stderr, failed.stderr
+    assert f"kubectl delete deployment {WORKER} -n {NAMESPACE}" in failed.stderr
+
+    apps.delete_namespaced_deployment(WORKER, NAMESPACE)
+    labelled = _deployment(helm.render(sets=sets, extra=flags))
+    apps.create_namespaced_deployment(NAMESPACE, labelled)
+    upgrade = _deployment(helm.render(sets=sets, extra=[*flags, "--is-upgrade"]))
+    assert upgrade["spec"]["selector"] == labelled["spec"]["selector"]
 
 
 def test_the_guide_names_what_the_cluster_shows() -> None:

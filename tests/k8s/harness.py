@@ -36,11 +36,16 @@ class Api:
         return kubernetes.client.CustomObjectsApi(self.client)
 
     def create_deployment(
-        self, name: str, replicas: int | None = 0, held: Mapping[str, Any] | None = None
+        self,
+        name: str,
+        replicas: int | None = 0,
+        held: Mapping[str, Any] | None = None,
+        labels: Mapping[str, str] | None = None,
     ) -> None:
         """A Deployment of ``replicas`` (None: the field left out, as the chart renders it);
-        ``held`` adds what the chart adds to one it creates paused (annotations, spec)."""
-        labels = {"app": name}
+        ``held`` adds what the chart adds to one it creates paused (annotations, spec);
+        ``labels`` go into its labels, selector and pod template besides ``app: name``."""
+        labels = {"app": name, **(labels or {})}
         held = held or {}
         self.apps.create_namespaced_deployment(
             NAMESPACE,

@@ -24,6 +24,7 @@ import leaseq
 from leaseq.core.history import History
 from leaseq_operator.app import PoolState
 from leaseq_operator.history import PARTITIONS_AHEAD
+from leaseq_operator.kube import POOL_LABEL
 from support.polling import wait_for
 
 pytestmark = pytest.mark.k8s
@@ -60,7 +61,7 @@ def _delete_pool(api: Api, name: str) -> None:
 def test_uninstall_stops_the_operator_and_the_workerpool_still_goes(
     api: Api, start_operator: StartOperator
 ) -> None:
-    api.create_deployment("workers", replicas=1)
+    api.create_deployment("workers", replicas=1, labels={POOL_LABEL: "ocr"})
     operator = start_operator(namespace="")
     api.create_pool("ocr", POOL)
     wait_for(lambda: api.pool("ocr").get("status", {}).get("desiredReplicas") is not None)

@@ -10,6 +10,7 @@ from harness import Api, StartOperator, register_worker
 from psycopg.conninfo import conninfo_to_dict
 
 import leaseq
+from leaseq_operator.kube import POOL_LABEL
 from leaseq_operator.protection import DELETION_COST
 from support import net
 from support.polling import wait_for
@@ -168,7 +169,7 @@ def test_invalid_workerpool_is_refused_with_a_readable_message(
 
 
 def test_no_finalizers_liveness_and_deletion(api: Api, start_operator: StartOperator) -> None:
-    api.create_deployment("workers", replicas=1)
+    api.create_deployment("workers", replicas=1, labels={POOL_LABEL: "ocr"})  # cluster-wide
     port = net.free_port()
     operator = start_operator(health_port=port, namespace="")  # cluster-wide, the default
     api.create_pool("ocr", {"deployment": "workers", "queues": ["ocr"], "pollSeconds": 0.1})

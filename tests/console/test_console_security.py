@@ -11,6 +11,8 @@ from typing import Any
 
 import psycopg
 import pytest
+from starlette.applications import Starlette
+from starlette.routing import Mount
 from starlette.testclient import TestClient
 
 import leaseq
@@ -92,6 +94,21 @@ def test_basic_auth(console_db: ConsoleDb, tmp_path: Path) -> None:
         assert good.status_code == 200 and "signed in as ann" in good.text
         assert "correct horse" not in good.text
         assert client.get("/healthz").status_code == 200  # probes need no credentials
+
+
+def test_only_the_exact_health_path_skips_authentication(console_db: ConsoleDb) -> None:
+    """/healthz answers probes without credentials; a path merely ending in /healthz is a
+    page or a form post like any other, so it is authenticated (and Origin-checked)."""
+    app = create_app(console_db.admin_url, auth=BasicAuth({"ann": "pw"}))
+    with TestClient(app, client=REMOTE) as client:
+        assert client.get("/healthz").status_code == 200
+        for path in ("/x/healthz", "/jobs/1/healthz", "/healthz/", "//healthz"):
+            assert client.get(path).status_code == 401, path
+            assert client.post(path, data={"reason": "x"}).status_code == 401, path
+    mounted = Starlette(routes=[Mount("/leaseq", app=app)])
+    with TestClient(mounted, client=REMOTE) as client:
+        assert client.get("/leaseq/healthz").status_code == 200
+        assert client.get("/leaseq/x/healthz").status_code == 401
 
 
 def test_basic_auth_actions_are_audited_under_the_user(console_db: ConsoleDb) -> None:

@@ -7,6 +7,7 @@ import psycopg
 import pytest
 
 from leaseq.cli.main import main
+from support.consoledb import ConsoleDb
 from support.roles import login_roles
 
 
@@ -51,3 +52,47 @@ def test_console_without_auth_refuses_a_public_address(
     args = ["console", "--database-url", "postgresql://c@db/app", "--address", "0.0.0.0"]
     assert main(args) == 2
     assert "not loopback" in capsys.readouterr().err
+
+
+@pytest.fixture
+def served(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """``leaseq console`` up to serving: uvicorn.run records the app's start instead of
+    listening, so the command returns."""
+    import uvicorn
+
+    started: list[str] = []
+    monkeypatch.setattr(uvicorn, "run", lambda app, **kwargs: started.append(kwargs["host"]))
+    return started
+
+
+def test_console_refuses_a_role_no_policy_holds(
+    console_db: ConsoleDb, served: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    owner = console_db.owner_url
+    with login_roles(owner, "bypass", "member") as roles:
+        with psycopg.connect(owner, autocommit=True) as conn:
+            conn.execute(f'ALTER ROLE "{roles.names["bypass"]}" BYPASSRLS')
+            row = conn.execute("SELECT current_user").fetchone()
+            assert row is not None
+            conn.execute(f'GRANT "{row[0]}" TO "{roles.names["member"]}"')
+        for url, why in (
+            (owner, "is a superuser"),
+            (roles.urls["bypass"], "has BYPASSRLS"),
+            (roles.urls["member"], "owns leaseq's tables"),
+        ):
+            assert main(["console", "--database-url", url]) == 2, why
+            err = capsys.readouterr().err
+            assert why in err and "--console-role" in err and "--allow-privileged-role" in err
+    assert served == []
+    assert main(["console", "--database-url", console_db.admin_url]) == 0
+    assert served == ["127.0.0.1"]
+
+
+def test_console_serves_a_privileged_role_when_told_with_a_warning(
+    console_db: ConsoleDb, served: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    args = ["console", "--database-url", console_db.owner_url]
+    assert main([*args, "--allow-privileged-role", "true"]) == 0
+    assert served == ["127.0.0.1"]
+    err = capsys.readouterr().err
+    assert "WARNING" in err and "IS A SUPERUSER" in err

@@ -100,6 +100,7 @@ def _params(conn: psycopg.Connection[Any]) -> dict[str, dict[str, Any]]:
     return {
         "console_bounds": {"ms": 5000},
         "console_role": {},
+        "console_privileges": {},
         "console_queues": {"limit": 200},
         "console_queue_panel": {"queue": "q1", "cap": 1000, "live_seconds": 60.0, "now": None},
         "console_id_bounds": {},

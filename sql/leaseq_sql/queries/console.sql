@@ -18,6 +18,15 @@ SELECT session_user::text AS role,
        has_function_privilege('leaseq.console_cancel_pipeline(bigint, text, text)', 'EXECUTE') AS can_cancel_pipeline,
        greatest((SELECT c.reltuples FROM pg_class c WHERE c.oid = 'leaseq.jobs'::regclass), 0)::bigint AS jobs_estimate;
 
+-- name: console_privileges
+-- Whether the console's role is a superuser, has BYPASSRLS or owns leaseq's tables (is a member of their owner): a role no policy or grant would hold. Catalog names, not 'leaseq.jobs'::regclass, which needs USAGE on the schema that a role granted nothing lacks.
+SELECT current_user::text AS role, r.rolsuper AS superuser, r.rolbypassrls AS bypassrls,
+       coalesce(pg_has_role(current_user, c.relowner, 'USAGE'), false) AS owns_tables
+  FROM pg_roles r
+  LEFT JOIN (pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace AND n.nspname = 'leaseq')
+    ON c.relname = 'jobs'
+ WHERE r.rolname = current_user;
+
 -- name: console_queues
 -- The queues that have pending, running, dead or waiting jobs, a worker or a schedule (at most %(limit)s): a skip scan over the keyless and keyed claim indexes and the dead index, one probe per queue.
 WITH RECURSIVE pending AS (

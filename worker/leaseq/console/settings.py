@@ -87,6 +87,14 @@ POOLS_NAMESPACE = settings.Option(
     "namespace whose WorkerPools the WorkerPools page lists (default: every namespace the "
     "Kubernetes credentials may read)",
 )
+ALLOW_PRIVILEGED_ROLE = settings.Option(
+    "allow_privileged_role",
+    "LEASEQ_CONSOLE_ALLOW_PRIVILEGED_ROLE",
+    settings.boolean,
+    False,
+    "true: serve even as a superuser, a BYPASSRLS role or the owner of leaseq's tables "
+    "(refused otherwise: no policy or grant would hold the console), with a warning",
+)
 OPTIONS = (
     settings.DATABASE_URL,
     PORT,
@@ -100,6 +108,7 @@ OPTIONS = (
     REFRESH,
     REDACT_HOOK,
     POOLS_NAMESPACE,
+    ALLOW_PRIVILEGED_ROLE,
     settings.LOG_LEVEL,
     settings.LOG_FORMAT,
 )
@@ -120,6 +129,7 @@ class ConsoleSettings:
     refresh: float
     redact_hook: str | None
     pools_namespace: str | None
+    allow_privileged_role: bool
     log_level: str
     log_format: str
 
@@ -159,6 +169,7 @@ class ConsoleSettings:
             refresh=v["refresh"],
             redact_hook=v["redact_hook"],
             pools_namespace=v["pools_namespace"],
+            allow_privileged_role=v["allow_privileged_role"],
             log_level=v["log_level"],
             log_format=v["log_format"],
         )

@@ -84,6 +84,29 @@ class RoleInfo:
 
 
 @dataclass(frozen=True)
+class RolePower:
+    """What would put the console's role above every policy and grant."""
+
+    role: str
+    superuser: bool
+    bypassrls: bool
+    owns_tables: bool
+
+    @property
+    def reasons(self) -> list[str]:
+        """Why no policy or grant would hold this role (empty: an ordinary role)."""
+        found = []
+        if self.superuser:
+            found.append("is a superuser")
+        if self.bypassrls:
+            found.append("has BYPASSRLS")
+        # A superuser is a member of every role: saying so again adds nothing.
+        if self.owns_tables and not self.superuser:
+            found.append("owns leaseq's tables (or is a member of their owner)")
+        return found
+
+
+@dataclass(frozen=True)
 class JobFilter:
     """The jobs page's filters (None: any)."""
 
@@ -200,6 +223,13 @@ class Console:
             row["jobs_estimate"],
             row["can_cancel_pipeline"],
         )
+
+    def power(self) -> RolePower:
+        """Whether the console's role is one no policy or grant holds (start-up check)."""
+        with self._tx("console: check role") as c:
+            self._store.console_bounds(c, seconds=self._timeout)
+            row = self._store.console_privileges(c)
+        return RolePower(row["role"], row["superuser"], row["bypassrls"], row["owns_tables"])
 
     def overview(self, *, limit: int = 200, now: datetime | None = None) -> list[QueuePanel]:
         """Every queue with work, workers or a schedule (at most ``limit``), one panel each."""

@@ -52,6 +52,9 @@ class ConsoleStore(Runner):
     def console_role(self, conn: Conn) -> Row:
         return dict(self._dicts(conn, "console_role", {}, "console")[0])
 
+    def console_privileges(self, conn: Conn) -> Row:
+        return dict(self._dicts(conn, "console_privileges", {}, "console: check role")[0])
+
     def console_queues(self, conn: Conn, *, limit: int) -> list[str]:
         rows = self._dicts(conn, "console_queues", {"limit": limit}, "console: list queues")
         return [str(r["queue"]) for r in rows]

@@ -84,6 +84,17 @@ def test_ingress(helm: Helm) -> None:
     assert ingress["spec"]["tls"] == [{"hosts": ["leaseq.example.com"], "secretName": "tls"}]
 
 
+def test_the_csrf_cookie_is_secure_behind_tls(helm: Helm) -> None:
+    """Behind the Ingress's TLS (or another TLS proxy, console.behindHttps) the console sees
+    plain http, so the chart tells it its cookie must be Secure."""
+    c = _console(helm.render(sets=ON))["spec"]["template"]["spec"]["containers"][0]
+    assert "LEASEQ_CONSOLE_BEHIND_HTTPS" not in _env(c)
+    tls = {**ON, "console.ingress.enabled": "true", "console.ingress.tlsSecret": "tls"}
+    for sets in (tls, {**ON, "console.behindHttps": "true"}):
+        c = _console(helm.render(sets=sets))["spec"]["template"]["spec"]["containers"][0]
+        assert _env(c)["LEASEQ_CONSOLE_BEHIND_HTTPS"] == "true"
+
+
 @pytest.mark.parametrize("admin", ["true", "false"])
 def test_the_migration_grants_the_console_role(helm: Helm, admin: str) -> None:
     sets = {**ON, "database.roles.console": "leaseq_console", "console.admin": admin}

@@ -97,6 +97,7 @@ def run(args: argparse.Namespace) -> int:
         timeout=config.statement_timeout,
         refresh_seconds=config.refresh,
         allowed_origins=config.allowed_origin,
+        secure_cookies=config.behind_https,
         pools=kube_pools(config.pools_namespace),
     )
     uvicorn.run(

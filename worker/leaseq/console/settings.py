@@ -87,6 +87,14 @@ POOLS_NAMESPACE = settings.Option(
     "namespace whose WorkerPools the WorkerPools page lists (default: every namespace the "
     "Kubernetes credentials may read)",
 )
+BEHIND_HTTPS = settings.Option(
+    "behind_https",
+    "LEASEQ_CONSOLE_BEHIND_HTTPS",
+    settings.boolean,
+    False,
+    "true when browsers reach the console over https through a TLS-terminating proxy or "
+    "Ingress: its CSRF cookie is then Secure (it always is on a request that came over https)",
+)
 ALLOW_PRIVILEGED_ROLE = settings.Option(
     "allow_privileged_role",
     "LEASEQ_CONSOLE_ALLOW_PRIVILEGED_ROLE",
@@ -104,6 +112,7 @@ OPTIONS = (
     PROXY_HEADER,
     TRUSTED_PROXY,
     ALLOWED_ORIGIN,
+    BEHIND_HTTPS,
     TIMEOUT,
     REFRESH,
     REDACT_HOOK,
@@ -125,6 +134,7 @@ class ConsoleSettings:
     proxy_header: str
     trusted_proxy: tuple[str, ...]
     allowed_origin: tuple[str, ...]
+    behind_https: bool
     statement_timeout: float
     refresh: float
     redact_hook: str | None
@@ -165,6 +175,7 @@ class ConsoleSettings:
             proxy_header=v["proxy_header"],
             trusted_proxy=tuple(v["trusted_proxy"] or ()),
             allowed_origin=tuple(v["allowed_origin"] or ()),
+            behind_https=v["behind_https"],
             statement_timeout=v["statement_timeout"],
             refresh=v["refresh"],
             redact_hook=v["redact_hook"],

@@ -55,9 +55,13 @@ class ConsoleStore(Runner):
     def console_privileges(self, conn: Conn) -> Row:
         return dict(self._dicts(conn, "console_privileges", {}, "console: check role")[0])
 
-    def console_queues(self, conn: Conn, *, limit: int) -> list[str]:
-        rows = self._dicts(conn, "console_queues", {"limit": limit}, "console: list queues")
-        return [str(r["queue"]) for r in rows]
+    def console_queues(
+        self, conn: Conn, *, limit: int, scan: int, rank_cap: int, now: datetime | None
+    ) -> tuple[list[str], int]:
+        """The most backed-up queues (at most ``limit``) and how many were found."""
+        params = {"limit": limit, "scan": scan, "rank_cap": rank_cap, "now": now}
+        rows = self._dicts(conn, "console_queues", params, "console: list queues")
+        return [str(r["queue"]) for r in rows], int(rows[0]["found"]) if rows else 0
 
     def console_queue_panel(
         self, conn: Conn, *, queue: str, cap: int, live_seconds: float, now: datetime | None

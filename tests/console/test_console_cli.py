@@ -36,6 +36,27 @@ def test_migrate_grants_the_console_role(
             conn.execute("SELECT count(*) FROM leaseq.jobs").fetchone()
 
 
+def test_a_second_console_role_is_refused_unless_it_replaces_the_first(
+    database_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with login_roles(database_url, "console", "other") as roles:
+        first, second = roles.names["console"], roles.names["other"]
+        base = ["migrate", "--database-url", database_url, "--console-role"]
+        assert main([*base, first]) == 0
+        capsys.readouterr()
+        assert main([*base, second]) == 2
+        err = capsys.readouterr().err
+        assert f"{first} is leaseq's console role" in err and "--console-replace true" in err
+        assert _can(roles.urls["console"], RETRY)  # the first keeps its grants
+        with pytest.raises(psycopg.errors.InsufficientPrivilege):  # not even the schema
+            _can(roles.urls["other"], RETRY)
+        assert main([*base, first, "--console-admin", "false"]) == 0  # the same role: fine
+        assert main([*base, second, "--console-replace", "true"]) == 0
+        assert _can(roles.urls["other"], RETRY)
+        with pytest.raises(psycopg.errors.InsufficientPrivilege):  # the first lost its grants
+            _can(roles.urls["console"], RETRY)
+
+
 def test_the_console_role_must_not_be_a_component_role(
     database_url: str, capsys: pytest.CaptureFixture[str]
 ) -> None:

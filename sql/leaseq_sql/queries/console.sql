@@ -423,6 +423,12 @@ SELECT j.id, j.queue, j.job_type, j.status::text AS status, j.deps_left, j.attem
 -- Cancels every unfinished job of a pipeline, as pipeline_cancel does, and writes the audit row, in one transaction (leaseq.console_cancel_pipeline); returns how many and how many were running.
 SELECT cancelled, running FROM leaseq.console_cancel_pipeline(%(id)s, %(actor)s, %(reason)s);
 
+-- name: registered_console_role
+-- The console role leaseq.apply_console_grants registered last (no row: none, or it was dropped), and whether it is the role %(role)s names.
+SELECT c.role_oid::regrole::text AS role, c.role_oid = to_regrole(%(role)s) AS same
+  FROM leaseq.console_roles c
+ WHERE EXISTS (SELECT 1 FROM pg_roles p WHERE p.oid = c.role_oid);
+
 -- name: console_grants_apply
 -- Grants the console's database role read access and, with admin, the console's three admin functions (revoking everything from the previous console roles first; NULL role: revoke only); returns every statement run.
 SELECT statement FROM leaseq.apply_console_grants(%(role)s, %(admin)s) AS statement;

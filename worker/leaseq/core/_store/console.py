@@ -172,6 +172,11 @@ class ConsoleStore(Runner):
     def console_flow_blocked(self, conn: Conn, params: Mapping[str, Any]) -> list[Row]:
         return _rows(self._dicts(conn, "console_flow_blocked", params, "console: flow blocked"))
 
+    def registered_console_role(self, conn: Conn, *, role: str) -> Row | None:
+        """The registered console role (``role``, and ``same``: it is the given one), or None."""
+        rows = self._dicts(conn, "registered_console_role", {"role": role}, "grant console")
+        return dict(rows[0]) if rows else None
+
     def console_grants_apply(self, conn: Conn, *, role: str | None, admin: bool) -> list[str]:
         params = {"role": role, "admin": admin}
         rows = self._dicts(conn, "console_grants_apply", params, "grant console")

@@ -144,6 +144,8 @@ def test_failed_sign_ins_are_throttled_per_address_and_logged(
     assert len(failures) == 5
     assert all("'mallory'" in line and REMOTE[0] in line for line in failures)
     assert "guess-" not in caplog.text and "correct horse" not in caplog.text
+    blocked = [r for r in caplog.records if "sign-ins from" in r.getMessage()]
+    assert len(blocked) == 1 and REMOTE[0] in blocked[0].getMessage()  # once, not per request
 
 
 def test_the_failed_sign_in_count_is_bounded() -> None:

@@ -129,7 +129,6 @@ class BasicAuth(Auth):
         wait = self._failures.blocked_for(address)
         if wait > 0:
             retry = str(math.ceil(wait))
-            log.warning("console sign-in refused: too many failures from %s", address)
             return Refusal(
                 429,
                 f"too many failed sign-ins from this address: try again in {retry} s",
@@ -150,9 +149,16 @@ class BasicAuth(Auth):
         return user
 
     def _failed(self, address: str, user: str | None) -> None:
-        self._failures.failed(address)
         # %r escapes control characters a forged user name could carry into the log.
         log.warning("console sign-in failed: user %r from %s", user, address)
+        if self._failures.failed(address):
+            # Once per window, not per refused request: a blocked client cannot flood the log.
+            log.warning(
+                "console sign-ins from %s refused until %.0f s after its first failure: "
+                "too many failures",
+                address,
+                self._failures.window,
+            )
 
 
 class ProxyAuth(Auth):

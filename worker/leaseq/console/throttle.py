@@ -38,6 +38,11 @@ class FailedLogins:
         self._seen: OrderedDict[str, tuple[float, int]] = OrderedDict()
         self._lock = threading.Lock()
 
+    @property
+    def window(self) -> float:
+        """Seconds an address stays blocked, counted from its first failure."""
+        return self._window
+
     def blocked_for(self, client: str) -> float:
         """Seconds until ``client`` may try again (0: it may now)."""
         with self._lock:
@@ -51,8 +56,8 @@ class FailedLogins:
                 return 0.0
             return left if count >= self._limit else 0.0
 
-    def failed(self, client: str) -> None:
-        """Count one failed sign-in of ``client``."""
+    def failed(self, client: str) -> bool:
+        """Count one failed sign-in of ``client``; True when this one blocks it."""
         with self._lock:
             now = self._clock()
             start, count = self._seen.pop(client, (now, 0))
@@ -61,6 +66,7 @@ class FailedLogins:
             self._seen[client] = (start, count + 1)
             while len(self._seen) > self._max:
                 self._seen.popitem(last=False)
+            return count + 1 == self._limit
 
     def succeeded(self, client: str) -> None:
         """Forget ``client``'s failures (it signed in)."""

@@ -7,7 +7,11 @@ from __future__ import annotations
 import pytest
 from chartkit import Helm, Obj, of_kind, one
 
-ON = {"console.enabled": "true", "console.basicAuth.existingSecret": "console-users"}
+ON = {
+    "console.enabled": "true",
+    "console.basicAuth.existingSecret": "console-users",
+    "database.console.existingSecret": "leaseq-db-console",
+}
 
 
 def _console(objs: list[Obj]) -> Obj:
@@ -58,7 +62,7 @@ def test_never_without_authentication(helm: Helm) -> None:
 
 def test_proxy_mode(helm: Helm) -> None:
     sets = {
-        "console.enabled": "true",
+        **ON,
         "console.auth": "proxy",
         "console.trustedProxies[0]": "10.0.0.0/8",
         "console.proxyHeader": "X-Auth-Request-User",
@@ -84,6 +88,17 @@ def test_ingress(helm: Helm) -> None:
     assert ingress["spec"]["tls"] == [{"hosts": ["leaseq.example.com"], "secretName": "tls"}]
 
 
+def test_the_csrf_cookie_is_secure_behind_tls(helm: Helm) -> None:
+    """Behind the Ingress's TLS (or another TLS proxy, console.behindHttps) the console sees
+    plain http, so the chart tells it its cookie must be Secure."""
+    c = _console(helm.render(sets=ON))["spec"]["template"]["spec"]["containers"][0]
+    assert "LEASEQ_CONSOLE_BEHIND_HTTPS" not in _env(c)
+    tls = {**ON, "console.ingress.enabled": "true", "console.ingress.tlsSecret": "tls"}
+    for sets in (tls, {**ON, "console.behindHttps": "true"}):
+        c = _console(helm.render(sets=sets))["spec"]["template"]["spec"]["containers"][0]
+        assert _env(c)["LEASEQ_CONSOLE_BEHIND_HTTPS"] == "true"
+
+
 @pytest.mark.parametrize("admin", ["true", "false"])
 def test_the_migration_grants_the_console_role(helm: Helm, admin: str) -> None:
     sets = {**ON, "database.roles.console": "leaseq_console", "console.admin": admin}
@@ -99,6 +114,35 @@ def test_its_own_database_secret(helm: Helm) -> None:
     c = _console(helm.render(sets=sets))["spec"]["template"]["spec"]["containers"][0]
     (url,) = [e for e in c["env"] if e["name"] == "LEASEQ_DATABASE_URL"]
     assert url["valueFrom"]["secretKeyRef"]["name"] == "c"
+
+
+def test_never_the_shared_owner_url(helm: Helm) -> None:
+    """Without a Secret of its own the console would get the shared URL, the tables' owner:
+    the chart refuses to render, saying what to set."""
+    sets = {k: v for k, v in ON.items() if k != "database.console.existingSecret"}
+    for shared in ({"database.existingSecret": "shared"}, {"database.url": "postgresql://o@db/a"}):
+        out = helm.template_raw(sets={**sets, **shared}, check=False)
+        assert out.returncode != 0, shared
+        assert "database.console.existingSecret" in out.stderr and "owner" in out.stderr
+
+
+def test_the_demo_postgresql_gives_the_console_a_role_of_its_own(helm: Helm) -> None:
+    sets = {k: v for k, v in ON.items() if k != "database.console.existingSecret"}
+    objs = helm.render(sets={**sets, "postgresql.enabled": "true"})
+    c = _console(objs)["spec"]["template"]["spec"]["containers"][0]
+    (url,) = [e for e in c["env"] if e["name"] == "LEASEQ_DATABASE_URL"]
+    assert url["valueFrom"]["secretKeyRef"] == {"name": "rel-leaseq-database", "key": "console-url"}
+    secret = one(objs, "Secret", "database")["stringData"]
+    assert secret["console-url"].startswith("postgresql://leaseq_console:")
+    assert secret["console-role.sql"].startswith("CREATE ROLE leaseq_console LOGIN")
+    migrate = one(objs, "Job", "migrate")["spec"]["template"]["spec"]["containers"][0]
+    assert _env(migrate)["LEASEQ_CONSOLE_ROLE"] == "leaseq_console"
+    pg = one(objs, "Deployment", "postgresql")["spec"]["template"]["spec"]
+    (init,) = [v for v in pg["volumes"] if v["name"] == "init"]
+    assert init["secret"]["items"] == [{"key": "console-role.sql", "path": "console-role.sql"}]
+    worker = one(objs, "Deployment", "worker")["spec"]["template"]["spec"]["containers"][0]
+    (shared,) = [e for e in worker["env"] if e["name"] == "LEASEQ_DATABASE_URL"]
+    assert shared["valueFrom"]["secretKeyRef"]["key"] == "url"
 
 
 def test_the_console_env_is_what_leaseq_console_reads(helm: Helm) -> None:

@@ -100,7 +100,8 @@ def _params(conn: psycopg.Connection[Any]) -> dict[str, dict[str, Any]]:
     return {
         "console_bounds": {"ms": 5000},
         "console_role": {},
-        "console_queues": {"limit": 200},
+        "console_privileges": {},
+        "console_queues": {"limit": 200, "scan": 1000, "rank_cap": 100, "now": None},
         "console_queue_panel": {"queue": "q1", "cap": 1000, "live_seconds": 60.0, "now": None},
         "console_id_bounds": {},
         "console_id_below": {"before": high - 5000},

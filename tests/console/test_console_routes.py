@@ -43,6 +43,7 @@ def test_overview_counts_a_small_queue(console_db: ConsoleDb, client_for) -> Non
     cells = [c.split(">", 1)[1].split("<")[0] for c in row.split('<td class="n')[1:]]
     assert cells[:2] == ["3", "1"], row  # ready, scheduled
     assert ">2</a>" in row  # dead
+    assert 'id="queues-cut"' not in page  # every queue found is shown
 
 
 def test_keyed_jobs_are_counted_and_cancellable_as_the_keyless_are(
@@ -80,6 +81,31 @@ def test_counts_stop_at_the_cap(console_db: ConsoleDb, client_for) -> None:
     assert ">0<" in row  # nothing scheduled, exactly
     dead = client.get("/dead", params={"queue": "big"}).text
     assert "1000" in dead
+
+
+def test_a_flood_of_queues_does_not_hide_the_backed_up_one(
+    console_db: ConsoleDb, client_for
+) -> None:
+    """250 queues of one fresh job each (a queue per document) and one queue with 150 jobs
+    waiting for an hour, named last in the alphabet: it heads the overview, and the page
+    says it shows 200 of at least 251 queues."""
+    with leaseq.connect(console_db.owner_url, action="test") as conn:
+        conn.execute(
+            "INSERT INTO leaseq.jobs (queue, job_type)"
+            " SELECT 'doc-' || lpad(g::text, 3, '0'), 't' FROM generate_series(1, 250) g"
+        )
+        conn.execute(
+            "INSERT INTO leaseq.jobs (queue, job_type, available_at)"
+            " SELECT 'zz-backlog', 't', now() - interval '1 hour' FROM generate_series(1, 150)"
+        )
+        make_dead(conn, "zz-dead-only", "t", 3, "E")
+    client: TestClient = client_for(console_db.admin_url)
+    page = client.get("/").text
+    shown = [part.split('"', 1)[0] for part in page.split('data-queue="')[1:]]
+    assert len(shown) == 200
+    assert shown[0] == "zz-backlog", shown[:3]
+    assert "zz-dead-only" not in shown  # nothing ready: less backed up than any doc queue
+    assert "Showing 200 of at least 252 queues" in page
 
 
 def test_jobs_filters_and_keyset_pages(console_db: ConsoleDb, client_for) -> None:

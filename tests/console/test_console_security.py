@@ -11,11 +11,14 @@ from typing import Any
 
 import psycopg
 import pytest
+from starlette.applications import Starlette
+from starlette.routing import Mount
 from starlette.testclient import TestClient
 
 import leaseq
 from leaseq.console import BasicAuth, LocalOnly, ProxyAuth, create_app
 from leaseq.console.settings import ConsoleSettings
+from leaseq.console.throttle import FailedLogins
 from leaseq.core.errors import ConfigError
 from support.consoledb import ConsoleDb, make_dead, post
 
@@ -94,6 +97,66 @@ def test_basic_auth(console_db: ConsoleDb, tmp_path: Path) -> None:
         assert client.get("/healthz").status_code == 200  # probes need no credentials
 
 
+def test_only_the_exact_health_path_skips_authentication(console_db: ConsoleDb) -> None:
+    """/healthz answers probes without credentials; a path merely ending in /healthz is a
+    page or a form post like any other, so it is authenticated (and Origin-checked)."""
+    app = create_app(console_db.admin_url, auth=BasicAuth({"ann": "pw"}))
+    with TestClient(app, client=REMOTE) as client:
+        assert client.get("/healthz").status_code == 200
+        for path in ("/x/healthz", "/jobs/1/healthz", "/healthz/", "//healthz"):
+            assert client.get(path).status_code == 401, path
+            assert client.post(path, data={"reason": "x"}).status_code == 401, path
+    mounted = Starlette(routes=[Mount("/leaseq", app=app)])
+    with TestClient(mounted, client=REMOTE) as client:
+        assert client.get("/leaseq/healthz").status_code == 200
+        assert client.get("/leaseq/x/healthz").status_code == 401
+
+
+class Clock:
+    """Time the throttle reads, moved by the test (no sleeping)."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_failed_sign_ins_are_throttled_per_address_and_logged(
+    console_db: ConsoleDb, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="leaseq.console")
+    clock = Clock()
+    auth = BasicAuth({"ann": "correct horse"}, failures=FailedLogins(clock=clock))
+    app = create_app(console_db.admin_url, auth=auth)
+    with TestClient(app, client=REMOTE) as client:
+        for n in range(5):
+            assert client.get("/", headers=_basic("mallory", f"guess-{n}")).status_code == 401
+        refused = client.get("/", headers=_basic("ann", "correct horse"))
+        assert refused.status_code == 429 and "too many failed sign-ins" in refused.text
+        assert refused.headers["retry-after"] == "60"
+        # Not entered: leaving it would run the app's shutdown and close its pool.
+        elsewhere = TestClient(app, client=("10.9.9.9", 40000))
+        assert elsewhere.get("/", headers=_basic("ann", "correct horse")).status_code == 200
+        clock.now += 61
+        assert client.get("/", headers=_basic("ann", "correct horse")).status_code == 200
+    failures = [r.getMessage() for r in caplog.records if "sign-in failed" in r.getMessage()]
+    assert len(failures) == 5
+    assert all("'mallory'" in line and REMOTE[0] in line for line in failures)
+    assert "guess-" not in caplog.text and "correct horse" not in caplog.text
+    blocked = [r for r in caplog.records if "sign-ins from" in r.getMessage()]
+    assert len(blocked) == 1 and REMOTE[0] in blocked[0].getMessage()  # once, not per request
+
+
+def test_the_failed_sign_in_count_is_bounded() -> None:
+    failures = FailedLogins(limit=1, max_clients=100, clock=Clock())
+    for n in range(5000):
+        failures.failed(f"10.0.{n // 256}.{n % 256}")
+    assert len(failures) == 100
+    assert failures.blocked_for("10.0.19.135") > 0  # the last address is still remembered
+    assert failures.blocked_for("10.0.0.0") == 0  # the first was forgotten
+
+
 def test_basic_auth_actions_are_audited_under_the_user(console_db: ConsoleDb) -> None:
     job_id = _dead_job(console_db)
     app = create_app(console_db.admin_url, auth=BasicAuth({"ann": "pw"}))
@@ -169,6 +232,24 @@ def test_the_csrf_cookie_is_strict_and_http_only(console_db: ConsoleDb) -> None:
     with TestClient(create_app(console_db.admin_url), client=LOCAL, base_url=BASE) as client:
         cookie = client.get("/").headers["set-cookie"].lower()
         assert "httponly" in cookie and "samesite=strict" in cookie
+        assert "secure" not in cookie  # plain http on loopback: a Secure cookie would be lost
+
+
+def test_the_csrf_cookie_is_secure_over_https_or_behind_a_tls_proxy(
+    console_db: ConsoleDb,
+) -> None:
+    app = create_app(console_db.admin_url, auth=BasicAuth({"ann": "pw"}))
+    with TestClient(app, client=REMOTE, base_url="https://leaseq.example.com") as client:
+        cookie = client.get("/", headers=_basic("ann", "pw")).headers["set-cookie"].lower()
+        assert "; secure" in cookie
+    app = create_app(console_db.admin_url, auth=BasicAuth({"ann": "pw"}), secure_cookies=True)
+    with TestClient(app, client=REMOTE, base_url="http://10.0.0.7:8089") as client:
+        cookie = client.get("/", headers=_basic("ann", "pw")).headers["set-cookie"].lower()
+        assert "; secure" in cookie
+    args = argparse.Namespace(database_url="postgresql://console@db/app")
+    env = {"LEASEQ_CONSOLE_BEHIND_HTTPS": "true"}
+    assert ConsoleSettings.from_args(args, environ=env).behind_https
+    assert not ConsoleSettings.from_args(args, environ={}).behind_https
 
 
 # -- redaction -----------------------------------------------------------------------------

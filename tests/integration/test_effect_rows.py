@@ -53,8 +53,14 @@ def test_only_a_keyed_completion_writes_an_effect_row(
     # A second job with the same idempotency key succeeds without a second effect row.
     again = queue.enqueue("q", "t", idempotency_key="invoice-9").job_id
     [job] = queue.claim(["q"], "w1")
-    assert queue.complete(job.lease, {"n": "again"}) == leaseq.Completed(again, "invoice-9", False)
+    done = queue.complete(job.lease, {"n": "again"})
+    assert done == leaseq.Completed(again, "invoice-9", False) and done.effect_dropped
     assert effect_rows(conn, keyed, again) == 1
+    # Not silently: the attempt says the effect was not written, and why.
+    [attempt] = queue.attempts(again)
+    assert attempt.error is not None and "effect not written" in attempt.error
+    [first] = queue.attempts(keyed)
+    assert first.error is None
 
 
 def test_a_stale_completion_writes_no_result_and_no_effect(

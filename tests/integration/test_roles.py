@@ -307,9 +307,14 @@ def test_producer_enqueues_and_reads_only_its_own_jobs(database_url: str, roles:
         assert [j.id for j in leaseq.Queue(p2).jobs()] == [theirs]
         with pytest.raises(leaseq.JobNotFound):
             leaseq.Queue(p2).get(mine)
-        # The dedup key is per queue, whoever holds it; this producer cannot see the holder.
-        with pytest.raises(leaseq.JobStateError, match="another database user"):
+        # The dedup key is per queue, whoever holds it; this producer cannot see the holder,
+        # and the error does not say whose it is (another producer's, or a concurrent one).
+        with pytest.raises(leaseq.JobStateError, match="per queue across all producers") as e:
             leaseq.Queue(p2).enqueue("q", "t", dedup_key="d")
+        assert "another" not in str(e.value) and "exists" not in str(e.value)
+        with p2.cursor() as c, pytest.raises(psycopg.errors.UniqueViolation) as raw_error:
+            c.execute("SELECT * FROM leaseq.enqueue('q', 't', dedup_key => 'd')")
+        assert raw_error.value.diag.message_primary == str(e.value)
     with as_role(roles, "worker") as w:
         [job] = leaseq.Queue(w).claim(["q"], "w1")
         leaseq.Queue(w).complete(job.lease, {"done": 1}, effect_key="k")

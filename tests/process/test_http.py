@@ -39,6 +39,7 @@ def documented_series(queue: str) -> set[tuple[str, tuple[tuple[str, str], ...]]
         qt = (("job_type", job_type), ("queue", queue))
         series.add(("leaseq_jobs_claimed_total", qt))
         series.add(("leaseq_job_duration_seconds_count", qt))
+        series.add(("leaseq_effects_not_written_total", qt))
         for outcome in OUTCOMES:
             labels = (("job_type", job_type), ("outcome", outcome), ("queue", queue))
             series.add(("leaseq_jobs_finished_total", labels))

@@ -262,3 +262,36 @@ def test_the_worker_waits_for_the_schema_and_is_not_ready_meanwhile(
     # It registers as loading first; ready once on_startup has run.
     wait_for(lambda: w.worker.health.ready() == (True, "ok"), "the worker to be ready")
     assert w.stop() == 0
+
+
+def test_a_completion_whose_effect_key_is_taken_says_so(
+    queue: leaseq.Queue,
+    start_worker: Callable[..., Running],
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Another job's effect holds the key (another producer chose the same one): the job
+    succeeds, and its attempt's note, a warning and a counter say its effect was not written."""
+    registry = Registry()
+
+    @registry.job("bill")
+    def bill(payload: Any, ctx: JobContext) -> dict[str, Any]:
+        return {"by": payload["by"]}
+
+    first = queue.enqueue("q", "bill", {"by": "a"}, idempotency_key="invoice-9").job_id
+    w = start_worker(registry)
+    wait_for(lambda: queue.get(first).status == "succeeded", "the first job to succeed")
+    labels = {"queue": "q", "job_type": "bill"}
+    assert w.sample("leaseq_effects_not_written_total", **labels) == 0
+    second = queue.enqueue("q", "bill", {"by": "b"}, idempotency_key="invoice-9").job_id
+    wait_for(
+        lambda: w.sample("leaseq_effects_not_written_total", **labels) == 1,
+        "the second completion to be counted",
+    )
+    assert queue.get(second).status == "succeeded"
+    effect = queue.effect("invoice-9")
+    assert effect is not None and effect.job_id == first
+    [attempt] = queue.attempts(second)
+    assert attempt.error is not None and "effect not written" in attempt.error
+    [line] = [r for r in caplog.records if "effect was not written" in r.getMessage()]
+    assert "'invoice-9'" in line.getMessage() and line.levelname == "WARNING"
+    assert w.stop() == 0

@@ -22,9 +22,10 @@ class ConsoleDb:
 
 
 def grant_readonly(db: ConsoleDb) -> None:
-    """Make the read-only role the console role (read access, no admin functions)."""
+    """Make the read-only role the console role (read access, no admin functions), in
+    place of the admin one."""
     with leaseq.connect(db.owner_url, action="test") as conn:
-        leaseq.migrate(conn, console=ConsoleRole(db.readonly_role, admin=False))
+        leaseq.migrate(conn, console=ConsoleRole(db.readonly_role, admin=False, replace=True))
 
 
 def post(client: TestClient, path: str, data: dict[str, str]) -> Any:

@@ -240,7 +240,16 @@ CONSOLE_ADMIN = Option(
     "with --console-role: true grants the console its admin actions (retry dead jobs, cancel "
     "jobs, each audited), false makes it read-only",
 )
-CONSOLE_GRANT_OPTIONS = (CONSOLE_ROLE, CONSOLE_ADMIN)
+CONSOLE_REPLACE = Option(
+    "console_replace",
+    "LEASEQ_CONSOLE_REPLACE",
+    boolean,
+    False,
+    "with --console-role: true lets that role replace a different console role already "
+    "registered (one console role at a time: the previous one's privileges are revoked); "
+    "false refuses the switch",
+)
+CONSOLE_GRANT_OPTIONS = (CONSOLE_ROLE, CONSOLE_ADMIN, CONSOLE_REPLACE)
 
 HOT_RETENTION = Option(
     "hot_retention",

@@ -219,6 +219,20 @@ def build() -> dashboard.Dashboard:
         )
         .with_panel(
             graph(
+                "Effects not written",
+                "Completions whose effect key another job's effect already held (keys are per"
+                " queue and job type, shared by every producer): the job succeeded, its effect"
+                " was not written.",
+                "ops",
+                query(
+                    "sum by (queue, job_type) "
+                    f"(rate(leaseq_effects_not_written_total{{{SEL}}}[$__rate_interval]))",
+                    "{{queue}} {{job_type}}",
+                ),
+            )
+        )
+        .with_panel(
+            graph(
                 "Lease expirations and fencing",
                 "Expired leases the reaper put back (retried) or buried (dead); leases workers"
                 " lost; stale calls refused by the fencing token.",

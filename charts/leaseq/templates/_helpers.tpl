@@ -73,6 +73,13 @@ app.kubernetes.io/component: {{ .component }}
 {{- if and (not .Values.database.existingSecret) (or .Values.database.url .Values.postgresql.enabled) -}}true{{- end -}}
 {{- end -}}
 
+{{/* Whether the console connects as the demo PostgreSQL's own console role
+     (postgresql.consoleUser): the console is on, the demo PostgreSQL runs with the Secret the
+     chart creates, and no Secret of the console's own was given. */}}
+{{- define "leaseq.demoConsoleRole" -}}
+{{- if and .Values.console.enabled .Values.postgresql.enabled (not .Values.database.console.existingSecret) (include "leaseq.createDatabaseSecret" .) -}}true{{- end -}}
+{{- end -}}
+
 {{/* Host name of the in-cluster PostgreSQL Service. */}}
 {{- define "leaseq.postgresqlHost" -}}
 {{- include "leaseq.componentName" (dict "root" . "component" "postgresql") -}}
@@ -89,11 +96,18 @@ app.kubernetes.io/component: {{ .component }}
 {{- $byFile := dict "migration-job.yaml" "migration" "operator.yaml" "operator" "console.yaml" "console" -}}
 {{- $component := get $byFile $file | default "worker" -}}
 {{- $own := (index .Values.database $component).existingSecret -}}
+{{- if and (eq $component "console") (not $own) (not (include "leaseq.demoConsoleRole" .)) -}}
+{{- fail "console.enabled needs database.console.existingSecret: a Secret with the URL of the console's own database role (granted through database.roles.console). The chart never gives the console the shared database URL, which is the tables' owner: no row policy or grant would hold it (docs/guides/console.md)" -}}
+{{- end -}}
 - name: LEASEQ_DATABASE_URL
   valueFrom:
     secretKeyRef:
       name: {{ $own | default (include "leaseq.databaseSecret" .) }}
+      {{- if and (eq $component "console") (not $own) }}
+      key: console-url
+      {{- else }}
       key: {{ .Values.database.secretKey }}
+      {{- end }}
 {{- end -}}
 
 {{/* The database roles `leaseq migrate` grants each component's privileges to (empty: no
@@ -105,7 +119,13 @@ app.kubernetes.io/component: {{ .component }}
   value: {{ $role | quote }}
 {{- end }}
 {{- end }}
-{{- if .Values.database.roles.console }}
+{{- if include "leaseq.demoConsoleRole" . }}
+{{- if not .Values.database.roles.console }}
+- name: LEASEQ_CONSOLE_ROLE
+  value: {{ .Values.postgresql.consoleUser | quote }}
+{{- end }}
+{{- end }}
+{{- if or .Values.database.roles.console (include "leaseq.demoConsoleRole" .) }}
 - name: LEASEQ_CONSOLE_ADMIN
   value: {{ .Values.console.admin | quote }}
 {{- end }}

@@ -92,7 +92,8 @@ BEGIN
          WHERE j.queue = enqueue.queue AND j.dedup_key = enqueue.dedup_key
            AND j.status IN ('pending', 'running');
         IF new_id IS NULL THEN
-            RAISE EXCEPTION 'a job with dedup_key % in queue % exists but this call cannot see it: enqueued concurrently (retry to get its id) or by another database user',
+            -- Worded so it does not tell whose job holds the key (docs/guides/security.md).
+            RAISE EXCEPTION 'dedup_key % in queue % is held by an unfinished job this call cannot read: retry to get its id if it was enqueued concurrently; dedup keys are per queue across all producers, so make yours unique to your application (a prefix)',
                 quote_literal(enqueue.dedup_key), quote_literal(enqueue.queue)
                 USING ERRCODE = 'unique_violation';
         END IF;

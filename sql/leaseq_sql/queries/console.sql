@@ -18,9 +18,19 @@ SELECT session_user::text AS role,
        has_function_privilege('leaseq.console_cancel_pipeline(bigint, text, text)', 'EXECUTE') AS can_cancel_pipeline,
        greatest((SELECT c.reltuples FROM pg_class c WHERE c.oid = 'leaseq.jobs'::regclass), 0)::bigint AS jobs_estimate;
 
+-- name: console_privileges
+-- Whether the console's role is a superuser, has BYPASSRLS or owns leaseq's tables (is a member of their owner): a role no policy or grant would hold. Catalog names, not 'leaseq.jobs'::regclass, which needs USAGE on the schema that a role granted nothing lacks.
+SELECT current_user::text AS role, r.rolsuper AS superuser, r.rolbypassrls AS bypassrls,
+       coalesce(pg_has_role(current_user, c.relowner, 'USAGE'), false) AS owns_tables
+  FROM pg_roles r
+  LEFT JOIN (pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace AND n.nspname = 'leaseq')
+    ON c.relname = 'jobs'
+ WHERE r.rolname = current_user;
+
 -- name: console_queues
--- The queues that have pending, running, dead or waiting jobs, a worker or a schedule (at most %(limit)s): a skip scan over the keyless and keyed claim indexes and the dead index, one probe per queue.
-WITH RECURSIVE pending AS (
+-- The most backed-up queues first: of the queues with pending, running, dead or waiting jobs, a worker or a schedule (at most %(scan)s found per source: a skip scan over the keyless and keyed claim indexes and the dead and waiting indexes, one probe per queue), ranked by their ready jobs among the first %(rank_cap)s of each claim index in claim order, then by the oldest ready one among those; the first %(limit)s, and how many were found (at least that many queues exist).
+WITH RECURSIVE t AS (SELECT coalesce(%(now)s::timestamptz, now()) AS now),
+pending AS (
     (SELECT j.queue FROM leaseq.jobs j
       WHERE j.status = 'pending' AND j.key IS NULL AND NOT j.ordering_waiting
       ORDER BY j.queue LIMIT 1)
@@ -57,19 +67,42 @@ waiting AS (
              WHERE j.deps_left > 0 AND j.finished_at IS NULL AND j.queue > w.queue
              ORDER BY j.queue LIMIT 1)
       FROM waiting w WHERE w.queue IS NOT NULL
+),
+found AS (
+    SELECT queue FROM (
+        SELECT queue FROM (SELECT queue FROM pending LIMIT %(scan)s) p
+        UNION SELECT queue FROM (SELECT queue FROM keyed LIMIT %(scan)s) k
+        UNION SELECT queue FROM (SELECT queue FROM dead LIMIT %(scan)s) d
+        UNION SELECT queue FROM (SELECT queue FROM waiting LIMIT %(scan)s) w
+        -- Running jobs are at most the workers' total concurrency.
+        UNION SELECT j.queue FROM leaseq.jobs j WHERE j.status = 'running'
+        UNION SELECT unnest(w.queues) FROM leaseq.workers w
+        UNION SELECT s.queue FROM leaseq.schedules s
+    ) q
+     WHERE queue IS NOT NULL
+),
+-- Per queue, a bounded look at each claim index: its first %(rank_cap)s rows in claim order.
+ranked AS (
+    SELECT f.queue, u.ready + k.ready AS ready, least(u.oldest, k.oldest) AS oldest
+      FROM found f
+      CROSS JOIN LATERAL (
+          SELECT count(*) FILTER (WHERE x.available_at <= (SELECT now FROM t)) AS ready,
+                 min(x.available_at) FILTER (WHERE x.available_at <= (SELECT now FROM t)) AS oldest
+            FROM (SELECT j.available_at FROM leaseq.jobs j
+                   WHERE j.status = 'pending' AND j.key IS NULL AND NOT j.ordering_waiting
+                     AND j.queue = f.queue
+                   ORDER BY j.priority, j.available_at LIMIT %(rank_cap)s) x) u
+      CROSS JOIN LATERAL (
+          SELECT count(*) FILTER (WHERE x.available_at <= (SELECT now FROM t)) AS ready,
+                 min(x.available_at) FILTER (WHERE x.available_at <= (SELECT now FROM t)) AS oldest
+            FROM (SELECT j.available_at FROM leaseq.jobs j
+                   WHERE j.status = 'pending' AND j.key IS NOT NULL AND NOT j.ordering_waiting
+                     AND j.queue = f.queue
+                   LIMIT %(rank_cap)s) x) k
 )
-SELECT queue FROM (
-    SELECT queue FROM (SELECT queue FROM pending LIMIT %(limit)s) p
-    UNION SELECT queue FROM (SELECT queue FROM keyed LIMIT %(limit)s) k
-    UNION SELECT queue FROM (SELECT queue FROM dead LIMIT %(limit)s) d
-    UNION SELECT queue FROM (SELECT queue FROM waiting LIMIT %(limit)s) w
-    -- Running jobs are at most the workers' total concurrency.
-    UNION SELECT j.queue FROM leaseq.jobs j WHERE j.status = 'running'
-    UNION SELECT unnest(w.queues) FROM leaseq.workers w
-    UNION SELECT s.queue FROM leaseq.schedules s
-) q
- WHERE queue IS NOT NULL
- ORDER BY queue
+SELECT r.queue, count(*) OVER () AS found
+  FROM ranked r
+ ORDER BY least(r.ready, %(rank_cap)s) DESC, r.oldest NULLS LAST, r.queue
  LIMIT %(limit)s;
 
 -- name: console_queue_panel
@@ -415,6 +448,12 @@ SELECT j.id, j.queue, j.job_type, j.status::text AS status, j.deps_left, j.attem
 -- name: console_cancel_pipeline
 -- Cancels every unfinished job of a pipeline, as pipeline_cancel does, and writes the audit row, in one transaction (leaseq.console_cancel_pipeline); returns how many and how many were running.
 SELECT cancelled, running FROM leaseq.console_cancel_pipeline(%(id)s, %(actor)s, %(reason)s);
+
+-- name: registered_console_role
+-- The console role leaseq.apply_console_grants registered last (no row: none, or it was dropped), and whether it is the role %(role)s names.
+SELECT c.role_oid::regrole::text AS role, c.role_oid = to_regrole(%(role)s) AS same
+  FROM leaseq.console_roles c
+ WHERE EXISTS (SELECT 1 FROM pg_roles p WHERE p.oid = c.role_oid);
 
 -- name: console_grants_apply
 -- Grants the console's database role read access and, with admin, the console's three admin functions (revoking everything from the previous console roles first; NULL role: revoke only); returns every statement run.

@@ -127,7 +127,7 @@ UPDATE leaseq.jobs
 RETURNING id;
 
 -- name: job_complete
--- Marks held jobs succeeded (one or a batch, each fenced by its own owner and token), writes an effect for each job with a key (the one given, else its idempotency key; a repeat is a no-op, a job without a key has its result in its own row only) within the job's queue and type, and records each attempt (with its note, e.g. what was cut from the result), in one statement.
+-- Marks held jobs succeeded (one or a batch, each fenced by its own owner and token), writes an effect for each job with a key (the one given, else its idempotency key; a key another job's effect holds writes nothing, and the attempt's note says so; a job without a key has its result in its own row only) within the job's queue and type, and records each attempt (with its note, e.g. what was cut from the result), in one statement.
 WITH t AS (SELECT coalesce(%(now)s::timestamptz, now()) AS now),
 req AS (
     SELECT r.id, r.owner, r.token, r.result, r.effect_key, r.progress, r.note
@@ -160,10 +160,15 @@ effect AS (
     ON CONFLICT (queue, job_type, idempotency_key) DO NOTHING
     RETURNING job_id
 ),
+-- A key another job's effect holds drops this one: the attempt says so, so it is not silent.
 attempt AS (
     INSERT INTO leaseq.job_attempts (job_id, attempt, lease_token, worker, started_at, ended_at, outcome, error)
     SELECT done.id, done.attempt_count, done.lease_token, done.lease_owner, done.started_at,
-           done.finished_at, 'succeeded', done.note
+           done.finished_at, 'succeeded',
+           CASE WHEN done.effect_key IS NOT NULL
+                 AND NOT EXISTS (SELECT 1 FROM effect e WHERE e.job_id = done.id)
+                THEN concat_ws('; ', done.note, 'effect not written: its key is held by another job''s effect (keys are per queue and job type, shared by every producer)')
+                ELSE done.note END
       FROM done
 )
 SELECT done.id, done.effect_key,

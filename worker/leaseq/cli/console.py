@@ -4,10 +4,15 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import logging
 from typing import Any
 
 from leaseq import config as settings
+from leaseq.core.console import Console
+from leaseq.core.db import connect
 from leaseq.core.errors import ConfigError
+
+log = logging.getLogger("leaseq.console")
 
 HELP = "serve the web console for the people on call (needs the console extra)"
 
@@ -22,6 +27,33 @@ def _redactor(spec: str | None) -> Any:
         return getattr(importlib.import_module(module), name)
     except (ImportError, AttributeError) as exc:
         raise ConfigError(f"--redact-hook {spec!r}: {exc}") from None
+
+
+def refuse_a_powerful_role(url: str, *, timeout: float, allow: bool) -> None:
+    """Raises :class:`ConfigError` when the database role of ``url`` is a superuser, has
+    BYPASSRLS or owns leaseq's tables (no policy or grant would hold the console), unless
+    ``allow``: then it only logs a warning."""
+    with connect(url, action="console: check role") as conn:
+        power = Console(conn, timeout=timeout).power()
+    if not power.reasons:
+        return
+    why = " and ".join(power.reasons)
+    if allow:
+        log.warning(
+            "THE CONSOLE RUNS AS ROLE %s, WHICH %s: no row policy or grant limits what it "
+            "reads or changes (--allow-privileged-role true). Give it its own role: "
+            "leaseq migrate --console-role ROLE",
+            power.role,
+            why.upper(),
+        )
+        return
+    raise ConfigError(
+        f"the console's database role {power.role} {why}, so no row policy or grant would "
+        "hold it: a bug or a stolen session could change any table. Connect it as its own "
+        "role: `leaseq migrate --console-role leaseq_console` (as the owner), then "
+        "`leaseq console --database-url` with that role's URL. To serve anyway, pass "
+        "--allow-privileged-role true (LEASEQ_CONSOLE_ALLOW_PRIVILEGED_ROLE)"
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -42,6 +74,11 @@ def run(args: argparse.Namespace) -> int:
     config = ConsoleSettings.from_args(args)
     logs.configure(config.log_level, config.log_format)
     redact.remember(config.database_url)
+    refuse_a_powerful_role(
+        config.database_url,
+        timeout=config.statement_timeout,
+        allow=config.allow_privileged_role,
+    )
     auth: Auth
     if config.auth == "basic":
         auth = (
@@ -60,6 +97,7 @@ def run(args: argparse.Namespace) -> int:
         timeout=config.statement_timeout,
         refresh_seconds=config.refresh,
         allowed_origins=config.allowed_origin,
+        secure_cookies=config.behind_https,
         pools=kube_pools(config.pools_namespace),
     )
     uvicorn.run(

@@ -32,7 +32,11 @@ def _cmd_migrate(args: argparse.Namespace) -> int:
     )
     console = None
     if values["console_role"]:
-        console = ConsoleRole(values["console_role"], admin=values["console_admin"])
+        console = ConsoleRole(
+            values["console_role"],
+            admin=values["console_admin"],
+            replace=values["console_replace"],
+        )
     with connect(url, action="migrate") as conn:
         report = migrate(conn, roles, console)
     done = ", ".join(f"{v:04d}" for v in report.applied) or "nothing to apply"

@@ -2,7 +2,9 @@
 
 Each mode answers one question per request: the name of the person (the *actor*, written into
 ``leaseq.console_audit`` with every action), or a refusal. Passwords are compared in constant
-time and never logged or shown.
+time and never logged or shown; a failed basic sign-in is logged with its user name and
+address, and an address that fails too often is refused for a while
+(:mod:`leaseq.console.throttle`).
 """
 
 from __future__ import annotations
@@ -11,11 +13,16 @@ import base64
 import binascii
 import hmac
 import ipaddress
+import logging
+import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from leaseq.console.throttle import FailedLogins
 from leaseq.core.errors import ConfigError
+
+log = logging.getLogger("leaseq.console")
 
 LOOPBACK_NAMES = ("localhost",)
 
@@ -81,11 +88,17 @@ class BasicAuth(Auth):
 
     name = "basic"
 
-    def __init__(self, users: Mapping[str, str], realm: str = "leaseq console") -> None:
+    def __init__(
+        self,
+        users: Mapping[str, str],
+        realm: str = "leaseq console",
+        failures: FailedLogins | None = None,
+    ) -> None:
         if not users or any(not u or not p for u, p in users.items()):
             raise ConfigError("basic auth needs at least one user, each with a non-empty password")
         self._users = dict(users)
         self._realm = realm
+        self._failures = FailedLogins() if failures is None else failures
 
     @classmethod
     def from_file(cls, path: str | Path) -> BasicAuth:
@@ -112,16 +125,40 @@ class BasicAuth(Auth):
         scheme, _, encoded = header.partition(" ")
         if scheme.lower() != "basic":
             return Refusal(401, "sign in to use the console", challenge)
+        address = client or "unknown"
+        wait = self._failures.blocked_for(address)
+        if wait > 0:
+            retry = str(math.ceil(wait))
+            return Refusal(
+                429,
+                f"too many failed sign-ins from this address: try again in {retry} s",
+                {"Retry-After": retry},
+            )
         try:
             user, sep, password = base64.b64decode(encoded, validate=True).decode().partition(":")
         except (binascii.Error, UnicodeDecodeError):
+            self._failed(address, None)
             return Refusal(401, "malformed credentials", challenge)
         expected = self._users.get(user, "")
         # Compare even for unknown users, so timing does not tell which users exist.
         good = hmac.compare_digest(password.encode(), expected.encode() or b"\0" * 16)
         if not (sep and user in self._users and good):
+            self._failed(address, user)
             return Refusal(401, "wrong user or password", challenge)
+        self._failures.succeeded(address)
         return user
+
+    def _failed(self, address: str, user: str | None) -> None:
+        # %r escapes control characters a forged user name could carry into the log.
+        log.warning("console sign-in failed: user %r from %s", user, address)
+        if self._failures.failed(address):
+            # Once per window, not per refused request: a blocked client cannot flood the log.
+            log.warning(
+                "console sign-ins from %s refused until %.0f s after its first failure: "
+                "too many failures",
+                address,
+                self._failures.window,
+            )
 
 
 class ProxyAuth(Auth):

@@ -1,12 +1,13 @@
-"""What a request passes before a page sees it: authentication (every path but /healthz),
-then, for a form post, its Origin (here) and its CSRF token (:func:`form_of`, when the
-endpoint reads the form: a random cookie the form repeats, double submit, SameSite=Strict)."""
+"""What a request passes before a page sees it: authentication (every path but the exact
+health path, :data:`HEALTH_PATH`), then, for a form post, its Origin (here) and its CSRF
+token (:func:`form_of`, when the endpoint reads the form: a random cookie the form repeats,
+double submit, SameSite=Strict)."""
 
 from __future__ import annotations
 
 import logging
 import secrets
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -20,13 +21,27 @@ from leaseq.console.rendering import CSRF_COOKIE, Renderer
 log = logging.getLogger("leaseq.console")
 
 
+#: The one path a probe opens without credentials (relative to where the console is mounted).
+HEALTH_PATH = "/healthz"
+
+
+def is_health_probe(scope: Mapping[str, Any]) -> bool:
+    """True only for the health path itself: a path merely ending in ``/healthz``
+    (``/x/healthz``, ``/jobs/1/healthz``) is authenticated like every other."""
+    path = str(scope.get("path", ""))
+    root = str(scope.get("root_path", ""))
+    # Starlette's Mount keeps the mount prefix in ``path`` and repeats it in ``root_path``;
+    # a bare ASGI server with --root-path may strip it.
+    return path in (HEALTH_PATH, root + HEALTH_PATH)
+
+
 class Forbidden(Exception):
     """A form post refused before it did anything (its CSRF token)."""
 
 
 class Guard(BaseHTTPMiddleware):
-    """Authenticates every request but /healthz, then, on a POST, checks its Origin (the
-    endpoint checks the CSRF token when it reads the form)."""
+    """Authenticates every request but a health probe (:func:`is_health_probe`), then, on a
+    POST, checks its Origin (the endpoint checks the CSRF token when it reads the form)."""
 
     def __init__(self, app: Any, auth: Auth, origins: Sequence[str], render: Renderer) -> None:
         super().__init__(app)
@@ -35,7 +50,7 @@ class Guard(BaseHTTPMiddleware):
         self._render = render
 
     async def dispatch(self, request: Request, call_next: RequestResponseEndpoint) -> Response:
-        if request.url.path.endswith("/healthz"):
+        if is_health_probe(request.scope):
             return await call_next(request)
         client = request.client.host if request.client else None
         who = self._auth.identify(client, request.headers)

@@ -75,7 +75,7 @@ class Pages:
             "overview.html",
             {
                 **self._role(),
-                "queues": self.console.overview(),
+                "overview": self.console.overview(),
                 "panels": extra,
                 "refresh": self.refresh_seconds,
             },

@@ -82,7 +82,8 @@ def as_json(value: Any) -> str:
 
 class Renderer:
     """Renders a template into a page that is never cached or framed, and sets the CSRF
-    cookie (a random token the page's forms repeat) on a browser that has none yet."""
+    cookie (a random token the page's forms repeat) on a browser that has none yet: Secure
+    when the request came over https, or always with ``secure_cookies``."""
 
     def __init__(self, redact: Redactor, *, secure_cookies: bool) -> None:
         self._redact = redact
@@ -141,7 +142,8 @@ class Renderer:
                 token,
                 httponly=True,
                 samesite="strict",
-                secure=self._secure_cookies,
+                # Behind a TLS-terminating proxy the request itself is plain http.
+                secure=self._secure_cookies or request.url.scheme == "https",
                 path=root or "/",
             )
         return response

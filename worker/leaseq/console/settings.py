@@ -87,6 +87,22 @@ POOLS_NAMESPACE = settings.Option(
     "namespace whose WorkerPools the WorkerPools page lists (default: every namespace the "
     "Kubernetes credentials may read)",
 )
+BEHIND_HTTPS = settings.Option(
+    "behind_https",
+    "LEASEQ_CONSOLE_BEHIND_HTTPS",
+    settings.boolean,
+    False,
+    "true when browsers reach the console over https through a TLS-terminating proxy or "
+    "Ingress: its CSRF cookie is then Secure (it always is on a request that came over https)",
+)
+ALLOW_PRIVILEGED_ROLE = settings.Option(
+    "allow_privileged_role",
+    "LEASEQ_CONSOLE_ALLOW_PRIVILEGED_ROLE",
+    settings.boolean,
+    False,
+    "true: serve even as a superuser, a BYPASSRLS role or the owner of leaseq's tables "
+    "(refused otherwise: no policy or grant would hold the console), with a warning",
+)
 OPTIONS = (
     settings.DATABASE_URL,
     PORT,
@@ -96,10 +112,12 @@ OPTIONS = (
     PROXY_HEADER,
     TRUSTED_PROXY,
     ALLOWED_ORIGIN,
+    BEHIND_HTTPS,
     TIMEOUT,
     REFRESH,
     REDACT_HOOK,
     POOLS_NAMESPACE,
+    ALLOW_PRIVILEGED_ROLE,
     settings.LOG_LEVEL,
     settings.LOG_FORMAT,
 )
@@ -116,10 +134,12 @@ class ConsoleSettings:
     proxy_header: str
     trusted_proxy: tuple[str, ...]
     allowed_origin: tuple[str, ...]
+    behind_https: bool
     statement_timeout: float
     refresh: float
     redact_hook: str | None
     pools_namespace: str | None
+    allow_privileged_role: bool
     log_level: str
     log_format: str
 
@@ -155,10 +175,12 @@ class ConsoleSettings:
             proxy_header=v["proxy_header"],
             trusted_proxy=tuple(v["trusted_proxy"] or ()),
             allowed_origin=tuple(v["allowed_origin"] or ()),
+            behind_https=v["behind_https"],
             statement_timeout=v["statement_timeout"],
             refresh=v["refresh"],
             redact_hook=v["redact_hook"],
             pools_namespace=v["pools_namespace"],
+            allow_privileged_role=v["allow_privileged_role"],
             log_level=v["log_level"],
             log_format=v["log_format"],
         )

@@ -23,6 +23,14 @@ from leaseq.core.models import SILENT_AFTER_SECONDS, JobStatus, is_silent
 
 #: Counts stop here: a queue with more shows ``1000+``.
 COUNT_CAP = 1000
+#: Queues the overview shows at most (the most backed-up first).
+OVERVIEW_QUEUES = 200
+#: Queues the overview finds at most per source (pending, keyed, dead, waiting jobs), by a
+#: skip scan of one probe per queue.
+QUEUE_SCAN = 1000
+#: Ready jobs counted per queue (per claim index) to rank the queues: beyond it, the oldest
+#: ready job decides.
+RANK_CAP = 100
 #: Ids examined per jobs page: a filter that matches nothing costs one window.
 JOBS_WINDOW = 5000
 #: Dead jobs looked at for a bulk retry's count and selection (index only: cheap).
@@ -73,6 +81,21 @@ class QueuePanel:
 
 
 @dataclass(frozen=True)
+class Overview:
+    """The overview's panels, most backed-up queue first, and how many queues were found
+    (``found``: at least that many exist; each source of queues is scanned up to
+    :data:`QUEUE_SCAN`)."""
+
+    panels: list[QueuePanel]
+    found: int
+
+    @property
+    def cut(self) -> bool:
+        """Whether some queues found are not shown."""
+        return self.found > len(self.panels)
+
+
+@dataclass(frozen=True)
 class RoleInfo:
     """The console's database role and the admin actions the database lets it take."""
 
@@ -85,6 +108,29 @@ class RoleInfo:
     @property
     def read_only(self) -> bool:
         return not (self.can_retry or self.can_cancel or self.can_cancel_pipeline)
+
+
+@dataclass(frozen=True)
+class RolePower:
+    """What would put the console's role above every policy and grant."""
+
+    role: str
+    superuser: bool
+    bypassrls: bool
+    owns_tables: bool
+
+    @property
+    def reasons(self) -> list[str]:
+        """Why no policy or grant would hold this role (empty: an ordinary role)."""
+        found = []
+        if self.superuser:
+            found.append("is a superuser")
+        if self.bypassrls:
+            found.append("has BYPASSRLS")
+        # A superuser is a member of every role: saying so again adds nothing.
+        if self.owns_tables and not self.superuser:
+            found.append("owns leaseq's tables (or is a member of their owner)")
+        return found
 
 
 @dataclass(frozen=True)
@@ -205,12 +251,24 @@ class Console:
             row["can_cancel_pipeline"],
         )
 
-    def overview(self, *, limit: int = 200, now: datetime | None = None) -> list[QueuePanel]:
-        """Every queue with work, workers or a schedule (at most ``limit``), one panel each."""
+    def power(self) -> RolePower:
+        """Whether the console's role is one no policy or grant holds (start-up check)."""
+        with self._tx("console: check role") as c:
+            self._store.console_bounds(c, seconds=self._timeout)
+            row = self._store.console_privileges(c)
+        return RolePower(row["role"], row["superuser"], row["bypassrls"], row["owns_tables"])
+
+    def overview(self, *, limit: int = OVERVIEW_QUEUES, now: datetime | None = None) -> Overview:
+        """The most backed-up queues with work, workers or a schedule (at most ``limit``),
+        one panel each, and how many queues were found (:class:`Overview`)."""
+        validation.at_least("limit", limit, 1)
         panels = []
         with self._tx("console: overview") as c:
             self._store.console_bounds(c, seconds=self._timeout)
-            for queue in self._store.console_queues(c, limit=limit):
+            queues, found = self._store.console_queues(
+                c, limit=limit, scan=QUEUE_SCAN, rank_cap=RANK_CAP, now=now
+            )
+            for queue in queues:
                 r = self._store.console_queue_panel(
                     c, queue=queue, cap=COUNT_CAP, live_seconds=SILENT_AFTER_SECONDS, now=now
                 )
@@ -228,7 +286,7 @@ class Console:
                         in_flight=r["in_flight"],
                     )
                 )
-        return panels
+        return Overview(panels, found)
 
     def jobs(
         self,

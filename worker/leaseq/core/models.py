@@ -205,11 +205,17 @@ class Completed:
     """The job succeeded. ``effect_key``: the key its effect row was written under (the one
     passed to complete, else the job's idempotency key); None for a job without a key, whose
     result is in its own row only. ``effect_written`` is False when there is no key, or the
-    key already had a row (a repeat)."""
+    key already had a row: another job's effect holds it (a repeat of that work, or another
+    producer's job using the same key in the queue), and the attempt's note says so."""
 
     job_id: int
     effect_key: str | None
     effect_written: bool
+
+    @property
+    def effect_dropped(self) -> bool:
+        """This job had a key but wrote no effect: another job's effect holds the key."""
+        return self.effect_key is not None and not self.effect_written
 
 
 @dataclass(frozen=True)

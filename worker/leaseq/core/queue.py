@@ -165,10 +165,12 @@ def enqueued(specs: Sequence[JobSpec], rows: Sequence[DictRow | None]) -> list[E
             # The unfinished job holding this dedup key is not visible to this call: a
             # concurrent enqueue committed after this statement's snapshot, or another
             # producer role enqueued it (a producer reads only its own jobs).
+            # Worded as leaseq.enqueue's, and so it does not tell whose job holds the key.
             raise JobStateError(
-                f"a job with dedup_key {spec.dedup_key!r} in queue {spec.queue!r} exists "
-                "but this call cannot see it: enqueued concurrently (retry to get its id) "
-                "or by another database user"
+                f"dedup_key {spec.dedup_key!r} in queue {spec.queue!r} is held by an unfinished "
+                "job this call cannot read: retry to get its id if it was enqueued "
+                "concurrently; dedup keys are per queue across all producers, so make yours "
+                "unique to your application (a prefix)"
             )
         results.append(Enqueued(job_id=row["id"], created=row["created"]))
     return results

@@ -11,7 +11,7 @@ from importlib import resources
 from leaseq.core._store.console import ConsoleStore
 from leaseq.core._store.store import Store
 from leaseq.core.db import Conn, Db, borrow
-from leaseq.core.errors import SchemaNotReady, SchemaTooNew, WrongEncoding
+from leaseq.core.errors import ConfigError, SchemaNotReady, SchemaTooNew, WrongEncoding
 
 log = logging.getLogger("leaseq.migrate")
 
@@ -58,6 +58,9 @@ class ConsoleRole:
 
     role: str
     admin: bool = True
+    #: Let ``role`` take over from another registered console role (whose privileges are
+    #: then revoked); without it, :func:`migrate` refuses to switch console roles.
+    replace: bool = False
 
 
 @functools.cache
@@ -102,6 +105,18 @@ def _require_utf8(conn: Conn, store: Store) -> None:
         )
 
 
+def _refuse_a_second_console_role(conn: Conn, role: str) -> None:
+    registered = ConsoleStore().registered_console_role(conn, role=role)
+    if registered is None or registered["same"]:
+        return
+    raise ConfigError(
+        f"{registered['role']} is leaseq's console role; one console role is registered at a "
+        f"time, and granting {role} would revoke every privilege of {registered['role']}. To "
+        f"replace it, run again with --console-replace true (ConsoleRole(..., replace=True)); "
+        f"to keep it, pass --console-role {registered['role']}. No grant was changed."
+    )
+
+
 class Schema:
     """leaseq's schema in one database: migrate it, or check it is the one this code needs."""
 
@@ -119,9 +134,10 @@ class Schema:
 
         Idempotent; safe to run from many pods at once (a session advisory lock serialises
         them). ``console``, when given, grants the web console's role its privileges the
-        same way (after the components'). Refuses, changing nothing, a database migrated by a
-        newer leaseq. A given connection must be in autocommit mode and not used by anyone
-        else meanwhile.
+        same way (after the components'); naming a role other than the registered console
+        role raises :class:`ConfigError`, granting nothing, unless ``console.replace``.
+        Refuses, changing nothing, a database migrated by a newer leaseq. A given connection
+        must be in autocommit mode and not used by anyone else meanwhile.
         """
         with borrow(self._db, "migrate") as conn:
             return self._migrate(conn, roles or ComponentRoles(), console)
@@ -146,6 +162,8 @@ class Schema:
                     store.migration_record(conn, version=migration.version, name=migration.name)
                 log.info("applied migration %04d_%s", migration.version, migration.name)
                 done.append(migration.version)
+            if console is not None and not console.replace:
+                _refuse_a_second_console_role(conn, console.role)
             grants: list[str] = []
             if roles:
                 with conn.transaction():

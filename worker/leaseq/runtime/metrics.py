@@ -47,6 +47,7 @@ class JobSeries:
     duration: Histogram
     in_flight: Gauge
     finished: Mapping[Outcome, Counter]
+    effects_not_written: Counter
 
 
 class WorkerMetrics:
@@ -63,6 +64,13 @@ class WorkerMetrics:
             "leaseq_jobs_finished",
             "Claimed jobs by how they ended for this worker.",
             ["queue", "job_type", "outcome"],
+            registry=r,
+        )
+        self.effects_not_written = Counter(
+            "leaseq_effects_not_written",
+            "Completions with an effect key whose effect was not written: another job's effect "
+            "holds the key (keys are per queue and job type, shared by every producer).",
+            ["queue", "job_type"],
             registry=r,
         )
         self.duration = Histogram(
@@ -149,6 +157,7 @@ class WorkerMetrics:
                 self.duration.labels(queue, job_type),
                 self.in_flight.labels(queue),
                 {o: self.finished.labels(queue, job_type, o) for o in OUTCOMES},
+                self.effects_not_written.labels(queue, job_type),
             )
             self._series[(queue, job_type)] = found
         return found

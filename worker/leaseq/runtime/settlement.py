@@ -221,13 +221,29 @@ class Settlement:
                 done.attempt.settled.set()
 
     def _complete_many(self, group: Sequence[Done]) -> list[Completed | Fenced]:
-        return self.queue.complete_many(
+        answers = self.queue.complete_many(
             [d.attempt.job.lease for d in group],
             [d.result for d in group],
             # The enqueuer's key, if any: a job without one gets no effect row.
             effect_keys=[d.attempt.job.idempotency_key for d in group],
             progresses=[d.progress for d in group],
             spawns=[d.spawn for d in group],
+        )
+        for done, answer in zip(group, answers, strict=True):
+            if isinstance(answer, Completed) and answer.effect_dropped:
+                self._effect_dropped(done.attempt, answer)
+        return answers
+
+    def _effect_dropped(self, attempt: InFlight, answer: Completed) -> None:
+        job = attempt.job
+        self.metrics.series(job.queue, job.job_type).effects_not_written.inc()
+        log.warning(
+            "job succeeded but its effect was not written: key %r is held by another job's "
+            "effect in queue %s, type %s (keys are shared by every producer of the queue)",
+            answer.effect_key,
+            job.queue,
+            job.job_type,
+            extra=attempt.fields(),
         )
 
     def _complete_one(self, done: Done) -> Answer:

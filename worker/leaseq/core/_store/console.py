@@ -52,9 +52,16 @@ class ConsoleStore(Runner):
     def console_role(self, conn: Conn) -> Row:
         return dict(self._dicts(conn, "console_role", {}, "console")[0])
 
-    def console_queues(self, conn: Conn, *, limit: int) -> list[str]:
-        rows = self._dicts(conn, "console_queues", {"limit": limit}, "console: list queues")
-        return [str(r["queue"]) for r in rows]
+    def console_privileges(self, conn: Conn) -> Row:
+        return dict(self._dicts(conn, "console_privileges", {}, "console: check role")[0])
+
+    def console_queues(
+        self, conn: Conn, *, limit: int, scan: int, rank_cap: int, now: datetime | None
+    ) -> tuple[list[str], int]:
+        """The most backed-up queues (at most ``limit``) and how many were found."""
+        params = {"limit": limit, "scan": scan, "rank_cap": rank_cap, "now": now}
+        rows = self._dicts(conn, "console_queues", params, "console: list queues")
+        return [str(r["queue"]) for r in rows], int(rows[0]["found"]) if rows else 0
 
     def console_queue_panel(
         self, conn: Conn, *, queue: str, cap: int, live_seconds: float, now: datetime | None
@@ -165,6 +172,11 @@ class ConsoleStore(Runner):
 
     def console_flow_blocked(self, conn: Conn, params: Mapping[str, Any]) -> list[Row]:
         return _rows(self._dicts(conn, "console_flow_blocked", params, "console: flow blocked"))
+
+    def registered_console_role(self, conn: Conn, *, role: str) -> Row | None:
+        """The registered console role (``role``, and ``same``: it is the given one), or None."""
+        rows = self._dicts(conn, "registered_console_role", {"role": role}, "grant console")
+        return dict(rows[0]) if rows else None
 
     def console_grants_apply(self, conn: Conn, *, role: str | None, admin: bool) -> list[str]:
         params = {"role": role, "admin": admin}

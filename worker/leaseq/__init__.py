@@ -55,6 +55,8 @@ from leaseq.core.models import (
     Reaped,
     Released,
     RetryPolicy,
+    StepRecord,
+    UncertainStep,
     WorkerRecord,
     WorkerState,
 )
@@ -85,6 +87,7 @@ from leaseq.core.waiters import unwrap
 from leaseq.core.workers import Workers
 from leaseq.runtime.context import BackOff, Interrupted, JobContext, PermanentError, StopReason
 from leaseq.runtime.registry import Registry
+from leaseq.runtime.steps import Intent, NotDone, StepUncertain
 
 __all__ = [
     "After",
@@ -118,6 +121,7 @@ __all__ = [
     "GraphEnqueued",
     "Heartbeat",
     "HeartbeatStatus",
+    "Intent",
     "Interrupted",
     "InvalidGraph",
     "InvalidJob",
@@ -138,6 +142,7 @@ __all__ = [
     "LinkedJob",
     "MigrationReport",
     "Node",
+    "NotDone",
     "Notifications",
     "Overlap",
     "ParentResult",
@@ -164,8 +169,11 @@ __all__ = [
     "SchemaNotReady",
     "SchemaTooNew",
     "SlotOutcome",
+    "StepRecord",
+    "StepUncertain",
     "StopReason",
     "Tick",
+    "UncertainStep",
     "WaitInHandler",
     "WorkerRecord",
     "WorkerState",

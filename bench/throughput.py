@@ -61,7 +61,9 @@ def wakeup(url: str, mode: str, poll_seconds: float, jobs: int) -> dict[str, Any
     committed: dict[int, float] = {}
     rng = random.Random(6)
     with leaseq.connect(url, action="bench") as conn:
-        conn.execute("TRUNCATE leaseq.jobs, leaseq.job_attempts, leaseq.job_results")
+        conn.execute(
+            "TRUNCATE leaseq.jobs, leaseq.job_attempts, leaseq.job_results, leaseq.job_steps"
+        )
         queue = leaseq.Queue(conn)
         produced = 0
 

@@ -189,3 +189,13 @@ def test_a_stale_attempt_records_nothing_and_learns_it_lost_its_lease(
         context(queue, stale._job).step("other", lambda: pytest.fail("ran"))
     assert current[0].step("write", lambda: "fresh", idempotent=True) == "fresh"
     assert [s.result for s in queue.steps(job_id)] == ["fresh"]
+
+
+def test_each_member_of_a_batch_has_its_own_steps(
+    queue: leaseq.Queue, conn: leaseq.core.db.Conn
+) -> None:
+    # A batch handler gets one ctx per job: the same step name is each job's own.
+    ids = [queue.enqueue("q", "t", {"n": n}).job_id for n in (1, 2)]
+    members = [context(queue, job) for job in queue.claim(["q"], "w1", limit=2)]
+    assert [m.step("embed", lambda n: n * 10, m.payload["n"]) for m in members] == [10, 20]
+    assert [[s.result for s in queue.steps(i)] for i in ids] == [[10], [20]]

@@ -11,14 +11,15 @@ same key (``idempotent=True``), or stops the job as uncertain for an operator to
 
 from __future__ import annotations
 
+import contextlib
 import enum
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Protocol
 
-from leaseq.core.errors import LeaseqError
+from leaseq.core.errors import InvalidJob, LeaseqError
 from leaseq.core.models import Lease, StepRecord
 from leaseq.runtime.handler_errors import Interrupted, PermanentError
 
@@ -132,16 +133,8 @@ class Steps:
         if record is not None and record.recorded:
             return record.result
         seen = record.lease_token if record is not None else None
-        if record is not None and record.intended:
-            assert record.attempt is not None and record.intended_at is not None
-            intent = Intent(
-                self._job_id,
-                name,
-                step_key(self._job_id, name),
-                record.attempt,
-                int(record.lease_token),  # type: ignore[arg-type]
-                record.intended_at,
-            )
+        intent = _intent(self._job_id, record)
+        if intent is not None:
             if reconcile is None and not idempotent:
                 raise StepUncertain(self._job_id, intent)
             # This attempt takes the uncertain step over before finding out.
@@ -186,8 +179,12 @@ class Steps:
         return self._records
 
     def _record(self, name: str, result: Any) -> Any:
-        # What a later attempt gets back: the JSON value (a tuple comes back a list).
-        value = json.loads(json.dumps(result, allow_nan=False))
+        # What a later attempt gets back: the JSON value (a tuple comes back a list). A value
+        # that is not JSON leaves the intent without a result: the step is uncertain.
+        try:
+            value = json.loads(json.dumps(result, allow_nan=False))
+        except (TypeError, ValueError) as exc:
+            raise InvalidJob(f"step {name!r} result", f"is not JSON-serialisable ({exc})") from exc
         self._fenced(StepOp.RECORD, (name, value), name, "record its result")
         return value
 
@@ -197,19 +194,21 @@ class Steps:
             self._lease_lost(message)
             raise Interrupted(message)
 
-    def _running(self, name: str) -> _Current:
-        return _Current(self, name)
+    @contextlib.contextmanager
+    def _running(self, name: str) -> Iterator[None]:
+        """:attr:`current` is ``name`` while a step's function or check runs."""
+        self.current = name
+        try:
+            yield
+        finally:
+            self.current = None
 
 
-class _Current:
-    """Sets :attr:`Steps.current` while a step's function or check runs."""
-
-    def __init__(self, steps: Steps, name: str) -> None:
-        self._steps = steps
-        self._name = name
-
-    def __enter__(self) -> None:
-        self._steps.current = self._name
-
-    def __exit__(self, *exc: object) -> None:
-        self._steps.current = None
+def _intent(job_id: int, record: StepRecord | None) -> Intent | None:
+    """The intent ``record`` holds without an outcome (an uncertain step), if it does."""
+    if record is None or record.finished_at is not None or record.lease_token is None:
+        return None
+    if record.attempt is None or record.intended_at is None:
+        raise LeaseqError(f"step {record.name!r} has a lease token but no attempt or time")
+    key = step_key(job_id, record.name)
+    return Intent(job_id, record.name, key, record.attempt, record.lease_token, record.intended_at)

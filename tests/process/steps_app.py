@@ -54,6 +54,7 @@ def three_steps(payload: dict[str, Any], ctx: JobContext) -> dict[str, Any]:
 
     def publish(charged: dict[str, str]) -> str:
         _note(folder, "publish.calls", f"{ctx.worker_id} {ctx.attempt}")
+        ctx.emit({"published": charged["charged"]})  # a partial result, for producers
         return f"published after {charged['charged']}"
 
     pages = ctx.step("fetch", fetch)

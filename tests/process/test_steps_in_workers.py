@@ -78,6 +78,7 @@ def test_a_retry_resumes_after_recorded_steps_and_reconciles_the_uncertain_one(
         "charged": {"charged": key, "found": True},
         "published": f"published after {key}",
     }
+    assert list(queue.stream(job_id)) == [leaseq.StreamItem(1, {"published": key})]
     steps = {s.name: s for s in queue.steps(job_id)}
     assert {n: (s.attempt, s.recorded) for n, s in steps.items()} == {
         "fetch": (1, True),

@@ -1,4 +1,4 @@
--- leaseq schema: durable steps (ctx.step, docs/concepts/steps.md).
+-- leaseq schema: durable steps and job streams (ctx.step, ctx.emit; docs/concepts/steps.md).
 --
 -- A step of a job is a row: its intent (the attempt and lease token that were about to run
 -- it, and when), then its outcome (the recorded JSON result) or, when an operator settled an
@@ -6,8 +6,10 @@
 -- one statement each (queries/steps.sql). The rows go with their job: deleted with it
 -- (ON DELETE CASCADE) when the history mover or prune removes the job; once a job has
 -- finished its steps are no longer read (its result is the record).
--- apply_grants: the worker writes a step only of a job it holds (policies leaseq_worker_intend and leaseq_worker_held),
--- the operator settles uncertain steps, a producer reads its own jobs' steps.
+-- apply_grants: the worker writes a step, or appends to a stream, only of a job it holds
+-- (policies leaseq_worker_intend, leaseq_worker_held, leaseq_worker_emit), the operator
+-- settles uncertain steps, a producer reads its own jobs' steps and streams, and calls
+-- leaseq.stream_read (a stream read from any language).
 
 CREATE TABLE leaseq.job_steps (
     job_id         bigint NOT NULL REFERENCES leaseq.jobs (id) ON DELETE CASCADE,
@@ -29,6 +31,17 @@ CREATE TABLE leaseq.job_steps (
     PRIMARY KEY (job_id, name)
 );
 
+-- Streams (ctx.emit, Queue.stream, leaseq.stream_read): a job's items in the order its
+-- attempts wrote them, numbered from 1 (an item's offset), each written by the attempt
+-- holding the lease (queries/streams.sql). Deleted with the job, as its steps are.
+CREATE TABLE leaseq.job_stream (
+    job_id bigint NOT NULL REFERENCES leaseq.jobs (id) ON DELETE CASCADE,
+    seq    bigint NOT NULL CONSTRAINT job_stream_seq CHECK (seq >= 1),
+    value  jsonb NOT NULL,
+    at     timestamptz NOT NULL DEFAULT now(),
+    PRIMARY KEY (job_id, seq)
+);
+
 CREATE OR REPLACE FUNCTION leaseq.apply_grants(worker regrole, operator regrole, producer regrole)
  RETURNS SETOF text
  LANGUAGE plpgsql
@@ -42,7 +55,7 @@ DECLARE
     jobs_seq text := pg_get_serial_sequence('leaseq.jobs', 'id');
     pipelines_seq text := pg_get_serial_sequence('leaseq.pipelines', 'id');
     graph_cols text := 'id, queue, job_type, payload, priority, max_attempts, available_at, timeout, idempotency_key, created_at, status, deps_left, has_children, pipeline_id';
-    producer_functions text := 'leaseq.enqueue(text, text, jsonb, integer, timestamptz, double precision, integer, double precision, text, text, boolean), leaseq.job_status(bigint)';
+    producer_functions text := 'leaseq.enqueue(text, text, jsonb, integer, timestamptz, double precision, integer, double precision, text, text, boolean), leaseq.job_status(bigint), leaseq.stream_read(bigint, bigint, integer)';
     history_functions text := 'leaseq.history_ensure_partitions(integer, timestamptz), leaseq.history_expire_step(timestamptz, integer)';
     flow_functions text := 'leaseq.flow_limit_set(text, text, integer, double precision, double precision, double precision, boolean), leaseq.flow_unblock(text, text), leaseq.flow_repair(integer), leaseq.flow_resume(text, text)';
     schedule_functions text := 'leaseq.schedule_put(text, text, text, text, text, jsonb, integer, integer, leaseq.schedule_overlap, double precision, leaseq.schedule_origin, text, timestamptz), leaseq.schedule_retire(text, text[], timestamptz)';
@@ -143,7 +156,11 @@ BEGIN
             format('GRANT SELECT, INSERT, UPDATE (attempt, lease_token, intended_at, finished_at, result, note) ON leaseq.job_steps TO %s', worker),
             format('CREATE POLICY leaseq_worker_read ON leaseq.job_steps FOR SELECT TO %s USING (true)', worker),
             format('CREATE POLICY leaseq_worker_intend ON leaseq.job_steps FOR INSERT TO %s WITH CHECK (EXISTS (SELECT 1 FROM leaseq.jobs j WHERE j.id = job_steps.job_id AND j.status = ''running'' AND j.lease_expires_at > now() AND j.lease_token = job_steps.lease_token))', worker),
-            format('CREATE POLICY leaseq_worker_held ON leaseq.job_steps FOR UPDATE TO %s USING (EXISTS (SELECT 1 FROM leaseq.jobs j WHERE j.id = job_steps.job_id AND j.status = ''running'' AND j.lease_expires_at > now())) WITH CHECK (EXISTS (SELECT 1 FROM leaseq.jobs j WHERE j.id = job_steps.job_id AND j.status = ''running'' AND j.lease_expires_at > now() AND (job_steps.lease_token IS NULL OR j.lease_token = job_steps.lease_token)))', worker)];
+            format('CREATE POLICY leaseq_worker_held ON leaseq.job_steps FOR UPDATE TO %s USING (EXISTS (SELECT 1 FROM leaseq.jobs j WHERE j.id = job_steps.job_id AND j.status = ''running'' AND j.lease_expires_at > now())) WITH CHECK (EXISTS (SELECT 1 FROM leaseq.jobs j WHERE j.id = job_steps.job_id AND j.status = ''running'' AND j.lease_expires_at > now() AND (job_steps.lease_token IS NULL OR j.lease_token = job_steps.lease_token)))', worker),
+            -- Streams: items only of a job it holds, appended (never changed).
+            format('GRANT SELECT, INSERT ON leaseq.job_stream TO %s', worker),
+            format('CREATE POLICY leaseq_worker_read ON leaseq.job_stream FOR SELECT TO %s USING (true)', worker),
+            format('CREATE POLICY leaseq_worker_emit ON leaseq.job_stream FOR INSERT TO %s WITH CHECK (EXISTS (SELECT 1 FROM leaseq.jobs j WHERE j.id = job_stream.job_id AND j.status = ''running'' AND j.lease_expires_at > now()))', worker)];
         INSERT INTO leaseq.component_roles VALUES ('worker', worker);
     END IF;
 
@@ -190,7 +207,9 @@ BEGIN
             -- Durable steps: `leaseq steps resolve` settles an uncertain one (the deletes
             -- come with the job's, ON DELETE CASCADE).
             format('GRANT SELECT, UPDATE (attempt, lease_token, intended_at, finished_at, result, note, resolved_by, resolved_at, resolve_reason) ON leaseq.job_steps TO %s', operator),
-            format('CREATE POLICY leaseq_operator_all ON leaseq.job_steps FOR ALL TO %s USING (true) WITH CHECK (true)', operator)];
+            format('CREATE POLICY leaseq_operator_all ON leaseq.job_steps FOR ALL TO %s USING (true) WITH CHECK (true)', operator),
+            format('GRANT SELECT ON leaseq.job_stream TO %s', operator),
+            format('CREATE POLICY leaseq_operator_read ON leaseq.job_stream FOR SELECT TO %s USING (true)', operator)];
         IF maintain THEN
             stmts := stmts || ARRAY[
                 format('GRANT MAINTAIN ON leaseq.jobs TO %s', operator),
@@ -210,6 +229,8 @@ BEGIN
             format('CREATE POLICY leaseq_producer_own ON leaseq.job_results FOR SELECT TO %s USING (EXISTS (SELECT 1 FROM leaseq.jobs j WHERE j.id = job_id))', producer),
             format('GRANT SELECT ON leaseq.job_steps TO %s', producer),
             format('CREATE POLICY leaseq_producer_own ON leaseq.job_steps FOR SELECT TO %s USING (EXISTS (SELECT 1 FROM leaseq.jobs j WHERE j.id = job_id))', producer),
+            format('GRANT SELECT ON leaseq.job_stream TO %s', producer),
+            format('CREATE POLICY leaseq_producer_own ON leaseq.job_stream FOR SELECT TO %s USING (EXISTS (SELECT 1 FROM leaseq.jobs j WHERE j.id = job_id))', producer),
             -- Waiting for its own jobs (the policy on jobs hides the others).
             format('GRANT INSERT (notify_done), UPDATE (notify_done) ON leaseq.jobs TO %s', producer),
             format('CREATE POLICY leaseq_producer_watch ON leaseq.jobs FOR UPDATE TO %s USING (enqueued_by = current_user) WITH CHECK (enqueued_by = current_user)', producer),
@@ -240,4 +261,29 @@ END
 $function$
 ;
 
+CREATE OR REPLACE FUNCTION leaseq.stream_read(job bigint, after bigint DEFAULT 0, lim integer DEFAULT 1000)
+ RETURNS TABLE(seq bigint, value jsonb, finished boolean)
+ LANGUAGE sql
+ STABLE
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+    WITH st AS (
+        SELECT coalesce((SELECT j.status::text IN ('succeeded', 'dead', 'cancelled')
+                           FROM leaseq.jobs j WHERE j.id = stream_read.job), true) AS finished
+    )
+    SELECT s.seq, s.value, st.finished
+      FROM st
+      LEFT JOIN LATERAL (
+          SELECT i.seq, i.value FROM leaseq.job_stream i
+           WHERE i.job_id = stream_read.job AND i.seq > stream_read.after
+           ORDER BY i.seq
+           LIMIT greatest(stream_read.lim, 1)
+      ) s ON true
+     ORDER BY s.seq
+$function$
+;
+REVOKE ALL ON FUNCTION leaseq.stream_read(bigint,bigint,integer) FROM PUBLIC;
+
 ALTER TABLE leaseq.job_steps ENABLE ROW LEVEL SECURITY;
+
+ALTER TABLE leaseq.job_stream ENABLE ROW LEVEL SECURITY;

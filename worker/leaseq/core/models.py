@@ -409,6 +409,30 @@ class StepRecord:
         return self.finished_at is None and self.lease_token is not None
 
 
+#: Items a job's stream holds at most (``ctx.emit`` raises once it is full).
+MAX_STREAM_ITEMS = 10_000
+#: Largest stream item, as JSON (bytes).
+MAX_STREAM_ITEM_BYTES = 65_536
+
+
+@dataclass(frozen=True)
+class StreamItem:
+    """One item of a job's stream (``ctx.emit``): its offset (1 for the first item; read on
+    from any offset with ``Queue.stream(job_id, after=offset)``) and its JSON value."""
+
+    offset: int
+    value: Any
+
+
+@dataclass(frozen=True)
+class StreamPage:
+    """Items of a job's stream after an offset, and whether the job had finished when they
+    were read (then no item follows the last one of a page that was not full)."""
+
+    items: list[StreamItem]
+    finished: bool
+
+
 @dataclass(frozen=True)
 class UncertainStep:
     """A dead job stopped at a step whose outcome is unknown (see ``leaseq steps``)."""

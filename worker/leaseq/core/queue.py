@@ -39,6 +39,7 @@ from leaseq.core.errors import (
     InvalidJob,
     JobNotFound,
     JobStateError,
+    LeaseqError,
     ResultTimeout,
     TransactionConflict,
 )
@@ -46,6 +47,8 @@ from leaseq.core.graph import Dep, Graph, Plan
 from leaseq.core.models import (
     DEFAULT_LEASE_SECONDS,
     FINISHED_STATUSES,
+    MAX_STREAM_ITEM_BYTES,
+    MAX_STREAM_ITEMS,
     SILENT_AFTER_SECONDS,
     STEP_UNCERTAIN_CODE,
     After,
@@ -78,6 +81,8 @@ from leaseq.core.models import (
     Released,
     RetryPolicy,
     StepRecord,
+    StreamItem,
+    StreamPage,
     UncertainStep,
     UnservedWork,
 )
@@ -782,6 +787,52 @@ class Queue:
         """Withdraw the intent of step ``name`` (its function raised); False if the lease is
         lost (or a repeat after a lost connection found it withdrawn)."""
         return self._write("step withdraw", lambda c, _: self._store.step_withdraw(c, lease, name))
+
+    # -- streams (ctx.emit) ------------------------------------------------------------
+
+    def emit(self, lease: Lease, value: Any) -> int | None:
+        """Append ``value`` (JSON, at most 64 KiB) to the job's stream as its next item, under
+        ``lease``: the item's offset, or None if the lease is lost. LeaseqError when the
+        stream already holds MAX_STREAM_ITEMS items."""
+        validation.json_value("stream item", value, limit=MAX_STREAM_ITEM_BYTES)
+        if value is None:
+            raise InvalidJob("stream item", "must not be null (it could not be told from none)")
+        stored = _storable(value, "stream item", lease)
+        held, offset = self._write(
+            "emit",
+            lambda c, _: self._store.stream_emit(c, lease, stored, cap=MAX_STREAM_ITEMS),
+        )
+        if held and offset is None:
+            raise LeaseqError(
+                f"job {lease.job_id}'s stream is full ({MAX_STREAM_ITEMS} items): emit progress"
+                " and partial results, not per-token output"
+            )
+        return offset if held else None
+
+    def stream_page(self, job_id: int, *, after: int = 0, limit: int = 1000) -> StreamPage:
+        """Up to ``limit`` items of the job's stream after offset ``after``, and whether the job
+        had finished when they were read (one snapshot)."""
+        validation.at_least("limit", limit, 1)
+        with borrow(self._db, "read stream") as c:
+            return self._store.stream_read(c, job_id, after, limit)
+
+    def stream(
+        self, job_id: int, *, after: int = 0, poll: float = 0.2, page: int = 1000
+    ) -> Iterator[StreamItem]:
+        """The job's stream items after offset ``after``, as they are written (read every
+        ``poll`` seconds while none is new), ending once the job has finished and every item
+        it wrote was yielded. Resumable: after a restart, pass the last offset seen. A job
+        that is not in the hot table (never was, or moved to history) ends at once."""
+        validation.positive("poll", poll)
+        while True:
+            got = self.stream_page(job_id, after=after, limit=page)
+            yield from got.items
+            if got.items:
+                after = got.items[-1].offset
+            if got.finished and len(got.items) < page:
+                return
+            if not got.items:
+                time.sleep(poll)
 
     def complete(
         self,

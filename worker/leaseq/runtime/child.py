@@ -170,6 +170,10 @@ class _Checkpoints:
     def step_withdraw(self, lease: Lease, name: str) -> bool:
         return bool(self._child.request_step(lease.job_id, StepOp.WITHDRAW, (name,)))
 
+    def emit(self, lease: Lease, value: Any) -> int | None:
+        offset: int | None = self._child.request_step(lease.job_id, StepOp.EMIT, (value,))
+        return offset
+
     def iter_parent_results(self, job_id: int, *, page: int) -> Iterator[ParentResult]:
         """A job's parents, page by page, each page read by the supervisor's queue."""
         after_id = 0

@@ -66,6 +66,7 @@ class JobContext:
         self._progress_at = time.monotonic()
         self._spawned: Graph | None = None
         self._steps: Steps | None = None
+        self._emitting = threading.Lock()
         self.worker_id = worker_id
         self._log: logging.LoggerAdapter[logging.Logger] | None = None
 
@@ -212,6 +213,19 @@ class JobContext:
         return self._patiently(
             f"step {op.value}", lambda: dispatch(self._queue, self._job.lease, op, args)
         )
+
+    def emit(self, value: Any) -> int:
+        """Append ``value`` (JSON, at most 64 KiB; not None) to the job's stream, now, for
+        producers reading it with :meth:`leaseq.Queue.stream`: its offset. For progress and
+        partial results of a long job, not per-token output: a stream holds at most 10,000
+        items, and each is a commit. Fenced like a step: when the lease is lost nothing is
+        written and :class:`Interrupted` is raised."""
+        with self._emitting:  # offsets are taken in order, one append at a time
+            offset = self.step_call(StepOp.EMIT, (value,))
+        if offset is None:
+            self._step_lease_lost("lease lost: stream item not written")
+            raise Interrupted("lease lost: stream item not written")
+        return int(offset)
 
     def _step_lease_lost(self, message: str) -> None:
         self.log.warning("%s", message)

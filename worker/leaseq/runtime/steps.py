@@ -63,17 +63,19 @@ class Intent:
 
 
 class StepOp(enum.StrEnum):
-    """The store calls a step makes (a child process asks its supervisor for each)."""
+    """The store calls a step makes, and a stream's append (``ctx.emit``): a child process
+    asks its supervisor for each."""
 
     LIST = "list"
     INTEND = "intend"
     RECORD = "record"
     WITHDRAW = "withdraw"
+    EMIT = "emit"
 
 
 class StepStore(Protocol):
-    """Where steps are read and written: the :class:`leaseq.Queue` (fenced statements), or in
-    a child process its supervisor."""
+    """Where steps are read and written, and stream items appended: the
+    :class:`leaseq.Queue` (fenced statements), or in a child process its supervisor."""
 
     def steps(self, job_id: int) -> list[StepRecord]: ...
 
@@ -82,6 +84,8 @@ class StepStore(Protocol):
     def step_record(self, lease: Lease, name: str, result: Any) -> bool: ...
 
     def step_withdraw(self, lease: Lease, name: str) -> bool: ...
+
+    def emit(self, lease: Lease, value: Any) -> int | None: ...
 
 
 def dispatch(store: StepStore, lease: Lease, op: StepOp, args: tuple[Any, ...]) -> Any:
@@ -94,6 +98,9 @@ def dispatch(store: StepStore, lease: Lease, op: StepOp, args: tuple[Any, ...]) 
     if op is StepOp.RECORD:
         name, result = args
         return store.step_record(lease, name, result)
+    if op is StepOp.EMIT:
+        (value,) = args
+        return store.emit(lease, value)
     (name,) = args
     return store.step_withdraw(lease, name)
 

@@ -51,6 +51,8 @@ from leaseq.core.models import (
     RetentionRule,
     RetryPolicy,
     StepRecord,
+    StreamItem,
+    StreamPage,
     UncertainStep,
     UnservedWork,
     WorkerRecord,
@@ -91,6 +93,12 @@ def _utf8_json(data: str | bytes) -> Any:
 
 def _json(value: Any) -> Jsonb | None:
     return None if value is None else Jsonb(value)
+
+
+def stream_page(rows: Sequence[Mapping[str, Any]]) -> StreamPage:
+    """leaseq.stream_read's rows as a page (a row without an item carries only finished)."""
+    items = [StreamItem(int(r["seq"]), r["value"]) for r in rows if r["seq"] is not None]
+    return StreamPage(items, bool(rows[0]["finished"]) if rows else True)
 
 
 class ClaimBy(enum.StrEnum):
@@ -492,6 +500,33 @@ class Store(Runner):
             UncertainStep,
             "list uncertain steps",
         )
+
+    # -- streams --------------------------------------------------------------------------
+
+    def stream_emit(
+        self, conn: Conn, lease: Lease, value: Any, *, cap: int, now: datetime | None = None
+    ) -> tuple[bool, int | None]:
+        """Whether the lease is held, and the new item's offset (None: the stream is full)."""
+        [row] = self._dicts(
+            conn,
+            "stream_emit",
+            {
+                "id": lease.job_id,
+                "owner": lease.owner,
+                "token": lease.token,
+                "value": Jsonb(value),
+                "cap": cap,
+                "now": now,
+            },
+            "emit",
+        )
+        return bool(row["held"]), row["seq"]
+
+    def stream_read(self, conn: Conn, job_id: int, after: int, limit: int) -> StreamPage:
+        rows = self._dicts(
+            conn, "stream_read", {"id": job_id, "after": after, "limit": limit}, "read stream"
+        )
+        return stream_page(rows)
 
     def job_complete(
         self,

@@ -48,7 +48,8 @@ def run_one(
     with leaseq.connect(url, action="bench") as conn:
         queue = leaseq.Queue(conn)
         conn.execute(
-            "TRUNCATE leaseq.jobs, leaseq.job_attempts, leaseq.job_results, leaseq.job_steps"
+            "TRUNCATE leaseq.jobs, leaseq.job_attempts, leaseq.job_results, leaseq.job_steps,"
+            " leaseq.job_stream"
         )
         queue.enqueue_many([leaseq.JobSpec(QUEUE, job_type, i) for i in range(jobs)])
         env = {

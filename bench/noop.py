@@ -132,7 +132,8 @@ class Leaseq:
     def enqueue(self, url: str, jobs: int) -> None:
         with leaseq.connect(url, action="bench") as conn:
             conn.execute(
-                "TRUNCATE leaseq.jobs, leaseq.job_attempts, leaseq.job_results, leaseq.job_steps"
+                "TRUNCATE leaseq.jobs, leaseq.job_attempts, leaseq.job_results, leaseq.job_steps,"
+                " leaseq.job_stream"
                 " RESTART IDENTITY"
             )
             queue = leaseq.Queue(conn)

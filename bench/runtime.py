@@ -168,6 +168,7 @@ def run_workers(
     with psycopg.connect(url, autocommit=True) as conn:
         conn.execute(
             "TRUNCATE leaseq.jobs, leaseq.job_attempts, leaseq.job_results, leaseq.job_steps,"
+            " leaseq.job_stream,"
             " leaseq.workers RESTART IDENTITY"
         )
         with running_workers(url, workers, concurrency) as running:

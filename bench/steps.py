@@ -1,10 +1,11 @@
-"""Scenario (issue 49): what a durable step costs against a checkpoint.
+"""Scenario (issue 49): what a durable step or a stream item costs against a checkpoint.
 
 One running job, held by this process, saves N small JSON values either as checkpoints
 (``checkpoint``: one fenced UPDATE of the job's row each) or as durable steps (``step``:
 ``ctx.step`` with a function that returns the value, so an intent INSERT and a record UPDATE
 of a ``leaseq.job_steps`` row each, both fenced and locking the job's row FOR SHARE, plus one
-read of the job's steps per attempt). Measured per call: the serving backend's CPU (user +
+read of the job's steps per attempt), or as stream items (``emit``: ``ctx.emit``, one fenced
+INSERT each). Measured per call: the serving backend's CPU (user +
 system from /proc/<pid>/stat, so the server must be on this host), this process's CPU (the
 client: the context, psycopg), the wall time, and the WAL written. Each arm ROUNDS times on
 a fresh job, interleaved; the median round is reported with the range.
@@ -27,7 +28,7 @@ from bench.stats import percentile
 from leaseq.runtime.context import JobContext
 
 NAME = "steps"
-ARMS = ("checkpoint", "step")
+ARMS = ("checkpoint", "step", "emit")
 ROUNDS = 5
 
 
@@ -43,6 +44,8 @@ def one_round(url: str, arm: str, calls: int) -> dict[str, float]:
         # Prepares the statements (and reads the job's steps): not counted.
         if arm == "checkpoint":
             queue.checkpoint(job.lease, {"i": -1})
+        elif arm == "emit":
+            ctx.emit({"i": -1})
         else:
             ctx.step("warm", lambda: {"i": -1})
         pid = conn.info.backend_pid
@@ -51,6 +54,8 @@ def one_round(url: str, arm: str, calls: int) -> dict[str, float]:
         for i in range(calls):
             if arm == "checkpoint":
                 queue.checkpoint(job.lease, {"i": i})
+            elif arm == "emit":
+                ctx.emit({"i": i})
             else:
                 ctx.step(f"s-{i}", lambda i=i: {"i": i})
         wall = time.perf_counter() - wall

@@ -9,10 +9,13 @@ WITH held AS (
        AND j.lease_expires_at > coalesce(%(now)s::timestamptz, now())
        FOR SHARE OF j
 ),
+-- The last item by a backward scan of the primary key: one index entry, however long the
+-- stream (an aggregate over the join read every item of the job at each append).
 last AS (
-    SELECT held.id, coalesce(max(s.seq), 0) AS seq
-      FROM held LEFT JOIN leaseq.job_stream s ON s.job_id = held.id
-     GROUP BY held.id
+    SELECT held.id,
+           coalesce((SELECT s.seq FROM leaseq.job_stream s WHERE s.job_id = held.id
+                      ORDER BY s.seq DESC LIMIT 1), 0) AS seq
+      FROM held
 ),
 ins AS (
     INSERT INTO leaseq.job_stream (job_id, seq, value, at)

@@ -26,6 +26,7 @@ from bench import (
     report,
     result_latency,
     start,
+    steps,
     throughput,
     txn_scope,
 )
@@ -48,11 +49,13 @@ SCENARIOS: dict[str, Callable[[Context], None]] = {
     pipelines.NAME: pipelines.run,
     lease_renewal.NAME: lease_renewal.run,
     flow.NAME: flow.run,
+    steps.NAME: steps.run,
 }
 # Run only when named with --only: a repeated, interleaved comparison for proposals; OCR
 # inference (minutes of CPU per repeat on a loaded 2-core machine; needs the ocr extra);
 # flow control (issue 20: keyed against keyless claims, a hot key's limit, the plan).
-OPT_IN = {ab.NAME, ocr.NAME, flow.NAME}
+# durable steps (issue 49: a step's cost against a checkpoint's).
+OPT_IN = {ab.NAME, ocr.NAME, flow.NAME, steps.NAME}
 
 RESULTS = Path(__file__).parent / "results"
 # The documentation page that shows the headline of the committed results.

@@ -101,5 +101,7 @@ def reset_leaseq(url: str) -> None:
     """Empty leaseq's job tables between configurations of one scenario."""
     with psycopg.connect(url, autocommit=True) as conn:
         conn.execute(
-            "TRUNCATE leaseq.jobs, leaseq.job_attempts, leaseq.job_results RESTART IDENTITY"
+            "TRUNCATE leaseq.jobs, leaseq.job_attempts, leaseq.job_results, leaseq.job_steps,"
+            " leaseq.job_stream"
+            " RESTART IDENTITY"
         )

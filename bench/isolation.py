@@ -47,7 +47,10 @@ def run_one(
     """Enqueue, start one worker, time start-up and the drain of every job."""
     with leaseq.connect(url, action="bench") as conn:
         queue = leaseq.Queue(conn)
-        conn.execute("TRUNCATE leaseq.jobs, leaseq.job_attempts, leaseq.job_results")
+        conn.execute(
+            "TRUNCATE leaseq.jobs, leaseq.job_attempts, leaseq.job_results, leaseq.job_steps,"
+            " leaseq.job_stream"
+        )
         queue.enqueue_many([leaseq.JobSpec(QUEUE, job_type, i) for i in range(jobs)])
         env = {
             **os.environ,

@@ -135,7 +135,9 @@ class Leaseq:
     def enqueue(self, url: str, jobs: int) -> None:
         with leaseq.connect(url, action="bench") as conn:
             conn.execute(
-                "TRUNCATE leaseq.jobs, leaseq.job_attempts, leaseq.job_results RESTART IDENTITY"
+                "TRUNCATE leaseq.jobs, leaseq.job_attempts, leaseq.job_results, leaseq.job_steps,"
+                " leaseq.job_stream"
+                " RESTART IDENTITY"
             )
             queue = leaseq.Queue(conn)
             for start in range(0, jobs, 1000):

@@ -167,8 +167,9 @@ def run_workers(
     """Enqueue ``jobs`` jobs of ``job_type`` and drain them with ``workers`` real workers."""
     with psycopg.connect(url, autocommit=True) as conn:
         conn.execute(
-            "TRUNCATE leaseq.jobs, leaseq.job_attempts, leaseq.job_results, leaseq.workers "
-            "RESTART IDENTITY"
+            "TRUNCATE leaseq.jobs, leaseq.job_attempts, leaseq.job_results, leaseq.job_steps,"
+            " leaseq.job_stream,"
+            " leaseq.workers RESTART IDENTITY"
         )
         with running_workers(url, workers, concurrency) as running:
             procs = running.procs

@@ -63,7 +63,10 @@ def wakeup(url: str, mode: str, poll_seconds: float, jobs: int) -> dict[str, Any
     committed: dict[int, float] = {}
     rng = random.Random(6)
     with leaseq.connect(url, action="bench") as conn:
-        conn.execute("TRUNCATE leaseq.jobs, leaseq.job_attempts, leaseq.job_results")
+        conn.execute(
+            "TRUNCATE leaseq.jobs, leaseq.job_attempts, leaseq.job_results, leaseq.job_steps,"
+            " leaseq.job_stream"
+        )
         queue = leaseq.Queue(conn)
         produced = 0
 

@@ -237,6 +237,8 @@ API_GROUPS = {
     "leaseq.core.queue": "The queue",
     "leaseq.runtime.registry": "Handlers",
     "leaseq.runtime.context": "Handlers",
+    "leaseq.runtime.handler_errors": "Handlers",
+    "leaseq.runtime.steps": "Handlers",
     "leaseq.core.models": "Records and outcomes",
     "leaseq.core.workers": "Workers, leadership, notifications",
     "leaseq.core.leadership": "Workers, leadership, notifications",

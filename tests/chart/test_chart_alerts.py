@@ -116,6 +116,30 @@ CASES = [
         ],
     ),
     Case(
+        "LeaseqStepUncertain",
+        series={
+            f'leaseq_steps_uncertain_total{{{NS},queue="pay",job_type="bill",pod="w-a"}}': (
+                "0 0 0 1x12"
+            ),
+        },
+        quiet={
+            f'leaseq_steps_uncertain_total{{{NS},queue="pay",job_type="ok",pod="w-a"}}': "0x15",
+            'leaseq_steps_uncertain_total{namespace="other",queue="x",job_type="y"}': "0+1x15",
+        },
+        checks=[
+            Fires("2m", []),
+            Fires(
+                "5m",
+                [
+                    (
+                        {"queue": "pay", "job_type": "bill"},
+                        "1 bill jobs on queue pay stopped at an uncertain step within 15 minutes",
+                    )
+                ],
+            ),
+        ],
+    ),
+    Case(
         "LeaseqLeaseExpirations",
         series={
             f'leaseq_reaped_total{{{NS},queue="flaky",outcome="retried"}}': "0+1x20",

@@ -11,6 +11,7 @@ the reproductions of issue 46 (each fails on the schema of 128adfe).
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 
@@ -21,6 +22,7 @@ from psycopg import sql
 from psycopg.types.json import Jsonb
 
 import leaseq
+from leaseq.runtime.context import JobContext
 from support import threat_model
 from support.roles import Roles, login_roles, migrate_granting_all
 
@@ -275,6 +277,39 @@ def test_4_a_worker_settles_only_what_it_holds_and_writes_no_effect_ahead(
         leaseq.Queue(w).complete(job.lease, {"receipt": "real"})
         effect = leaseq.Queue(w).effect("invoice-99", queue="q", job_type="invoice")
     assert effect is not None and effect.result == {"receipt": "real"}
+
+
+def test_4_a_worker_writes_steps_and_stream_items_only_of_a_job_it_holds(
+    database_url: str, roles: Roles
+) -> None:
+    with queue_as(roles, "producer") as p:
+        pending = leaseq.Queue(p).enqueue("q", "bill").job_id
+    with login(roles, "worker") as conn:
+        with pytest.raises(DENIED):
+            conn.execute(
+                "INSERT INTO leaseq.job_steps (job_id, name, attempt, lease_token, intended_at,"
+                " finished_at, result) VALUES (%s, 'charge', 1, 0, now(), now(), '\"FORGED\"')",
+                [pending],
+            )
+        with pytest.raises(DENIED):
+            conn.execute(
+                "INSERT INTO leaseq.job_stream (job_id, seq, value) VALUES (%s, 1, '1')",
+                [pending],
+            )
+    with queue_as(roles, "worker") as w:
+        [job] = leaseq.Queue(w).claim(["q"], "w1")
+        ctx = JobContext(job, leaseq.Queue(w), "w1", threading.Event())
+        assert ctx.step("charge", lambda: "real") == "real"
+        assert ctx.emit("item") == 1
+    # While the job runs, a step's row is written only at the job's current token.
+    with login(roles, "worker") as conn, pytest.raises(DENIED):
+        conn.execute(
+            "UPDATE leaseq.job_steps SET result = '\"FORGED\"', lease_token = 99 WHERE job_id = %s",
+            [pending],
+        )
+    with queue_as(roles, "producer") as p:
+        assert [s.result for s in leaseq.Queue(p).steps(pending)] == ["real"]
+        assert [i.value for i in leaseq.Queue(p).stream_page(pending).items] == ["item"]
 
 
 def test_4_a_worker_pauses_a_key_for_a_day_at_most_and_the_operator_resumes_it(

@@ -36,6 +36,10 @@ FENCED = [
     "job_fail",
     "job_release",
     "job_back_off",
+    "step_intend",
+    "step_record",
+    "step_withdraw",
+    "stream_emit",
 ]
 
 

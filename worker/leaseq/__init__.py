@@ -55,6 +55,10 @@ from leaseq.core.models import (
     Reaped,
     Released,
     RetryPolicy,
+    StepRecord,
+    StreamItem,
+    StreamPage,
+    UncertainStep,
     WorkerRecord,
     WorkerState,
 )
@@ -85,6 +89,7 @@ from leaseq.core.waiters import unwrap
 from leaseq.core.workers import Workers
 from leaseq.runtime.context import BackOff, Interrupted, JobContext, PermanentError, StopReason
 from leaseq.runtime.registry import Registry
+from leaseq.runtime.steps import Intent, NotDone, StepUncertain
 
 __all__ = [
     "After",
@@ -118,6 +123,7 @@ __all__ = [
     "GraphEnqueued",
     "Heartbeat",
     "HeartbeatStatus",
+    "Intent",
     "Interrupted",
     "InvalidGraph",
     "InvalidJob",
@@ -138,6 +144,7 @@ __all__ = [
     "LinkedJob",
     "MigrationReport",
     "Node",
+    "NotDone",
     "Notifications",
     "Overlap",
     "ParentResult",
@@ -164,8 +171,13 @@ __all__ = [
     "SchemaNotReady",
     "SchemaTooNew",
     "SlotOutcome",
+    "StepRecord",
+    "StepUncertain",
     "StopReason",
+    "StreamItem",
+    "StreamPage",
     "Tick",
+    "UncertainStep",
     "WaitInHandler",
     "WorkerRecord",
     "WorkerState",

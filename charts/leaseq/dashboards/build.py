@@ -235,7 +235,8 @@ def build() -> dashboard.Dashboard:
             graph(
                 "Lease expirations and fencing",
                 "Expired leases the reaper put back (retried) or buried (dead); leases workers"
-                " lost; stale calls refused by the fencing token.",
+                " lost; stale calls refused by the fencing token; jobs stopped at a durable step"
+                " whose outcome is uncertain (leaseq steps resolve settles them).",
                 "ops",
                 query(
                     "sum by (queue, outcome) "
@@ -251,6 +252,12 @@ def build() -> dashboard.Dashboard:
                     f"sum by (queue) (rate(leaseq_fenced_calls_total{{{SEL}}}[$__rate_interval]))",
                     "{{queue}} fenced",
                     "C",
+                ),
+                query(
+                    "sum by (queue) "
+                    f"(rate(leaseq_steps_uncertain_total{{{SEL}}}[$__rate_interval]))",
+                    "{{queue}} stopped at an uncertain step",
+                    "D",
                 ),
             )
         )

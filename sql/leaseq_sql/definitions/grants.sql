@@ -16,6 +16,8 @@ ALTER TABLE leaseq.pipelines ENABLE ROW LEVEL SECURITY;
 ALTER TABLE leaseq.schedules ENABLE ROW LEVEL SECURITY;
 ALTER TABLE leaseq.workers ENABLE ROW LEVEL SECURITY;
 ALTER TABLE leaseq.flow_slots ENABLE ROW LEVEL SECURITY;
+ALTER TABLE leaseq.job_steps ENABLE ROW LEVEL SECURITY;
+ALTER TABLE leaseq.job_stream ENABLE ROW LEVEL SECURITY;
 
 -- The worker role's fence on leaseq.jobs, fired for the worker's role and its members only
 -- (apply_grants creates its trigger, leaseq_worker_fence; the owner, the other roles and the
@@ -70,7 +72,9 @@ REVOKE ALL ON FUNCTION leaseq.jobs_worker_fence() FROM PUBLIC;
 --           its app's schedules at start-up (through schedule_put and schedule_retire: code
 --           schedules of its own login only; reads the slot records); spawns from a handler (inserts jobs, their edges and
 --           pipelines in its completion's transaction, marks parents); the keyed claim reads
---           the keys and takes units and rate tokens; may pause its job's key (flow_pause).
+--           the keys and takes units and rate tokens; may pause its job's key (flow_pause);
+--           writes a durable step's intent and outcome, and appends to a job's stream,
+--           only for a job it holds.
 --           No DELETE on jobs or attempts (cannot prune), no DDL.
 -- operator: reaps, cancels, retries dead jobs, prunes (deletes finished jobs, their attempts
 --           and edges), reads stats, holds the leader lease, forgets stale workers;
@@ -79,13 +83,13 @@ REVOKE ALL ON FUNCTION leaseq.jobs_worker_fence() FROM PUBLIC;
 --           ended; the partition functions); runs the scheduler (reads and writes schedules,
 --           records slots, and enqueues only the jobs a slot fires: a restrictive policy
 --           admits only a slot's idempotency key `schedule:<name>:<slot>`); sets limits,
---           repairs units, unblocks aggregates; on PostgreSQL >= 17 may VACUUM leaseq.jobs
+--           repairs units, unblocks aggregates; settles uncertain steps; on PostgreSQL >= 17 may VACUUM leaseq.jobs
 --           and leaseq.flow_keys (MAINTAIN). Cannot change a job's queue, type, payload or
 --           keys, nor insert other jobs or effects.
 -- producer: enqueues (INSERT of the job's own columns only, keys and graphs included, always
---           unfinished) and reads the jobs it enqueued, their attempts and their effects;
---           flags (to be woken when they finish) and marks as parents only its own jobs; calls
---           leaseq.enqueue and leaseq.job_status. Nothing else.
+--           unfinished) and reads the jobs it enqueued, their attempts, their effects,
+--           their steps and streams; flags (to be woken when they finish) and marks as parents only its own jobs; calls
+--           leaseq.enqueue, leaseq.job_status and leaseq.stream_read. Nothing else.
 CREATE OR REPLACE FUNCTION leaseq.apply_grants(worker regrole, operator regrole, producer regrole)
 RETURNS SETOF text
 LANGUAGE plpgsql
@@ -99,7 +103,7 @@ DECLARE
     jobs_seq text := pg_get_serial_sequence('leaseq.jobs', 'id');
     pipelines_seq text := pg_get_serial_sequence('leaseq.pipelines', 'id');
     graph_cols text := 'id, queue, job_type, payload, priority, max_attempts, available_at, timeout, idempotency_key, created_at, status, deps_left, has_children, pipeline_id';
-    producer_functions text := 'leaseq.enqueue(text, text, jsonb, integer, timestamptz, double precision, integer, double precision, text, text, boolean), leaseq.job_status(bigint)';
+    producer_functions text := 'leaseq.enqueue(text, text, jsonb, integer, timestamptz, double precision, integer, double precision, text, text, boolean), leaseq.job_status(bigint), leaseq.stream_read(bigint, bigint, integer)';
     history_functions text := 'leaseq.history_ensure_partitions(integer, timestamptz), leaseq.history_expire_step(timestamptz, integer)';
     flow_functions text := 'leaseq.flow_limit_set(text, text, integer, double precision, double precision, double precision, boolean), leaseq.flow_unblock(text, text), leaseq.flow_repair(integer), leaseq.flow_resume(text, text)';
     schedule_functions text := 'leaseq.schedule_put(text, text, text, text, text, jsonb, integer, integer, leaseq.schedule_overlap, double precision, leaseq.schedule_origin, text, timestamptz), leaseq.schedule_retire(text, text[], timestamptz)';
@@ -194,7 +198,17 @@ BEGIN
             -- owner) gives one back.
             format('CREATE POLICY leaseq_worker_take ON leaseq.flow_slots FOR UPDATE TO %s USING (job_id IS NULL) WITH CHECK (job_id IS NOT NULL)', worker),
             format('GRANT SELECT, UPDATE (tokens, tokens_at) ON leaseq.flow_buckets TO %s', worker),
-            format('GRANT EXECUTE ON FUNCTION leaseq.flow_pause(text, text, timestamptz) TO %s', worker)];
+            format('GRANT EXECUTE ON FUNCTION leaseq.flow_pause(text, text, timestamptz) TO %s', worker),
+            -- Durable steps: an intent or an outcome only of a job it holds (running, under
+            -- an unexpired lease), at that lease's token (or no token: an intent withdrawn).
+            format('GRANT SELECT, INSERT, UPDATE (attempt, lease_token, intended_at, finished_at, result, note) ON leaseq.job_steps TO %s', worker),
+            format('CREATE POLICY leaseq_worker_read ON leaseq.job_steps FOR SELECT TO %s USING (true)', worker),
+            format('CREATE POLICY leaseq_worker_intend ON leaseq.job_steps FOR INSERT TO %s WITH CHECK (EXISTS (SELECT 1 FROM leaseq.jobs j WHERE j.id = job_steps.job_id AND j.status = ''running'' AND j.lease_expires_at > now() AND j.lease_token = job_steps.lease_token))', worker),
+            format('CREATE POLICY leaseq_worker_held ON leaseq.job_steps FOR UPDATE TO %s USING (EXISTS (SELECT 1 FROM leaseq.jobs j WHERE j.id = job_steps.job_id AND j.status = ''running'' AND j.lease_expires_at > now())) WITH CHECK (EXISTS (SELECT 1 FROM leaseq.jobs j WHERE j.id = job_steps.job_id AND j.status = ''running'' AND j.lease_expires_at > now() AND (job_steps.lease_token IS NULL OR j.lease_token = job_steps.lease_token)))', worker),
+            -- Streams: items only of a job it holds, appended (never changed).
+            format('GRANT SELECT, INSERT ON leaseq.job_stream TO %s', worker),
+            format('CREATE POLICY leaseq_worker_read ON leaseq.job_stream FOR SELECT TO %s USING (true)', worker),
+            format('CREATE POLICY leaseq_worker_emit ON leaseq.job_stream FOR INSERT TO %s WITH CHECK (EXISTS (SELECT 1 FROM leaseq.jobs j WHERE j.id = job_stream.job_id AND j.status = ''running'' AND j.lease_expires_at > now()))', worker)];
         INSERT INTO leaseq.component_roles VALUES ('worker', worker);
     END IF;
 
@@ -237,7 +251,13 @@ BEGIN
             -- Flow control: limits, unit repairs and blocked aggregates.
             format('GRANT SELECT ON leaseq.flow_keys, leaseq.flow_limits, leaseq.flow_slots, leaseq.flow_aggregates, leaseq.flow_repairs, leaseq.flow_buckets TO %s', operator),
             format('CREATE POLICY leaseq_operator_all ON leaseq.flow_slots FOR ALL TO %s USING (true) WITH CHECK (true)', operator),
-            format('GRANT EXECUTE ON FUNCTION %s TO %s', flow_functions, operator)];
+            format('GRANT EXECUTE ON FUNCTION %s TO %s', flow_functions, operator),
+            -- Durable steps: `leaseq steps resolve` settles an uncertain one (the deletes
+            -- come with the job's, ON DELETE CASCADE).
+            format('GRANT SELECT, UPDATE (attempt, lease_token, intended_at, finished_at, result, note, resolved_by, resolved_at, resolve_reason) ON leaseq.job_steps TO %s', operator),
+            format('CREATE POLICY leaseq_operator_all ON leaseq.job_steps FOR ALL TO %s USING (true) WITH CHECK (true)', operator),
+            format('GRANT SELECT ON leaseq.job_stream TO %s', operator),
+            format('CREATE POLICY leaseq_operator_read ON leaseq.job_stream FOR SELECT TO %s USING (true)', operator)];
         IF maintain THEN
             stmts := stmts || ARRAY[
                 format('GRANT MAINTAIN ON leaseq.jobs TO %s', operator),
@@ -255,6 +275,10 @@ BEGIN
             format('CREATE POLICY leaseq_producer_enqueue ON leaseq.jobs FOR INSERT TO %s WITH CHECK (enqueued_by = current_user)', producer),
             format('CREATE POLICY leaseq_producer_own ON leaseq.job_attempts FOR SELECT TO %s USING (EXISTS (SELECT 1 FROM leaseq.jobs j WHERE j.id = job_id))', producer),
             format('CREATE POLICY leaseq_producer_own ON leaseq.job_results FOR SELECT TO %s USING (EXISTS (SELECT 1 FROM leaseq.jobs j WHERE j.id = job_id))', producer),
+            format('GRANT SELECT ON leaseq.job_steps TO %s', producer),
+            format('CREATE POLICY leaseq_producer_own ON leaseq.job_steps FOR SELECT TO %s USING (EXISTS (SELECT 1 FROM leaseq.jobs j WHERE j.id = job_id))', producer),
+            format('GRANT SELECT ON leaseq.job_stream TO %s', producer),
+            format('CREATE POLICY leaseq_producer_own ON leaseq.job_stream FOR SELECT TO %s USING (EXISTS (SELECT 1 FROM leaseq.jobs j WHERE j.id = job_id))', producer),
             -- Waiting for its own jobs (the policy on jobs hides the others).
             format('GRANT INSERT (notify_done), UPDATE (notify_done) ON leaseq.jobs TO %s', producer),
             format('CREATE POLICY leaseq_producer_watch ON leaseq.jobs FOR UPDATE TO %s USING (enqueued_by = current_user) WITH CHECK (enqueued_by = current_user)', producer),

@@ -13,7 +13,7 @@ import time
 from typing import Any
 
 from leaseq import config as settings
-from leaseq.cli import limits, pipelines, schedules
+from leaseq.cli import limits, pipelines, schedules, steps
 from leaseq.cli.args import connect_for, days, duration, json_argument, say, seconds
 from leaseq.cli.tables import age, key_values, printable, table, to_json, when
 from leaseq.core.flow import FlowControl
@@ -54,6 +54,7 @@ def status(args: argparse.Namespace) -> int:
                 waiting = queue.waiting(args.queue or None)
                 keys = flow.status(args.queue or None, limit=STATUS_KEYS)
                 blocked = flow.blocked(args.queue or None, limit=STATUS_KEYS)
+                uncertain = queue.uncertain_steps(limit=steps.SHOWN)
                 if args.json:
                     shown = {
                         "queues": stats,
@@ -63,13 +64,18 @@ def status(args: argparse.Namespace) -> int:
                         "waiting": waiting,
                         "keys": keys,
                         "blocked_aggregates": blocked,
+                        "uncertain_steps": uncertain,
                     }
                     print(to_json(shown), flush=True)
                 else:
                     if args.watch and sys.stdout.isatty():
                         print("\033[2J\033[H", end="")
                     text = _status_text(stats, finished, workers, unserved)
-                    extra = limits.flow_text(keys, blocked)
+                    extra = "\n\n".join(
+                        t
+                        for t in (limits.flow_text(keys, blocked), steps.uncertain_text(uncertain))
+                        if t
+                    )
                     print(text + _waiting_text(waiting) + (f"\n\n{extra}" if extra else ""),
                           flush=True)  # fmt: skip
                 if not args.watch:
@@ -245,9 +251,12 @@ def jobs_show(args: argparse.Namespace) -> int:
     with connect_for(args, "show job") as conn:
         record, found = History(conn).whereabouts(args.job_id)
         attempts = list(found)
-        links = Queue(conn).links(args.job_id) if record.place == JobPlace.HOT else None
+        hot = record.place == JobPlace.HOT
+        links = Queue(conn).links(args.job_id) if hot else None
+        # Steps are deleted with their job when it leaves the hot table.
+        job_steps = Queue(conn).steps(args.job_id) if hot else []
     if args.json:
-        print(to_json({"job": record, "attempts": attempts, "links": links}))
+        print(to_json({"job": record, "attempts": attempts, "links": links, "steps": job_steps}))
         return 0
     of = f"{record.attempt_count} of {record.max_attempts}" if record.max_attempts else None
     fields = [
@@ -279,6 +288,9 @@ def jobs_show(args: argparse.Namespace) -> int:
     if links is not None and (links.parents or links.children or links.pipeline_id):
         print()
         print(_links_text(links))
+    if job_steps:
+        print()
+        print(steps.steps_text(job_steps))
     print()
     if not attempts:
         kept = " (the ledger keeps no attempts)" if record.place == JobPlace.LEDGER else ""
@@ -575,3 +587,4 @@ def add_commands(sub: Any) -> None:
     schedules.add_commands(sub, command)
     pipelines.add_commands(sub, command)
     limits.add_commands(sub, command)
+    steps.add_commands(sub, command)

@@ -81,6 +81,11 @@ def _cmd_worker(args: argparse.Namespace) -> int:
 
 
 def _cmd_demo(args: argparse.Namespace) -> int:
+    if args.steps:
+        from leaseq.demo import steps
+
+        url = settings.resolve(args, [settings.DATABASE_URL])["database_url"]
+        return steps.run(url, args.documents)
     if args.pipeline:
         try:
             from leaseq.demo import pipeline
@@ -190,7 +195,16 @@ def build_parser() -> argparse.ArgumentParser:
         "SIGKILLed during the fan-in (born-digital pages: no model, seconds; needs the ocr extra)",
     )
     p.add_argument(
-        "--documents", type=int, default=4, help="with --ocr or --pipeline: documents (default 4)"
+        "--steps",
+        action="store_true",
+        help="run agent jobs instead, two paid model calls each as durable steps; one worker "
+        "is SIGKILLed between the two calls, and no call is paid twice",
+    )
+    p.add_argument(
+        "--documents",
+        type=int,
+        default=4,
+        help="with --ocr or --pipeline: documents; with --steps: jobs (default 4)",
     )
     p.add_argument(
         "--pages", type=int, default=4, help="with --ocr or --pipeline: pages each (default 4)"

@@ -1,5 +1,5 @@
 """leaseq's asyncio face for producers: enqueue (one, many, or inside the caller's
-transaction), get, result / wait_any / as_completed, cancel and retry, on a psycopg_pool
+transaction), get, result / wait_any / as_completed, stream, cancel and retry, on a psycopg_pool
 ``AsyncConnectionPool`` (or one ``AsyncConnection``).
 
 The same named statements as :class:`leaseq.Queue`, validated the same way, run natively on
@@ -31,6 +31,7 @@ from leaseq.core.models import (
     JobRecord,
     JobStatus,
     PipelineRecord,
+    StreamItem,
 )
 from leaseq.core.queue import (
     JOIN_PIPELINE,
@@ -152,6 +153,25 @@ class AsyncQueue:
         if record is None:
             raise JobNotFound(job_id)
         return record
+
+    async def stream(
+        self, job_id: int, *, after: int = 0, poll: float = 0.2, page: int = 1000
+    ) -> AsyncIterator[StreamItem]:
+        """As :meth:`leaseq.Queue.stream`: the job's stream items after offset ``after`` as
+        they are written, until the job has finished and every item was yielded."""
+        validation.positive("poll", poll)
+        validation.at_least("page", page, 1)
+        while True:
+            async with aborrow(self._db, "read stream") as c:
+                got = await self._store.stream_read(c, job_id, after, page)
+            for item in got.items:
+                yield item
+            if got.items:
+                after = got.items[-1].offset
+            if got.finished and len(got.items) < page:
+                return
+            if not got.items:
+                await asyncio.sleep(poll)
 
     async def cancel(self, job_id: int, *, reason: str | None = None) -> Cancelled:
         """As :meth:`leaseq.Queue.cancel`."""

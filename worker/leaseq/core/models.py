@@ -415,6 +415,76 @@ class AttemptRecord:
         _as(AttemptOutcome, self, "outcome")
 
 
+#: ``last_error_code`` of a job stopped at an uncertain step (leaseq.StepUncertain's name).
+STEP_UNCERTAIN_CODE = "StepUncertain"
+
+
+@dataclass(frozen=True)
+class StepRecord:
+    """One durable step of a job (``ctx.step``): its intent (the attempt and lease token that
+    committed to run it, and when; None once an operator asked for it to run again) and its
+    outcome (``finished_at`` and ``result``; None while it has none), and the last operator
+    resolution of it, if any."""
+
+    name: str
+    attempt: int | None
+    lease_token: int | None
+    intended_at: datetime | None
+    finished_at: datetime | None
+    result: Any
+    #: What had to change in the result to store it (None: nothing).
+    note: str | None
+    resolved_by: str | None
+    resolved_at: datetime | None
+    resolve_reason: str | None
+
+    @property
+    def recorded(self) -> bool:
+        """True when the step has an outcome: no attempt runs its function again."""
+        return self.finished_at is not None
+
+    @property
+    def intended(self) -> bool:
+        """True when an attempt committed to run the step and no outcome was recorded."""
+        return self.finished_at is None and self.lease_token is not None
+
+
+#: Items a job's stream holds at most (``ctx.emit`` raises once it is full).
+MAX_STREAM_ITEMS = 10_000
+#: Largest stream item, as JSON (bytes).
+MAX_STREAM_ITEM_BYTES = 65_536
+
+
+@dataclass(frozen=True)
+class StreamItem:
+    """One item of a job's stream (``ctx.emit``): its offset (1 for the first item; read on
+    from any offset with ``Queue.stream(job_id, after=offset)``) and its JSON value."""
+
+    offset: int
+    value: Any
+
+
+@dataclass(frozen=True)
+class StreamPage:
+    """Items of a job's stream after an offset, and whether the job had finished when they
+    were read (then no item follows the last one of a page that was not full)."""
+
+    items: list[StreamItem]
+    finished: bool
+
+
+@dataclass(frozen=True)
+class UncertainStep:
+    """A dead job stopped at a step whose outcome is unknown (see ``leaseq steps``)."""
+
+    job_id: int
+    queue: str
+    job_type: str
+    name: str
+    attempt: int | None
+    intended_at: datetime | None
+
+
 @dataclass(frozen=True)
 class EffectRecord:
     """The effect stored under an idempotency key, in its queue and job type (the key's

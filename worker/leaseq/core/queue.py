@@ -40,6 +40,7 @@ from leaseq.core.errors import (
     InvalidJob,
     JobNotFound,
     JobStateError,
+    LeaseqError,
     ResultTimeout,
     TransactionConflict,
 )
@@ -47,7 +48,10 @@ from leaseq.core.graph import Dep, Graph, Plan
 from leaseq.core.models import (
     DEFAULT_LEASE_SECONDS,
     FINISHED_STATUSES,
+    MAX_STREAM_ITEM_BYTES,
+    MAX_STREAM_ITEMS,
     SILENT_AFTER_SECONDS,
+    STEP_UNCERTAIN_CODE,
     After,
     AttemptOutcome,
     AttemptRecord,
@@ -78,6 +82,10 @@ from leaseq.core.models import (
     Reaped,
     Released,
     RetryPolicy,
+    StepRecord,
+    StreamItem,
+    StreamPage,
+    UncertainStep,
     UnservedWork,
 )
 from leaseq.core.redact import redact
@@ -700,6 +708,84 @@ class Queue:
             "checkpoint", lambda c, _: self._store.job_checkpoint(c, lease, state, now=now)
         )
 
+    # -- durable steps (leaseq.runtime.steps: ctx.step) ------------------------------------
+
+    def steps(self, job_id: int) -> list[StepRecord]:
+        """A job's steps, intents and outcomes, in the order they were first intended."""
+        with borrow(self._db, "list steps") as c:
+            return self._store.step_list(c, job_id)
+
+    def step_intend(self, lease: Lease, name: str, *, seen_token: int | None) -> bool:
+        """Commit the intent to run step ``name`` under ``lease``, over the intent of token
+        ``seen_token`` if the step has one (None: it has none); False if the lease is lost."""
+        return self._write(
+            "step intent",
+            lambda c, _: self._store.step_intend(c, lease, name, seen_token=seen_token),
+        )
+
+    def step_record(self, lease: Lease, name: str, result: Any) -> bool:
+        """Record the result of step ``name``, intended under ``lease`` (size-checked and
+        made storable as a job's result is); False if the lease is lost."""
+        validation.json_value(f"step {name!r} result", result)
+        stored = bounded.json(result, f"step {name!r} result")
+        return self._write(
+            "step record",
+            lambda c, _: self._store.step_record(
+                c, lease, name, result=stored.value, note=stored.note
+            ),
+        )
+
+    def step_withdraw(self, lease: Lease, name: str) -> bool:
+        """Withdraw the intent of step ``name`` (its function raised); False if the lease is
+        lost (or a repeat after a lost connection found it withdrawn)."""
+        return self._write("step withdraw", lambda c, _: self._store.step_withdraw(c, lease, name))
+
+    # -- streams (ctx.emit) ------------------------------------------------------------
+
+    def emit(self, lease: Lease, value: Any) -> int | None:
+        """Append ``value`` (JSON, at most 64 KiB) to the job's stream as its next item, under
+        ``lease``: the item's offset, or None if the lease is lost. LeaseqError when the
+        stream already holds MAX_STREAM_ITEMS items."""
+        validation.json_value("stream item", value, limit=MAX_STREAM_ITEM_BYTES)
+        if value is None:
+            raise InvalidJob("stream item", "must not be null (it could not be told from none)")
+        stored = _storable(value, "stream item", lease)
+        held, offset = self._write(
+            "emit",
+            lambda c, _: self._store.stream_emit(c, lease, stored, cap=MAX_STREAM_ITEMS),
+        )
+        if held and offset is None:
+            raise LeaseqError(
+                f"job {lease.job_id}'s stream is full ({MAX_STREAM_ITEMS} items): emit progress"
+                " and partial results, not per-token output"
+            )
+        return offset if held else None
+
+    def stream_page(self, job_id: int, *, after: int = 0, limit: int = 1000) -> StreamPage:
+        """Up to ``limit`` items of the job's stream after offset ``after``, and whether the job
+        had finished when they were read (one snapshot)."""
+        validation.at_least("limit", limit, 1)
+        with borrow(self._db, "read stream") as c:
+            return self._store.stream_read(c, job_id, after, limit)
+
+    def stream(
+        self, job_id: int, *, after: int = 0, poll: float = 0.2, page: int = 1000
+    ) -> Iterator[StreamItem]:
+        """The job's stream items after offset ``after``, as they are written (read every
+        ``poll`` seconds while none is new), ending once the job has finished and every item
+        it wrote was yielded. Resumable: after a restart, pass the last offset seen. A job
+        that is not in the hot table (never was, or moved to history) ends at once."""
+        validation.positive("poll", poll)
+        while True:
+            got = self.stream_page(job_id, after=after, limit=page)
+            yield from got.items
+            if got.items:
+                after = got.items[-1].offset
+            if got.finished and len(got.items) < page:
+                return
+            if not got.items:
+                time.sleep(poll)
+
     def complete(
         self,
         lease: Lease,
@@ -1170,6 +1256,52 @@ class Queue:
         if record is None:
             raise JobNotFound(job_id)
         return record
+
+    def resolve_step(
+        self,
+        job_id: int,
+        step: str,
+        *,
+        result: Any = None,
+        retry: bool = False,
+        actor: str,
+        reason: str,
+    ) -> None:
+        """Settle the uncertain step ``step`` of dead job ``job_id``: record ``result`` as its
+        outcome (the effect happened), or with ``retry`` clear its intent (it did not: the
+        step runs again); either way say who (``actor``) and why, and bring the job back to
+        pending with a fresh budget of attempts, in one statement. JobStateError when the
+        job is not dead at an uncertain step of that name."""
+        actor = validation.name("actor", actor)
+        if not isinstance(reason, str) or not reason.strip():
+            raise InvalidJob("reason", "must say why the step is settled so (it is audited)")
+        reason = bounded.text(reason, 2000).value
+        if not retry:
+            validation.json_value(f"step {step!r} result", result)
+            result = bounded.json(result, f"step {step!r} result").value
+        with borrow(self._db, "resolve step") as c:
+            if self._store.step_resolve(
+                c, job_id, step, result=result, retry=retry, actor=actor, reason=reason
+            ):
+                return
+            record = self._store.job_get(c, job_id)
+            steps = {s.name: s for s in self._store.step_list(c, job_id)} if record else {}
+        if record is None:
+            raise JobNotFound(job_id)
+        found = steps.get(step)
+        if found is None:
+            why = f"has no step {step!r} (its steps: {', '.join(sorted(steps)) or 'none'})"
+        elif not found.intended:
+            has = "a result" if found.recorded else "no intent"
+            why = f"step {step!r} is not uncertain: it has {has}"
+        else:
+            why = f"is {record.status}, not dead: only a stopped job's uncertain step is settled"
+        raise JobStateError(f"job {job_id} {why}")
+
+    def uncertain_steps(self, *, limit: int = 100) -> list[UncertainStep]:
+        """Dead jobs stopped at an uncertain step (``leaseq steps resolve`` settles them)."""
+        with borrow(self._db, "list uncertain steps") as c:
+            return self._store.steps_uncertain(c, STEP_UNCERTAIN_CODE, limit)
 
     def attempts(self, job_id: int) -> list[AttemptRecord]:
         with borrow(self._db, "list attempts") as c:

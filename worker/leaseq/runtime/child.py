@@ -1,14 +1,14 @@
-"""The child side of ``--isolation process``: load the app, run ``on_startup`` once, then
-run the handlers the supervisor sends, one unit (a job, or a batch of jobs) at a time.
+"""The child side of ``--isolation process``: load the app, run ``on_startup`` once, then run the
+handlers the supervisor sends, one unit (a job, or a batch of jobs) at a time.
 
-A child is started by :mod:`leaseq.runtime.processes` with ``spawn`` (a fresh interpreter:
-no inherited threads, locks or database connections). It holds no lease and no connection:
-progress goes up the pipe, a checkpoint is a request the supervisor answers (the supervisor
-makes the fenced call), stop and draining come down the pipe. SIGINT and SIGTERM are ignored
-(the supervisor decides when a child ends, and a terminal's Ctrl-C reaches the whole process
-group); a child dies with its supervisor (``PR_SET_PDEATHSIG`` where Linux offers it, else at
-EOF on the pipe), and at the end of the lease it runs under, even when the supervisor is
-stopped (its guard, :func:`_guard`).
+A child is started by :mod:`leaseq.runtime.processes` with ``spawn`` (a fresh interpreter: no
+inherited threads, locks or database connections). It holds no lease and no connection:
+progress goes up the pipe, a checkpoint or a durable step's write is a request the supervisor
+answers (the supervisor makes the fenced call), stop and draining come down the pipe. SIGINT
+and SIGTERM are ignored (the supervisor decides when a child ends, and a terminal's Ctrl-C
+reaches the whole process group); a child dies with its supervisor (``PR_SET_PDEATHSIG`` where
+Linux offers it, else at EOF on the pipe), and at the end of the lease it runs under, even when
+the supervisor is stopped (its guard, :func:`_guard`).
 """
 
 from __future__ import annotations
@@ -30,12 +30,14 @@ from typing import Any, NoReturn, Protocol
 
 from leaseq.core import validation
 from leaseq.core.errors import LeaseqError
-from leaseq.core.models import ClaimedJob, Lease, ParentResult
+from leaseq.core.models import ClaimedJob, Lease, ParentResult, StepRecord
 from leaseq.runtime import logs
 from leaseq.runtime.context import JobContext, StopReason
 from leaseq.runtime.executor import Ending, HandlerOutcome, run_unit
+from leaseq.runtime.handler_errors import Interrupted
 from leaseq.runtime.inflight import InFlight
 from leaseq.runtime.registry import Registry, load_app
+from leaseq.runtime.steps import StepOp
 
 log = logging.getLogger("leaseq.child")
 
@@ -56,6 +58,7 @@ class Msg(enum.StrEnum):
     PROGRESS = "progress"  # (job_id, value)
     CHECKPOINT = "checkpoint"  # (request_id, job_id, state)
     PARENTS = "parents"  # (request_id, job_id, after_id, limit): a page of parent results
+    STEP = "step"  # (request_id, job_id, op, args): a durable step's store call
     DONE = "done"  # (outcomes, one per job of the unit, in order)
     # supervisor -> child
     RUN = "run"  # (jobs, draining)
@@ -63,6 +66,7 @@ class Msg(enum.StrEnum):
     DRAINING = "draining"  # ()
     CHECKPOINTED = "checkpointed"  # (request_id, stored, error)
     PARENTS_PAGE = "parents_page"  # (request_id, [ParentResult], error)
+    STEPPED = "stepped"  # (request_id, value, error)
 
 
 @dataclass(frozen=True)
@@ -150,6 +154,26 @@ class _Checkpoints:
         validation.json_value("checkpoint", state)
         return self._child.request_checkpoint(lease.job_id, state)
 
+    def steps(self, job_id: int) -> list[StepRecord]:
+        rows: list[StepRecord] | None = self._child.request_step(job_id, StepOp.LIST, ())
+        if rows is None:
+            raise Interrupted("stopped while the job's steps could not be read")
+        return rows
+
+    def step_intend(self, lease: Lease, name: str, *, seen_token: int | None) -> bool:
+        return bool(self._child.request_step(lease.job_id, StepOp.INTEND, (name, seen_token)))
+
+    def step_record(self, lease: Lease, name: str, result: Any) -> bool:
+        validation.json_value(f"step {name!r} result", result)
+        return bool(self._child.request_step(lease.job_id, StepOp.RECORD, (name, result)))
+
+    def step_withdraw(self, lease: Lease, name: str) -> bool:
+        return bool(self._child.request_step(lease.job_id, StepOp.WITHDRAW, (name,)))
+
+    def emit(self, lease: Lease, value: Any) -> int | None:
+        offset: int | None = self._child.request_step(lease.job_id, StepOp.EMIT, (value,))
+        return offset
+
     def iter_parent_results(self, job_id: int, *, page: int) -> Iterator[ParentResult]:
         """A job's parents, page by page, each page read by the supervisor's queue."""
         after_id = 0
@@ -208,7 +232,7 @@ class Child:
                         ctx.request_stop(StopReason(reason))
                 elif tag == Msg.DRAINING:
                     self.draining.set()
-                elif tag in (Msg.CHECKPOINTED, Msg.PARENTS_PAGE):
+                elif tag in (Msg.CHECKPOINTED, Msg.PARENTS_PAGE, Msg.STEPPED):
                     request_id, stored, error = args
                     with self._lock:
                         done, answer = self._answers.pop(request_id)
@@ -218,31 +242,33 @@ class Child:
             # The supervisor is gone or closed the slot: nothing here is worth finishing.
             os._exit(0)
 
-    def request_checkpoint(self, job_id: int, state: Any) -> bool:
-        """Ask the supervisor to store ``state`` for ``job_id`` and wait for its answer."""
+    def _request(self, tag: Msg, failed: str, *args: Any) -> Any:
+        """Send ``tag`` with a new request id and ``args``, and wait for the supervisor's
+        answer; LeaseqError (``failed``: what did not happen) when it answers with an error."""
         request_id = next(self._requests)
         done, answer = threading.Event(), list[Any]()
         with self._lock:
             self._answers[request_id] = (done, answer)
-        self.send(Msg.CHECKPOINT, request_id, job_id, state)
+        self.send(tag, request_id, *args)
         done.wait()
-        stored, error = answer
+        value, error = answer
         if error:
-            raise LeaseqError(f"checkpoint not stored: {error}")
-        return bool(stored)
+            raise LeaseqError(f"{failed}: {error}")
+        return value
+
+    def request_checkpoint(self, job_id: int, state: Any) -> bool:
+        """Ask the supervisor to store ``state`` for ``job_id`` and wait for its answer."""
+        return bool(self._request(Msg.CHECKPOINT, "checkpoint not stored", job_id, state))
 
     def request_parents(self, job_id: int, after_id: int, limit: int) -> list[ParentResult]:
         """Ask the supervisor for one keyset page of ``job_id``'s parents, and wait for it."""
-        request_id = next(self._requests)
-        done, answer = threading.Event(), list[Any]()
-        with self._lock:
-            self._answers[request_id] = (done, answer)
-        self.send(Msg.PARENTS, request_id, job_id, after_id, limit)
-        done.wait()
-        rows, error = answer
-        if error:
-            raise LeaseqError(f"parent results not read: {error}")
+        rows = self._request(Msg.PARENTS, "parent results not read", job_id, after_id, limit)
         return list(rows)
+
+    def request_step(self, job_id: int, op: StepOp, args: tuple[Any, ...]) -> Any:
+        """Ask the supervisor to make a step's store call for ``job_id`` (fenced by the lease
+        it holds) and wait for its answer."""
+        return self._request(Msg.STEP, f"step call {op.value} not made", job_id, op.value, args)
 
     # -- to the supervisor ------------------------------------------------------------
 

@@ -1,4 +1,5 @@
-"""What a handler sees of its job: identity, progress, checkpoints and a stop flag."""
+"""What a handler sees of its job: identity, progress, checkpoints, durable steps and a stop
+flag."""
 
 from __future__ import annotations
 
@@ -6,38 +7,23 @@ import enum
 import logging
 import threading
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from datetime import datetime
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 from leaseq.core.backoff import Backoff
 from leaseq.core.errors import DatabaseUnavailable, LeaseqError
 from leaseq.core.graph import Graph, Node, Parent
 from leaseq.core.models import After, ClaimedJob, Lease, ParentResult
+
+# Re-exported: handlers and the runtime import them from here.
+from leaseq.runtime.handler_errors import BackOff as BackOff
+from leaseq.runtime.handler_errors import Interrupted as Interrupted
+from leaseq.runtime.handler_errors import PermanentError as PermanentError
 from leaseq.runtime.latch import Latch
+from leaseq.runtime.steps import Intent, StepOp, Steps, StepStore, dispatch, step_key
 
-
-class PermanentError(Exception):
-    """Raise from a handler when retrying cannot help (bad input): the job goes to ``dead`` at
-    once with this message as its last error."""
-
-
-class Interrupted(Exception):
-    """Raise from a handler to hand the job back without spending an attempt, e.g. after
-    saving a checkpoint when :attr:`JobContext.draining` is set. If the worker has already
-    given the job up (``should_stop``), nothing more is reported."""
-
-
-class BackOff(Interrupted):
-    """Raise from a handler when the service it calls says to back off (HTTP 429,
-    Retry-After): the job is handed back without spending an attempt, to run no sooner than
-    ``seconds`` from now, and its flow-control key (if it has one) is paused until then, so no
-    worker starts another job of that key meanwhile."""
-
-    def __init__(self, seconds: float, reason: str = "told to back off") -> None:
-        super().__init__(f"{reason} for {seconds:g}s")
-        self.seconds = float(seconds)
-        self.reason = reason
+T = TypeVar("T")
 
 
 class StopReason(enum.Enum):
@@ -55,10 +41,10 @@ class StopReason(enum.Enum):
     NO_PROGRESS = "no_progress"
 
 
-class Checkpoints(Protocol):
-    """Where :meth:`JobContext.checkpoint` stores state: the :class:`leaseq.Queue` in the
-    worker process; in a child process (``--isolation process``), the supervisor, which
-    makes the same fenced call."""
+class Checkpoints(StepStore, Protocol):
+    """Where :meth:`JobContext.checkpoint` stores state and :meth:`JobContext.step` its steps:
+    the :class:`leaseq.Queue` in the worker process; in a child process (``--isolation
+    process``), the supervisor, which makes the same fenced calls."""
 
     def checkpoint(self, lease: Lease, state: Any) -> bool: ...
 
@@ -79,6 +65,8 @@ class JobContext:
         self._progress_version = 0
         self._progress_at = time.monotonic()
         self._spawned: Graph | None = None
+        self._steps: Steps | None = None
+        self._emitting = threading.Lock()
         self.worker_id = worker_id
         self._log: logging.LoggerAdapter[logging.Logger] | None = None
 
@@ -160,20 +148,88 @@ class JobContext:
         False, and sets :attr:`should_stop`, when the lease is no longer held. While
         PostgreSQL is unreachable it waits and retries (never raising into the handler) until
         the worker gives the attempt up."""
+        stored = self._patiently(
+            "checkpoint", lambda: self._queue.checkpoint(self._job.lease, state)
+        )
+        if not stored:
+            self.request_stop(StopReason.LEASE_LOST)
+        return bool(stored)
+
+    def _patiently(self, what: str, call: Callable[[], T]) -> T | None:
+        """``call()``, waiting out an unreachable PostgreSQL; None once the worker gives the
+        attempt up meanwhile."""
         retry = Backoff(0.05, 1.0)
         while True:
             try:
-                stored = self._queue.checkpoint(self._job.lease, state)
-                break
+                return call()
             except DatabaseUnavailable as exc:
                 # An infrastructure fault must not fail the attempt: wait for the database
                 # while the lease may hold; the heartbeat loop sets the stop flag when it ends.
-                self.log.warning("checkpoint not stored yet (%s); retrying", exc)
+                self.log.warning("%s not stored yet (%s); retrying", what, exc)
                 if self._stop.wait(retry.next()):
-                    return False
-        if not stored:
-            self.request_stop(StopReason.LEASE_LOST)
-        return stored
+                    return None
+
+    # -- durable steps ----------------------------------------------------------------
+
+    def step(
+        self,
+        name: str,
+        fn: Callable[..., Any],
+        *args: Any,
+        reconcile: Callable[[Intent], Any] | None = None,
+        idempotent: bool = False,
+        **kwargs: Any,
+    ) -> Any:
+        """Run ``fn(*args, **kwargs)`` as the job's step ``name``, once: its JSON result is
+        recorded, and every later attempt of the job gets the recorded result back without
+        calling ``fn``. Names are unique per job (a repeated name in one attempt is an error);
+        name a loop's steps apart (``f"page-{i}"``).
+
+        Before ``fn`` runs its intent is committed. An attempt that finds an intent without a
+        result (an earlier one died in the step) calls ``reconcile(intent)``, which returns
+        the step's result (recorded) or raises :class:`leaseq.NotDone` (``fn`` runs again);
+        or, with ``idempotent=True``, runs ``fn`` again (it passes :attr:`step_key` to the
+        destination, which dedupes); with neither, raises :class:`leaseq.StepUncertain`: the
+        job goes to dead until ``leaseq steps resolve`` settles the step. If ``fn`` raises,
+        the intent is withdrawn (the step did not happen) and the exception goes on. When the
+        lease is lost nothing is recorded and :class:`Interrupted` is raised."""
+        if self._steps is None:
+            self._steps = Steps(self._job.id, self.step_call, self._step_lease_lost)
+        return self._steps.run(name, fn, args, kwargs, reconcile, idempotent)
+
+    @property
+    def step_key(self) -> str:
+        """The running step's stable key (the job id and the step's name), the same on every
+        attempt: pass it to a destination that dedupes (payment APIs, object stores, model
+        gateways). Read inside a step's function or ``reconcile`` check only."""
+        current = self._steps.current if self._steps is not None else None
+        if current is None:
+            raise LeaseqError("ctx.step_key is read inside a step's function or check only")
+        return step_key(self._job.id, current)
+
+    def step_call(self, op: StepOp, args: tuple[Any, ...]) -> Any:
+        """One step call for this attempt on its store (a supervisor answers its child's with
+        it); None once the worker gave the attempt up while PostgreSQL was unreachable."""
+        return self._patiently(
+            f"step {op.value}", lambda: dispatch(self._queue, self._job.lease, op, args)
+        )
+
+    def emit(self, value: Any) -> int:
+        """Append ``value`` (JSON, at most 64 KiB; not None) to the job's stream, now, for
+        producers reading it with :meth:`leaseq.Queue.stream`: its offset. For progress and
+        partial results of a long job, not per-token output: a stream holds at most 10,000
+        items, and each is a commit. Fenced like a step: when the lease is lost nothing is
+        written and :class:`Interrupted` is raised."""
+        with self._emitting:  # offsets are taken in order, one append at a time
+            offset = self.step_call(StepOp.EMIT, (value,))
+        if offset is None:
+            self._step_lease_lost("lease lost: stream item not written")
+            raise Interrupted("lease lost: stream item not written")
+        return int(offset)
+
+    def _step_lease_lost(self, message: str) -> None:
+        self.log.warning("%s", message)
+        self.request_stop(StopReason.LEASE_LOST)
 
     # -- pipelines --------------------------------------------------------------------
 

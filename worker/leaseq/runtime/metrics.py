@@ -134,6 +134,14 @@ class WorkerMetrics:
             "start-up, then one per child killed (max runtime, cancel, lost lease) or crashed.",
             registry=r,
         )
+        self.steps_uncertain = Counter(
+            "leaseq_steps_uncertain",
+            "Jobs this worker stopped (dead, StepUncertain) at a durable step that has an "
+            "intent and no result and neither a reconcile check nor idempotent=True: an "
+            "operator settles each with `leaseq steps resolve`.",
+            ["queue", "job_type"],
+            registry=r,
+        )
         self._series: dict[tuple[str, str], JobSeries] = {}
         for queue in queues:
             self.in_flight.labels(queue)
@@ -146,6 +154,7 @@ class WorkerMetrics:
     def known(self, queue: str, job_type: str) -> None:
         """Create the (queue, job_type) series at 0, for every outcome."""
         self.series(queue, job_type)
+        self.steps_uncertain.labels(queue, job_type)
 
     def series(self, queue: str, job_type: str) -> JobSeries:
         """The (queue, job_type) series, created at 0 (every outcome) on first use. Safe

@@ -41,6 +41,7 @@ from leaseq.runtime.child import ChildSpec, Msg
 from leaseq.runtime.context import StopReason
 from leaseq.runtime.executor import Ending, Executor, HandlerOutcome, OnDone
 from leaseq.runtime.inflight import InFlight
+from leaseq.runtime.steps import StepOp
 
 log = logging.getLogger("leaseq.worker")
 
@@ -303,7 +304,9 @@ class _Slot:
         tag, *args = message
         if tag == Msg.DONE:
             return list(args[0])
-        attempt = self.unit.get(args[1] if tag in (Msg.CHECKPOINT, Msg.PARENTS) else args[0])
+        attempt = self.unit.get(
+            args[1] if tag in (Msg.CHECKPOINT, Msg.PARENTS, Msg.STEP) else args[0]
+        )
         if tag == Msg.PROGRESS and attempt is not None:
             attempt.context.progress(args[1])
         elif tag == Msg.CHECKPOINT:
@@ -325,6 +328,16 @@ class _Slot:
                 except LeaseqError as exc:
                     error = f"{type(exc).__name__}: {exc}"
             self._send_quietly(current, Msg.PARENTS_PAGE, request_id, rows, error)
+        elif tag == Msg.STEP:
+            request_id, _, op, call_args = args
+            value: Any = None
+            error = "" if attempt is not None else "the attempt is no longer running here"
+            if attempt is not None:
+                try:
+                    value = attempt.context.step_call(StepOp(op), tuple(call_args))
+                except LeaseqError as exc:
+                    error = f"{type(exc).__name__}: {exc}"
+            self._send_quietly(current, Msg.STEPPED, request_id, value, error)
         return None
 
     def report(self, attempts: list[InFlight], outcomes: list[HandlerOutcome]) -> None:

@@ -42,7 +42,7 @@ from leaseq.core import validation
 from leaseq.core.backoff import Backoff
 from leaseq.core.db import open_pool
 from leaseq.core.errors import DatabaseUnavailable, InvalidJob, LeaseqError, SchemaNotReady
-from leaseq.core.models import Call, RetryPolicy, WorkerState
+from leaseq.core.models import STEP_UNCERTAIN_CODE, Call, RetryPolicy, WorkerState
 from leaseq.core.queue import Queue, checked_plan
 from leaseq.core.schedules import Schedules
 from leaseq.core.schema import Schema
@@ -386,6 +386,9 @@ class Worker:
                     self.settlement.settle(attempt, Call.RELEASE, release)
                 else:
                     retryable = outcome.ending is not Ending.PERMANENT
+                    if outcome.error_code == STEP_UNCERTAIN_CODE:
+                        job = attempt.job
+                        self.metrics.steps_uncertain.labels(job.queue, job.job_type).inc()
                     self._fail(
                         attempt, outcome.error, outcome.error_code, retryable, outcome.traceback
                     )

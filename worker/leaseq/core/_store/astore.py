@@ -13,9 +13,9 @@ from psycopg.rows import DictRow, class_row, dict_row
 from leaseq.core import moments
 from leaseq.core._store import statements
 from leaseq.core._store.runner import Params
-from leaseq.core._store.store import enqueue_params, outcome
+from leaseq.core._store.store import enqueue_params, outcome, stream_page
 from leaseq.core.errors import translate
-from leaseq.core.models import JobOutcome, JobRecord, JobStatus, PipelineRecord
+from leaseq.core.models import JobOutcome, JobRecord, JobStatus, PipelineRecord, StreamPage
 
 AsyncConn = psycopg.AsyncConnection[Any]
 T = TypeVar("T")
@@ -60,6 +60,12 @@ class AsyncStore:
         except psycopg.Error as exc:
             raise translate(exc, action="enqueue", conninfo=conn.info.dsn) from exc
         return results
+
+    async def stream_read(self, conn: AsyncConn, job_id: int, after: int, limit: int) -> StreamPage:
+        rows = await self._dicts(
+            conn, "stream_read", {"id": job_id, "after": after, "limit": limit}, "read stream"
+        )
+        return stream_page(rows)
 
     async def job_get(self, conn: AsyncConn, job_id: int) -> JobRecord | None:
         rows = await self._execute(

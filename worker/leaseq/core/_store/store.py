@@ -53,6 +53,10 @@ from leaseq.core.models import (
     RetentionRule,
     RetryPolicy,
     SlotsClaim,
+    StepRecord,
+    StreamItem,
+    StreamPage,
+    UncertainStep,
     UnservedWork,
     WorkerRecord,
     WorkerState,
@@ -92,6 +96,12 @@ def _utf8_json(data: str | bytes) -> Any:
 
 def _json(value: Any) -> Jsonb | None:
     return None if value is None else Jsonb(value)
+
+
+def stream_page(rows: Sequence[Mapping[str, Any]]) -> StreamPage:
+    """leaseq.stream_read's rows as a page (a row without an item carries only finished)."""
+    items = [StreamItem(int(r["seq"]), r["value"]) for r in rows if r["seq"] is not None]
+    return StreamPage(items, bool(rows[0]["finished"]) if rows else True)
 
 
 def _bigint_array(values: Sequence[int]) -> str:
@@ -377,6 +387,136 @@ class Store(Runner):
             "checkpoint",
         )
         return bool(rows)
+
+    # -- durable steps ---------------------------------------------------------------------
+
+    def step_list(self, conn: Conn, job_id: int) -> list[StepRecord]:
+        return self._typed(conn, "step_list", {"id": job_id}, StepRecord, "list steps")
+
+    def _step_fenced(
+        self, conn: Conn, statement: str, lease: Lease, name: str, action: str, **params: Any
+    ) -> bool:
+        rows = self._dicts(
+            conn,
+            statement,
+            {
+                "id": lease.job_id,
+                "owner": lease.owner,
+                "token": lease.token,
+                "name": name,
+                "now": params.pop("now", None),
+                **params,
+            },
+            action,
+        )
+        return bool(rows)
+
+    def step_intend(
+        self,
+        conn: Conn,
+        lease: Lease,
+        name: str,
+        *,
+        seen_token: int | None,
+        now: datetime | None = None,
+    ) -> bool:
+        """True when the intent is committed; False when the lease is not held."""
+        return self._step_fenced(
+            conn, "step_intend", lease, name, "step intent", seen_token=seen_token, now=now
+        )
+
+    def step_record(
+        self,
+        conn: Conn,
+        lease: Lease,
+        name: str,
+        *,
+        result: Any,
+        note: str | None,
+        now: datetime | None = None,
+    ) -> bool:
+        """True when the outcome is recorded; False when the lease is not held."""
+        return self._step_fenced(
+            conn,
+            "step_record",
+            lease,
+            name,
+            "step record",
+            result=_json(result),
+            note=note,
+            now=now,
+        )
+
+    def step_withdraw(
+        self, conn: Conn, lease: Lease, name: str, now: datetime | None = None
+    ) -> bool:
+        """True when the intent is withdrawn; False when the lease is not held."""
+        return self._step_fenced(conn, "step_withdraw", lease, name, "step withdraw", now=now)
+
+    def step_resolve(
+        self,
+        conn: Conn,
+        job_id: int,
+        name: str,
+        *,
+        result: Any,
+        retry: bool,
+        actor: str,
+        reason: str,
+        now: datetime | None = None,
+    ) -> bool:
+        """True when the uncertain step was settled and its job made pending again."""
+        rows = self._dicts(
+            conn,
+            "step_resolve",
+            {
+                "id": job_id,
+                "name": name,
+                "result": _json(result),
+                "retry": retry,
+                "actor": actor,
+                "reason": reason,
+                "now": now,
+            },
+            "resolve step",
+        )
+        return bool(rows)
+
+    def steps_uncertain(self, conn: Conn, error_code: str, limit: int) -> list[UncertainStep]:
+        return self._typed(
+            conn,
+            "steps_uncertain",
+            {"error_code": error_code, "limit": limit},
+            UncertainStep,
+            "list uncertain steps",
+        )
+
+    # -- streams --------------------------------------------------------------------------
+
+    def stream_emit(
+        self, conn: Conn, lease: Lease, value: Any, *, cap: int, now: datetime | None = None
+    ) -> tuple[bool, int | None]:
+        """Whether the lease is held, and the new item's offset (None: the stream is full)."""
+        [row] = self._dicts(
+            conn,
+            "stream_emit",
+            {
+                "id": lease.job_id,
+                "owner": lease.owner,
+                "token": lease.token,
+                "value": Jsonb(value),
+                "cap": cap,
+                "now": now,
+            },
+            "emit",
+        )
+        return bool(row["held"]), row["seq"]
+
+    def stream_read(self, conn: Conn, job_id: int, after: int, limit: int) -> StreamPage:
+        rows = self._dicts(
+            conn, "stream_read", {"id": job_id, "after": after, "limit": limit}, "read stream"
+        )
+        return stream_page(rows)
 
     def job_complete(
         self,

@@ -1,0 +1,83 @@
+"""Handlers with durable steps for the process tests (``--app steps_app:registry``): every
+call of a step's function or check is appended to a file in ``payload['dir']``, so a test
+counts them across worker processes."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+import leaseq
+from leaseq.runtime.context import JobContext
+from leaseq.runtime.registry import Registry
+
+registry = Registry()
+
+
+def _note(folder: Path, name: str, line: str) -> None:
+    with (folder / name).open("a") as f:
+        f.write(line + "\n")
+
+
+def _lines(path: Path) -> list[str]:
+    return path.read_text().splitlines() if path.exists() else []
+
+
+@registry.job("three_steps")
+def three_steps(payload: dict[str, Any], ctx: JobContext) -> dict[str, Any]:
+    """Three steps; the second charges (appends its key to ``effects``) and, on the first
+    attempt, then hangs until the worker is killed. ``mode``: how the second step's
+    uncertain outcome is handled (reconcile, idempotent, or neither)."""
+    folder = Path(payload["dir"])
+    mode = payload["mode"]
+
+    def fetch() -> dict[str, int]:
+        _note(folder, "fetch.calls", f"{ctx.worker_id} {ctx.attempt}")
+        return {"pages": 3}
+
+    def charge() -> dict[str, str]:
+        _note(folder, "charge.calls", f"{ctx.worker_id} {ctx.attempt} {ctx.step_key}")
+        # The destination dedupes by key (what idempotent=True relies on).
+        if ctx.step_key not in _lines(folder / "effects"):
+            _note(folder, "effects", ctx.step_key)
+        if ctx.attempt == 1:
+            while True:  # killed here, after the effect and before the record
+                time.sleep(0.05)
+        return {"charged": ctx.step_key}
+
+    def check(intent: leaseq.Intent) -> dict[str, str]:
+        _note(folder, "check.calls", f"{ctx.worker_id} {ctx.attempt} {intent.attempt}")
+        if intent.key not in _lines(folder / "effects"):
+            raise leaseq.NotDone
+        return {"charged": intent.key, "found": True}
+
+    def publish(charged: dict[str, str]) -> str:
+        _note(folder, "publish.calls", f"{ctx.worker_id} {ctx.attempt}")
+        ctx.emit({"published": charged["charged"]})  # a partial result, for producers
+        return f"published after {charged['charged']}"
+
+    pages = ctx.step("fetch", fetch)
+    options: dict[str, Any] = {
+        "reconcile": {"reconcile": check},
+        "idempotent": {"idempotent": True},
+        "none": {},
+    }[mode]
+    charged = ctx.step("charge", charge, **options)
+    published = ctx.step("publish", publish, charged)
+    return {"pages": pages, "charged": charged, "published": published}
+
+
+@registry.job("gated_step")
+def gated_step(payload: dict[str, Any], ctx: JobContext) -> dict[str, Any]:
+    """One idempotent step that notes its start and waits for ``payload['gate']``, ignoring
+    the stop flag (a stale attempt that does not notice it lost its lease)."""
+    folder = Path(payload["dir"])
+
+    def write() -> dict[str, str]:
+        _note(folder, "write.calls", ctx.worker_id)
+        while not (folder / "gate").exists():
+            time.sleep(0.05)
+        return {"by": ctx.worker_id}
+
+    return {"step": ctx.step("write", write, idempotent=True)}

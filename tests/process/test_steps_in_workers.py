@@ -1,0 +1,158 @@
+"""Durable steps in real worker processes, both isolation modes: SIGKILL inside a step
+after its effect, the retry resumes after the recorded steps and reconciles the uncertain
+one; without a way to reconcile the job stops uncertain and `leaseq steps resolve` finishes
+it; a worker frozen (SIGSTOP) inside a step records nothing when it resumes."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+import leaseq
+from support.polling import wait_for
+from support.workers import WorkerProcess
+
+pytestmark = pytest.mark.process
+
+Spawn = Callable[..., WorkerProcess]
+APP = "steps_app:registry"
+
+
+def lines(path: Path) -> list[str]:
+    return path.read_text().splitlines() if path.exists() else []
+
+
+def cli(database_url: str, *argv: str) -> str:
+    done = subprocess.run(
+        [sys.executable, "-m", "leaseq.cli", *argv, "--database-url", database_url],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    return done.stdout
+
+
+def crash_in_the_charge(
+    queue: leaseq.Queue, spawn_worker: Spawn, tmp_path: Path, mode: str, isolation: str
+) -> tuple[int, WorkerProcess]:
+    """Enqueue a three-step job, SIGKILL its first worker once step 2's effect is written
+    (before the step is recorded), and start a second worker; returns the job and it."""
+    folder = tmp_path / "effects"
+    folder.mkdir()
+    job_id = queue.enqueue("q", "three_steps", {"dir": str(folder), "mode": mode}).job_id
+    a = spawn_worker("w-a", app=APP, isolation=isolation)
+    wait_for(lambda: lines(folder / "effects"), "step 2's effect", timeout=60)
+    a.signal(signal.SIGKILL)
+    assert a.wait_exit() == -signal.SIGKILL
+    return job_id, spawn_worker("w-b", app=APP, isolation=isolation)
+
+
+@pytest.mark.parametrize("isolation", ["thread", "process"])
+def test_a_retry_resumes_after_recorded_steps_and_reconciles_the_uncertain_one(
+    queue: leaseq.Queue,
+    spawn_worker: Spawn,
+    reaper: list[leaseq.Reaped],
+    tmp_path: Path,
+    isolation: str,
+) -> None:
+    job_id, _ = crash_in_the_charge(queue, spawn_worker, tmp_path, "reconcile", isolation)
+    job = wait_for(
+        lambda: (j := queue.get(job_id)).status == "succeeded" and j, "the retry", timeout=60
+    )
+    folder = tmp_path / "effects"
+    key = f"job:{job_id}:step:charge"
+    assert lines(folder / "fetch.calls") == ["w-a 1"]
+    assert [c.split()[:2] for c in lines(folder / "charge.calls")] == [["w-a", "1"]]
+    assert lines(folder / "check.calls") == ["w-b 2 1"]
+    assert lines(folder / "publish.calls") == ["w-b 2"]
+    assert lines(folder / "effects") == [key]
+    assert job.result == {
+        "pages": {"pages": 3},
+        "charged": {"charged": key, "found": True},
+        "published": f"published after {key}",
+    }
+    assert list(queue.stream(job_id)) == [leaseq.StreamItem(1, {"published": key})]
+    steps = {s.name: s for s in queue.steps(job_id)}
+    assert {n: (s.attempt, s.recorded) for n, s in steps.items()} == {
+        "fetch": (1, True),
+        "charge": (2, True),
+        "publish": (2, True),
+    }
+
+
+def test_an_idempotent_step_runs_again_under_the_same_key(
+    queue: leaseq.Queue, spawn_worker: Spawn, reaper: list[leaseq.Reaped], tmp_path: Path
+) -> None:
+    job_id, _ = crash_in_the_charge(queue, spawn_worker, tmp_path, "idempotent", "thread")
+    wait_for(lambda: queue.get(job_id).status == "succeeded", "the retry", timeout=60)
+    folder = tmp_path / "effects"
+    key = f"job:{job_id}:step:charge"
+    assert lines(folder / "charge.calls") == [f"w-a 1 {key}", f"w-b 2 {key}"]
+    assert lines(folder / "effects") == [key]
+    assert lines(folder / "fetch.calls") == ["w-a 1"]
+
+
+@pytest.mark.parametrize("isolation", ["thread", "process"])
+def test_without_reconcile_the_job_stops_uncertain_and_steps_resolve_finishes_it(
+    queue: leaseq.Queue,
+    spawn_worker: Spawn,
+    reaper: list[leaseq.Reaped],
+    tmp_path: Path,
+    database_url: str,
+    isolation: str,
+) -> None:
+    job_id, b = crash_in_the_charge(queue, spawn_worker, tmp_path, "none", isolation)
+    dead = wait_for(
+        lambda: (j := queue.get(job_id)).status == "dead" and j, "the uncertain stop", timeout=60
+    )
+    assert dead.last_error_code == "StepUncertain"
+    assert "step 'charge' is uncertain" in (dead.last_error or "")
+    assert b.metric("leaseq_steps_uncertain_total", queue="q", job_type="three_steps") == 1
+    status = json.loads(cli(database_url, "status", "--json"))
+    assert [(u["job_id"], u["name"]) for u in status["uncertain_steps"]] == [(job_id, "charge")]
+    assert "uncertain" in cli(database_url, "jobs", "show", str(job_id))
+
+    cli(
+        database_url, "steps", "resolve", str(job_id), "charge",
+        "--result", '{"charged": "seen in the ledger"}', "--reason", "ledger entry 17",
+        "--by", "ops",
+    )  # fmt: skip
+    job = wait_for(lambda: (j := queue.get(job_id)).status == "succeeded" and j, "the resolved job")
+    folder = tmp_path / "effects"
+    assert job.result["charged"] == {"charged": "seen in the ledger"}
+    assert len(lines(folder / "charge.calls")) == 1
+    assert lines(folder / "fetch.calls") == ["w-a 1"]
+    assert [c.split()[0] for c in lines(folder / "publish.calls")] == ["w-b"]
+    assert not (folder / "check.calls").exists()
+    step = next(s for s in queue.steps(job_id) if s.name == "charge")
+    assert (step.resolved_by, step.resolve_reason) == ("ops", "ledger entry 17")
+
+
+def test_a_worker_frozen_in_a_step_records_nothing_when_it_resumes(
+    queue: leaseq.Queue, spawn_worker: Spawn, reaper: list[leaseq.Reaped], tmp_path: Path
+) -> None:
+    folder = tmp_path / "frozen"
+    folder.mkdir()
+    job_id = queue.enqueue("q", "gated_step", {"dir": str(folder)}).job_id
+    a = spawn_worker("w-a", app=APP)
+    wait_for(lambda: lines(folder / "write.calls") == ["w-a"], "w-a inside the step")
+    a.signal(signal.SIGSTOP)
+    try:
+        wait_for(lambda: reaper, "the reaper to take the job back")
+        spawn_worker("w-b", app=APP)
+        wait_for(lambda: lines(folder / "write.calls") == ["w-a", "w-b"], "w-b inside the step")
+        (folder / "gate").touch()
+        wait_for(lambda: queue.get(job_id).status == "succeeded", "w-b to finish the job")
+    finally:
+        a.signal(signal.SIGCONT)
+    wait_for(lambda: "lease lost: step 'write'" in a.log.read_text(), "w-a's step fenced")
+    [step] = queue.steps(job_id)
+    assert (step.result, step.attempt, step.lease_token) == ({"by": "w-b"}, 2, 2)
+    assert queue.get(job_id).result == {"step": {"by": "w-b"}}

@@ -1,0 +1,28 @@
+"""What a handler raises to say how its attempt ends, other than by failing: its own module
+so that the context and the steps (:mod:`leaseq.runtime.steps`) share them without importing
+each other."""
+
+from __future__ import annotations
+
+
+class PermanentError(Exception):
+    """Raise from a handler when retrying cannot help (bad input): the job goes to ``dead`` at
+    once with this message as its last error."""
+
+
+class Interrupted(Exception):
+    """Raise from a handler to hand the job back without spending an attempt, e.g. after
+    saving a checkpoint when :attr:`JobContext.draining` is set. If the worker has already
+    given the job up (``should_stop``), nothing more is reported."""
+
+
+class BackOff(Interrupted):
+    """Raise from a handler when the service it calls says to back off (HTTP 429,
+    Retry-After): the job is handed back without spending an attempt, to run no sooner than
+    ``seconds`` from now, and its flow-control key (if it has one) is paused until then, so no
+    worker starts another job of that key meanwhile."""
+
+    def __init__(self, seconds: float, reason: str = "told to back off") -> None:
+        super().__init__(f"{reason} for {seconds:g}s")
+        self.seconds = float(seconds)
+        self.reason = reason

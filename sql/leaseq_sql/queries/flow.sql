@@ -6,7 +6,7 @@ claimed AS (
     UPDATE leaseq.jobs j
        SET status = 'running',
            attempt_count = j.attempt_count + 1,
-           lease_token = j.lease_token + 1,
+           lease_token = leaseq.lease_token_next(j.lease_token),
            lease_owner = %(owner)s,
            claim_id = %(claim_id)s,
            -- The moment the claim holds its unit (its locks are taken before any row is
@@ -60,7 +60,7 @@ EXISTS (SELECT 1 FROM leaseq.flow_limits r
 -- snapshot cannot see at the old address, and a limit of 2 then ran 3 jobs at once.
 taken AS (
     UPDATE leaseq.flow_slots s
-       SET job_id = c.id, lease_token = c.lease_token + 1, taken_at = coalesce(%(now)s::timestamptz, now())
+       SET job_id = c.id, lease_token = leaseq.lease_token_next(c.lease_token), taken_at = coalesce(%(now)s::timestamptz, now())
       FROM candidate c
      -- Arrays, not only a join: an index scan whatever the plan.
      WHERE s.queue = ANY (ARRAY(SELECT x.queue FROM candidate x WHERE x.slot IS NOT NULL))

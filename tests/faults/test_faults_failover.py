@@ -21,7 +21,10 @@ from support import ha
 from support.polling import wait_for
 from support.workers import Workers
 
-pytestmark = pytest.mark.skipif(ha.missing() is not None, reason=ha.missing() or "")
+pytestmark = [
+    pytest.mark.faults,
+    pytest.mark.skipif(ha.missing() is not None, reason=ha.missing() or ""),
+]
 
 OWNER = "host-a:4242"
 

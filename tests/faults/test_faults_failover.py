@@ -79,8 +79,9 @@ def test_a_worker_that_fails_over_stops_its_lost_execution(
     pair: ha.StreamingPair, tmp_path: Path, isolation: str
 ) -> None:
     """A real worker on the multi-host URL: the execution that began on the lost primary is
-    stopped cooperatively (its heartbeat refused on the new primary), and the job's next
-    execution runs under a token of its own."""
+    stopped (its leases voided when the worker's pool reached the promoted standby, its
+    heartbeat refused there anyway), and the job's next execution runs under a token of its
+    own."""
     url = pair.url("leaseq")
     stamps = tmp_path / "stamps"
     stamps.mkdir()
@@ -117,6 +118,8 @@ def test_a_worker_that_fails_over_stops_its_lost_execution(
                 )
 
             wait_for(void, "the worker to find the lost execution's lease void")
+            wait_for(lambda: worker.metric("leaseq_worker_failovers_total") == 1,
+                     "the worker to count the failover it reconnected through")  # fmt: skip
             wait_for(lambda: f"{again.lease_token}" in started(stamps),
                      "the next execution to start under its own token")  # fmt: skip
             assert worker.proc.poll() is None

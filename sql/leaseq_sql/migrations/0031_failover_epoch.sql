@@ -5,20 +5,29 @@
 -- the promoted standby one token behind: the next claim of that job issued the lost token
 -- again, under the same owner when the same worker reconnected, and two executions held one
 -- (owner, token). A claim now gives leaseq.lease_token_next(token): one more, and at least
--- (timeline - 1) << 32, the server's timeline read from its current WAL file's name, which a
--- promotion raises at once. A claim after a failover outranks every token of the lost
--- timeline; a cluster never failed over (timeline 1) keeps its tokens as they were. The
--- worker role's fence accepts a claim's token by the same function.
+-- leaseq.lease_epoch() = (timeline - 1) << 32, the server's timeline read from its current
+-- WAL file's name, which a promotion raises at once. A claim after a failover outranks every
+-- token of the lost timeline; a cluster never failed over (timeline 1) keeps its tokens as
+-- they were. The worker role's fence accepts a claim's token by the same function, and a
+-- worker compares the epoch on each new connection (the server_identity statement).
+
+CREATE OR REPLACE FUNCTION leaseq.lease_epoch()
+ RETURNS bigint
+ LANGUAGE sql
+ STABLE
+AS $function$
+    SELECT CASE WHEN NOT pg_catalog.pg_is_in_recovery()
+                THEN (('x' || substr(pg_catalog.pg_walfile_name(pg_catalog.pg_current_wal_lsn()), 1, 8))::bit(32)::bigint - 1) << 32
+           END
+$function$
+;
 
 CREATE OR REPLACE FUNCTION leaseq.lease_token_next(token bigint)
  RETURNS bigint
  LANGUAGE sql
  STABLE
 AS $function$
-    SELECT CASE WHEN pg_catalog.pg_is_in_recovery() THEN token + 1
-                ELSE greatest(token + 1,
-                              (('x' || substr(pg_catalog.pg_walfile_name(pg_catalog.pg_current_wal_lsn()), 1, 8))::bit(32)::bigint - 1) << 32)
-           END
+    SELECT greatest(token + 1, leaseq.lease_epoch())
 $function$
 ;
 

@@ -17,7 +17,7 @@ import pytest
 from faultkit import HERE, worker_args
 
 import leaseq
-from support import ha
+from support import ha, pgbouncer
 from support.polling import wait_for
 from support.workers import Workers
 
@@ -68,6 +68,35 @@ def test_a_claim_lost_in_a_failover_is_never_issued_again(pair: ha.StreamingPair
         assert queue.heartbeat(second.lease).status is leaseq.HeartbeatStatus.RENEWED
         assert isinstance(queue.complete(second.lease, {"by": "second"}), leaseq.Completed)
         assert queue.get(job_id).result == {"by": "second"}
+
+
+@pytest.mark.skipif(not pgbouncer.available(), reason="pgbouncer is not installed")
+def test_behind_pgbouncer_the_lost_token_is_refused(pair: ha.StreamingPair) -> None:
+    """Through a transaction-pooling PgBouncer that is pointed at the promoted standby (a
+    service's endpoint moving): the worker sees no reconnection of its own, and the token is
+    what refuses the lost execution."""
+    bouncer = pgbouncer.PgBouncer(pair.primary.url("leaseq"))
+    try:
+        with leaseq.open_pool(bouncer.url, max_size=2, timeout=5, prepare=False) as pool:
+            queue = leaseq.Queue(pool)
+            job_id = queue.enqueue("q", "step").job_id
+            pair.wait_replayed()
+            pair.hold_back()
+            first = queue.claim(["q"], OWNER, lease_seconds=60)[0]
+            pair.fail_over()
+            bouncer.retarget(pair.standby.url("leaseq"))
+
+            second = queue.claim(["q"], OWNER, lease_seconds=60)[0]
+            assert second.id == first.id == job_id
+            assert second.lease.token != first.lease.token, (
+                f"two executions hold job {job_id} as ({OWNER}, {first.lease.token})"
+            )
+            assert second.lease.token > first.lease.token
+            assert queue.heartbeat(first.lease).status is leaseq.HeartbeatStatus.LOST
+            assert isinstance(queue.complete(first.lease, {"by": "first"}), leaseq.Fenced)
+            assert isinstance(queue.complete(second.lease, {"by": "second"}), leaseq.Completed)
+    finally:
+        bouncer.close()
 
 
 def started(folder: Path) -> list[str]:

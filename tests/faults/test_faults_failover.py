@@ -70,6 +70,33 @@ def test_a_claim_lost_in_a_failover_is_never_issued_again(pair: ha.StreamingPair
         assert queue.get(job_id).result == {"by": "second"}
 
 
+def test_a_keyed_claim_after_a_failover_takes_the_unit_under_its_new_token(
+    pair: ha.StreamingPair,
+) -> None:
+    """A key limited to one running job: the unit the lost claim took is free on the promoted
+    standby; the claim there takes it under the new token, the lost execution cannot give it
+    back or complete, and the unit is free once the new execution completes."""
+    with leaseq.open_pool(pair.url("leaseq"), max_size=2, timeout=5) as pool:
+        queue = leaseq.Queue(pool)
+        leaseq.FlowControl(pool).set_limit("q", "tenant", max_running=1)
+        job_id = queue.enqueue("q", "step", key="tenant").job_id
+        pair.wait_replayed()
+        pair.hold_back()
+        first = queue.claim(["q"], OWNER, lease_seconds=60)[0]
+        pair.fail_over()
+
+        second = queue.claim(["q"], OWNER, lease_seconds=60)[0]
+        assert second.id == first.id == job_id
+        assert second.lease.token > first.lease.token
+        units = "SELECT job_id, lease_token FROM leaseq.flow_slots WHERE key = 'tenant'"
+        with leaseq.connect(pair.url("leaseq"), action="inspect") as conn:
+            assert conn.execute(units).fetchall() == [(job_id, second.lease.token)]
+            assert isinstance(queue.complete(first.lease), leaseq.Fenced)
+            assert conn.execute(units).fetchall() == [(job_id, second.lease.token)]
+            assert isinstance(queue.complete(second.lease), leaseq.Completed)
+            assert conn.execute(units).fetchall() == [(None, None)]
+
+
 @pytest.mark.skipif(not pgbouncer.available(), reason="pgbouncer is not installed")
 def test_behind_pgbouncer_the_lost_token_is_refused(pair: ha.StreamingPair) -> None:
     """Through a transaction-pooling PgBouncer that is pointed at the promoted standby (a

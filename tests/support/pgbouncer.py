@@ -103,6 +103,19 @@ class PgBouncer:
         self.kill()
         self.start()
 
+    def retarget(self, database_url: str) -> None:
+        """Send it to ``database_url``'s server from now on, as a service's endpoint moves to a
+        promoted standby: restarted, so every client connection is cut."""
+        upstream = conninfo_to_dict(database_url)
+        ini = self.dir / "pgbouncer.ini"
+        lines = [
+            f"* = host={upstream.get('host') or '127.0.0.1'} port={upstream.get('port') or 5432}"
+            if line.startswith("* = ") else line
+            for line in ini.read_text().splitlines()
+        ]  # fmt: skip
+        ini.write_text("\n".join(lines) + "\n")
+        self.restart()
+
     def log(self) -> str:
         path = self.dir / "pgbouncer.log"
         return path.read_text(errors="replace")[-5000:] if path.exists() else ""

@@ -456,6 +456,15 @@ def build() -> dashboard.Dashboard:
                 f"sum(leaseq_queue_unserved_jobs{{{NS}}})",
             )
         )
+        .with_panel(
+            single(
+                "Database failovers (1h)",
+                "Workers that reconnected to another primary (a database failover) and voided"
+                " the leases then in flight: their jobs run again once those leases expire."
+                " See the operations guide's failover page.",
+                f"sum(increase(leaseq_worker_failovers_total{{{NS}}}[1h]))",
+            )
+        )
     )
 
 

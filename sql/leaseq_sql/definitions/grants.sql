@@ -22,7 +22,7 @@ ALTER TABLE leaseq.job_stream ENABLE ROW LEVEL SECURITY;
 -- The worker role's fence on leaseq.jobs, fired for the worker's role and its members only
 -- (apply_grants creates its trigger, leaseq_worker_fence; the owner, the other roles and the
 -- SECURITY DEFINER functions never fire it). A worker changes a job only by claiming it
--- (pending to running, the token one more), or while the job runs under an unexpired lease
+-- (pending to running, the token the next, leaseq.lease_token_next), or while the job runs under an unexpired lease
 -- (database time): keeping the token (heartbeat, progress, checkpoint, completion, failure)
 -- or giving it back to pending with the token one more (release, back-off); or by marking it
 -- as a parent (has_children, a fan-out). Anything else, e.g. a pending job made succeeded
@@ -40,7 +40,7 @@ BEGIN
         RETURN NEW;
     END IF;
     IF NOT ((OLD.status = 'pending' AND NEW.status = 'running'
-             AND NEW.lease_token = OLD.lease_token + 1)
+             AND NEW.lease_token = leaseq.lease_token_next(OLD.lease_token))
             OR (OLD.status = 'running' AND OLD.lease_expires_at > now()
                 AND (NEW.lease_token = OLD.lease_token
                      OR (NEW.status = 'pending' AND NEW.lease_token = OLD.lease_token + 1)))) THEN

@@ -1,8 +1,11 @@
 -- leaseq's present tense: the jobs table's own rules.
 --
--- Covers: leaseq.jobs_check_written (and its trigger), leaseq.retry_delay.
+-- Covers: leaseq.jobs_check_written (and its trigger), leaseq.retry_delay,
+-- leaseq.lease_epoch, leaseq.lease_token_next.
 -- Set off by: job_enqueue and every statement that writes queue, job_type or timeout (the
--- check); job_fail and job_reap in queries/jobs.sql (retry_delay).
+-- check); job_fail and job_reap in queries/jobs.sql (retry_delay); job_claim and the keyed
+-- claims (lease_token_next, also checked by grants.sql's worker fence); server_identity in
+-- queries/workers.sql (lease_epoch).
 --
 -- Migrations are the upgrade path and are written from these files; tests/integration/
 -- test_definitions.py proves that the replay of every migration defines exactly what they do.
@@ -79,4 +82,33 @@ LANGUAGE sql VOLATILE
 AS $$
     SELECT make_interval(secs => d / 2 + random() * d / 2)
       FROM (SELECT least(cap_seconds, base_seconds * power(2, greatest(attempt, 1) - 1)) AS d) s
+$$;
+
+-- This server's failover epoch: (timeline - 1) << 32, its timeline read from the name of the
+-- WAL file being written, which pg_ctl promote raises at once (pg_control_checkpoint() lags
+-- until the promotion's checkpoint). NULL on a standby, which writes no WAL of its own.
+-- Timeline 1, a cluster never failed over, is epoch 0. STABLE: a server's timeline cannot
+-- change while a statement runs. A worker compares it on every new connection (with the
+-- cluster's system identifier: the server_identity statement) to learn that it reconnected
+-- to another primary.
+CREATE OR REPLACE FUNCTION leaseq.lease_epoch()
+RETURNS bigint
+LANGUAGE sql STABLE
+AS $$
+    SELECT CASE WHEN NOT pg_catalog.pg_is_in_recovery()
+                THEN (('x' || substr(pg_catalog.pg_walfile_name(pg_catalog.pg_current_wal_lsn()), 1, 8))::bit(32)::bigint - 1) << 32
+           END
+$$;
+
+-- The token a claim gives a job whose token is `token`: one more, and never less than the
+-- server's failover epoch. A promoted standby writes on a new timeline, so the first claim of
+-- a job after a failover outranks every token the lost timeline could have issued, claims
+-- that never reached the standby included (docs/operations/failover.md); a timeline holds
+-- 2^32 claims of one job. A claim's job and its limit unit get the same token (the epoch is
+-- STABLE). On a standby one more: the write is refused as read-only anyway.
+CREATE OR REPLACE FUNCTION leaseq.lease_token_next(token bigint)
+RETURNS bigint
+LANGUAGE sql STABLE
+AS $$
+    SELECT greatest(token + 1, leaseq.lease_epoch())
 $$;

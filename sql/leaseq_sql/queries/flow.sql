@@ -104,7 +104,7 @@ claimed AS (
     UPDATE leaseq.jobs j
        SET status = 'running',
            attempt_count = j.attempt_count + 1,
-           lease_token = j.lease_token + 1,
+           lease_token = leaseq.lease_token_next(j.lease_token),
            lease_owner = %(owner)s,
            claim_id = %(claim_id)s,
            -- The moment the claim holds its unit (its locks are taken before any row is
@@ -190,7 +190,7 @@ candidate AS (
 -- shared: keyed_taken
 taken AS (
     UPDATE leaseq.flow_slots s
-       SET job_id = c.id, lease_token = c.lease_token + 1, taken_at = coalesce(%(now)s::timestamptz, now())
+       SET job_id = c.id, lease_token = leaseq.lease_token_next(c.lease_token), taken_at = coalesce(%(now)s::timestamptz, now())
       FROM candidate c
      WHERE s.queue = ANY (ARRAY(SELECT x.queue FROM candidate x WHERE x.slot IS NOT NULL))
        AND s.key = ANY (ARRAY(SELECT x.key FROM candidate x WHERE x.slot IS NOT NULL))

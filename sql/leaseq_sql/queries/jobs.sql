@@ -58,7 +58,7 @@ claimed AS (
     UPDATE leaseq.jobs j
        SET status = 'running',
            attempt_count = j.attempt_count + 1,
-           lease_token = j.lease_token + 1,
+           lease_token = leaseq.lease_token_next(j.lease_token),
            lease_owner = %(owner)s,
            claim_id = %(claim_id)s,
            started_at = t.now,

@@ -325,6 +325,13 @@ class Queue:
         bench/)."""
         Store().worker_session(conn)
 
+    @staticmethod
+    def server_identity(conn: Conn) -> tuple[str, int | None]:
+        """Which server ``conn`` reached: its cluster's system identifier and failover epoch
+        (a promotion raises it; None on a standby). Two connections with different answers
+        reached different primaries: leases taken through one are void on the other."""
+        return Store().server_identity(conn)
+
     # -- producer side --------------------------------------------------------------------
 
     def enqueue(

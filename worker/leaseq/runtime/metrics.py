@@ -128,6 +128,12 @@ class WorkerMetrics:
             "(something held the GIL or stalled the process: renewals were at risk).",
             registry=r,
         )
+        self.failovers = Counter(
+            "leaseq_worker_failovers",
+            "Times a new connection reached another primary than before (a failover): the "
+            "leases then in flight were voided, their handlers told to stop.",
+            registry=r,
+        )
         self.children_started = Counter(
             "leaseq_child_processes_started",
             "Child processes started for handler slots (--isolation process): one per slot at "

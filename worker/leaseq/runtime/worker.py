@@ -40,7 +40,7 @@ from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from leaseq import config
 from leaseq.core import validation
 from leaseq.core.backoff import Backoff
-from leaseq.core.db import open_pool
+from leaseq.core.db import Conn, open_pool
 from leaseq.core.errors import DatabaseUnavailable, InvalidJob, LeaseqError, SchemaNotReady
 from leaseq.core.models import STEP_UNCERTAIN_CODE, Call, RetryPolicy, WorkerState
 from leaseq.core.queue import Queue, checked_plan
@@ -53,6 +53,7 @@ from leaseq.runtime.completions import Completions
 from leaseq.runtime.context import PermanentError, StopReason
 from leaseq.runtime.dispatcher import Dispatcher
 from leaseq.runtime.executor import Ending, Executor, HandlerOutcome, OnDone, ThreadExecutor
+from leaseq.runtime.failover import ServerWatch
 from leaseq.runtime.health import NOT_READY_ERRORS, Health
 from leaseq.runtime.heartbeat import PROCESS_HINT, THREAD_HINT, HeartbeatLoop
 from leaseq.runtime.http_server import ProbeServer
@@ -106,6 +107,7 @@ class Worker:
                 address=settings.metrics_address,
             )
         self.conninfo = application_name(settings.database_url, settings.worker_id)
+        self.server = ServerWatch(self._failed_over)
         self.pool = open_pool(
             self.conninfo,
             min_size=2,
@@ -113,8 +115,7 @@ class Worker:
             name=f"leaseq-{settings.worker_id}",
             timeout=max(2.0, min(10.0, settings.lease_seconds / 2)),
             prepare=settings.prepared_statements,
-            # A session setting: not behind a transaction pooler (prepared statements off).
-            configure=Queue.tune_worker_session if settings.prepared_statements else None,
+            configure=self._on_connection,
         )
         self.queue = Queue(self.pool, retry=retry)
         self.workers = Workers(self.pool)
@@ -451,6 +452,21 @@ class Worker:
             traceback=traceback,
         )
         self.settlement.settle(attempt, Call.FAIL, call)
+
+    def _on_connection(self, conn: Conn) -> None:
+        # A session setting: not behind a transaction pooler (prepared statements off).
+        if self.settings.prepared_statements:
+            Queue.tune_worker_session(conn)
+        self.server.check(conn)
+
+    def _failed_over(self, change: str) -> None:
+        """The pool reached another primary: every lease taken before is void there."""
+        attempts = self.jobs.running()
+        self.metrics.failovers.inc()
+        log.warning("reconnected to %s: the %d lease(s) in flight are void; their handlers "
+                    "are told to stop", change, len(attempts))  # fmt: skip
+        for attempt in attempts:
+            self.give_up(attempt, StopReason.LEASE_LOST)
 
     # -- giving up --------------------------------------------------------------------
 

@@ -1078,6 +1078,12 @@ class Store(Runner):
         self._dicts(conn, "worker_session", None, "configure session")
         set_json_loads(_utf8_json, conn)
 
+    def server_identity(self, conn: Conn) -> tuple[str, int | None]:
+        """The cluster's system identifier and failover epoch (None on a standby) of the
+        server ``conn`` reached."""
+        (row,) = self._dicts(conn, "server_identity", None, "identify the server")
+        return str(row["system_identifier"]), row["epoch"]
+
     def worker_listen(self, conn: Conn) -> None:
         """Subscribe ``conn`` (autocommit, dedicated) to wake-ups on channel leaseq_jobs."""
         self._dicts(conn, "worker_listen", {}, "listen")

@@ -88,7 +88,7 @@ spent AS (
 -- snapshot cannot see at the old address, and a limit of 2 then ran 3 jobs at once.
 taken AS (
     UPDATE leaseq.flow_slots s
-       SET job_id = c.id, lease_token = c.lease_token + 1, taken_at = coalesce(%(now)s::timestamptz, now())
+       SET job_id = c.id, lease_token = leaseq.lease_token_next(c.lease_token), taken_at = coalesce(%(now)s::timestamptz, now())
       FROM candidate c
      -- Arrays, not only a join: an index scan whatever the plan.
      WHERE s.queue = ANY (ARRAY(SELECT x.queue FROM candidate x WHERE x.slot IS NOT NULL))
@@ -204,7 +204,7 @@ claimed AS (
     UPDATE leaseq.jobs j
        SET status = 'running',
            attempt_count = j.attempt_count + 1,
-           lease_token = j.lease_token + 1,
+           lease_token = leaseq.lease_token_next(j.lease_token),
            lease_owner = %(owner)s,
            claim_id = %(claim_id)s,
            started_at = coalesce(%(now)s::timestamptz, clock_timestamp()),
@@ -266,7 +266,7 @@ claimed AS (
     UPDATE leaseq.jobs j
        SET status = 'running',
            attempt_count = j.attempt_count + 1,
-           lease_token = j.lease_token + 1,
+           lease_token = leaseq.lease_token_next(j.lease_token),
            lease_owner = %(owner)s,
            claim_id = %(claim_id)s,
            started_at = coalesce(%(now)s::timestamptz, clock_timestamp()),

@@ -287,3 +287,19 @@ def test_a_child_stops_at_its_lease_end_while_its_supervisor_is_stopped(
     _first, second = outcomes(queue, job_id)  # the first: reaped, then fenced on resume
     assert second == ("w-a", "succeeded")
     wait_for(lambda: gone(child), "the killed child reaped once its worker runs again")
+
+
+def test_a_job_its_child_has_no_handler_for_fails_as_no_handler_and_the_slot_goes_on(
+    spawn_worker: Spawn, queue: leaseq.Queue
+) -> None:
+    """The worker claims a type its children do not register: the attempt fails with
+    ``NoHandler`` (retried like any error, here dead at its one attempt), the child is not
+    lost, and the next job runs on the same slot."""
+    spawn_worker("w-a", isolation="process", app="parent_only_app:registry")
+    orphan = queue.enqueue("q", "parent_only", {}, max_attempts=1).job_id
+    after = queue.enqueue("q", "work", {"n": 1}).job_id
+    job = finished(queue, orphan)
+    assert (job.status, job.last_error_code) == ("dead", "NoHandler")
+    assert "no handler is registered for job type 'parent_only'" in (job.last_error or "")
+    assert finished(queue, after).status == "succeeded"
+    assert outcomes(queue, orphan) == [("w-a", "failed")]

@@ -195,7 +195,8 @@ class Worker:
 
     def run(self, signals: SignalWatch) -> int:
         """Serve until the first signal, drain, release what is left, deregister; returns
-        the exit status (0 after a drain). ``signals`` is installed by the caller (the CLI),
+        the exit status (0 after a drain). A signal that arrived before start-up finished
+        stops it without a single claim. ``signals`` is installed by the caller (the CLI),
         or triggered by code that embeds the worker."""
         s = self.settings
         log.info(
@@ -217,6 +218,10 @@ class Worker:
             # The heartbeat loop keeps the registry row fresh while on_startup runs.
             self._start_loop("heartbeat", self.heartbeat.run, 3 * s.heartbeat_seconds + 60)
             self._load()
+            if signals.count:
+                # Stopped before it ever claimed: nothing to drain, no job touched.
+                log.info("signal during start-up: stopping without claiming", extra=self._fields)
+                return 0
             self._start_threads()
             seen = signals.wait(0, None)
             self.drain(signals, seen)

@@ -12,7 +12,7 @@ from datetime import datetime, timedelta
 import pytest
 
 import leaseq
-from leaseq_operator.reaper import LeaderLease, Reaper
+from leaseq.leader.reaper import LeaderLease, Reaper
 from support.polling import wait_for
 
 
@@ -158,7 +158,7 @@ def test_an_outage_is_logged_once_and_its_end_once(
 ) -> None:
     """Every pass fails while the database is gone: one WARNING for the outage (not one or
     two per pass), one line when passes succeed again (issue 17)."""
-    caplog.set_level(logging.INFO, logger="leaseq_operator.reaper")
+    caplog.set_level(logging.INFO, logger="leaseq.leader.reaper")
     reaper = _reaper(pool, "op-a", ttl=30, interval=0.05)
     passes: list[bool] = []
     reaper.on_leading = passes.append  # called once per pass, failed or not
@@ -168,7 +168,7 @@ def test_an_outage_is_logged_once_and_its_end_once(
         return [
             r
             for r in caplog.records
-            if r.name == "leaseq_operator.reaper" and r.levelno == level and text in r.message
+            if r.name == "leaseq.leader.reaper" and r.levelno == level and text in r.message
         ]
 
     try:

@@ -57,6 +57,7 @@ from leaseq.runtime.health import NOT_READY_ERRORS, Health
 from leaseq.runtime.heartbeat import PROCESS_HINT, THREAD_HINT, HeartbeatLoop
 from leaseq.runtime.http_server import ProbeServer
 from leaseq.runtime.inflight import InFlight, InFlightTable
+from leaseq.runtime.leading import worker_leader
 from leaseq.runtime.listener import Listener
 from leaseq.runtime.metrics import WorkerMetrics
 from leaseq.runtime.outcomes import Settler
@@ -166,6 +167,8 @@ class Worker:
             stopping=self.stopping,
         )
         self._threads: list[threading.Thread] = []
+        # Where no operator or `leaseq reaper` runs, one worker leads (leaseq.runtime.leading).
+        self.leader = worker_leader(self.pool, settings.worker_id) if settings.lead else None
         # Set once on_startup has finished: until then the worker reports `loading`.
         self.startup_seconds: float | None = None
         self._registering = threading.Lock()
@@ -215,6 +218,7 @@ class Worker:
             if not self._wait_for_schema(signals):
                 return 0
             self._declare_schedules()
+            self._offer_to_lead()
             # The heartbeat loop keeps the registry row fresh while on_startup runs.
             self._start_loop("heartbeat", self.heartbeat.run, 3 * s.heartbeat_seconds + 60)
             self._load()
@@ -232,6 +236,8 @@ class Worker:
             self.heartbeat.nudge.set()
             for thread in self._threads:
                 thread.join(timeout=5.0)
+            if self.leader is not None:
+                self.leader.stop()
             self.executor.close(timeout=0.5)
             self._deregister()
             self.pool.close()
@@ -264,6 +270,18 @@ class Worker:
             Schedules(self.pool).declare(self.settings.app, self.registry.schedules)
         except LeaseqError as exc:
             log.warning("could not declare schedules: %s", exc, extra=self._fields)
+
+    def _offer_to_lead(self) -> None:
+        """Stand for the leader lease: this worker leads (reaps, ticks schedules, moves
+        history) while no operator, ``leaseq reaper`` or other worker holds it."""
+        if self.leader is None:
+            return
+        log.info(
+            "offering to lead: this worker reaps, ticks schedules and moves history while it "
+            "holds the leader lease (held by no operator, leaseq reaper or other worker)",
+            extra=self._fields,
+        )
+        self.leader.start()
 
     def _load(self) -> None:
         """Run the on_startup hooks (a model load) while registered as ``loading``: not

@@ -139,6 +139,21 @@ def test_a_leader_that_woke_after_a_takeover_cannot_pass(conn: leaseq.core.db.Co
         assert current is not None
 
 
+def test_the_same_holder_with_an_old_term_cannot_pass(conn: leaseq.core.db.Conn) -> None:
+    """A holder whose lease lapsed and that took it again has a new term: a pass begun under
+    its old term (a thread that woke from a pause) must not act, though the holder matches."""
+    leadership = leaseq.Leadership(conn)
+    now = conn.execute("SELECT now()").fetchone()[0]  # type: ignore[index]
+    old = leadership.acquire("reaper", "op-a", term=0, ttl=5, now=now)
+    assert old is not None
+    again = leadership.acquire("reaper", "op-a", term=0, ttl=60, now=now + timedelta(seconds=6))
+    assert again is not None and again.term == old.term + 1
+    with leadership.reap_pass("reaper", "op-a", old.term, ttl=5) as stale:
+        assert stale is None
+    with leadership.reap_pass("reaper", "op-a", again.term, ttl=5) as current:
+        assert current is not None
+
+
 def test_reaped_attempts_name_their_reaper(
     pool: leaseq.Pool, queue: leaseq.Queue, conn: leaseq.core.db.Conn
 ) -> None:

@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 import os
 import signal
+import subprocess
+import sys
 from collections.abc import Callable
 from pathlib import Path
 
@@ -303,3 +305,34 @@ def test_a_job_its_child_has_no_handler_for_fails_as_no_handler_and_the_slot_goe
     assert "no handler is registered for job type 'parent_only'" in (job.last_error or "")
     assert finished(queue, after).status == "succeeded"
     assert outcomes(queue, orphan) == [("w-a", "failed")]
+
+
+def test_a_child_still_starting_dies_with_its_sigkilled_worker(
+    database_url: str, tmp_path: Path
+) -> None:
+    """A child held inside its interpreter's start-up (multiprocessing importing the
+    worker's main module, before any of the child's own code) dies with its SIGKILLed
+    worker: it asked for that at its first ``import leaseq``."""
+    here = Path(__file__).parent
+    log = tmp_path / "w-a.log"
+    cmd = [sys.executable, str(here / "held_main.py"), "worker", "--app", "apps:registry",
+           "--queue", "q", "--metrics-port", "0", "--isolation", "process"]  # fmt: skip
+    pythonpath = os.pathsep.join(filter(None, [str(here), os.environ.get("PYTHONPATH", "")]))
+    env = {**os.environ, "PYTHONPATH": pythonpath, "LEASEQ_DATABASE_URL": database_url}
+    with log.open("wb") as out:
+        proc = subprocess.Popen(cmd, env=env, stdout=out, stderr=subprocess.STDOUT, cwd=tmp_path)
+    try:
+        started = wait_for(lambda: list(tmp_path.glob("starting-*")), "a child to start")
+        child = int(started[0].name.removeprefix("starting-"))
+        assert running(child)
+        proc.kill()
+        proc.wait(timeout=30)
+        wait_for(lambda: not running(child), "the starting child to die with its worker")
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        for path in tmp_path.glob("starting-*"):
+            pid = int(path.name.removeprefix("starting-"))
+            if running(pid):
+                os.kill(pid, signal.SIGKILL)
+

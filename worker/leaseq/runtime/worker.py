@@ -61,7 +61,7 @@ from leaseq.runtime.leading import worker_leader
 from leaseq.runtime.listener import Listener
 from leaseq.runtime.metrics import WorkerMetrics
 from leaseq.runtime.outcomes import Settler
-from leaseq.runtime.processes import ProcessExecutor
+from leaseq.runtime.processes import ProcessExecutor, mark_supervisor
 from leaseq.runtime.registry import Registry
 from leaseq.runtime.settings import Isolation, WorkerSettings
 from leaseq.runtime.settlement import Answer, Done, Settlement
@@ -88,6 +88,8 @@ class Worker:
         self, settings: WorkerSettings, registry: Registry, *, retry: RetryPolicy | None = None
     ) -> None:
         """``retry``: backoff between failed attempts (default :class:`RetryPolicy`)."""
+        if settings.isolation is Isolation.PROCESS:
+            mark_supervisor()  # before the first thread (the pool's) starts
         self.settings = settings
         self.registry = registry
         self.metrics = WorkerMetrics(settings.queues, registry.job_types)

@@ -3,8 +3,10 @@ supervisor) keeps the leases. Real workers, real children, real signals."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -336,3 +338,49 @@ def test_a_child_still_starting_dies_with_its_sigkilled_worker(
             if running(pid):
                 os.kill(pid, signal.SIGKILL)
 
+
+def children(pid: int) -> list[int]:
+    """The children of ``pid`` (host pids), from every one of its threads."""
+    found: list[int] = []
+    for task in Path(f"/proc/{pid}/task").glob("*"):
+        with contextlib.suppress(FileNotFoundError):
+            found += [int(c) for c in (task / "children").read_text().split()]
+    return found
+
+
+def test_a_process_worker_as_pid_1_runs_reaps_orphans_and_exits_0_on_sigterm(
+    queue: leaseq.Queue, database_url: str, tmp_path: Path
+) -> None:
+    """The worker as PID 1 of its own PID namespace, as a kubelet runs the entrypoint: its
+    children start (a parent pid of 1 is not taken for a dead parent), the guard a killed
+    child leaves behind is reaped by the worker, and SIGTERM stops it with status 0."""
+    namespace = ["unshare", "--pid", "--fork", "--mount-proc", "--kill-child"]
+    probe = subprocess.run([*namespace, "true"], capture_output=True, check=False)
+    if shutil.which("unshare") is None or probe.returncode != 0:
+        pytest.skip(f"no PID namespace here: {probe.stderr.decode(errors='replace').strip()}")
+    here = Path(__file__).parent
+    pythonpath = os.pathsep.join(filter(None, [str(here), os.environ.get("PYTHONPATH", "")]))
+    env = {**os.environ, "PYTHONPATH": pythonpath, "LEASEQ_DATABASE_URL": database_url}
+    cmd = [*namespace, sys.executable, "-m", "leaseq.cli", "worker", "--app", "apps:registry",
+           "--queue", "q", "--metrics-port", "0", "--isolation", "process",
+           "--lease-seconds", "5", "--heartbeat-seconds", "1"]  # fmt: skip
+    log = tmp_path / "pid1.log"
+    with log.open("wb") as out:
+        proc = subprocess.Popen(cmd, env=env, stdout=out, stderr=subprocess.STDOUT, cwd=tmp_path)
+    try:
+        [worker] = wait_for(lambda: children(proc.pid), "the worker in its namespace")
+        assert finished(queue, queue.enqueue("q", "work", {}).job_id).status == "succeeded"
+        slot = wait_for(lambda: next((p for p in children(worker) if children(p)), None), "a child")
+        [guard] = children(slot)
+        os.kill(slot, signal.SIGKILL)
+        wait_for(
+            lambda: not Path(f"/proc/{guard}").exists() and not Path(f"/proc/{slot}").exists(),
+            "the killed child and its orphaned guard reaped by PID 1",
+        )
+        assert finished(queue, queue.enqueue("q", "work", {}).job_id).status == "succeeded"
+        os.kill(worker, signal.SIGTERM)
+        assert proc.wait(timeout=30) == 0, log.read_text()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(timeout=10)

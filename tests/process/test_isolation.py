@@ -384,3 +384,35 @@ def test_a_process_worker_as_pid_1_runs_reaps_orphans_and_exits_0_on_sigterm(
         if proc.poll() is None:
             proc.kill()
             proc.wait(timeout=10)
+
+
+def test_a_childs_last_write_lands_before_its_lease_ends_in_database_time(
+    queue: leaseq.Queue,
+    conn: leaseq.core.db.Conn,
+    spawn_worker: Spawn,
+    database_url: str,
+    tmp_path: Path,
+) -> None:
+    """The guard's margin, measured: the supervisor is stopped (no renewal, no kill) and no
+    reaper runs, so the lease's end stays where the last renewal put it; the child writes to
+    the database until its guard kills it, and its last committed write must be earlier than
+    that end, by the database's clock (another worker may claim the job from then on)."""
+    conn.execute("CREATE TABLE probe (at timestamptz NOT NULL)")
+    w = spawn_worker("w-a", isolation="process", lease=1, heartbeat=0.3, app="probe_app:registry")
+    pid_file = tmp_path / "child.pid"
+    job_id = queue.enqueue("q", "probe", {"url": database_url, "pid_file": str(pid_file)}).job_id
+    child = pid_in(pid_file)
+    w.signal(signal.SIGSTOP)
+    try:
+        wait_for(lambda: not running(child), "the child killed by its guard")
+        row = conn.execute(
+            "SELECT (SELECT max(at) FROM probe), j.lease_expires_at, j.status::text"
+            " FROM leaseq.jobs j WHERE j.id = %s",
+            (job_id,),
+        ).fetchone()
+    finally:
+        w.signal(signal.SIGCONT)
+    assert row is not None
+    last_write, lease_end, status = row
+    assert status == "running"  # not reaped: the lease's end is the one the child ran under
+    assert last_write < lease_end, f"a write landed {last_write - lease_end} after the lease"

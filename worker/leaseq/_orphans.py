@@ -13,6 +13,7 @@ from __future__ import annotations
 import ctypes
 import os
 import signal
+import sys
 
 #: The supervisor's pid, set in the worker's environment for its children (they inherit it).
 SUPERVISOR_ENV = "LEASEQ_SUPERVISOR_PID"
@@ -37,12 +38,14 @@ def die_with_parent(supervisor: int) -> None:
 
 
 def _at_import() -> None:
-    """In a child of a supervisor, die with it from now on. The supervisor starts no other
-    process that imports leaseq (its children's lease guards are forked, not started); a
-    process whose parent is not the supervisor (a handler's own subprocess inherits the
-    variable) is left alone, and the supervisor's child checks again once it runs."""
+    """In a spawned child of a supervisor, die with it from now on. Spawned: ``spawn`` has
+    put the parent's main module in place as ``__mp_main__`` before anything imports leaseq
+    (any other process the supervisor's code may start is left alone). A process whose
+    parent is not the supervisor (a handler's own subprocess inherits the variable) is left
+    alone too, and the supervisor's child checks again once it runs."""
     supervisor = os.environ.get(SUPERVISOR_ENV, "")
-    if supervisor.isdigit() and os.getppid() == int(supervisor):
+    spawned = "__mp_main__" in sys.modules
+    if spawned and supervisor.isdigit() and os.getppid() == int(supervisor):
         die_with_parent(int(supervisor))
 
 

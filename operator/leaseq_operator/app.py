@@ -15,11 +15,11 @@ from leaseq.core.pool import Pool
 from leaseq.core.queue import Queue
 from leaseq.core.schedules import Schedules
 from leaseq.core.workers import Workers
+from leaseq.leader.history import HistoryDuty, HistoryMetrics
+from leaseq.leader.reaper import LeaderLease, Reaper
 from leaseq_operator.config import OperatorConfig
-from leaseq_operator.history import HistoryDuty, HistoryMetrics
 from leaseq_operator.kube import Cluster, Kube
 from leaseq_operator.metrics import OperatorMetrics
-from leaseq_operator.reaper import LeaderLease, Reaper
 from leaseq_operator.scaling import Recommendation
 
 log = logging.getLogger("leaseq_operator")

@@ -1,7 +1,7 @@
 """``leaseq reaper``: the operator's reaper without Kubernetes.
 
 Workers on VMs, under systemd or in compose need a reaper too: without one, a job whose
-worker died stays ``running`` forever. This is the same :class:`~leaseq_operator.reaper.Reaper`
+worker died stays ``running`` forever. This is the same :class:`~leaseq.leader.reaper.Reaper`
 the operator runs (the same leader lease in ``leaseq.leader_leases``, the same pass lock and
 pass, the same history duties and schedules), with no cluster: run it next to the workers,
 on any host that reaches PostgreSQL, as two or more copies for availability; exactly one
@@ -29,6 +29,8 @@ from leaseq.core.leadership import Leadership
 from leaseq.core.queue import Queue
 from leaseq.core.schedules import Schedules
 from leaseq.core.workers import Workers
+from leaseq.leader.history import HistoryDuty, HistoryMetrics
+from leaseq.leader.reaper import LeaderLease, Reaper
 from leaseq_operator.config import (
     HOT_RETENTION,
     LEADER_TTL,
@@ -39,9 +41,7 @@ from leaseq_operator.config import (
     check_reaper_timing,
     resolve_values,
 )
-from leaseq_operator.history import HistoryDuty, HistoryMetrics
 from leaseq_operator.metrics import DEFAULT_MAX_QUEUES, OperatorMetrics
-from leaseq_operator.reaper import LeaderLease, Reaper
 
 OPTIONS = (
     settings.DATABASE_URL,

@@ -150,6 +150,7 @@ def test_worker_values_map_onto_its_settings(helm: Helm) -> None:
         heartbeat_seconds=7,
         poll_seconds=2,
         listen=False,
+        lead=False,  # the chart's operator leads (and scales): workers stay out by default
         pod_name="field:metadata.name",
         node_name="field:spec.nodeName",
     )

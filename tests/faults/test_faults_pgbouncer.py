@@ -10,6 +10,7 @@ import pytest
 
 import leaseq
 from support import pgbouncer
+from support.pgserver import RestartablePostgres
 from support.polling import wait_for
 from support.workers import WorkerProcess
 
@@ -71,3 +72,68 @@ def test_workers_behind_pgbouncer_survive_its_restart(
     assert [queue.get(i).attempt_count for i in ids] == [1] * len(ids)
     for i in ids:
         assert [a.outcome for a in queue.attempts(i)] == ["succeeded"]
+
+
+@pytest.mark.parametrize(
+    "login_retry",
+    [
+        1,
+        pytest.param(
+            None,
+            marks=pytest.mark.xfail(
+                strict=True,
+                reason="evidence: at PgBouncer's default server_login_retry (15 s) a 1 s "
+                "outage keeps the workers cut off for 15 s, past their 8 s leases",
+            ),
+        ),
+    ],
+)
+def test_a_short_outage_behind_pgbouncer_costs_no_attempt(
+    restartable: RestartablePostgres,
+    restartable_url: str,
+    spawn_on: Callable[..., WorkerProcess],
+    reaper_on: Callable[..., object],
+    login_retry: int | None,
+) -> None:
+    """PostgreSQL stops for 1 s under workers that reach it through PgBouncer (leases 8 s,
+    heartbeats 1 s). With ``server_login_retry = 1`` PgBouncer logs in again within a second
+    of the server's return, the workers renew, and every job succeeds on its first attempt."""
+    bouncer = pgbouncer.PgBouncer(restartable_url, server_login_retry=login_retry)
+    try:
+        reaper_on(restartable_url, 0.5)  # direct: the reaper is not what is under test
+        for n in range(2):
+            spawn_on(
+                restartable_url,
+                f"w-pgb-{n}",
+                env={"LEASEQ_DATABASE_URL": bouncer.url},
+                concurrency=2,
+                lease=8.0,
+                heartbeat=1.0,
+                listen=False,
+                prepared_statements=False,
+                poll=0.3,
+            )
+        with leaseq.connect(restartable_url, action="test") as conn:
+            queue = leaseq.Queue(conn)
+            specs = [leaseq.JobSpec("q", "step", {"seconds": 12, "checkpoint_every": 0.5})] * 4
+            ids = [j.job_id for j in queue.enqueue_many(specs)]
+            wait_for(lambda: all(queue.get(i).status == "running" for i in ids), "all running")
+        restartable.stop("fast")
+        time.sleep(1.0)  # the outage itself, not a synchronisation
+        restartable.start()
+        with leaseq.connect(restartable_url, action="test") as conn:
+            queue = leaseq.Queue(conn)
+            wait_for(
+                lambda: all(queue.get(i).status in ("succeeded", "dead") for i in ids),
+                "every job to finish",
+                90,
+            )
+            lost = conn.execute(
+                "SELECT job_id, outcome::text FROM leaseq.job_attempts"
+                " WHERE job_id = ANY(%s) AND outcome NOT IN ('succeeded', 'released')",
+                [ids],
+            ).fetchall()
+        assert lost == []
+    finally:
+        print(bouncer.log())
+        bouncer.close()

@@ -21,8 +21,8 @@ from leaseq.core.history import History
 from leaseq.core.leadership import Leadership
 from leaseq.core.models import JobPlace
 from leaseq.core.workers import Workers
-from leaseq_operator.history import HistoryDuty, HistoryMetrics
-from leaseq_operator.reaper import LeaderLease, Reaper
+from leaseq.leader.history import HistoryDuty, HistoryMetrics
+from leaseq.leader.reaper import LeaderLease, Reaper
 
 Conn = leaseq.core.db.Conn
 DAY = timedelta(days=1)

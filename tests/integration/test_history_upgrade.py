@@ -17,7 +17,7 @@ import leaseq
 from leaseq.cli.main import main
 from leaseq.core.history import History
 from leaseq.core.schema import known_migrations
-from leaseq_operator.history import HistoryDuty
+from leaseq.leader.history import HistoryDuty
 from support.polling import wait_for
 
 OLD_JOBS = 3000

@@ -9,7 +9,7 @@ import pytest
 from psycopg_pool import ConnectionPool
 
 import leaseq
-from leaseq_operator.reaper import LeaderLease, Reaper
+from leaseq.leader.reaper import LeaderLease, Reaper
 from support.polling import wait_for
 
 

@@ -12,7 +12,7 @@ from datetime import datetime, timedelta
 import pytest
 
 import leaseq
-from leaseq_operator.reaper import LeaderLease, Reaper
+from leaseq.leader.reaper import LeaderLease, Reaper
 from support.polling import wait_for
 
 
@@ -139,6 +139,21 @@ def test_a_leader_that_woke_after_a_takeover_cannot_pass(conn: leaseq.core.db.Co
         assert current is not None
 
 
+def test_the_same_holder_with_an_old_term_cannot_pass(conn: leaseq.core.db.Conn) -> None:
+    """A holder whose lease lapsed and that took it again has a new term: a pass begun under
+    its old term (a thread that woke from a pause) must not act, though the holder matches."""
+    leadership = leaseq.Leadership(conn)
+    now = conn.execute("SELECT now()").fetchone()[0]  # type: ignore[index]
+    old = leadership.acquire("reaper", "op-a", term=0, ttl=5, now=now)
+    assert old is not None
+    again = leadership.acquire("reaper", "op-a", term=0, ttl=60, now=now + timedelta(seconds=6))
+    assert again is not None and again.term == old.term + 1
+    with leadership.reap_pass("reaper", "op-a", old.term, ttl=5) as stale:
+        assert stale is None
+    with leadership.reap_pass("reaper", "op-a", again.term, ttl=5) as current:
+        assert current is not None
+
+
 def test_reaped_attempts_name_their_reaper(
     pool: leaseq.Pool, queue: leaseq.Queue, conn: leaseq.core.db.Conn
 ) -> None:
@@ -158,7 +173,7 @@ def test_an_outage_is_logged_once_and_its_end_once(
 ) -> None:
     """Every pass fails while the database is gone: one WARNING for the outage (not one or
     two per pass), one line when passes succeed again (issue 17)."""
-    caplog.set_level(logging.INFO, logger="leaseq_operator.reaper")
+    caplog.set_level(logging.INFO, logger="leaseq.leader.reaper")
     reaper = _reaper(pool, "op-a", ttl=30, interval=0.05)
     passes: list[bool] = []
     reaper.on_leading = passes.append  # called once per pass, failed or not
@@ -168,7 +183,7 @@ def test_an_outage_is_logged_once_and_its_end_once(
         return [
             r
             for r in caplog.records
-            if r.name == "leaseq_operator.reaper" and r.levelno == level and text in r.message
+            if r.name == "leaseq.leader.reaper" and r.levelno == level and text in r.message
         ]
 
     try:

@@ -9,6 +9,7 @@ import asyncio
 import contextvars
 import random
 import threading
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -25,6 +26,9 @@ from support.polling import wait_for
 # A poll far longer than any case's timeout: a missed wake-up then fails the case with
 # ResultTimeout instead of being rescued by the safety poll.
 NO_POLL = 3600.0
+#: How long a waiter with the poll off may wait. At its timeout a waiter reads once more, which
+#: would rescue a lost wake-up; :meth:`Face.woken` fails a result that came only from there.
+WAKE_TIMEOUT = 20.0
 
 
 class Face:
@@ -52,6 +56,15 @@ class Face:
         if self._runner is not None:
             # The caller's context, as asyncio.run would take it (the handler flag is in it).
             return self._runner.run(value, context=contextvars.copy_context())
+        return value
+
+    def woken(self, name: str, *args: Any) -> Any:
+        """``name(*args)`` with the poll off, failing unless the answer came before its
+        timeout: only a wake-up (a notification, or a reconnect's wake) can bring it then."""
+        started = time.monotonic()
+        value = self.call(name, *args, timeout=WAKE_TIMEOUT, poll=NO_POLL)
+        waited = time.monotonic() - started
+        assert waited < WAKE_TIMEOUT, "answered by the read at the timeout: no wake-up came"
         return value
 
     def enqueue_in_transaction(self, *, commit: bool) -> tuple[int, bool]:
@@ -145,7 +158,7 @@ def test_result_wakes_on_completion_after_the_first_read(face: Face, queue: leas
     )
     done.start()
     try:
-        assert face.call("result", job.job_id, timeout=30, poll=NO_POLL) == 7
+        assert face.woken("result", job.job_id) == 7
     finally:
         done.join()
 
@@ -196,7 +209,7 @@ def test_wait_any_returns_the_first_finished(face: Face, queue: leaseq.Queue) ->
     first = face.call("enqueue", "q", "t", priority=1)
     second = face.call("enqueue", "q", "t", priority=2)
     run_job(queue, "one")
-    found = face.call("wait_any", [second.job_id, first.job_id], timeout=30, poll=NO_POLL)
+    found = face.woken("wait_any", [second.job_id, first.job_id])
     assert (found.job_id, found.result) == (first.job_id, "one")
 
 
@@ -205,11 +218,14 @@ def test_as_completed_yields_each_job_as_it_finishes(queue: leaseq.Queue, pool: 
     ids = [queue.enqueue("q", "t", i, priority=i).job_id for i in range(3)]
     seen = []
     run_job(queue, "x")
-    for outcome in waiting.as_completed(ids, timeout=30, poll=NO_POLL):
+    started = time.monotonic()
+    for outcome in waiting.as_completed(ids, timeout=WAKE_TIMEOUT, poll=NO_POLL):
         seen.append(outcome.job_id)
         if len(seen) < len(ids):
             run_job(queue, "x")
     assert seen == ids
+    # Each later job was woken for, not read at the timeout (see Face.woken).
+    assert time.monotonic() - started < WAKE_TIMEOUT
 
 
 def test_a_completion_racing_the_first_read_is_never_missed(
@@ -242,7 +258,7 @@ def test_a_completion_racing_the_first_read_is_never_missed(
     for _ in range(100):
         job = face.call("enqueue", "q", "t", wait=True)
         armed.append(True)
-        assert face.call("result", job.job_id, timeout=30, poll=NO_POLL) == "raced"
+        assert face.woken("result", job.job_id) == "raced"
         worker[-1].join()
 
 
@@ -281,7 +297,7 @@ def test_an_idle_listener_closes_its_connection_and_the_next_waiter_opens_one(
             finisher = threading.Thread(target=_finish_once_waited, args=(listener, queue, n))
             finisher.start()
             try:
-                assert face.call("result", job.job_id, timeout=30, poll=NO_POLL) == n
+                assert face.woken("result", job.job_id) == n
             finally:
                 finisher.join()
             face.wait_for(lambda: not _listening(database_url), "the idle listener closed")
@@ -322,9 +338,25 @@ def _all_flagged(url: str) -> bool:
     return bool(row and row[0])
 
 
-def test_the_result_arrives_when_the_listening_connection_is_killed(
-    face: Face, queue: leaseq.Queue
+def test_a_completion_while_the_listener_is_away_wakes_its_waiter_on_reconnect(
+    face: Face, queue: leaseq.Queue, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """The listening connection is killed and the job finishes before it is back: that
+    notification went to nobody, so only the reconnect's wake of every waiter can return the
+    result. The poll is off (a reconnect that wakes nobody fails with ResultTimeout) and the
+    reconnect is held until the job has finished (so it cannot be the completion's own
+    notification that wakes the waiter)."""
+    finished = threading.Event()
+    real_connect, real_aconnect = waiters.connect, waiters.aconnect
+
+    def connect_after_finish(*args: Any, **kwargs: Any) -> Any:
+        finished.wait(30)
+        return real_connect(*args, **kwargs)
+
+    async def aconnect_after_finish(*args: Any, **kwargs: Any) -> Any:
+        await asyncio.to_thread(finished.wait, 30)
+        return await real_aconnect(*args, **kwargs)
+
     job = face.call("enqueue", "q", "t")
     listener = face.listener()
     box: dict[str, Any] = {}
@@ -332,18 +364,29 @@ def test_the_result_arrives_when_the_listening_connection_is_killed(
     def kill_then_finish() -> None:
         (pid,) = wait_for(lambda: _listening(face.url), "the listening connection")
         wait_for(lambda: listener.waiters == 1, "the waiter")
+        subscriptions = listener.subscriptions
+        # From here on the listener reconnects only once the job has finished.
+        monkeypatch.setattr(waiters, "connect", connect_after_finish)
+        monkeypatch.setattr(waiters, "aconnect", aconnect_after_finish)
         with psycopg.connect(face.url, autocommit=True) as c:
             c.execute("SELECT pg_terminate_backend(%s)", (pid,))
         wait_for(lambda: pid not in _listening(face.url), "the listener gone")
         box["finished"] = run_job(queue, "still here")
+        box["subscriptions"] = (subscriptions, listener.subscriptions)
+        finished.set()
 
     killer = threading.Thread(target=kill_then_finish)
     killer.start()
     try:
-        assert face.call("result", job.job_id, timeout=60, poll=0.5) == "still here"
+        assert face.woken("result", job.job_id) == "still here"
     finally:
+        finished.set()
         killer.join()
     assert box["finished"] == job.job_id
+    # Not resubscribed while the job finished: the completion's notification was lost.
+    before, at_finish = box["subscriptions"]
+    assert at_finish == before
+    assert listener.subscriptions == before + 1
 
 
 def _lock_waiters(url: str) -> int:
@@ -417,7 +460,7 @@ def test_a_completion_in_flight_while_flagging_is_waited_out(
         committer = threading.Thread(target=commit_once_waited_for)
         committer.start()
         try:
-            assert face.call("result", job.job_id, timeout=30, poll=NO_POLL) == "late"
+            assert face.woken("result", job.job_id) == "late"
         finally:
             committer.join()
 

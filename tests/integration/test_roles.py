@@ -19,7 +19,7 @@ from psycopg import sql
 import leaseq
 import leaseq.core.history
 from leaseq.core import waiters
-from leaseq_operator.history import HistoryDuty
+from leaseq.leader.history import HistoryDuty
 from support import threat_model
 from support.polling import wait_for
 from support.roles import Roles, login_roles

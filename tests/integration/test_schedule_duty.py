@@ -9,8 +9,8 @@ import pytest
 from psycopg_pool import ConnectionPool
 
 import leaseq
+from leaseq.leader.reaper import LeaderLease, Reaper
 from leaseq_operator.metrics import OperatorMetrics
-from leaseq_operator.reaper import LeaderLease, Reaper
 
 Pool = ConnectionPool[leaseq.core.db.Conn]
 

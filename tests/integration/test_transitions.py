@@ -274,6 +274,36 @@ def test_release_returns_the_job_now_without_costing_an_attempt(queue: leaseq.Qu
     assert outcomes == [(1, "released")] * 3 + [(1, "succeeded")]
 
 
+def test_a_counted_release_retries_after_backoff_and_is_dead_at_max_attempts(
+    queue: leaseq.Queue, conn: leaseq.core.db.Conn
+) -> None:
+    """A release that is not a shutdown (a handler raising Interrupted) spends the attempt:
+    back after backoff while attempts remain, ``dead`` (finished, owner kept) at the last."""
+    now = db_now(conn)
+    queue.enqueue("q", "t", max_attempts=2, now=now)
+    first = claim_one(queue, now=now)
+    assert queue.release(first.lease, reason="stopped", shutdown=False, now=now) == (
+        leaseq.Released(first.id, leaseq.JobStatus.PENDING)
+    )
+    retried = queue.get(first.id)
+    assert (retried.attempt_count, retried.available_at > now) == (1, True)
+    later = now + timedelta(hours=1)
+    second = claim_one(queue, now=later)
+    assert second.attempt == 2
+    assert queue.release(second.lease, reason="stopped again", shutdown=False, now=later) == (
+        leaseq.Released(second.id, leaseq.JobStatus.DEAD)
+    )
+    dead = queue.get(second.id)
+    assert (dead.status, dead.attempt_count, dead.finished_at, dead.lease_owner) == (
+        "dead", 2, later, "w1",
+    )  # fmt: skip
+    assert (dead.last_error, dead.last_error_code) == ("stopped again", "INTERRUPTED")
+    assert [(a.attempt, a.outcome) for a in queue.attempts(second.id)] == [
+        (1, "interrupted"),
+        (2, "interrupted"),
+    ]
+
+
 def test_release_by_a_stale_worker_is_fenced(queue: leaseq.Queue) -> None:
     queue.enqueue("q", "t")
     job = claim_one(queue)

@@ -22,8 +22,8 @@ from kubernetes.client.exceptions import ApiException
 
 import leaseq
 from leaseq.core.history import History
+from leaseq.leader.history import PARTITIONS_AHEAD
 from leaseq_operator.app import PoolState
-from leaseq_operator.history import PARTITIONS_AHEAD
 from leaseq_operator.kube import POOL_LABEL
 from support.polling import wait_for
 

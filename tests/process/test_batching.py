@@ -26,18 +26,24 @@ def test_a_stale_token_in_the_middle_of_a_batch_fences_only_that_job(
     tmp_path: Path,
     isolation: str,
 ) -> None:
-    # A long lease and heartbeat: only complete_many can notice the stale token.
-    w = spawn_worker("w-a", isolation=isolation, lease=60, heartbeat=20)
     gate = tmp_path / "gate"
     specs = [
         leaseq.JobSpec("q", "embed", {"text": text, "gate": str(gate)}, idempotency_key=text)
         for text in ("a", "bb", "ccc")
     ]
     first, middle, last = (e.job_id for e in queue.enqueue_many(specs))
+    # Each member its own token (drain releases cost no attempt): a batch settled with one
+    # member's token for all would fence the others.
+    for limit in (2, 1):
+        for job in queue.claim(["q"], "deploy", limit=limit):
+            queue.release(job.lease)
+    # A long lease and heartbeat: only complete_many can notice the stale token.
+    w = spawn_worker("w-a", isolation=isolation, lease=60, heartbeat=20)
     wait_for(
         lambda: all(queue.get(j).status == "running" for j in (first, middle, last)),
         "the batch to be claimed",
     )
+    assert [queue.get(j).lease_token for j in (first, middle, last)] == [5, 3, 1]
     # Until the batch closes, the worker claims to fill it, and would take the reaped job back.
     wait_for(lambda: (tmp_path / "gate.entered").exists(), "the batch to close and run")
     # The middle job is taken over: its lease expires, the reaper returns it, another
@@ -57,12 +63,12 @@ def test_a_stale_token_in_the_middle_of_a_batch_fences_only_that_job(
     wait_for(
         lambda: (
             [(a.worker, a.outcome) for a in queue.attempts(middle)]
-            == [("w-a", "fenced"), ("thief", "succeeded")]
+            == [("deploy", "released"), ("w-a", "fenced"), ("thief", "succeeded")]
         ),
         "the fenced refusal recorded",
     )
     attempts = queue.attempts(middle)
-    assert (attempts[0].error or "").startswith("complete refused")
+    assert (attempts[1].error or "").startswith("complete refused")
     for job, text, by in zip(jobs, ("a", "bb", "ccc"), ("w-a", "thief", "w-a"), strict=True):
         effect = queue.effect(text)
         assert effect is not None

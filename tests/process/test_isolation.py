@@ -3,9 +3,13 @@ supervisor) keeps the leases. Real workers, real children, real signals."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import shutil
 import signal
+import subprocess
+import sys
 from collections.abc import Callable
 from pathlib import Path
 
@@ -287,3 +291,128 @@ def test_a_child_stops_at_its_lease_end_while_its_supervisor_is_stopped(
     _first, second = outcomes(queue, job_id)  # the first: reaped, then fenced on resume
     assert second == ("w-a", "succeeded")
     wait_for(lambda: gone(child), "the killed child reaped once its worker runs again")
+
+
+def test_a_job_its_child_has_no_handler_for_fails_as_no_handler_and_the_slot_goes_on(
+    spawn_worker: Spawn, queue: leaseq.Queue
+) -> None:
+    """The worker claims a type its children do not register: the attempt fails with
+    ``NoHandler`` (retried like any error, here dead at its one attempt), the child is not
+    lost, and the next job runs on the same slot."""
+    spawn_worker("w-a", isolation="process", app="parent_only_app:registry")
+    orphan = queue.enqueue("q", "parent_only", {}, max_attempts=1).job_id
+    after = queue.enqueue("q", "work", {"n": 1}).job_id
+    job = finished(queue, orphan)
+    assert (job.status, job.last_error_code) == ("dead", "NoHandler")
+    assert "no handler is registered for job type 'parent_only'" in (job.last_error or "")
+    assert finished(queue, after).status == "succeeded"
+    assert outcomes(queue, orphan) == [("w-a", "failed")]
+
+
+def test_a_child_still_starting_dies_with_its_sigkilled_worker(
+    database_url: str, tmp_path: Path
+) -> None:
+    """A child held inside its interpreter's start-up (multiprocessing importing the
+    worker's main module, before any of the child's own code) dies with its SIGKILLed
+    worker: it asked for that at its first ``import leaseq``."""
+    here = Path(__file__).parent
+    log = tmp_path / "w-a.log"
+    cmd = [sys.executable, str(here / "held_main.py"), "worker", "--app", "apps:registry",
+           "--queue", "q", "--metrics-port", "0", "--isolation", "process"]  # fmt: skip
+    pythonpath = os.pathsep.join(filter(None, [str(here), os.environ.get("PYTHONPATH", "")]))
+    env = {**os.environ, "PYTHONPATH": pythonpath, "LEASEQ_DATABASE_URL": database_url}
+    with log.open("wb") as out:
+        proc = subprocess.Popen(cmd, env=env, stdout=out, stderr=subprocess.STDOUT, cwd=tmp_path)
+    try:
+        started = wait_for(lambda: list(tmp_path.glob("starting-*")), "a child to start")
+        child = int(started[0].name.removeprefix("starting-"))
+        assert running(child)
+        proc.kill()
+        proc.wait(timeout=30)
+        wait_for(lambda: not running(child), "the starting child to die with its worker")
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        for path in tmp_path.glob("starting-*"):
+            pid = int(path.name.removeprefix("starting-"))
+            if running(pid):
+                os.kill(pid, signal.SIGKILL)
+
+
+def children(pid: int) -> list[int]:
+    """The children of ``pid`` (host pids), from every one of its threads."""
+    found: list[int] = []
+    for task in Path(f"/proc/{pid}/task").glob("*"):
+        with contextlib.suppress(FileNotFoundError):
+            found += [int(c) for c in (task / "children").read_text().split()]
+    return found
+
+
+def test_a_process_worker_as_pid_1_runs_reaps_orphans_and_exits_0_on_sigterm(
+    queue: leaseq.Queue, database_url: str, tmp_path: Path
+) -> None:
+    """The worker as PID 1 of its own PID namespace, as a kubelet runs the entrypoint: its
+    children start (a parent pid of 1 is not taken for a dead parent), the guard a killed
+    child leaves behind is reaped by the worker, and SIGTERM stops it with status 0."""
+    namespace = ["unshare", "--pid", "--fork", "--mount-proc", "--kill-child"]
+    probe = subprocess.run([*namespace, "true"], capture_output=True, check=False)
+    if shutil.which("unshare") is None or probe.returncode != 0:
+        pytest.skip(f"no PID namespace here: {probe.stderr.decode(errors='replace').strip()}")
+    here = Path(__file__).parent
+    pythonpath = os.pathsep.join(filter(None, [str(here), os.environ.get("PYTHONPATH", "")]))
+    env = {**os.environ, "PYTHONPATH": pythonpath, "LEASEQ_DATABASE_URL": database_url}
+    cmd = [*namespace, sys.executable, "-m", "leaseq.cli", "worker", "--app", "apps:registry",
+           "--queue", "q", "--metrics-port", "0", "--isolation", "process",
+           "--lease-seconds", "5", "--heartbeat-seconds", "1"]  # fmt: skip
+    log = tmp_path / "pid1.log"
+    with log.open("wb") as out:
+        proc = subprocess.Popen(cmd, env=env, stdout=out, stderr=subprocess.STDOUT, cwd=tmp_path)
+    try:
+        [worker] = wait_for(lambda: children(proc.pid), "the worker in its namespace")
+        assert finished(queue, queue.enqueue("q", "work", {}).job_id).status == "succeeded"
+        slot = wait_for(lambda: next((p for p in children(worker) if children(p)), None), "a child")
+        [guard] = children(slot)
+        os.kill(slot, signal.SIGKILL)
+        wait_for(
+            lambda: not Path(f"/proc/{guard}").exists() and not Path(f"/proc/{slot}").exists(),
+            "the killed child and its orphaned guard reaped by PID 1",
+        )
+        assert finished(queue, queue.enqueue("q", "work", {}).job_id).status == "succeeded"
+        os.kill(worker, signal.SIGTERM)
+        assert proc.wait(timeout=30) == 0, log.read_text()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(timeout=10)
+
+
+def test_a_childs_last_write_lands_before_its_lease_ends_in_database_time(
+    queue: leaseq.Queue,
+    conn: leaseq.core.db.Conn,
+    spawn_worker: Spawn,
+    database_url: str,
+    tmp_path: Path,
+) -> None:
+    """The guard's margin, measured: the supervisor is stopped (no renewal, no kill) and no
+    reaper runs, so the lease's end stays where the last renewal put it; the child writes to
+    the database until its guard kills it, and its last committed write must be earlier than
+    that end, by the database's clock (another worker may claim the job from then on)."""
+    conn.execute("CREATE TABLE probe (at timestamptz NOT NULL)")
+    w = spawn_worker("w-a", isolation="process", lease=1, heartbeat=0.3, app="probe_app:registry")
+    pid_file = tmp_path / "child.pid"
+    job_id = queue.enqueue("q", "probe", {"url": database_url, "pid_file": str(pid_file)}).job_id
+    child = pid_in(pid_file)
+    w.signal(signal.SIGSTOP)
+    try:
+        wait_for(lambda: not running(child), "the child killed by its guard")
+        row = conn.execute(
+            "SELECT (SELECT max(at) FROM probe), j.lease_expires_at, j.status::text"
+            " FROM leaseq.jobs j WHERE j.id = %s",
+            (job_id,),
+        ).fetchone()
+    finally:
+        w.signal(signal.SIGCONT)
+    assert row is not None
+    last_write, lease_end, status = row
+    assert status == "running"  # not reaped: the lease's end is the one the child ran under
+    assert last_write < lease_end, f"a write landed {last_write - lease_end} after the lease"

@@ -3,6 +3,7 @@ not ready, claims nothing; once loaded it reports `running`, its start-up time a
 
 from __future__ import annotations
 
+import signal
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -68,3 +69,27 @@ def test_loading_is_registered_not_ready_and_claims_nothing_until_loaded(
     assert loaded.startup_seconds is not None and loaded.startup_seconds > 0
     assert worker.metric("leaseq_worker_startup_seconds") == pytest.approx(loaded.startup_seconds)
     assert worker.metric("leaseq_worker_loading") == 0
+
+
+def test_a_sigterm_during_on_startup_means_no_claim_at_all(
+    workers: Workers, queue: leaseq.Queue, tmp_path: Path
+) -> None:
+    """SIGTERM while on_startup still runs: the worker finishes loading, claims nothing (no
+    attempt on any waiting job) and exits 0."""
+    gate = tmp_path / "model-loaded"
+    worker = workers.start(
+        "w-load",
+        "--app", "loading_app:registry",
+        "--queue", "q",
+        "--concurrency", "4",
+        "--poll-seconds", "0.2",
+        env={"LEASEQ_TEST_LOAD_GATE": str(gate)},
+    )  # fmt: skip
+    jobs = [queue.enqueue("q", "echo", {}).job_id for _ in range(4)]
+    worker.signal(signal.SIGTERM)
+    gate.touch()
+    assert worker.wait_exit() == 0
+    assert [(queue.get(j).status, queue.attempts(j)) for j in jobs] == [
+        (leaseq.JobStatus.PENDING, [])
+    ] * 4
+    assert "signal during start-up: stopping without claiming" in worker.log.read_text()

@@ -13,8 +13,8 @@ import pytest
 from prometheus_client import generate_latest
 
 import leaseq
+from leaseq.leader.reaper import LeaderLease, Reaper
 from leaseq_operator.metrics import OperatorMetrics
-from leaseq_operator.reaper import LeaderLease, Reaper
 from support.polling import wait_for
 from support.roles import Roles, login_roles
 from support.workers import WorkerProcess
@@ -94,3 +94,27 @@ def test_the_operator_reaps_scrapes_and_estimates_as_the_operator_role(
     with psycopg.connect(database_url) as admin:
         holder = admin.execute("SELECT count(*) FROM leaseq.leader_leases").fetchone()
     assert holder == (0,)
+
+
+def test_a_worker_role_offered_to_lead_says_it_may_not_and_runs_its_jobs(
+    database_url: str, roles: Roles, spawn_worker: Callable[..., WorkerProcess]
+) -> None:
+    """The worker role lacks the leader's privileges: the worker's first pass is refused,
+    it logs that once and stops offering, and it runs its jobs as before."""
+    worker = spawn_worker(
+        "as-role", env={"LEASEQ_DATABASE_URL": roles.urls["worker"], "LEASEQ_LEAD": "true"}
+    )
+    wait_for(lambda: "leader duties refused, not leading" in worker.log.read_text(), "refusal")
+    with leaseq.connect(roles.urls["producer"], action="test") as p:
+        queue = leaseq.Queue(p)
+        job_id = queue.enqueue("q", "work", {}).job_id
+        wait_for(lambda: queue.get(job_id).status == "succeeded", "the job to run")
+    assert worker.serving()
+    worker.signal(signal.SIGTERM)
+    assert worker.wait_exit() == 0
+    log = worker.log.read_text()
+    assert log.count("leader duties refused") == 1, log
+    said = [line for line in log.splitlines() if "permission denied" in line]
+    assert [line for line in said if " DEBUG " not in line] == said[-1:], log
+    with psycopg.connect(database_url) as admin:
+        assert admin.execute("SELECT count(*) FROM leaseq.leader_leases").fetchone() == (0,)

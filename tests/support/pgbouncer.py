@@ -41,13 +41,18 @@ class PgBouncer:
     host and port replaced by the bouncer's. :meth:`restart` kills it and starts it again on
     the same port (what a pooler restart does to every client connection)."""
 
-    def __init__(self, database_url: str, pool_size: int = 20) -> None:
+    def __init__(
+        self, database_url: str, pool_size: int = 20, server_login_retry: float | None = None
+    ) -> None:
+        """``server_login_retry``: seconds PgBouncer waits after a failed server login before
+        it tries again (None: PgBouncer's default, 15 s)."""
         upstream = conninfo_to_dict(database_url)
         self.port = net.free_port()
         self.dir = Path(tempfile.mkdtemp(prefix="leaseq-pgbouncer-"))
         user = str(upstream.get("user") or "postgres")
         host = str(upstream.get("host") or "127.0.0.1")
         ini = self.dir / "pgbouncer.ini"
+        retry = "" if server_login_retry is None else f"server_login_retry = {server_login_retry}\n"
         (self.dir / "users.txt").write_text(f'"{user}" ""\n')
         ini.write_text(
             "[databases]\n"
@@ -60,6 +65,7 @@ class PgBouncer:
             "pool_mode = transaction\n"
             f"default_pool_size = {pool_size}\nmax_client_conn = 500\n"
             "server_reset_query =\n"
+            f"{retry}"
             "ignore_startup_parameters = extra_float_digits,application_name\n"
             f"logfile = {self.dir / 'pgbouncer.log'}\n"
             f"pidfile = {self.dir / 'pgbouncer.pid'}\n"

@@ -81,6 +81,9 @@ class Workers:
             **os.environ,
             "LEASEQ_DATABASE_URL": self.database_url,
             "PYTHONPATH": os.pathsep.join(filter(None, pythonpath)),
+            # Tests bring their own reaper (or none, on purpose); the ones about a worker's
+            # leadership turn it on.
+            "LEASEQ_LEAD": "false",
             **(env or {}),
         }
         with log.open("wb") as out:

@@ -17,7 +17,7 @@ from leaseq.core.errors import ConfigError
 from leaseq.core.models import ClaimedJob, Lease
 from leaseq.runtime.batching import Batching
 from leaseq.runtime.context import JobContext, PermanentError
-from leaseq.runtime.executor import Ending, Executor, OnDone, run_unit
+from leaseq.runtime.executor import Ending, Executor, OnDone, ThreadExecutor, run_unit
 from leaseq.runtime.inflight import InFlight
 from leaseq.runtime.processes import exit_cause
 from leaseq.runtime.registry import Registry
@@ -190,3 +190,30 @@ def test_a_batch_takes_one_slot_and_room_to_fill_only_while_it_is_open() -> None
     assert reported == [[11, 12, 13]]
     assert batching.capacity == 2
     batching.close(1.0)
+
+
+def test_an_attempt_without_a_handler_fails_as_no_handler_and_its_slot_goes_on() -> None:
+    """A slot given an attempt whose type has no handler (registered in the worker, not in
+    the process that runs handlers) reports a NoHandler error and takes the next unit."""
+    registry = embed_registry()
+
+    @registry.job("known")
+    def known(payload: Any, ctx: JobContext) -> Any:
+        return payload
+
+    reported: list[tuple[int, Ending, str]] = []
+
+    def on_done(attempts: list[InFlight], outcomes: list[Any]) -> None:
+        reported.extend(
+            (a.job.id, o.ending, o.error_code) for a, o in zip(attempts, outcomes, strict=True)
+        )
+
+    executor = ThreadExecutor(1, on_done, startup=lambda: None)
+    executor.start()
+    try:
+        executor.submit(attempt(registry, 1, None, job_type="gone"))
+        executor.submit(attempt(registry, 2, 42, job_type="known"))
+        wait_for(lambda: len(reported) == 2, "both attempts reported by the one slot")
+    finally:
+        executor.close(timeout=1.0)
+    assert reported == [(1, Ending.ERROR, "NoHandler"), (2, Ending.RETURNED, "")]

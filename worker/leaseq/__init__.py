@@ -1,5 +1,7 @@
 """leaseq: a PostgreSQL work queue for slow jobs, with leases, heartbeats and fencing tokens."""
 
+# First: a child of --isolation process dies with its worker from here on (leaseq._orphans).
+import leaseq._orphans  # noqa: F401
 from leaseq.core.db import connect, open_pool
 from leaseq.core.errors import (
     AuthenticationFailed,

@@ -113,6 +113,22 @@ class WaitInHandler(LeaseqError):
         )
 
 
+class NoHandler(LeaseqError):
+    """A claimed attempt's job type has no handler where the attempt was to run: the claim
+    filter keeps such jobs from a worker, so the process that runs handlers registered other
+    types than the worker that claimed (a registration that depends on the process, under
+    ``--isolation process``). The attempt fails as a retryable error (``NoHandler``)."""
+
+    def __init__(self, job_type: str, worker: str) -> None:
+        super().__init__(
+            f"no handler is registered for job type {job_type!r} where worker {worker!r} runs "
+            "its handlers (its claim said it serves that type): register the type "
+            "unconditionally in the app, the same in every process; the job is retried after "
+            "backoff"
+        )
+        self.job_type = job_type
+
+
 class DuplicateJob(LeaseqError):
     """A uniqueness rule refused the change (for example, a dedup key already taken)."""
 

@@ -1,7 +1,7 @@
 """History: finished jobs leave the hot table for partitioned history, then the ledger.
 
 ``leaseq.jobs`` holds live jobs and recently finished ones. The leader's mover
-(:mod:`leaseq_operator.history`) moves finished jobs older than the hot retention, with their
+(:mod:`leaseq.leader.history`) moves finished jobs older than the hot retention, with their
 attempts, into ``leaseq.job_history`` and ``leaseq.job_attempt_history`` (partitioned by UTC
 day of finishing, each day by retention in days), one statement per batch, and writes a
 ledger row per job that outlives the history. Retention drops whole partitions. Every

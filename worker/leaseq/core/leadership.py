@@ -2,7 +2,7 @@
 
 The lease decides *who* leads (visible, survives reconnects, lapses by itself); the lock, a
 transaction-scoped advisory lock, makes two passes that both believe they lead impossible to
-overlap (see :mod:`leaseq_operator.reaper`).
+overlap (see :mod:`leaseq.leader.reaper`).
 """
 
 from __future__ import annotations

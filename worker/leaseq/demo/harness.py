@@ -60,6 +60,7 @@ class Harness:
             "--worker-id", name,
             "--metrics-port", "0",
             "--log-format", "json",
+            "--lead", "false",  # the demo's reaper thread reaps, with the demo's retry policy
             *self.worker_args,
         ]  # fmt: skip
         env = {**os.environ, "LEASEQ_DATABASE_URL": self.url, **self.worker_env}

@@ -13,7 +13,6 @@ the supervisor is stopped (its guard, :func:`_guard`).
 
 from __future__ import annotations
 
-import ctypes
 import enum
 import itertools
 import logging
@@ -28,6 +27,7 @@ from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from typing import Any, NoReturn, Protocol
 
+from leaseq._orphans import die_with_parent
 from leaseq.core import validation
 from leaseq.core.errors import LeaseqError
 from leaseq.core.models import ClaimedJob, Lease, ParentResult, StepRecord
@@ -85,7 +85,7 @@ def main(conn: Connection, spec: ChildSpec, supervisor: int, deadline: Deadline)
     guard enforces (:func:`_guard`)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
-    _die_with_parent(supervisor)
+    die_with_parent(supervisor)
     # Forked now, while this process has one thread (spawn started a fresh interpreter).
     if os.fork() == 0:
         conn.close()  # the pipe's ends stay the child's and the supervisor's alone
@@ -99,23 +99,6 @@ def main(conn: Connection, spec: ChildSpec, supervisor: int, deadline: Deadline)
         conn.send((Msg.STARTUP_FAILED, f"{type(exc).__name__}: {exc}"))
         return
     Child(conn, spec, registry).serve()
-
-
-def _die_with_parent(supervisor: int) -> None:
-    """Ask Linux to SIGKILL this process when its parent dies (a SIGKILLed supervisor must
-    not leave children holding GPUs); elsewhere EOF on the pipe does it, later.
-
-    The parent is known by its pid, never assumed not to be 1: in a container the worker
-    is PID 1 (the kubelet runs the entrypoint so), and an orphan is reparented to another
-    process, so a parent pid that is no longer ``supervisor`` means the parent died
-    (before ``prctl`` took effect)."""
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-    except (OSError, AttributeError):
-        pass
-    if os.getppid() != supervisor:
-        os._exit(1)
 
 
 class Deadline(Protocol):
@@ -135,7 +118,7 @@ def _guard(deadline: Deadline) -> NoReturn:
     the child's GIL can neither delay the kill nor be killed while its lease is renewed.
     CLOCK_MONOTONIC is one clock for every process of a host."""
     child = os.getppid()
-    _die_with_parent(child)
+    die_with_parent(child)
     while True:
         remaining = deadline.value - time.monotonic()
         if remaining <= 0:

@@ -21,6 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from leaseq.core.errors import NoHandler
 from leaseq.core.waiters import handler_running
 from leaseq.runtime.context import BackOff, Interrupted, PermanentError, StopReason
 from leaseq.runtime.inflight import InFlight
@@ -100,7 +101,8 @@ def run_handler(attempt: InFlight) -> HandlerOutcome:
     """Run ``attempt``'s handler here and now; never raises (an exception is an outcome)."""
     started = time.monotonic()
     job_type = attempt.job_type
-    assert job_type is not None, "attempts without a handler are settled by the worker"
+    if job_type is None:
+        return _no_handler(attempt)
     try:
         with handler_running():
             value = job_type.handler(attempt.job.payload, attempt.context)
@@ -109,6 +111,14 @@ def run_handler(attempt: InFlight) -> HandlerOutcome:
             log.warning("handler raised %r", exc, extra=attempt.fields(), exc_info=True)
         return HandlerOutcome.of_exception(exc, time.monotonic() - started)
     return HandlerOutcome(Ending.RETURNED, value, seconds=time.monotonic() - started)
+
+
+def _no_handler(attempt: InFlight) -> HandlerOutcome:
+    """The outcome of an attempt whose type has no handler here: a retryable error, so the
+    slot takes its next unit and the attempt is settled like any failure."""
+    exc = NoHandler(attempt.job.job_type, attempt.context.worker_id)
+    log.error("%s", exc, extra=attempt.fields())
+    return HandlerOutcome.of_exception(exc, 0.0)
 
 
 def run_unit(attempts: list[InFlight]) -> list[HandlerOutcome]:
@@ -126,11 +136,11 @@ def _with_spawn(attempt: InFlight, outcome: HandlerOutcome) -> HandlerOutcome:
 
 
 def _run_unit(attempts: list[InFlight]) -> list[HandlerOutcome]:
-    if len(attempts) == 1:
-        return [run_handler(attempts[0])]
-    started = time.monotonic()
     job_type = attempts[0].job_type
-    assert job_type is not None and job_type.batch is not None, "only batch types batch"
+    if len(attempts) == 1 or job_type is None:
+        return [run_handler(attempt) for attempt in attempts]
+    started = time.monotonic()
+    assert job_type.batch is not None, "only batch types batch"
     try:
         with handler_running():
             values = batch_results(

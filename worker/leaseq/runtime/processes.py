@@ -34,6 +34,7 @@ from multiprocessing.connection import Connection, wait
 from multiprocessing.process import BaseProcess
 from typing import Any
 
+from leaseq._orphans import SUPERVISOR_ENV
 from leaseq.core.backoff import Backoff
 from leaseq.core.errors import LeaseqError
 from leaseq.runtime import child
@@ -56,6 +57,13 @@ CHILD_CRASHED = "CHILD_CRASHED"
 
 #: How often a worker that is PID 1 reaps the orphans reparented to it (seconds).
 ORPHAN_REAP_SECONDS = 1.0
+
+
+def mark_supervisor() -> None:
+    """Name this process as the supervisor in the environment its children inherit, so each
+    dies with it from its first ``import leaseq`` (:mod:`leaseq._orphans`). Call it before
+    any thread starts: the environment is process-wide and not safe to change under them."""
+    os.environ[SUPERVISOR_ENV] = str(os.getpid())
 
 
 def reap_orphans() -> list[int]:

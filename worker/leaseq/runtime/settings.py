@@ -116,6 +116,15 @@ PREPARED_STATEMENTS = Option(
     "use server-side prepared statements (set false behind a transaction-pooling PgBouncer "
     "older than 1.21, which cannot carry them)",
 )
+LEAD = Option(
+    "lead",
+    "LEASEQ_LEAD",
+    boolean,
+    True,
+    "true or false: take the leader lease when no operator, `leaseq reaper` or other worker "
+    "holds it, and then reap, tick schedules and move history (needs the operator's database "
+    "privileges; set false where an operator runs: its leader also scales)",
+)
 WORKER_ID = Option(
     "worker_id", "LEASEQ_WORKER_ID", str, None, "this process's name in leases (hostname-pid)"
 )
@@ -135,6 +144,7 @@ OPTIONS = [
     POLL_SECONDS,
     LISTEN,
     PREPARED_STATEMENTS,
+    LEAD,
     WORKER_ID,
     POD_NAME,
     NODE_NAME,
@@ -160,6 +170,7 @@ class WorkerSettings:
     poll_seconds: float = 5.0
     listen: bool = True
     prepared_statements: bool = True
+    lead: bool = True
     worker_id: str = ""
     pod_name: str | None = None
     node_name: str | None = None
@@ -208,6 +219,7 @@ class WorkerSettings:
             poll_seconds=values["poll_seconds"],
             listen=values["listen"],
             prepared_statements=values["prepared_statements"],
+            lead=values["lead"],
             worker_id=values["worker_id"] or "",
             pod_name=values["pod_name"],
             node_name=values["node_name"],

@@ -58,10 +58,11 @@ from leaseq.runtime.health import NOT_READY_ERRORS, Health
 from leaseq.runtime.heartbeat import PROCESS_HINT, THREAD_HINT, HeartbeatLoop
 from leaseq.runtime.http_server import ProbeServer
 from leaseq.runtime.inflight import InFlight, InFlightTable
+from leaseq.runtime.leading import worker_leader
 from leaseq.runtime.listener import Listener
 from leaseq.runtime.metrics import WorkerMetrics
 from leaseq.runtime.outcomes import Settler
-from leaseq.runtime.processes import ProcessExecutor
+from leaseq.runtime.processes import ProcessExecutor, mark_supervisor
 from leaseq.runtime.registry import Registry
 from leaseq.runtime.settings import Isolation, WorkerSettings
 from leaseq.runtime.settlement import Answer, Done, Settlement
@@ -88,6 +89,8 @@ class Worker:
         self, settings: WorkerSettings, registry: Registry, *, retry: RetryPolicy | None = None
     ) -> None:
         """``retry``: backoff between failed attempts (default :class:`RetryPolicy`)."""
+        if settings.isolation is Isolation.PROCESS:
+            mark_supervisor()  # before the first thread (the pool's) starts
         self.settings = settings
         self.registry = registry
         self.metrics = WorkerMetrics(settings.queues, registry.job_types)
@@ -167,6 +170,8 @@ class Worker:
             stopping=self.stopping,
         )
         self._threads: list[threading.Thread] = []
+        # Where no operator or `leaseq reaper` runs, one worker leads (leaseq.runtime.leading).
+        self.leader = worker_leader(self.pool, settings.worker_id) if settings.lead else None
         # Set once on_startup has finished: until then the worker reports `loading`.
         self.startup_seconds: float | None = None
         self._registering = threading.Lock()
@@ -196,7 +201,8 @@ class Worker:
 
     def run(self, signals: SignalWatch) -> int:
         """Serve until the first signal, drain, release what is left, deregister; returns
-        the exit status (0 after a drain). ``signals`` is installed by the caller (the CLI),
+        the exit status (0 after a drain). A signal that arrived before start-up finished
+        stops it without a single claim. ``signals`` is installed by the caller (the CLI),
         or triggered by code that embeds the worker."""
         s = self.settings
         log.info(
@@ -215,9 +221,14 @@ class Worker:
             if not self._wait_for_schema(signals):
                 return 0
             self._declare_schedules()
+            self._offer_to_lead()
             # The heartbeat loop keeps the registry row fresh while on_startup runs.
             self._start_loop("heartbeat", self.heartbeat.run, 3 * s.heartbeat_seconds + 60)
             self._load()
+            if signals.count:
+                # Stopped before it ever claimed: nothing to drain, no job touched.
+                log.info("signal during start-up: stopping without claiming", extra=self._fields)
+                return 0
             self._start_threads()
             seen = signals.wait(0, None)
             self.drain(signals, seen)
@@ -228,6 +239,8 @@ class Worker:
             self.heartbeat.nudge.set()
             for thread in self._threads:
                 thread.join(timeout=5.0)
+            if self.leader is not None:
+                self.leader.stop()
             self.executor.close(timeout=0.5)
             self._deregister()
             self.pool.close()
@@ -260,6 +273,18 @@ class Worker:
             Schedules(self.pool).declare(self.settings.app, self.registry.schedules)
         except LeaseqError as exc:
             log.warning("could not declare schedules: %s", exc, extra=self._fields)
+
+    def _offer_to_lead(self) -> None:
+        """Stand for the leader lease: this worker leads (reaps, ticks schedules, moves
+        history) while no operator, ``leaseq reaper`` or other worker holds it."""
+        if self.leader is None:
+            return
+        log.info(
+            "offering to lead: this worker reaps, ticks schedules and moves history while it "
+            "holds the leader lease (held by no operator, leaseq reaper or other worker)",
+            extra=self._fields,
+        )
+        self.leader.start()
 
     def _load(self) -> None:
         """Run the on_startup hooks (a model load) while registered as ``loading``: not

@@ -26,7 +26,7 @@ The same reaper runs without Kubernetes as ``leaseq reaper`` (:mod:`leaseq_opera
 Every reaped job is logged with its previous owner and token, counted in
 ``leaseq_reaped_total{queue,outcome}``, and recorded in ``job_attempts`` by the statement.
 
-After each pass the leader also runs the history duties (:mod:`leaseq_operator.history`:
+After each pass the leader also runs the history duties (:mod:`leaseq.leader.history`:
 moving finished jobs out of the hot table, retention), each guarded on its own, forgets
 workers silent for ten minutes (a SIGKILLed pod never removes its own row from
 ``leaseq.workers``) and vacuums ``leaseq.jobs`` once it holds ``vacuum_dead_tuples`` dead
@@ -47,7 +47,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from leaseq.core.errors import LeaseqError
+from leaseq.core.errors import LeaseqError, PermissionDenied
 from leaseq.core.flow import FlowControl
 from leaseq.core.leadership import Leadership
 from leaseq.core.models import Reaped
@@ -55,9 +55,9 @@ from leaseq.core.queue import Queue
 from leaseq.core.schedule_models import Tick
 from leaseq.core.schedules import Schedules
 from leaseq.core.workers import Workers
-from leaseq_operator.history import HistoryDuty
+from leaseq.leader.history import HistoryDuty
 
-log = logging.getLogger("leaseq_operator.reaper")
+log = logging.getLogger("leaseq.leader.reaper")
 
 LEASE_NAME = "reaper"
 REAP_BATCH = 1000
@@ -164,6 +164,9 @@ class Reaper:
     #: running attempt with the same token; others are freed and counted (expected: none).
     flow: FlowControl | None = None
     on_repaired: Callable[[dict[str, int]], None] = lambda repaired: None
+    #: Stop for good when the database refuses a privilege, instead of retrying: for a
+    #: worker that offers to lead, whose role may lack the operator's privileges.
+    stop_when_refused: bool = False
     _stop: threading.Event = field(default_factory=threading.Event, init=False)
     _thread: threading.Thread | None = field(default=None, init=False)
     _failing: bool = field(default=False, init=False)  # in a database outage
@@ -265,14 +268,18 @@ class Reaper:
             backlog = False
             try:
                 backlog = len(self.run_once().reaped) == REAP_BATCH
-            except LeaseqError as exc:
-                # Once per outage, not at every pass while it lasts; once more when it ends.
-                if not self._failing:
-                    log.warning(
-                        "reaper passes fail, retrying every %gs (keeping term %d): %s",
-                        self.interval, self.lease.term, exc,
+            except PermissionDenied as exc:
+                if self.stop_when_refused:
+                    log.error(
+                        "leader duties refused, not leading (run this process with the "
+                        "operator's database role, or run `leaseq reaper` or the operator "
+                        "with it): %s", exc, extra={"holder": self.lease.holder},
                     )  # fmt: skip
-                self._failing = True
+                    self.on_leading(False)
+                    return
+                self._failed(exc)
+            except LeaseqError as exc:
+                self._failed(exc)
             except Exception:
                 log.exception("reaper pass failed unexpectedly")
             else:
@@ -281,3 +288,12 @@ class Reaper:
                 self._failing = False
             if not backlog:  # a full batch: more may be waiting, go again at once
                 self._stop.wait(self.interval)
+
+    def _failed(self, exc: LeaseqError) -> None:
+        # Once per outage, not at every pass while it lasts; once more when it ends.
+        if not self._failing:
+            log.warning(
+                "reaper passes fail, retrying every %gs (keeping term %d): %s",
+                self.interval, self.lease.term, exc,
+            )  # fmt: skip
+        self._failing = True

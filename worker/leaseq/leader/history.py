@@ -27,7 +27,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge
 from leaseq.core.errors import LeaseqError, StatementTimeout
 from leaseq.core.history import History
 
-log = logging.getLogger("leaseq_operator.history")
+log = logging.getLogger("leaseq.leader.history")
 
 MIN_BATCH = 10
 MAX_BATCH = 5000

@@ -314,6 +314,11 @@ def run(kills: int, workers: int, folder: Path) -> None:
                     "SELECT idempotency_key, status::text, attempt_count FROM leaseq.jobs"
                 ).fetchall()
             }
+            # Effects are written through the job's key: a second one for a key would be a
+            # completion applied twice across a failover.
+            effects, distinct_effects = conn.execute(
+                "SELECT count(*), count(DISTINCT idempotency_key) FROM leaseq.job_results"
+            ).fetchone()
         executions = [tuple(line.split()) for line in log.read_text().splitlines() if line]
         per_job = collections.Counter(job for job, _ in executions)
         per_token = collections.Counter(executions)
@@ -329,6 +334,8 @@ def run(kills: int, workers: int, folder: Path) -> None:
             "executions": len(executions),
             "jobs_run_more_than_once": sum(1 for c in per_job.values() if c > 1),
             "token_executed_twice": sum(1 for c in per_token.values() if c > 1),
+            "effects_written": effects,
+            "duplicate_effects": effects - distinct_effects,
             "attempts_spent": sum(a for _, a in present.values()),
         }
         print(f"summary: {summary}", flush=True)

@@ -98,3 +98,20 @@ def test_the_cli_says_why_and_never_prints_the_password(
     captured = capsys.readouterr()
     assert "authentication failed" in captured.err
     assert WRONG not in captured.err + captured.out
+
+
+def test_a_commit_that_fails_on_a_plain_connection_is_a_leaseq_error(database_url: str) -> None:
+    """The server goes away between the last statement and COMMIT: the caller gets
+    DatabaseUnavailable, not psycopg's AdminShutdown."""
+
+    def work_then_lose_the_server(conn: psycopg.Connection[tuple[object, ...]]) -> None:
+        with leaseq.core.db.transaction(conn, "test commit") as c:
+            c.execute("SELECT 1")
+            admin.execute("SELECT pg_terminate_backend(%s)", [conn.info.backend_pid])
+
+    with (
+        psycopg.connect(database_url, autocommit=True) as admin,
+        psycopg.connect(database_url, autocommit=True) as conn,
+        pytest.raises(leaseq.DatabaseUnavailable),
+    ):
+        work_then_lose_the_server(conn)

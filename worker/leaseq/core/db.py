@@ -101,10 +101,16 @@ def borrow(db: Db, action: str, conn: Conn | None = None) -> Iterator[Conn]:
 @contextmanager
 def transaction(db: Db, action: str, conn: Conn | None = None) -> Iterator[Conn]:
     """Like :func:`borrow`, but the statements run inside commit together (a non-autocommit
-    ``conn`` keeps its caller's transaction)."""
+    ``conn`` keeps its caller's transaction). A failed commit raises the translated leaseq
+    error for ``action``, as a failed statement does."""
     with borrow(db, action, conn) as c:
         if c.autocommit:
-            with c.transaction():
-                yield c
+            # The commit itself can fail (the server went away between the last statement
+            # and COMMIT): on a plain connection nothing else would translate that error.
+            try:
+                with c.transaction():
+                    yield c
+            except psycopg.Error as exc:
+                raise translate(exc, action=action, conninfo=c.info.dsn) from exc
         else:
             yield c

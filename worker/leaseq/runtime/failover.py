@@ -17,6 +17,7 @@ import threading
 from collections.abc import Callable
 
 from leaseq.core.db import Conn
+from leaseq.core.errors import SchemaNotReady
 from leaseq.core.queue import Queue
 
 Identity = tuple[str, int | None]
@@ -32,8 +33,13 @@ class ServerWatch:
         self._known: Identity | None = None
 
     def check(self, conn: Conn) -> None:
-        """Identify the server ``conn`` reached (a pool's ``configure`` hook)."""
-        identity = Queue.server_identity(conn)
+        """Identify the server ``conn`` reached (a pool's ``configure`` hook). Before the
+        schema exists (a worker waiting for `leaseq migrate`) there is nothing to compare and
+        no lease to void: the connection is used as it is."""
+        try:
+            identity = Queue.server_identity(conn)
+        except SchemaNotReady:
+            return
         if identity[1] is None:
             return
         with self._lock:

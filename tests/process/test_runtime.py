@@ -196,6 +196,56 @@ def test_handler_errors_and_bad_results_while_an_unknown_type_waits(
     assert w.sample("leaseq_jobs_finished_total", **labels) == 1
 
 
+def test_failures_a_registry_or_job_type_marks_permanent_make_one_attempt(
+    queue: leaseq.Queue, start_worker: Callable[..., Running]
+) -> None:
+    registry = Registry(permanent=(ValueError,))
+
+    @registry.job("bad-value")
+    def bad_value(payload: Any, ctx: JobContext) -> None:
+        raise ValueError("schema version 7 is not supported")
+
+    @registry.job("bad-key", permanent=(KeyError,))
+    def bad_key(payload: Any, ctx: JobContext) -> None:
+        raise KeyError("tenant")
+
+    @registry.job("flaky")
+    def flaky(payload: Any, ctx: JobContext) -> None:
+        raise KeyError("not permanent for this type")
+
+    @registry.job("split")
+    def split(payload: Any, ctx: JobContext) -> None:
+        ctx.spawn("children", "page")
+        ctx.spawn("children", "page", max_attempts=0)  # leaseq refuses it: InvalidJob
+
+    w = start_worker(registry, concurrency=4)
+    ids = {
+        name: queue.enqueue("q", name, max_attempts=3).job_id
+        for name in ("bad-value", "bad-key", "flaky", "split")
+    }
+    for job_id in ids.values():
+        wait_for(lambda j=job_id: queue.get(j).status == "dead", f"job {job_id} to die")
+
+    for name in ("bad-value", "bad-key", "split"):
+        attempts = queue.attempts(ids[name])
+        assert [a.outcome for a in attempts] == ["failed"], name
+        assert "Traceback" in (attempts[0].traceback or ""), name
+    assert queue.get(ids["bad-value"]).last_error_code == "ValueError"
+    assert "InvalidJob: invalid max_attempts" in (queue.attempts(ids["split"])[0].traceback or "")
+    assert queue.get(ids["flaky"]).attempt_count == 3
+    # The split died before completing: none of its fan-out was written.
+    assert queue.jobs(queue="children") == []
+    labels = {"queue": "q", "job_type": "bad-value", "outcome": "dead"}
+    assert w.sample("leaseq_jobs_finished_total", **labels) == 1
+
+
+def test_a_permanent_list_names_exception_classes_that_fail_a_job() -> None:
+    with pytest.raises(leaseq.ConfigError, match="exception classes"):
+        Registry(permanent=("ValueError",))  # type: ignore[arg-type]
+    with pytest.raises(leaseq.ConfigError, match="hands a job back"):
+        Registry().job("x", permanent=(leaseq.BackOff,))
+
+
 def test_an_interrupted_handler_hands_its_job_back_when_draining(
     queue: leaseq.Queue, workers: leaseq.Workers, start_worker: Callable[..., Running]
 ) -> None:

@@ -52,7 +52,14 @@ from leaseq.runtime.child import ChildSpec
 from leaseq.runtime.completions import Completions
 from leaseq.runtime.context import PermanentError, StopReason
 from leaseq.runtime.dispatcher import Dispatcher
-from leaseq.runtime.executor import Ending, Executor, HandlerOutcome, OnDone, ThreadExecutor
+from leaseq.runtime.executor import (
+    Ending,
+    Executor,
+    HandlerOutcome,
+    OnDone,
+    ThreadExecutor,
+    format_traceback,
+)
 from leaseq.runtime.failover import ServerWatch
 from leaseq.runtime.health import NOT_READY_ERRORS, Health
 from leaseq.runtime.heartbeat import PROCESS_HINT, THREAD_HINT, HeartbeatLoop
@@ -448,7 +455,13 @@ class Worker:
             # The handler's return value cannot be stored: retrying would not change it.
             error = PermanentError(f"handler returned an unusable result: {exc}")
             try:
-                self._fail(attempt, f"PermanentError: {error}", "PermanentError", retryable=False)
+                self._fail(
+                    attempt,
+                    f"PermanentError: {error}",
+                    "PermanentError",
+                    retryable=False,
+                    traceback=format_traceback(exc),
+                )
             finally:
                 self._finished(attempt)
             return None

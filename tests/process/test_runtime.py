@@ -7,6 +7,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
@@ -244,6 +245,52 @@ def test_a_permanent_list_names_exception_classes_that_fail_a_job() -> None:
         Registry(permanent=("ValueError",))  # type: ignore[arg-type]
     with pytest.raises(leaseq.ConfigError, match="hands a job back"):
         Registry().job("x", permanent=(leaseq.BackOff,))
+
+
+def test_a_sleeping_job_holds_no_slot_nor_unit_and_resumes_after_its_steps(
+    queue: leaseq.Queue, conn: leaseq.core.db.Conn, start_worker: Callable[..., Running]
+) -> None:
+    registry = Registry()
+    calls: list[str] = []
+
+    @registry.job("nap")
+    def nap(payload: Any, ctx: JobContext) -> str:
+        draft = ctx.step("draft", lambda: calls.append("draft") or "drafted")
+        ctx.sleep(30)
+        return f"{draft} then woke"
+
+    @registry.job("quick")
+    def quick(payload: Any, ctx: JobContext) -> str:
+        return "done"
+
+    leaseq.FlowControl(conn).set_limit("q", "tenant", max_running=1)
+    start_worker(registry, concurrency=1)
+    a = queue.enqueue("q", "nap", key="tenant").job_id
+    wait_for(lambda: [x.outcome for x in queue.attempts(a)] == ["released"], "A to sleep")
+    slept = queue.get(a)
+    assert (slept.status, slept.attempt_count) == ("pending", 0)
+    first = queue.attempts(a)[0]
+    assert slept.available_at - first.started_at >= timedelta(seconds=30)
+    assert "sleeping until" in (first.error or "")
+
+    # One slot, a limit of 1 on the key: B runs only if the sleeping A holds neither.
+    b = queue.enqueue("q", "quick", key="tenant").job_id
+    wait_for(lambda: queue.get(b).status == "succeeded", "B to run while A sleeps")
+    assert queue.get(a).status == "pending"
+
+    # Time passes: the recorded wake time and the job's are due now.
+    with conn.transaction():
+        conn.execute(
+            "UPDATE leaseq.job_steps SET result = to_jsonb(%s::text)"
+            " WHERE job_id = %s AND name = 'leaseq.sleep-1'",
+            ((datetime.now(UTC) - timedelta(seconds=1)).isoformat(), a),
+        )
+        conn.execute("UPDATE leaseq.jobs SET available_at = now() WHERE id = %s", (a,))
+    wait_for(lambda: queue.get(a).status == "succeeded", "A to wake and finish")
+    done = queue.get(a)
+    assert (done.result, done.attempt_count) == ("drafted then woke", 1)
+    assert [x.outcome for x in queue.attempts(a)] == ["released", "succeeded"]
+    assert calls == ["draft"]  # the finished step was not run again
 
 
 def test_an_interrupted_handler_hands_its_job_back_when_draining(

@@ -23,7 +23,7 @@ from typing import Any
 
 from leaseq.core.errors import NoHandler
 from leaseq.core.waiters import handler_running
-from leaseq.runtime.context import BackOff, Interrupted, PermanentError, StopReason
+from leaseq.runtime.context import BackOff, Interrupted, PermanentError, Sleeping, StopReason
 from leaseq.runtime.inflight import InFlight
 from leaseq.runtime.registry import ExceptionTypes, batch_results
 
@@ -47,6 +47,8 @@ class Ending(enum.StrEnum):
     INTERRUPTED = "interrupted"
     #: It raised :class:`BackOff`: handed back for ``value`` seconds, its key paused as long.
     BACK_OFF = "back_off"
+    #: It slept (``ctx.sleep``): handed back, free, to run again at ``value`` (a datetime).
+    SLEPT = "slept"
     #: What ran it died (a child process killed or crashed); only a process executor says so.
     CRASHED = "crashed"
 
@@ -81,6 +83,8 @@ class HandlerOutcome:
     ) -> HandlerOutcome:
         """The outcome of a handler that raised ``exc``: PERMANENT for a
         :class:`PermanentError` or one of the ``permanent`` types, ERROR for any other."""
+        if isinstance(exc, Sleeping):
+            return cls(Ending.SLEPT, exc.until, seconds=seconds)
         if isinstance(exc, BackOff):
             return cls(Ending.BACK_OFF, exc.seconds, error=exc.reason, seconds=seconds)
         if isinstance(exc, Interrupted):

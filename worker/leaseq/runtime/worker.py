@@ -408,6 +408,9 @@ class Worker:
                         reason=outcome.error or "told to back off",
                     )
                     self.settlement.settle(attempt, Call.RELEASE, back_off)
+                elif outcome.ending is Ending.SLEPT:
+                    sleep = partial(self.queue.sleep, attempt.job.lease, outcome.value)
+                    self.settlement.settle(attempt, Call.RELEASE, sleep)
                 elif outcome.ending is Ending.INTERRUPTED:
                     # Free only while the worker shuts down; otherwise it counts (bounded).
                     release = partial(

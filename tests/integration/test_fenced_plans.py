@@ -36,6 +36,7 @@ FENCED = [
     "job_fail",
     "job_release",
     "job_back_off",
+    "job_sleep",
     "step_intend",
     "step_record",
     "step_withdraw",

@@ -81,3 +81,17 @@ def gated_step(payload: dict[str, Any], ctx: JobContext) -> dict[str, Any]:
         return {"by": ctx.worker_id}
 
     return {"step": ctx.step("write", write, idempotent=True)}
+
+
+@registry.job("nap")
+def nap(payload: dict[str, Any], ctx: JobContext) -> dict[str, Any]:
+    """A step, a durable sleep of ``payload['seconds']``, and a result naming both."""
+    folder = Path(payload["dir"])
+
+    def before() -> str:
+        _note(folder, "before.calls", f"{ctx.worker_id} {ctx.attempt}")
+        return "before"
+
+    done = ctx.step("before", before)
+    ctx.sleep(payload["seconds"])
+    return {"step": done, "woke": ctx.worker_id}

@@ -7,6 +7,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
@@ -194,6 +195,102 @@ def test_handler_errors_and_bad_results_while_an_unknown_type_waits(
     assert (missing.status, missing.attempt_count) == ("pending", 0)
     labels = {"queue": "q", "job_type": "permanent", "outcome": "dead"}
     assert w.sample("leaseq_jobs_finished_total", **labels) == 1
+
+
+def test_failures_a_registry_or_job_type_marks_permanent_make_one_attempt(
+    queue: leaseq.Queue, start_worker: Callable[..., Running]
+) -> None:
+    registry = Registry(permanent=(ValueError,))
+
+    @registry.job("bad-value")
+    def bad_value(payload: Any, ctx: JobContext) -> None:
+        raise ValueError("schema version 7 is not supported")
+
+    @registry.job("bad-key", permanent=(KeyError,))
+    def bad_key(payload: Any, ctx: JobContext) -> None:
+        raise KeyError("tenant")
+
+    @registry.job("flaky")
+    def flaky(payload: Any, ctx: JobContext) -> None:
+        raise KeyError("not permanent for this type")
+
+    @registry.job("split")
+    def split(payload: Any, ctx: JobContext) -> None:
+        ctx.spawn("children", "page")
+        ctx.spawn("children", "page", max_attempts=0)  # leaseq refuses it: InvalidJob
+
+    w = start_worker(registry, concurrency=4)
+    ids = {
+        name: queue.enqueue("q", name, max_attempts=3).job_id
+        for name in ("bad-value", "bad-key", "flaky", "split")
+    }
+    for job_id in ids.values():
+        wait_for(lambda j=job_id: queue.get(j).status == "dead", f"job {job_id} to die")
+
+    for name in ("bad-value", "bad-key", "split"):
+        attempts = queue.attempts(ids[name])
+        assert [a.outcome for a in attempts] == ["failed"], name
+        assert "Traceback" in (attempts[0].traceback or ""), name
+    assert queue.get(ids["bad-value"]).last_error_code == "ValueError"
+    assert "InvalidJob: invalid max_attempts" in (queue.attempts(ids["split"])[0].traceback or "")
+    assert queue.get(ids["flaky"]).attempt_count == 3
+    # The split died before completing: none of its fan-out was written.
+    assert queue.jobs(queue="children") == []
+    labels = {"queue": "q", "job_type": "bad-value", "outcome": "dead"}
+    assert w.sample("leaseq_jobs_finished_total", **labels) == 1
+
+
+def test_a_permanent_list_names_exception_classes_that_fail_a_job() -> None:
+    with pytest.raises(leaseq.ConfigError, match="exception classes"):
+        Registry(permanent=("ValueError",))  # type: ignore[arg-type]
+    with pytest.raises(leaseq.ConfigError, match="hands a job back"):
+        Registry().job("x", permanent=(leaseq.BackOff,))
+
+
+def test_a_sleeping_job_holds_no_slot_nor_unit_and_resumes_after_its_steps(
+    queue: leaseq.Queue, conn: leaseq.core.db.Conn, start_worker: Callable[..., Running]
+) -> None:
+    registry = Registry()
+    calls: list[str] = []
+
+    @registry.job("nap")
+    def nap(payload: Any, ctx: JobContext) -> str:
+        draft = ctx.step("draft", lambda: calls.append("draft") or "drafted")
+        ctx.sleep(30)
+        return f"{draft} then woke"
+
+    @registry.job("quick")
+    def quick(payload: Any, ctx: JobContext) -> str:
+        return "done"
+
+    leaseq.FlowControl(conn).set_limit("q", "tenant", max_running=1)
+    start_worker(registry, concurrency=1)
+    a = queue.enqueue("q", "nap", key="tenant").job_id
+    wait_for(lambda: [x.outcome for x in queue.attempts(a)] == ["released"], "A to sleep")
+    slept = queue.get(a)
+    assert (slept.status, slept.attempt_count) == ("pending", 0)
+    first = queue.attempts(a)[0]
+    assert slept.available_at - first.started_at >= timedelta(seconds=30)
+    assert "sleeping until" in (first.error or "")
+
+    # One slot, a limit of 1 on the key: B runs only if the sleeping A holds neither.
+    b = queue.enqueue("q", "quick", key="tenant").job_id
+    wait_for(lambda: queue.get(b).status == "succeeded", "B to run while A sleeps")
+    assert queue.get(a).status == "pending"
+
+    # Time passes: the recorded wake time and the job's are due now.
+    with conn.transaction():
+        conn.execute(
+            "UPDATE leaseq.job_steps SET result = to_jsonb(%s::text)"
+            " WHERE job_id = %s AND name = 'leaseq.sleep-1'",
+            ((datetime.now(UTC) - timedelta(seconds=1)).isoformat(), a),
+        )
+        conn.execute("UPDATE leaseq.jobs SET available_at = now() WHERE id = %s", (a,))
+    wait_for(lambda: queue.get(a).status == "succeeded", "A to wake and finish")
+    done = queue.get(a)
+    assert (done.result, done.attempt_count) == ("drafted then woke", 1)
+    assert [x.outcome for x in queue.attempts(a)] == ["released", "succeeded"]
+    assert calls == ["draft"]  # the finished step was not run again
 
 
 def test_an_interrupted_handler_hands_its_job_back_when_draining(

@@ -156,3 +156,17 @@ def test_a_worker_frozen_in_a_step_records_nothing_when_it_resumes(
     [step] = queue.steps(job_id)
     assert (step.result, step.attempt, step.lease_token) == ({"by": "w-b"}, 2, 2)
     assert queue.get(job_id).result == {"step": {"by": "w-b"}}
+
+
+@pytest.mark.parametrize("isolation", ["thread", "process"])
+def test_a_sleeping_job_is_handed_back_and_resumes_after_its_step(
+    queue: leaseq.Queue, spawn_worker: Spawn, tmp_path: Path, isolation: str
+) -> None:
+    job_id = queue.enqueue("q", "nap", {"dir": str(tmp_path), "seconds": 1}).job_id
+    spawn_worker("w-a", app=APP, isolation=isolation)
+    wait_for(lambda: queue.get(job_id).status == "succeeded", "the job to wake and finish")
+
+    job = queue.get(job_id)
+    assert (job.result, job.attempt_count) == ({"step": "before", "woke": "w-a"}, 1)
+    assert [a.outcome for a in queue.attempts(job_id)] == ["released", "succeeded"]
+    assert lines(tmp_path / "before.calls") == ["w-a 1"]

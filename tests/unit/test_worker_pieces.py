@@ -15,7 +15,7 @@ import pytest
 
 from leaseq import config as settings
 from leaseq.core.backoff import Backoff
-from leaseq.core.errors import ConfigError, DatabaseError, DatabaseUnavailable
+from leaseq.core.errors import ConfigError, DatabaseError, DatabaseUnavailable, InvalidJob
 from leaseq.core.models import ClaimedJob, Lease
 from leaseq.runtime.context import Interrupted, JobContext, StopReason
 from leaseq.runtime.health import Health
@@ -166,6 +166,18 @@ def claimed(timeout: float | None = None, key: str | None = None) -> ClaimedJob:
 def context(job: ClaimedJob | None = None) -> JobContext:
     # No checkpoint call is made here, so no queue is needed.
     return JobContext(job or claimed(), None, "w", threading.Event())  # type: ignore[arg-type]
+
+
+def test_a_sleep_must_be_finite_aware_and_within_3650_days() -> None:
+    ctx = context()
+    with pytest.raises(InvalidJob, match="3650 days"):
+        ctx.sleep(3651 * 86_400)
+    with pytest.raises(InvalidJob, match="finite"):
+        ctx.sleep(float("inf"))
+    with pytest.raises(InvalidJob, match="timezone-aware"):
+        ctx.sleep_until(datetime(2030, 1, 1))
+    with pytest.raises(InvalidJob, match="3650 days"):
+        ctx.sleep_until(datetime(9999, 1, 1, tzinfo=UTC))
 
 
 def test_context_exposes_the_attempt_and_derives_the_effect_key_from_the_work() -> None:

@@ -89,7 +89,14 @@ from leaseq.core.schema import (
 )
 from leaseq.core.waiters import unwrap
 from leaseq.core.workers import Workers
-from leaseq.runtime.context import BackOff, Interrupted, JobContext, PermanentError, StopReason
+from leaseq.runtime.context import (
+    BackOff,
+    Interrupted,
+    JobContext,
+    PermanentError,
+    Sleeping,
+    StopReason,
+)
 from leaseq.runtime.registry import Registry
 from leaseq.runtime.steps import Intent, NotDone, StepUncertain
 
@@ -172,6 +179,7 @@ __all__ = [
     "Schema",
     "SchemaNotReady",
     "SchemaTooNew",
+    "Sleeping",
     "SlotOutcome",
     "StepRecord",
     "StepUncertain",

@@ -242,6 +242,29 @@ SELECT released.id, released.status::text AS status, released.available_at,
        (SELECT count(*) FROM woke) AS notified
   FROM released;
 
+-- name: job_sleep
+-- A handler sleeping durably (ctx.sleep): hands a held job back without spending an attempt, claimable again at %(until)s (database time; at once if that has passed), in one statement; token bumped, its key's unit given back by the status trigger; the attempt is recorded as released with the wake time.
+WITH t AS (SELECT coalesce(%(now)s::timestamptz, now()) AS now),
+slept AS (
+    UPDATE leaseq.jobs j
+       SET status = 'pending',
+           available_at = greatest(t.now, %(until)s::timestamptz),
+           attempt_count = j.attempt_count - 1,
+           lease_token = j.lease_token + 1, lease_expires_at = NULL,
+           started_at = NULL, heartbeat_at = NULL
+      FROM t
+     WHERE j.id = %(id)s AND j.lease_owner = %(owner)s
+       AND j.lease_token = %(token)s AND j.lease_expires_at > t.now
+    RETURNING j.id, j.available_at, j.attempt_count + 1 AS attempt
+),
+attempt AS (
+    INSERT INTO leaseq.job_attempts (job_id, attempt, lease_token, worker, started_at, ended_at, outcome, error)
+    SELECT s.id, s.attempt, %(token)s, %(owner)s, %(started_at)s, t.now, 'released',
+           'sleeping until ' || s.available_at
+      FROM slept s, t
+)
+SELECT s.id, 'pending' AS status, s.available_at FROM slept s;
+
 -- name: job_record_fenced
 -- Records that a worker call was refused because the caller no longer holds the lease (a reaped attempt becomes fenced; a cancelled or finished one keeps its outcome); returns the job's status (NULL when the job does not exist).
 WITH job AS (

@@ -23,7 +23,7 @@ import threading
 import time
 from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from dataclasses import KW_ONLY, dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any, TypeVar
 from uuid import UUID, uuid4
 
@@ -1003,6 +1003,26 @@ class Queue:
             return Released(lease.job_id, JobStatus(row["status"]))
 
         return self._write("back off", run)
+
+    def sleep(
+        self, lease: Lease, until: datetime, *, now: datetime | None = None
+    ) -> Released | Fenced:
+        """Hand the job back without spending an attempt, claimable again at ``until``
+        (database time; at once if it has passed): what a handler's ``ctx.sleep`` ends its
+        attempt with. Nothing is held meanwhile (no lease, slot or unit of its key's limit).
+        ``until`` must be timezone-aware and at most 3650 days away (InvalidJob)."""
+        validation.wake_time("until", until, datetime.now(UTC))
+
+        def run(c: Conn, repeat: bool) -> Released | Fenced:
+            row = self._store.job_sleep(c, lease, until=until, now=now) or self._ended(
+                c, lease, repeat, {AttemptOutcome.RELEASED}
+            )
+            if row is None:
+                return self._fenced(c, lease, Call.RELEASE, now)
+            log.info("job sleeping until %s", row["available_at"], extra=_lease_fields(lease))
+            return Released(lease.job_id, JobStatus(row["status"]))
+
+        return self._write("sleep", run)
 
     # -- operations -----------------------------------------------------------------------
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 import re
+from datetime import datetime
 from typing import Any
 
 from leaseq.core.errors import InvalidJob
@@ -84,6 +85,16 @@ def within_horizon(field: str, value: float) -> float:
             field, f"must be at most {MAX_HORIZON_SECONDS} seconds (3650 days), got {value}"
         )
     return float(value)
+
+
+def wake_time(field: str, value: object, now: datetime) -> datetime:
+    """A timezone-aware datetime at most :data:`MAX_HORIZON_SECONDS` after ``now`` (one in
+    the past is due at once)."""
+    if not isinstance(value, datetime) or value.tzinfo is None:
+        raise InvalidJob(field, f"must be a timezone-aware datetime, got {value!r}")
+    if (value - now).total_seconds() > MAX_HORIZON_SECONDS:
+        raise InvalidJob(field, f"must be at most 3650 days away, got {value.isoformat()}")
+    return value
 
 
 def attempts(field: str, value: int) -> int:

@@ -8,9 +8,10 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any, Protocol, TypeVar
 
+from leaseq.core import validation
 from leaseq.core.backoff import Backoff
 from leaseq.core.errors import DatabaseUnavailable, LeaseqError
 from leaseq.core.graph import Graph, Node, Parent
@@ -20,6 +21,7 @@ from leaseq.core.models import After, ClaimedJob, Lease, ParentResult
 from leaseq.runtime.handler_errors import BackOff as BackOff
 from leaseq.runtime.handler_errors import Interrupted as Interrupted
 from leaseq.runtime.handler_errors import PermanentError as PermanentError
+from leaseq.runtime.handler_errors import Sleeping as Sleeping
 from leaseq.runtime.latch import Latch
 from leaseq.runtime.steps import Intent, StepOp, Steps, StepStore, dispatch, step_key
 
@@ -64,6 +66,8 @@ class JobContext:
         self._progress: Any = None
         self._progress_version = 0
         self._progress_at = time.monotonic()
+        self._made_at = self._progress_at
+        self._sleeps = 0
         self._spawned: Graph | None = None
         self._steps: Steps | None = None
         self._emitting = threading.Lock()
@@ -196,6 +200,33 @@ class JobContext:
         if self._steps is None:
             self._steps = Steps(self._job.id, self.step_call, self._step_lease_lost)
         return self._steps.run(name, fn, args, kwargs, reconcile, idempotent)
+
+    def sleep(self, seconds: float, *, name: str | None = None) -> None:
+        """Sleep durably for ``seconds`` (finite, at most 3650 days): see :meth:`sleep_until`,
+        the wake time being ``seconds`` after the first attempt that reached this call."""
+        validation.within_horizon("seconds", seconds)
+        self.sleep_until(self._database_now() + timedelta(seconds=seconds), name=name)
+
+    def sleep_until(self, when: datetime, *, name: str | None = None) -> None:
+        """Sleep durably until ``when`` (timezone-aware, database time, at most 3650 days
+        away): the wake time is recorded once, as the step ``name`` (by default the n-th
+        sleep of the handler: ``leaseq.sleep-<n>``), then the attempt ends by raising
+        :class:`Sleeping`, which must propagate. The job is handed back holding nothing (no
+        lease, slot or unit of its key's limit) and without spending an attempt; at the wake
+        time the handler runs again from the start, its finished steps returning their
+        recorded results and this call returning at once. Not for batch handlers."""
+        now = self._database_now()
+        validation.wake_time("when", when, now)
+        self._sleeps += 1
+        recorded = self.step(name or f"leaseq.sleep-{self._sleeps}", when.isoformat)
+        wake = datetime.fromisoformat(recorded)
+        if wake > now:
+            raise Sleeping(wake)
+
+    def _database_now(self) -> datetime:
+        """The database's time now, near enough: the claim's (``clock_timestamp()`` when it
+        was leased) plus the time since, so a worker's clock skew does not move a wake."""
+        return self._job.lease.started_at + timedelta(seconds=time.monotonic() - self._made_at)
 
     @property
     def step_key(self) -> str:

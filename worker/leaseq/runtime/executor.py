@@ -23,9 +23,9 @@ from typing import Any
 
 from leaseq.core.errors import NoHandler
 from leaseq.core.waiters import handler_running
-from leaseq.runtime.context import BackOff, Interrupted, PermanentError, StopReason
+from leaseq.runtime.context import BackOff, Interrupted, PermanentError, Sleeping, StopReason
 from leaseq.runtime.inflight import InFlight
-from leaseq.runtime.registry import batch_results
+from leaseq.runtime.registry import ExceptionTypes, batch_results
 
 log = logging.getLogger("leaseq.worker")
 
@@ -40,12 +40,15 @@ class Ending(enum.StrEnum):
     RETURNED = "returned"
     #: It raised: the attempt fails and is retried while attempts remain.
     ERROR = "error"
-    #: It raised :class:`PermanentError`: the job goes to dead.
+    #: It raised :class:`PermanentError`, or a type its job type marks permanent: the job
+    #: goes to dead.
     PERMANENT = "permanent"
     #: It raised :class:`Interrupted`: the job is handed back without spending an attempt.
     INTERRUPTED = "interrupted"
     #: It raised :class:`BackOff`: handed back for ``value`` seconds, its key paused as long.
     BACK_OFF = "back_off"
+    #: It slept (``ctx.sleep``): handed back, free, to run again at ``value`` (a datetime).
+    SLEPT = "slept"
     #: What ran it died (a child process killed or crashed); only a process executor says so.
     CRASHED = "crashed"
 
@@ -67,28 +70,38 @@ class HandlerOutcome:
     spawn: Any = None
 
     @classmethod
-    def of_value(cls, value: Any, seconds: float) -> HandlerOutcome:
+    def of_value(cls, value: Any, seconds: float, permanent: ExceptionTypes) -> HandlerOutcome:
         """The outcome of a handler that returned ``value`` (an exception instance in a
         batch handler's results stands for that job's error)."""
         if isinstance(value, BaseException):
-            return cls.of_exception(value, seconds)
+            return cls.of_exception(value, seconds, permanent)
         return cls(Ending.RETURNED, value, seconds=seconds)
 
     @classmethod
-    def of_exception(cls, exc: BaseException, seconds: float) -> HandlerOutcome:
-        """The outcome of a handler that raised ``exc``."""
+    def of_exception(
+        cls, exc: BaseException, seconds: float, permanent: ExceptionTypes
+    ) -> HandlerOutcome:
+        """The outcome of a handler that raised ``exc``: PERMANENT for a
+        :class:`PermanentError` or one of the ``permanent`` types, ERROR for any other."""
+        if isinstance(exc, Sleeping):
+            return cls(Ending.SLEPT, exc.until, seconds=seconds)
         if isinstance(exc, BackOff):
             return cls(Ending.BACK_OFF, exc.seconds, error=exc.reason, seconds=seconds)
         if isinstance(exc, Interrupted):
             return cls(Ending.INTERRUPTED, seconds=seconds)
-        ending = Ending.PERMANENT if isinstance(exc, PermanentError) else Ending.ERROR
+        ending = Ending.PERMANENT if isinstance(exc, (PermanentError, *permanent)) else Ending.ERROR
         return cls(
             ending,
             error=f"{type(exc).__name__}: {exc}",
             error_code=type(exc).__name__,
             seconds=seconds,
-            traceback="".join(traceback.format_exception(exc, limit=-TRACEBACK_FRAMES)),
+            traceback=format_traceback(exc),
         )
+
+
+def format_traceback(exc: BaseException) -> str:
+    """``exc``'s traceback as stored with a failed attempt (its innermost frames)."""
+    return "".join(traceback.format_exception(exc, limit=-TRACEBACK_FRAMES))
 
 
 #: Called from an executor thread when a unit's handler ended: once per submitted unit (an
@@ -109,7 +122,7 @@ def run_handler(attempt: InFlight) -> HandlerOutcome:
     except Exception as exc:
         if not isinstance(exc, Interrupted | PermanentError):
             log.warning("handler raised %r", exc, extra=attempt.fields(), exc_info=True)
-        return HandlerOutcome.of_exception(exc, time.monotonic() - started)
+        return HandlerOutcome.of_exception(exc, time.monotonic() - started, job_type.permanent)
     return HandlerOutcome(Ending.RETURNED, value, seconds=time.monotonic() - started)
 
 
@@ -118,7 +131,7 @@ def _no_handler(attempt: InFlight) -> HandlerOutcome:
     slot takes its next unit and the attempt is settled like any failure."""
     exc = NoHandler(attempt.job.job_type, attempt.context.worker_id)
     log.error("%s", exc, extra=attempt.fields())
-    return HandlerOutcome.of_exception(exc, 0.0)
+    return HandlerOutcome.of_exception(exc, 0.0, ())
 
 
 def run_unit(attempts: list[InFlight]) -> list[HandlerOutcome]:
@@ -152,9 +165,10 @@ def _run_unit(attempts: list[InFlight]) -> list[HandlerOutcome]:
     except Exception as exc:
         if not isinstance(exc, Interrupted | PermanentError):
             log.warning("batch handler raised %r", exc, extra=attempts[0].fields(), exc_info=True)
-        return [HandlerOutcome.of_exception(exc, time.monotonic() - started)] * len(attempts)
+        outcome = HandlerOutcome.of_exception(exc, time.monotonic() - started, job_type.permanent)
+        return [outcome] * len(attempts)
     seconds = time.monotonic() - started
-    return [HandlerOutcome.of_value(value, seconds) for value in values]
+    return [HandlerOutcome.of_value(value, seconds, job_type.permanent) for value in values]
 
 
 class Executor(abc.ABC):

@@ -4,6 +4,8 @@ each other."""
 
 from __future__ import annotations
 
+from datetime import datetime
+
 
 class PermanentError(Exception):
     """Raise from a handler when retrying cannot help (bad input): the job goes to ``dead`` at
@@ -26,3 +28,13 @@ class BackOff(Interrupted):
         super().__init__(f"{reason} for {seconds:g}s")
         self.seconds = float(seconds)
         self.reason = reason
+
+
+class Sleeping(Interrupted):
+    """Raised by ``ctx.sleep`` and ``ctx.sleep_until`` (not by handlers): the attempt ends and
+    the job is handed back without spending an attempt, holding nothing, claimable again at
+    ``until`` (database time), when the handler runs again from the start. Let it propagate."""
+
+    def __init__(self, until: datetime) -> None:
+        super().__init__(f"sleeping until {until.isoformat()}")
+        self.until = until

@@ -27,7 +27,7 @@
 from __future__ import annotations
 
 import importlib
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -36,6 +36,7 @@ from leaseq.core.cron import DEFAULT_CATCHUP_SECONDS
 from leaseq.core.errors import ConfigError, InvalidJob
 from leaseq.core.schedule_models import Overlap, ScheduleSpec
 from leaseq.core.schedules import check_spec
+from leaseq.runtime.handler_errors import Interrupted, PermanentError
 
 if TYPE_CHECKING:
     from leaseq.runtime.context import JobContext
@@ -44,6 +45,12 @@ Handler = Callable[[Any, "JobContext"], Any]
 #: ``handler(payloads, ctxs)``: one result, or one exception instance, per job, in order.
 BatchHandler = Callable[[list[Any], list["JobContext"]], Sequence[Any]]
 StartupHook = Callable[[], None]
+ExceptionTypes = tuple[type[Exception], ...]
+
+#: What fails a job at once, in every registry: a handler's :class:`PermanentError`, and the
+#: :class:`InvalidJob` leaseq raises itself when an argument describing a job (a payload, a
+#: ``ctx.spawn``) is unusable. Retrying either runs the same code on the same input again.
+DEFAULT_PERMANENT: ExceptionTypes = (PermanentError, InvalidJob)
 
 
 @dataclass(frozen=True)
@@ -61,12 +68,14 @@ class JobType:
     """A registered handler. ``progress_timeout``: when set, the worker stops renewing the
     lease and fails the attempt (error code ``NO_PROGRESS``, retried per policy) if the
     handler reported no progress for that many seconds. ``batch``: set for a batch type
-    (then ``handler`` runs a batch of one)."""
+    (then ``handler`` runs a batch of one). ``permanent``: the exception types that send the
+    job to ``dead`` at once, with their traceback, instead of retrying it."""
 
     name: str
     handler: Handler
     progress_timeout: float | None = None
     batch: Batching | None = None
+    permanent: ExceptionTypes = DEFAULT_PERMANENT
 
 
 def batch_results(values: Any, count: int) -> list[Any]:
@@ -88,27 +97,52 @@ def _batch_of_one(handler: BatchHandler) -> Handler:
     return one
 
 
-class Registry:
-    """Job types a worker can run, and hooks to run once per process before the first claim."""
+def _exception_types(where: str, types: Iterable[type[Exception]]) -> ExceptionTypes:
+    """``types`` as a tuple of exception classes; ConfigError names one that is not (or that
+    hands a job back, which cannot also fail it)."""
+    found = tuple(types)
+    for kind in found:
+        if not (isinstance(kind, type) and issubclass(kind, Exception)):
+            raise ConfigError(f"permanent= of {where} must list exception classes, got {kind!r}")
+        if issubclass(kind, Interrupted):
+            raise ConfigError(
+                f"permanent= of {where}: {kind.__name__} hands a job back without failing it; "
+                "leave it out"
+            )
+    return found
 
-    def __init__(self) -> None:
+
+class Registry:
+    """Job types a worker can run, and hooks to run once per process before the first claim.
+
+    ``permanent``: exception types (beyond :data:`DEFAULT_PERMANENT`) that fail a job of any
+    of its types at once, e.g. ``Registry(permanent=(ValueError, TypeError))``; a job type can
+    add its own with ``job(..., permanent=...)``."""
+
+    def __init__(self, *, permanent: Iterable[type[Exception]] = ()) -> None:
+        self._permanent = DEFAULT_PERMANENT + _exception_types("the registry", permanent)
         self._types: dict[str, JobType] = {}
         self._startup: list[StartupHook] = []
         self._schedules: dict[str, ScheduleSpec] = {}
 
     def job(
-        self, job_type: str, *, progress_timeout: float | None = None
+        self,
+        job_type: str,
+        *,
+        progress_timeout: float | None = None,
+        permanent: Iterable[type[Exception]] = (),
     ) -> Callable[[Handler], Handler]:
         """Decorator registering ``handler(payload, ctx)`` for ``job_type``.
 
         The handler's return value (JSON) is the job's result; an exception fails the attempt
-        (retried with backoff; :class:`leaseq.PermanentError` goes straight to dead).
-        Raises ConfigError for a bad or duplicate name.
+        (retried with backoff; one of the registry's permanent types, or of ``permanent``,
+        goes straight to dead). Raises ConfigError for a bad or duplicate name.
         """
         self._check(job_type, progress_timeout)
+        kinds = self._permanent + _exception_types(repr(job_type), permanent)
 
         def register(handler: Handler) -> Handler:
-            self._types[job_type] = JobType(job_type, handler, progress_timeout)
+            self._types[job_type] = JobType(job_type, handler, progress_timeout, permanent=kinds)
             return handler
 
         return register
@@ -120,14 +154,15 @@ class Registry:
         max_batch: int,
         max_wait: float,
         progress_timeout: float | None = None,
+        permanent: Iterable[type[Exception]] = (),
     ) -> Callable[[BatchHandler], BatchHandler]:
         """Decorator registering ``handler(payloads, ctxs)`` for ``job_type``, called with up
         to ``max_batch`` claimed jobs at once: the worker waits at most ``max_wait`` seconds
         after claiming the first for more to join.
 
         It returns one entry per job, in order: the job's result, or an exception instance
-        that fails only that job (:class:`leaseq.PermanentError`: straight to dead). Raising
-        fails every job of the batch. Each job keeps its own lease and token, and the
+        that fails only that job (one of the permanent types, as for :meth:`job`: straight to
+        dead). Raising fails every job of the batch. Each job keeps its own lease and token, and the
         batch's successes complete in one statement. Raises ConfigError for bad settings.
         """
         self._check(job_type, progress_timeout)
@@ -137,11 +172,12 @@ class Registry:
             validation.non_negative("max_wait", max_wait)
         except InvalidJob as exc:
             raise ConfigError(f"{job_type!r}: {exc}") from exc
+        kinds = self._permanent + _exception_types(repr(job_type), permanent)
 
         def register(handler: BatchHandler) -> BatchHandler:
             batching = Batching(max_batch, float(max_wait), handler)
             self._types[job_type] = JobType(
-                job_type, _batch_of_one(handler), progress_timeout, batching
+                job_type, _batch_of_one(handler), progress_timeout, batching, kinds
             )
             return handler
 

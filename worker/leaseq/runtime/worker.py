@@ -52,7 +52,14 @@ from leaseq.runtime.child import ChildSpec
 from leaseq.runtime.completions import Completions
 from leaseq.runtime.context import PermanentError, StopReason
 from leaseq.runtime.dispatcher import Dispatcher
-from leaseq.runtime.executor import Ending, Executor, HandlerOutcome, OnDone, ThreadExecutor
+from leaseq.runtime.executor import (
+    Ending,
+    Executor,
+    HandlerOutcome,
+    OnDone,
+    ThreadExecutor,
+    format_traceback,
+)
 from leaseq.runtime.failover import ServerWatch
 from leaseq.runtime.health import NOT_READY_ERRORS, Health
 from leaseq.runtime.heartbeat import PROCESS_HINT, THREAD_HINT, HeartbeatLoop
@@ -401,6 +408,9 @@ class Worker:
                         reason=outcome.error or "told to back off",
                     )
                     self.settlement.settle(attempt, Call.RELEASE, back_off)
+                elif outcome.ending is Ending.SLEPT:
+                    sleep = partial(self.queue.sleep, attempt.job.lease, outcome.value)
+                    self.settlement.settle(attempt, Call.RELEASE, sleep)
                 elif outcome.ending is Ending.INTERRUPTED:
                     # Free only while the worker shuts down; otherwise it counts (bounded).
                     release = partial(
@@ -448,7 +458,13 @@ class Worker:
             # The handler's return value cannot be stored: retrying would not change it.
             error = PermanentError(f"handler returned an unusable result: {exc}")
             try:
-                self._fail(attempt, f"PermanentError: {error}", "PermanentError", retryable=False)
+                self._fail(
+                    attempt,
+                    f"PermanentError: {error}",
+                    "PermanentError",
+                    retryable=False,
+                    traceback=format_traceback(exc),
+                )
             finally:
                 self._finished(attempt)
             return None

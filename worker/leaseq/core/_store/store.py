@@ -611,6 +611,25 @@ class Store(Runner):
         )
         return rows[0] if rows else None
 
+    def job_sleep(
+        self, conn: Conn, lease: Lease, *, until: datetime, now: datetime | None = None
+    ) -> DictRow | None:
+        """Row with ``id``, ``status`` and ``available_at``; None when fenced."""
+        rows = self._dicts(
+            conn,
+            "job_sleep",
+            {
+                "id": lease.job_id,
+                "owner": lease.owner,
+                "token": lease.token,
+                "started_at": lease.started_at,
+                "until": until,
+                "now": now,
+            },
+            "sleep",
+        )
+        return rows[0] if rows else None
+
     def job_back_off(
         self,
         conn: Conn,

@@ -4,9 +4,6 @@ reconciled or stopped, settled by an operator, and every write fenced by the lea
 from __future__ import annotations
 
 import asyncio
-import threading
-from datetime import timedelta
-from typing import Any
 
 import pytest
 from psycopg_pool import AsyncConnectionPool
@@ -14,32 +11,8 @@ from psycopg_pool import AsyncConnectionPool
 import leaseq
 from leaseq.aio import AsyncQueue
 from leaseq.runtime.context import Interrupted, JobContext, StopReason
-from support.dbtime import claim_one, db_now
-
-
-class Crash(BaseException):
-    """Stands for the process dying inside a step: no handler code runs after it."""
-
-
-def context(queue: leaseq.Queue, job: leaseq.ClaimedJob) -> JobContext:
-    return JobContext(job, queue, job.lease.owner, threading.Event())
-
-
-def take_over(queue: leaseq.Queue, conn: leaseq.core.db.Conn, owner: str) -> leaseq.ClaimedJob:
-    """The job's lease expires (in the reaper's and claimer's view of time) and ``owner``
-    claims it: the next attempt."""
-    later = db_now(conn) + timedelta(seconds=120)
-    assert queue.reap(now=later)
-    return claim_one(queue, owner, now=later)
-
-
-def crash_in(ctx: JobContext, name: str, effect: list[str], **options: Any) -> None:
-    def charge() -> dict[str, str]:
-        effect.append(ctx.step_key)
-        raise Crash
-
-    with pytest.raises(Crash):
-        ctx.step(name, charge, **options)
+from support.dbtime import claim_one
+from support.steps import context, crash_in, stop_uncertain, take_over
 
 
 def test_a_recorded_step_is_returned_without_calling_it_again(
@@ -160,11 +133,7 @@ def test_a_retry_resolution_runs_the_step_again(
     queue: leaseq.Queue, conn: leaseq.core.db.Conn
 ) -> None:
     job_id = queue.enqueue("q", "t").job_id
-    crash_in(context(queue, claim_one(queue)), "charge", [])
-    attempt = take_over(queue, conn, "w2")
-    with pytest.raises(leaseq.StepUncertain):
-        context(queue, attempt).step("charge", lambda: None)
-    queue.fail(attempt.lease, "uncertain", retryable=False, error_code="StepUncertain")
+    stop_uncertain(queue, conn, context(queue, claim_one(queue)), "charge")
     queue.resolve_step(job_id, "charge", retry=True, actor="ops", reason="not in the ledger")
     third = context(queue, claim_one(queue, "w3"))
     assert third.step("charge", lambda: "paid") == "paid"
@@ -174,11 +143,7 @@ def test_the_asyncio_twin_lists_and_settles_an_uncertain_step(
     queue: leaseq.Queue, conn: leaseq.core.db.Conn, database_url: str
 ) -> None:
     job_id = queue.enqueue("q", "t").job_id
-    crash_in(context(queue, claim_one(queue)), "charge", [])
-    attempt = take_over(queue, conn, "w2")
-    with pytest.raises(leaseq.StepUncertain):
-        context(queue, attempt).step("charge", lambda: None)
-    queue.fail(attempt.lease, "uncertain", retryable=False, error_code="StepUncertain")
+    stop_uncertain(queue, conn, context(queue, claim_one(queue)), "charge")
 
     async def main() -> list[leaseq.StepRecord]:
         async with AsyncConnectionPool(

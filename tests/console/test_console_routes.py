@@ -156,8 +156,17 @@ def test_job_page_shows_steps_and_the_uncertain_one_with_its_command(
         first.step("fetch", lambda: {"pages": 3, "api_key": "sk-live-1"})
         first.step("big", lambda: "x" * 70000)
         first.emit({"page": 1})
+        client: TestClient = client_for(console_db.admin_url)
+        seen: list[str] = []
+
+        def render() -> None:
+            page = client.get(f"/jobs/{job}").text
+            seen.append(page.split('data-step="render"')[1].split("</tr>")[0])
+
+        first.step("render", render)
+        # Intended by the attempt that holds the job: running, not uncertain.
+        assert "running" in seen[0] and "uncertain" not in seen[0]
         stop_uncertain(q, conn, first, "bill card")
-    client: TestClient = client_for(console_db.admin_url)
     page = client.get(f"/jobs/{job}").text
     steps = page[page.index('id="job-steps"') :].split("</table>")[0]
     fetch = steps.split('data-step="fetch"')[1].split("</tr>")[0]

@@ -274,14 +274,16 @@ SELECT a.attempt, a.lease_token, a.worker, a.started_at, a.ended_at, a.outcome::
  LIMIT %(limit)s;
 
 -- name: console_job_steps
--- A keyset page of a job's durable steps (names after %(after)s, at most %(limit)s, in name order: a range of job_steps' primary key), each with its state (recorded, uncertain: an intent without an outcome, or not started), its result only when at most %(max_bytes)s bytes as JSON text (else NULL and result_large).
+-- A keyset page of a job's durable steps (names after %(after)s, at most %(limit)s, in name order: a range of job_steps' primary key), each with its state (recorded; running: intended under the lease the job still holds; uncertain: an intent of an earlier attempt without an outcome; or not started), its result only when at most %(max_bytes)s bytes as JSON text (else NULL and result_large).
 SELECT s.name, s.attempt, s.intended_at, s.finished_at, s.note,
        s.resolved_by, s.resolved_at, s.resolve_reason,
        CASE WHEN s.finished_at IS NOT NULL THEN 'recorded'
-            WHEN s.lease_token IS NOT NULL THEN 'uncertain'
-            ELSE 'not started' END AS state,
+            WHEN s.lease_token IS NULL THEN 'not started'
+            WHEN j.status = 'running' AND j.lease_token = s.lease_token THEN 'running'
+            ELSE 'uncertain' END AS state,
        CASE WHEN NOT z.result_large THEN s.result END AS result, z.result_large
   FROM leaseq.job_steps s
+  JOIN leaseq.jobs j ON j.id = s.job_id
   CROSS JOIN LATERAL (
       SELECT coalesce(CASE WHEN pg_column_size(s.result) > %(max_bytes)s THEN true
                            ELSE octet_length(s.result::text) > %(max_bytes)s END, false) AS result_large

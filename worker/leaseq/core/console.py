@@ -179,7 +179,7 @@ class JobLinks:
 @dataclass(frozen=True)
 class JobSteps:
     """One keyset page of a job's durable steps (names after ``after``, in name order; each
-    row's ``state`` is recorded, uncertain or not started, its ``result`` None and
+    row's ``state`` is recorded, running, uncertain or not started, its ``result`` None and
     ``result_large`` true when over :data:`DOCUMENT_BYTES`), the cursor of the next page
     (None: this was the last), the size of the job's stream, and the name of its uncertain
     step (None: none), wherever it is in name order."""

@@ -1,7 +1,7 @@
 """The console in a real headless Chromium (Debian's, driven by Playwright; no browser is
 downloaded): load the overview, filter the jobs, open a dead job, retry it, and see a real
-worker process make it succeed; open a pipeline, a job of it, and cancel the pipeline; a
-read-only console role gets a clear refusal in the page.
+worker process make it succeed; open a pipeline, a job of it, and cancel the pipeline; open a
+job stopped at an uncertain step; a read-only console role gets a clear refusal in the page.
 A screenshot of each page is written under the test's tmp path (and LEASEQ_ARTIFACTS_DIR
 when set)."""
 
@@ -20,7 +20,9 @@ import pytest
 import leaseq
 from support import badrows, net
 from support.consoledb import ConsoleDb, grant_readonly, make_dead
+from support.dbtime import claim_one
 from support.polling import wait_for
+from support.steps import context, stop_uncertain
 from support.workers import Workers
 
 pytestmark = pytest.mark.process
@@ -147,6 +149,36 @@ def test_retry_a_dead_job_in_a_real_browser(
         console.stop()
         workers.stop_all()
     assert "sk-live-123" not in console.log.read_text()
+
+
+def test_a_job_stopped_at_an_uncertain_step_in_a_real_browser(
+    console_db: ConsoleDb, tmp_path: Path, artifacts: Path
+) -> None:
+    sync_playwright = _browser()
+    with leaseq.connect(console_db.owner_url, action="test") as conn:
+        q = leaseq.Queue(conn)
+        job = q.enqueue("q", "agent", {}).job_id
+        first = context(q, claim_one(q))
+        first.step("draft", lambda: {"words": 812, "token": "sk-live-9"})
+        stop_uncertain(q, conn, first, "publish")
+    console = ConsoleProcess(console_db.admin_url, tmp_path / "console.log")
+    try:
+        with sync_playwright() as p:
+            browser = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
+            page = browser.new_page(viewport={"width": 1280, "height": 800})
+            page.goto(f"{console.base}/jobs/{job}")
+            assert page.inner_text("#job-status") == "dead"
+            assert page.locator("#job-steps tr[data-step]").count() == 2
+            draft = page.inner_text('#job-steps tr[data-step="draft"]')
+            assert "recorded" in draft and "812" in draft and "sk-live-9" not in draft
+            assert "uncertain" in page.inner_text('#job-steps tr[data-step="publish"]')
+            assert page.inner_text("#uncertain-step") == "publish"
+            command = page.inner_text("#resolve-command")
+            assert f"leaseq steps resolve {job} publish --retry" in command
+            page.screenshot(path=artifacts / "job-step-uncertain.png", full_page=True)
+            browser.close()
+    finally:
+        console.stop()
 
 
 def test_a_read_only_console_refuses_in_the_page(

@@ -1,8 +1,10 @@
 """Every console statement EXPLAINed (ANALYZE, BUFFERS) against a generated history of
 2,000,000 jobs and their attempts (about 60,000 of them in pipelines, one waiting for 5,000
-parents) and keyed work under flow control (FLOW_KEYS keys, a hot saturated key with
-HOT_READY ready jobs, BLOCKED aggregates blocked by a dead head), as the console's own role: no
-sequential scan of the jobs, attempt or flow tables, and a budget of buffers per statement.
+parents), durable steps and streams (STEPPED jobs with a few, one with STEPS of each) and
+keyed work under flow control (FLOW_KEYS keys, a hot saturated key with HOT_READY ready
+jobs, BLOCKED aggregates blocked by a dead head), as the console's own role: no sequential
+scan of the jobs, attempt, steps, stream or flow tables, and a budget of buffers per
+statement.
 A test of plans, not of times."""
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ JOBS = 2_000_000
 BUDGET = 3000
 # The history tables are empty here (no partitions yet), so their plans mean nothing.
 WATCHED = ("jobs", "job_attempts", "job_deps", "pipelines", "flow_keys", "flow_slots",
-           "flow_aggregates")  # fmt: skip
+           "flow_aggregates", "job_steps", "job_stream")  # fmt: skip
 #: Flow control's part of the history: keys with work in queue FQ (two jobs each), a hot key
 #: in FH limited to 2 with both units held and HOT_READY more ready, BLOCKED aggregates in queue
 #: FO whose head is dead (2 jobs behind each).
@@ -37,6 +39,46 @@ FQ, FO, FH = "flowq", "flowo", "flowh"
 FLOW_KEYS = 300
 HOT_READY = 3000
 BLOCKED = 150
+#: Durable steps: STEPPED jobs with 3 recorded steps and 3 stream items each, and one job with
+#: STEPS steps (the last one uncertain) and as many stream items.
+STEPPED = 20_000
+STEPS = 5000
+
+
+def _steps_history(url: str) -> int:
+    """Steps and streams for the newest jobs; the id of the job with STEPS of them."""
+    with psycopg.connect(url, autocommit=True) as conn:
+        ids = [r[0] for r in conn.execute(
+            "SELECT id FROM leaseq.jobs ORDER BY id DESC LIMIT %s", (STEPPED + 1,)
+        )]  # fmt: skip
+        big, rest = ids[0], ids[1:]
+        conn.execute(
+            "INSERT INTO leaseq.job_steps (job_id, name, attempt, lease_token, intended_at,"
+            " finished_at, result) SELECT j, 'step-' || n, 1, 1, now(), now(), to_jsonb(n)"
+            " FROM unnest(%s::bigint[]) j, generate_series(1, 3) n",
+            (rest,),
+        )
+        conn.execute(
+            "INSERT INTO leaseq.job_stream (job_id, seq, value)"
+            " SELECT j, n, to_jsonb(n) FROM unnest(%s::bigint[]) j, generate_series(1, 3) n",
+            (rest,),
+        )
+        conn.execute(
+            "INSERT INTO leaseq.job_steps (job_id, name, attempt, lease_token, intended_at,"
+            " finished_at, result) SELECT %(id)s, format('page-%%s', lpad(n::text, 5, '0')), 1,"
+            " 1, now(), CASE WHEN n < %(steps)s THEN now() END,"
+            " CASE WHEN n < %(steps)s THEN jsonb_build_object('page', n) END"
+            " FROM generate_series(1, %(steps)s) n",
+            {"id": big, "steps": STEPS},
+        )
+        conn.execute(
+            "INSERT INTO leaseq.job_stream (job_id, seq, value)"
+            " SELECT %s, n, to_jsonb(n) FROM generate_series(1, %s) n",
+            (big, STEPS),
+        )
+        for table in ("job_steps", "job_stream"):
+            conn.execute(f"VACUUM (ANALYZE) leaseq.{table}".encode())
+    return big
 
 
 def _flow_history(url: str) -> None:
@@ -67,7 +109,7 @@ def _flow_history(url: str) -> None:
             conn.execute(f"VACUUM (ANALYZE) leaseq.{table}".encode())
 
 
-def _params(conn: psycopg.Connection[Any]) -> dict[str, dict[str, Any]]:
+def _params(conn: psycopg.Connection[Any], stepped: int) -> dict[str, dict[str, Any]]:
     dead_id = conn.execute(
         "SELECT id FROM leaseq.jobs WHERE status = 'dead' ORDER BY id DESC LIMIT 1"
     ).fetchone()[0]
@@ -91,6 +133,7 @@ def _params(conn: psycopg.Connection[Any]) -> dict[str, dict[str, Any]]:
         "job_type": None, "error_code": None, "key": None, "created_from": None,
         "created_to": None,
     }  # fmt: skip
+    steps = {"id": stepped, "after": "", "limit": 51, "max_bytes": 65536}
     dead = {"queue": None, "job_type": None, "error_code": None, "limit": 100, "scan": 10000}
     action = {"ids": [dead_id], "actor": "plan-test", "reason": "plan", "filter": None}
     flow = {
@@ -118,6 +161,9 @@ def _params(conn: psycopg.Connection[Any]) -> dict[str, dict[str, Any]]:
         "console_jobs/middle": {**jobs, "before": high // 2, "status": "succeeded"},
         "console_job": {"id": dead_id, "max_bytes": 65536},
         "console_job_attempts": {"id": dead_id, "limit": 200},
+        "console_job_steps": steps,
+        "console_job_steps/last page": {**steps, "after": "page-04990"},
+        "console_job_step_facts": {"id": stepped, "cap": 1000},
         "console_dead": dead,
         "console_dead/queue and type": {**dead, "queue": "q2", "job_type": "t3"},
         "console_dead_count": dead,
@@ -175,20 +221,21 @@ def big_history(server_url: str, template_db: str) -> Any:
     try:
         generate_history(url, JOBS)
         _flow_history(url)
+        stepped = _steps_history(url)
         with login_roles(url, "console") as roles:
             with leaseq.connect(url, action="test") as conn:
                 leaseq.migrate(conn, console=ConsoleRole(roles.names["console"], admin=True))
-            yield url, roles.urls["console"]
+            yield url, roles.urls["console"], stepped
     finally:
         with psycopg.connect(server_url, autocommit=True) as admin:
             admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
 def test_every_console_statement_is_bounded_at_two_million_jobs(big_history: Any) -> None:
-    owner_url, console_url = big_history
+    owner_url, console_url, stepped = big_history
     named = {n: s for n, s in statements.load().items() if n.startswith("console_")}
     with psycopg.connect(owner_url) as conn:
-        cases = _params(conn)
+        cases = _params(conn, stepped)
     assert {c.split("/")[0] for c in cases} == set(named) - {"console_grants_apply"}
     report = []
     with psycopg.connect(console_url) as conn:

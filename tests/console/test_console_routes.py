@@ -16,7 +16,8 @@ from leaseq.core.history import History
 from leaseq.core.models import SILENT_AFTER_SECONDS, WorkerState
 from leaseq.core.workers import Workers
 from support.consoledb import ConsoleDb, grant_readonly, make_dead, post
-from support.dbtime import db_now
+from support.dbtime import claim_one, db_now
+from support.steps import context, stop_uncertain
 
 PAGES = ["/", "/jobs", "/dead", "/workers", "/pools", "/schedules", "/audit"]
 
@@ -143,6 +144,61 @@ def test_job_page_shows_the_attempt_timeline(console_db: ConsoleDb, client_for) 
     page = client.get(f"/jobs/{job}").text
     assert "dead" in page and "w-1" in page and "scanner jammed" in page and "E_JAM" in page
     assert client.get("/jobs/999999").status_code == 404
+
+
+def test_job_page_shows_steps_and_the_uncertain_one_with_its_command(
+    console_db: ConsoleDb, client_for
+) -> None:
+    with leaseq.connect(console_db.owner_url, action="test") as conn:
+        q = leaseq.Queue(conn)
+        job = q.enqueue("q", "agent", {}).job_id
+        first = context(q, claim_one(q))
+        first.step("fetch", lambda: {"pages": 3, "api_key": "sk-live-1"})
+        first.step("big", lambda: "x" * 70000)
+        first.emit({"page": 1})
+        client: TestClient = client_for(console_db.admin_url)
+        seen: list[str] = []
+
+        def render() -> None:
+            page = client.get(f"/jobs/{job}").text
+            seen.append(page.split('data-step="render"')[1].split("</tr>")[0])
+
+        first.step("render", render)
+        # Intended by the attempt that holds the job: running, not uncertain.
+        assert "running" in seen[0] and "uncertain" not in seen[0]
+        stop_uncertain(q, conn, first, "bill card")
+    page = client.get(f"/jobs/{job}").text
+    steps = page[page.index('id="job-steps"') :].split("</table>")[0]
+    fetch = steps.split('data-step="fetch"')[1].split("</tr>")[0]
+    assert "recorded" in fetch and "&#34;pages&#34;: 3" in fetch
+    assert "sk-live-1" not in page and "***" in fetch  # the console's redactor
+    assert "over 64 KiB" in steps.split('data-step="big"')[1].split("</tr>")[0]
+    bill = steps.split('data-step="bill card"')[1].split("</tr>")[0]
+    assert "uncertain" in bill and ">1</td>" in bill  # intended by attempt 1
+    assert 'id="uncertain-step">bill card<' in page
+    assert f"leaseq steps resolve {job} &#39;bill card&#39; --retry" in page
+    assert "Stream: 1 items, the last at offset 1" in page
+
+    with leaseq.connect(console_db.owner_url, action="test") as conn:
+        leaseq.Queue(conn).resolve_step(job, "bill card", retry=True, actor="ops", reason="no")
+    page = client.get(f"/jobs/{job}").text
+    assert 'id="step-uncertain"' not in page
+    assert "not started, resolved by ops" in page
+
+
+def test_a_job_s_steps_come_in_keyset_pages(console_db: ConsoleDb, client_for) -> None:
+    with leaseq.connect(console_db.owner_url, action="test") as conn:
+        q = leaseq.Queue(conn)
+        job = q.enqueue("q", "agent", {}).job_id
+        ctx = context(q, claim_one(q))
+        for i in range(52):
+            ctx.step(f"page-{i:02d}", lambda: None)
+    client: TestClient = client_for(console_db.admin_url)
+    page = client.get(f"/jobs/{job}").text
+    assert page.count("data-step=") == 50 and 'data-step="page-49"' in page
+    assert f'href="/jobs/{job}?steps_after=page-49"' in page
+    rest = client.get(f"/jobs/{job}", params={"steps_after": "page-49"}).text
+    assert rest.count("data-step=") == 2 and 'id="steps-after-next"' not in rest
 
 
 def test_retry_one_dead_job_writes_the_audit(console_db: ConsoleDb, client_for) -> None:

@@ -19,6 +19,7 @@ from leaseq.core.history import History
 from leaseq.core.schema import known_migrations
 from leaseq.leader.history import HistoryDuty
 from support.polling import wait_for
+from support.upgrade import migrate_before
 
 OLD_JOBS = 3000
 
@@ -26,18 +27,7 @@ OLD_JOBS = 3000
 def migrate_before_history(conn: leaseq.core.db.Conn) -> None:
     """Apply the migrations older than the history's, as an older leaseq did."""
     [history] = [m for m in known_migrations() if m.name.startswith("history")]
-    conn.execute(
-        "CREATE SCHEMA leaseq; CREATE TABLE leaseq.schema_migrations (version integer PRIMARY"
-        " KEY, name text NOT NULL, applied_at timestamptz NOT NULL DEFAULT now())"
-    )
-    for m in known_migrations():
-        if m.version < history.version:
-            with conn.transaction():
-                conn.execute(m.script)
-                conn.execute(
-                    "INSERT INTO leaseq.schema_migrations (version, name) VALUES (%s, %s)",
-                    (m.version, m.name),
-                )
+    migrate_before(conn, history.version)
 
 
 class Worker(threading.Thread):

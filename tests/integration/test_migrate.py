@@ -14,9 +14,10 @@ import psycopg
 import pytest
 
 import leaseq
-from leaseq.core.schema import code_version
+from leaseq.core.schema import code_version, known_migrations
 from support import catalog
 from support.roles import Roles, login_roles, migrate_granting_all
+from support.upgrade import migrate_before
 
 EXPECTED_SCHEMA = Path(__file__).with_name("expected_schema.txt")
 
@@ -145,3 +146,21 @@ def test_migrate_command_line(empty_database_url: str) -> None:
     missing = leaseq_cli("migrate", env=env)
     assert missing.returncode == 2
     assert "--database-url is required" in missing.stderr
+
+
+def test_an_upgrade_lets_the_registered_console_role_read_steps(empty_database_url: str) -> None:
+    """Migration console_steps grants the console role already registered what the job
+    page's steps need, without a second `leaseq migrate --console-role`."""
+    [steps] = [m for m in known_migrations() if m.name == "console_steps"]
+    with login_roles(empty_database_url, "console") as roles:
+        console = roles.names["console"]
+        with leaseq.connect(empty_database_url, action="test") as conn:
+            migrate_before(conn, steps.version)
+            conn.execute("SELECT leaseq.apply_console_grants(%s::regrole, true)", (console,))
+            assert leaseq.migrate(conn).applied == list(range(steps.version, code_version() + 1))
+            job = leaseq.Queue(conn).enqueue("q", "t").job_id
+            conn.execute("INSERT INTO leaseq.job_steps (job_id, name) VALUES (%s, 's')", (job,))
+        with psycopg.connect(roles.urls["console"]) as conn:
+            found = conn.execute("SELECT job_id, name FROM leaseq.job_steps").fetchall()
+            assert found == [(job, "s")]
+            assert conn.execute("SELECT count(*) FROM leaseq.job_stream").fetchone() == (0,)

@@ -3,40 +3,16 @@ reconciled or stopped, settled by an operator, and every write fenced by the lea
 
 from __future__ import annotations
 
-import threading
-from datetime import timedelta
-from typing import Any
+import asyncio
 
 import pytest
+from psycopg_pool import AsyncConnectionPool
 
 import leaseq
+from leaseq.aio import AsyncQueue
 from leaseq.runtime.context import Interrupted, JobContext, StopReason
-from support.dbtime import claim_one, db_now
-
-
-class Crash(BaseException):
-    """Stands for the process dying inside a step: no handler code runs after it."""
-
-
-def context(queue: leaseq.Queue, job: leaseq.ClaimedJob) -> JobContext:
-    return JobContext(job, queue, job.lease.owner, threading.Event())
-
-
-def take_over(queue: leaseq.Queue, conn: leaseq.core.db.Conn, owner: str) -> leaseq.ClaimedJob:
-    """The job's lease expires (in the reaper's and claimer's view of time) and ``owner``
-    claims it: the next attempt."""
-    later = db_now(conn) + timedelta(seconds=120)
-    assert queue.reap(now=later)
-    return claim_one(queue, owner, now=later)
-
-
-def crash_in(ctx: JobContext, name: str, effect: list[str], **options: Any) -> None:
-    def charge() -> dict[str, str]:
-        effect.append(ctx.step_key)
-        raise Crash
-
-    with pytest.raises(Crash):
-        ctx.step(name, charge, **options)
+from support.dbtime import claim_one
+from support.steps import context, crash_in, stop_uncertain, take_over
 
 
 def test_a_recorded_step_is_returned_without_calling_it_again(
@@ -157,14 +133,36 @@ def test_a_retry_resolution_runs_the_step_again(
     queue: leaseq.Queue, conn: leaseq.core.db.Conn
 ) -> None:
     job_id = queue.enqueue("q", "t").job_id
-    crash_in(context(queue, claim_one(queue)), "charge", [])
-    attempt = take_over(queue, conn, "w2")
-    with pytest.raises(leaseq.StepUncertain):
-        context(queue, attempt).step("charge", lambda: None)
-    queue.fail(attempt.lease, "uncertain", retryable=False, error_code="StepUncertain")
+    stop_uncertain(queue, conn, context(queue, claim_one(queue)), "charge")
     queue.resolve_step(job_id, "charge", retry=True, actor="ops", reason="not in the ledger")
     third = context(queue, claim_one(queue, "w3"))
     assert third.step("charge", lambda: "paid") == "paid"
+
+
+def test_the_asyncio_twin_lists_and_settles_an_uncertain_step(
+    queue: leaseq.Queue, conn: leaseq.core.db.Conn, database_url: str
+) -> None:
+    job_id = queue.enqueue("q", "t").job_id
+    stop_uncertain(queue, conn, context(queue, claim_one(queue)), "charge")
+
+    async def main() -> list[leaseq.StepRecord]:
+        async with AsyncConnectionPool(
+            database_url, min_size=1, max_size=1, kwargs={"autocommit": True}
+        ) as apool:
+            aqueue = AsyncQueue(apool)
+            assert await aqueue.uncertain_steps() == queue.uncertain_steps()
+            with pytest.raises(leaseq.JobStateError, match="has no step 'other'"):
+                await aqueue.resolve_step(job_id, "other", result=1, actor="ops", reason="x")
+            with pytest.raises(leaseq.InvalidJob, match="reason"):
+                await aqueue.resolve_step(job_id, "charge", result=1, actor="ops", reason="")
+            await aqueue.resolve_step(job_id, "charge", result="paid", actor="ops", reason="ok")
+            assert await aqueue.uncertain_steps() == []
+            return await aqueue.steps(job_id)
+
+    [step] = asyncio.run(main())
+    assert step == queue.steps(job_id)[0]
+    assert (step.result, step.resolved_by, step.resolve_reason) == ("paid", "ops", "ok")
+    assert queue.get(job_id).status == "pending"
 
 
 def test_a_stale_attempt_records_nothing_and_learns_it_lost_its_lease(

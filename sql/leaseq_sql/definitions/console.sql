@@ -141,7 +141,7 @@ REVOKE ALL ON FUNCTION leaseq.console_retry_dead(bigint[], text, text, jsonb),
     leaseq.console_cancel_pipeline(bigint, text, text) FROM PUBLIC;
 
 -- Grants the console's role read access to what the console shows (jobs, attempts, effects,
--- workers, schedules, history, pipelines, flow control, the audit) and, with admin, EXECUTE on
+-- durable steps and streams, workers, schedules, history, pipelines, flow control, the audit) and, with admin, EXECUTE on
 -- its three audited actions (nothing else: no UPDATE, INSERT or DELETE on any table). First
 -- everything on leaseq's objects is revoked from the previously registered console roles and
 -- the given one, and the lqconsole_* policies are dropped, so a rerun converges. A NULL role
@@ -204,11 +204,14 @@ BEGIN
             format('GRANT USAGE ON SCHEMA leaseq TO %s', console),
             format('GRANT SELECT ON leaseq.schema_migrations, leaseq.jobs, leaseq.job_view, leaseq.job_whereabouts, leaseq.job_attempts, leaseq.job_results, leaseq.workers, leaseq.schedules, leaseq.schedule_slots, leaseq.job_history, leaseq.job_attempt_history, leaseq.job_ledger, leaseq.history_counts, leaseq.console_audit, leaseq.console_roles TO %s', console),
             format('GRANT SELECT ON leaseq.pipelines, leaseq.job_deps TO %s', console),
+            format('GRANT SELECT ON leaseq.job_steps, leaseq.job_stream TO %s', console),
                         format('GRANT SELECT ON leaseq.flow_limits, leaseq.flow_keys, leaseq.flow_slots, leaseq.flow_aggregates TO %s', console),
             format('CREATE POLICY lqconsole_read ON leaseq.jobs FOR SELECT TO %s USING (true)', console),
             format('CREATE POLICY lqconsole_read ON leaseq.job_attempts FOR SELECT TO %s USING (true)', console),
             format('CREATE POLICY lqconsole_read ON leaseq.job_results FOR SELECT TO %s USING (true)', console),
             format('CREATE POLICY lqconsole_read ON leaseq.job_deps FOR SELECT TO %s USING (true)', console),
+            format('CREATE POLICY lqconsole_read ON leaseq.job_steps FOR SELECT TO %s USING (true)', console),
+            format('CREATE POLICY lqconsole_read ON leaseq.job_stream FOR SELECT TO %s USING (true)', console),
             format('CREATE POLICY lqconsole_read ON leaseq.pipelines FOR SELECT TO %s USING (true)', console),
             format('CREATE POLICY lqconsole_read ON leaseq.schedules FOR SELECT TO %s USING (true)', console),
             format('CREATE POLICY lqconsole_read ON leaseq.workers FOR SELECT TO %s USING (true)', console),

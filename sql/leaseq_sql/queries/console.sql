@@ -273,6 +273,37 @@ SELECT a.attempt, a.lease_token, a.worker, a.started_at, a.ended_at, a.outcome::
  ORDER BY lease_token
  LIMIT %(limit)s;
 
+-- name: console_job_steps
+-- A keyset page of a job's durable steps (names after %(after)s, at most %(limit)s, in name order: a range of job_steps' primary key), each with its state (recorded; running: intended under the lease the job still holds; uncertain: an intent of an earlier attempt without an outcome; or not started), its result only when at most %(max_bytes)s bytes as JSON text (else NULL and result_large).
+SELECT s.name, s.attempt, s.intended_at, s.finished_at, s.note,
+       s.resolved_by, s.resolved_at, s.resolve_reason,
+       CASE WHEN s.finished_at IS NOT NULL THEN 'recorded'
+            WHEN s.lease_token IS NULL THEN 'not started'
+            WHEN j.status = 'running' AND j.lease_token = s.lease_token THEN 'running'
+            ELSE 'uncertain' END AS state,
+       CASE WHEN NOT z.result_large THEN s.result END AS result, z.result_large
+  FROM leaseq.job_steps s
+  JOIN leaseq.jobs j ON j.id = s.job_id
+  CROSS JOIN LATERAL (
+      SELECT coalesce(CASE WHEN pg_column_size(s.result) > %(max_bytes)s THEN true
+                           ELSE octet_length(s.result::text) > %(max_bytes)s END, false) AS result_large
+  ) z
+ WHERE s.job_id = %(id)s AND s.name > %(after)s
+ ORDER BY s.name
+ LIMIT %(limit)s;
+
+-- name: console_job_step_facts
+-- How many items a job's stream holds (counted up to %(cap)s; more shows as %(cap)s + 1) and the offset of its last one (NULL: none), from job_stream's primary key; and the first of its steps, by name, that is uncertain (an intent without an outcome; NULL: none).
+-- The uncertain step is looked for within the job's range of job_steps' primary key (a job
+-- stopped at one has only the steps it reached), under the console's statement timeout.
+SELECT (SELECT count(*) FROM (SELECT 1 FROM leaseq.job_stream i WHERE i.job_id = %(id)s
+                               LIMIT %(cap)s + 1) n) AS stream_items,
+       (SELECT i.seq FROM leaseq.job_stream i WHERE i.job_id = %(id)s
+         ORDER BY i.seq DESC LIMIT 1) AS stream_last,
+       (SELECT s.name FROM leaseq.job_steps s
+         WHERE s.job_id = %(id)s AND s.finished_at IS NULL AND s.lease_token IS NOT NULL
+         ORDER BY s.name LIMIT 1) AS uncertain;
+
 -- name: console_dead
 -- The newest dead jobs (at most %(scan)s looked at, newest first, in one queue or all) that match the type and error code filters, at most %(limit)s of them, with how many of those looked at matched and how many were looked at.
 -- The scan reads only the dead indexes (they include type and error code); the shown rows are

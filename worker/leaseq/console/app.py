@@ -99,13 +99,13 @@ def create_app(
 
     ``db``: a pool, a connection or a URL (a small pool is opened on it). ``auth``: the
     authentication mode (default :class:`LocalOnly`). ``redact``: what a page may show of a
-    payload, result, checkpoint or progress (default :func:`default_redactor`). ``timeout``:
-    every statement's bound in seconds. ``allowed_origins``: origins form posts may come from
-    besides the console's own (behind a TLS-terminating ingress: ``https://console.example``).
-    ``pools``: where WorkerPools are read (default: the Kubernetes API, when reachable).
-    ``panels``: extra overview panels. ``secure_cookies``: the CSRF cookie is ``Secure`` on
-    every answer (behind a TLS-terminating proxy, where requests arrive as plain http); it
-    always is on a request that came over https."""
+    payload, result, checkpoint, progress or step result (default :func:`default_redactor`).
+    ``timeout``: every statement's bound in seconds. ``allowed_origins``: origins form posts may
+    come from besides the console's own (behind a TLS-terminating ingress:
+    ``https://console.example``). ``pools``: where WorkerPools are read (default: the Kubernetes
+    API, when reachable). ``panels``: extra overview panels. ``secure_cookies``: the CSRF cookie
+    is ``Secure`` on every answer (behind a TLS-terminating proxy, where requests arrive as
+    plain http); it always is on a request that came over https."""
     owned_pool = None
     if isinstance(db, str):
         owned_pool = open_pool(db, min_size=1, max_size=4, name="leaseq-console")

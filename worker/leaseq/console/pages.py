@@ -16,7 +16,7 @@ from leaseq.console.params import blank, dead_filters, int_field, time_field
 from leaseq.console.rendering import Renderer, text
 from leaseq.core.console import BULK_LIMIT, Console, JobFilter
 from leaseq.core.errors import InvalidJob, LeaseqError
-from leaseq.core.models import JobStatus
+from leaseq.core.models import STEP_UNCERTAIN_CODE, JobStatus
 
 #: Lists the operator's WorkerPools: (pools, None), or (None, why they cannot be read).
 PoolsSource = Callable[[], tuple[list[Mapping[str, Any]] | None, str | None]]
@@ -128,10 +128,23 @@ class Pages:
             parents_after=int_field("parents_after", q.get("parents_after")) or 0,
             children_after=int_field("children_after", q.get("children_after")) or 0,
         )
+        # Steps and streams are deleted with their job when it leaves the hot table.
+        steps = (
+            self.console.job_steps(job_id, after=q.get("steps_after") or "")
+            if row["place"] == "hot"
+            else None
+        )
         return self.render(
             request,
             "job.html",
-            {**self._role(), "job": row, "timeline": timeline, "links": links},
+            {
+                **self._role(),
+                "job": row,
+                "timeline": timeline,
+                "links": links,
+                "steps": steps,
+                "step_uncertain_code": STEP_UNCERTAIN_CODE,
+            },
         )
 
     def pipelines(self, request: Request) -> Response:

@@ -9,6 +9,7 @@ import json
 import logging
 import re
 import secrets
+import shlex
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -23,7 +24,7 @@ from leaseq.core import redact as secrets_redact
 log = logging.getLogger("leaseq.console")
 
 #: (job_type, field, value) -> what the page may show. ``field`` is payload, result,
-#: checkpoint or progress.
+#: checkpoint, progress or step (a durable step's result).
 Redactor = Callable[[str, str, Any], Any]
 
 CSRF_COOKIE = "leaseq_console_csrf"
@@ -76,6 +77,11 @@ def text(value: Any) -> str:
     return "" if value is None else secrets_redact.redact(str(value))
 
 
+def quoted(value: Any) -> str:
+    """``value`` as one word of a shell command a page shows (a step name with a space)."""
+    return shlex.quote(str(value))
+
+
 def as_json(value: Any) -> str:
     return json.dumps(value, indent=2, sort_keys=True, default=str)
 
@@ -92,7 +98,7 @@ class Renderer:
             loader=FileSystemLoader(str(TEMPLATES)),
             autoescape=select_autoescape(["html"], default_for_string=True),
         )
-        self._env.filters.update(age=age, when=when, text=text, json=as_json)
+        self._env.filters.update(age=age, when=when, text=text, json=as_json, quoted=quoted)
         self._env.globals["shown"] = self._shown
 
     def _shown(self, job_type: str, field: str, value: Any) -> str:

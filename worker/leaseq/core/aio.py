@@ -1,6 +1,6 @@
 """leaseq's asyncio face for producers: enqueue (one, many, or inside the caller's
-transaction), get, result / wait_any / as_completed, stream, cancel and retry, on a psycopg_pool
-``AsyncConnectionPool`` (or one ``AsyncConnection``).
+transaction), get, result / wait_any / as_completed, stream, steps (list and settle), cancel
+and retry, on a psycopg_pool ``AsyncConnectionPool`` (or one ``AsyncConnection``).
 
 The same named statements as :class:`leaseq.Queue`, validated the same way, run natively on
 the event loop: no threads. Waiting shares one listening connection per event loop and
@@ -23,6 +23,7 @@ from leaseq.core.adb import AsyncConn, AsyncDb, aborrow, atransaction, conninfo_
 from leaseq.core.errors import JobNotFound, JobStateError, ResultTimeout
 from leaseq.core.graph import Dep, Graph, Plan
 from leaseq.core.models import (
+    STEP_UNCERTAIN_CODE,
     After,
     Cancelled,
     Enqueued,
@@ -31,7 +32,9 @@ from leaseq.core.models import (
     JobRecord,
     JobStatus,
     PipelineRecord,
+    StepRecord,
     StreamItem,
+    UncertainStep,
 )
 from leaseq.core.queue import (
     JOIN_PIPELINE,
@@ -39,8 +42,10 @@ from leaseq.core.queue import (
     JobSpec,
     checked_plan,
     enqueued,
+    resolution,
     single_plan,
     statement_fields,
+    unresolvable,
 )
 
 
@@ -172,6 +177,37 @@ class AsyncQueue:
                 return
             if not got.items:
                 await asyncio.sleep(poll)
+
+    async def steps(self, job_id: int) -> list[StepRecord]:
+        """As :meth:`leaseq.Queue.steps`."""
+        async with aborrow(self._db, "list steps") as c:
+            return await self._store.step_list(c, job_id)
+
+    async def resolve_step(
+        self,
+        job_id: int,
+        step: str,
+        *,
+        result: Any = None,
+        retry: bool = False,
+        actor: str,
+        reason: str,
+    ) -> None:
+        """As :meth:`leaseq.Queue.resolve_step`."""
+        result, actor, reason = resolution(step, result, retry=retry, actor=actor, reason=reason)
+        async with aborrow(self._db, "resolve step") as c:
+            if await self._store.step_resolve(
+                c, job_id, step, result=result, retry=retry, actor=actor, reason=reason
+            ):
+                return
+            record = await self._store.job_get(c, job_id)
+            steps = await self._store.step_list(c, job_id) if record else []
+        raise unresolvable(job_id, step, record, steps)
+
+    async def uncertain_steps(self, *, limit: int = 100) -> list[UncertainStep]:
+        """As :meth:`leaseq.Queue.uncertain_steps`."""
+        async with aborrow(self._db, "list uncertain steps") as c:
+            return await self._store.steps_uncertain(c, STEP_UNCERTAIN_CODE, limit)
 
     async def cancel(self, job_id: int, *, reason: str | None = None) -> Cancelled:
         """As :meth:`leaseq.Queue.cancel`."""

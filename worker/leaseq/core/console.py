@@ -42,6 +42,10 @@ PENDING_SCAN = 2000
 BULK_LIMIT = 1000
 #: Parents or children shown per page of a job's links.
 LINKS_PAGE = 50
+#: Steps shown per page of a job's durable steps.
+STEPS_PAGE = 50
+#: A job's stream items counted at most: a longer stream shows as ``1000+``.
+STREAM_CAP = 1000
 #: A job's document (payload, progress, result, checkpoint) larger than this as JSON text is
 #: not loaded by its page (only said to be larger): a page's time and memory must not grow
 #: with what a producer wrote.
@@ -170,6 +174,22 @@ class JobLinks:
     parents_next: int | None
     children: list[Row]
     children_next: int | None
+
+
+@dataclass(frozen=True)
+class JobSteps:
+    """One keyset page of a job's durable steps (names after ``after``, in name order; each
+    row's ``state`` is recorded, running, uncertain or not started, its ``result`` None and
+    ``result_large`` true when over :data:`DOCUMENT_BYTES`), the cursor of the next page
+    (None: this was the last), the size of the job's stream, and the name of its uncertain
+    step (None: none), wherever it is in name order."""
+
+    rows: list[Row]
+    after: str
+    next_after: str | None
+    stream_items: Count
+    stream_last: int | None
+    uncertain: str | None
 
 
 @dataclass(frozen=True)
@@ -337,6 +357,26 @@ class Console:
                 self._store.console_job_attempts(c, job_id=job_id, limit=attempts) if job else []
             )
         return job, timeline
+
+    def job_steps(self, job_id: int, *, after: str = "", limit: int = STEPS_PAGE) -> JobSteps:
+        """A keyset page of the job's durable steps and its stream's size (:class:`JobSteps`),
+        in one transaction; a job that left the hot table has neither (they go with it)."""
+        validation.at_least("limit", limit, 1)
+        with self._tx("console: job steps") as c:
+            self._store.console_bounds(c, seconds=self._timeout)
+            rows = self._store.console_job_steps(
+                c, job_id=job_id, after=after, limit=limit + 1, max_bytes=DOCUMENT_BYTES
+            )
+            facts = self._store.console_job_step_facts(c, job_id=job_id, cap=STREAM_CAP)
+        next_after = str(rows[limit - 1]["name"]) if len(rows) > limit else None
+        return JobSteps(
+            rows[:limit],
+            after,
+            next_after,
+            Count.of(int(facts["stream_items"]), STREAM_CAP),
+            facts["stream_last"],
+            facts["uncertain"],
+        )
 
     def dead(
         self,

@@ -211,6 +211,39 @@ PARENT_PAGE = 1000
 CONFLICT_RETRIES = 5
 
 
+def resolution(
+    step: str, result: Any, *, retry: bool, actor: str, reason: str
+) -> tuple[Any, str, str]:
+    """The checked (result, actor, reason) of settling step ``step`` (shared with the asyncio
+    face): InvalidJob when the actor is no name, the reason is blank or the result no JSON."""
+    actor = validation.name("actor", actor)
+    if not isinstance(reason, str) or not reason.strip():
+        raise InvalidJob("reason", "must say why the step is settled so (it is audited)")
+    reason = bounded.text(reason, 2000).value
+    if not retry:
+        validation.json_value(f"step {step!r} result", result)
+        result = bounded.json(result, f"step {step!r} result").value
+    return result, actor, reason
+
+
+def unresolvable(
+    job_id: int, step: str, record: JobRecord | None, steps: Sequence[StepRecord]
+) -> LeaseqError:
+    """Why step ``step`` of job ``job_id`` (``record``, with ``steps``) was not settled."""
+    if record is None:
+        return JobNotFound(job_id)
+    named = {s.name: s for s in steps}
+    found = named.get(step)
+    if found is None:
+        why = f"has no step {step!r} (its steps: {', '.join(sorted(named)) or 'none'})"
+    elif not found.intended:
+        has = "a result" if found.recorded else "no intent"
+        why = f"step {step!r} is not uncertain: it has {has}"
+    else:
+        why = f"is {record.status}, not dead: only a stopped job's uncertain step is settled"
+    return JobStateError(f"job {job_id} {why}")
+
+
 def checked_plan(graph: Graph) -> Plan:
     """``graph`` validated: its shape (:meth:`Graph.plan`) and every node's job fields."""
     plan = graph.plan()
@@ -1299,31 +1332,15 @@ class Queue:
         step runs again); either way say who (``actor``) and why, and bring the job back to
         pending with a fresh budget of attempts, in one statement. JobStateError when the
         job is not dead at an uncertain step of that name."""
-        actor = validation.name("actor", actor)
-        if not isinstance(reason, str) or not reason.strip():
-            raise InvalidJob("reason", "must say why the step is settled so (it is audited)")
-        reason = bounded.text(reason, 2000).value
-        if not retry:
-            validation.json_value(f"step {step!r} result", result)
-            result = bounded.json(result, f"step {step!r} result").value
+        result, actor, reason = resolution(step, result, retry=retry, actor=actor, reason=reason)
         with borrow(self._db, "resolve step") as c:
             if self._store.step_resolve(
                 c, job_id, step, result=result, retry=retry, actor=actor, reason=reason
             ):
                 return
             record = self._store.job_get(c, job_id)
-            steps = {s.name: s for s in self._store.step_list(c, job_id)} if record else {}
-        if record is None:
-            raise JobNotFound(job_id)
-        found = steps.get(step)
-        if found is None:
-            why = f"has no step {step!r} (its steps: {', '.join(sorted(steps)) or 'none'})"
-        elif not found.intended:
-            has = "a result" if found.recorded else "no intent"
-            why = f"step {step!r} is not uncertain: it has {has}"
-        else:
-            why = f"is {record.status}, not dead: only a stopped job's uncertain step is settled"
-        raise JobStateError(f"job {job_id} {why}")
+            steps = self._store.step_list(c, job_id) if record else []
+        raise unresolvable(job_id, step, record, steps)
 
     def uncertain_steps(self, *, limit: int = 100) -> list[UncertainStep]:
         """Dead jobs stopped at an uncertain step (``leaseq steps resolve`` settles them)."""

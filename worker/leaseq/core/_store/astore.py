@@ -13,9 +13,17 @@ from psycopg.rows import DictRow, class_row, dict_row
 from leaseq.core import moments
 from leaseq.core._store import statements
 from leaseq.core._store.runner import Params
-from leaseq.core._store.store import enqueue_params, outcome, stream_page
+from leaseq.core._store.store import enqueue_params, json_param, outcome, stream_page
 from leaseq.core.errors import translate
-from leaseq.core.models import JobOutcome, JobRecord, JobStatus, PipelineRecord, StreamPage
+from leaseq.core.models import (
+    JobOutcome,
+    JobRecord,
+    JobStatus,
+    PipelineRecord,
+    StepRecord,
+    StreamPage,
+    UncertainStep,
+)
 
 AsyncConn = psycopg.AsyncConnection[Any]
 T = TypeVar("T")
@@ -72,6 +80,50 @@ class AsyncStore:
             conn, "job_get", {"id": job_id}, class_row(JobRecord), "show job"
         )
         return rows[0] if rows else None
+
+    async def step_list(self, conn: AsyncConn, job_id: int) -> list[StepRecord]:
+        return await self._execute(
+            conn, "step_list", {"id": job_id}, class_row(StepRecord), "list steps"
+        )
+
+    async def step_resolve(
+        self,
+        conn: AsyncConn,
+        job_id: int,
+        name: str,
+        *,
+        result: Any,
+        retry: bool,
+        actor: str,
+        reason: str,
+    ) -> bool:
+        """As :meth:`Store.step_resolve`."""
+        rows = await self._dicts(
+            conn,
+            "step_resolve",
+            {
+                "id": job_id,
+                "name": name,
+                "result": json_param(result),
+                "retry": retry,
+                "actor": actor,
+                "reason": reason,
+                "now": None,
+            },
+            "resolve step",
+        )
+        return bool(rows)
+
+    async def steps_uncertain(
+        self, conn: AsyncConn, error_code: str, limit: int
+    ) -> list[UncertainStep]:
+        return await self._execute(
+            conn,
+            "steps_uncertain",
+            {"error_code": error_code, "limit": limit},
+            class_row(UncertainStep),
+            "list uncertain steps",
+        )
 
     async def job_cancel(
         self, conn: AsyncConn, job_id: int, *, reason: str | None

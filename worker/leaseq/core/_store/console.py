@@ -90,6 +90,16 @@ class ConsoleStore(Runner):
         params = {"id": job_id, "limit": limit}
         return _rows(self._dicts(conn, "console_job_attempts", params, "console: attempts"))
 
+    def console_job_steps(
+        self, conn: Conn, *, job_id: int, after: str, limit: int, max_bytes: int
+    ) -> list[Row]:
+        params = {"id": job_id, "after": after, "limit": limit, "max_bytes": max_bytes}
+        return _rows(self._dicts(conn, "console_job_steps", params, "console: job steps"))
+
+    def console_job_step_facts(self, conn: Conn, *, job_id: int, cap: int) -> Row:
+        params = {"id": job_id, "cap": cap}
+        return dict(self._dicts(conn, "console_job_step_facts", params, "console: job steps")[0])
+
     def console_dead(self, conn: Conn, params: Mapping[str, Any]) -> list[Row]:
         return _rows(self._dicts(conn, "console_dead", params, "console: dead jobs"))
 

@@ -94,7 +94,8 @@ def _utf8_json(data: str | bytes) -> Any:
     return value if end == len(text) else json.loads(text)
 
 
-def _json(value: Any) -> Jsonb | None:
+def json_param(value: Any) -> Jsonb | None:
+    """``value`` as a jsonb parameter (None stays SQL NULL; shared with the asyncio store)."""
     return None if value is None else Jsonb(value)
 
 
@@ -338,7 +339,7 @@ class Store(Runner):
                 "owner": lease.owner,
                 "token": lease.token,
                 "lease_seconds": lease_seconds,
-                "progress": _json(progress),
+                "progress": json_param(progress),
                 "now": now,
             },
             "heartbeat",
@@ -362,7 +363,7 @@ class Store(Runner):
                 "ids": [lease.job_id for lease in leases],
                 "owners": [lease.owner for lease in leases],
                 "tokens": [lease.token for lease in leases],
-                "progresses": [_json(p) for p in progresses],
+                "progresses": [json_param(p) for p in progresses],
                 "lease_seconds": lease_seconds,
                 "now": now,
             },
@@ -381,7 +382,7 @@ class Store(Runner):
                 "id": lease.job_id,
                 "owner": lease.owner,
                 "token": lease.token,
-                "checkpoint": _json(checkpoint),
+                "checkpoint": json_param(checkpoint),
                 "now": now,
             },
             "checkpoint",
@@ -442,7 +443,7 @@ class Store(Runner):
             lease,
             name,
             "step record",
-            result=_json(result),
+            result=json_param(result),
             note=note,
             now=now,
         )
@@ -472,7 +473,7 @@ class Store(Runner):
             {
                 "id": job_id,
                 "name": name,
-                "result": _json(result),
+                "result": json_param(result),
                 "retry": retry,
                 "actor": actor,
                 "reason": reason,
@@ -538,9 +539,9 @@ class Store(Runner):
                 "ids": _bigint_array([lease.job_id for lease in leases]),
                 "owners": _text_array([lease.owner for lease in leases]),
                 "tokens": _bigint_array([lease.token for lease in leases]),
-                "results": _nulls_as_null([_json(r) for r in results]),
+                "results": _nulls_as_null([json_param(r) for r in results]),
                 "effect_keys": _nulls_as_null(list(effect_keys)),
-                "progresses": _nulls_as_null([_json(p) for p in progresses]),
+                "progresses": _nulls_as_null([json_param(p) for p in progresses]),
                 "notes": _nulls_as_null(list(notes)),
                 "now": now,
             },

@@ -152,6 +152,21 @@ def _params(conn: psycopg.Connection[Any]) -> dict[str, dict[str, Any]]:
             "after_queue": FQ,
             "after_key": "tenant-0100",
         },
+        # A page of 100 keys (limited to 4, none held) and the hot key (both units held).
+        "console_flow_holders": {
+            "queues": [FQ] * 100,
+            "keys": [f"tenant-{n:04d}" for n in range(100)],
+            "per_key": 20,
+            "live_seconds": 60.0,
+            "now": None,
+        },
+        "console_flow_holders/hot key": {
+            "queues": [FH],
+            "keys": ["hot"],
+            "per_key": 20,
+            "live_seconds": 60.0,
+            "now": None,
+        },
         "console_flow_blocked": flow,
         "console_flow_blocked/queue, second page": {
             **flow,

@@ -437,14 +437,15 @@ SELECT p.id, p.name, p.created_at, p.total, p.succeeded, p.dead, p.cancelled, p.
  WHERE p.id = %(id)s;
 
 -- name: console_pipeline_jobs
--- A keyset page of a pipeline's jobs in the hot table, finished or not (ids above %(after)s, in id order), of status %(status)s (all when NULL): the next %(window)s of its jobs (a range of jobs_pipeline_idx) looked at, at most %(limit)s matching shown; one row even when none matches (id NULL), with the last id looked at and how many were looked at (the next page's cursor when the window filled).
+-- A keyset page of a pipeline's jobs in the hot table, finished or not (ids above %(after)s, in id order), of status %(status)s (all when NULL): the next %(window)s of its jobs (a range of jobs_pipeline_idx; unfiltered, the next %(limit)s) looked at, at most %(limit)s matching shown; one row even when none matches (id NULL), with the last id looked at and how many were looked at (the next page's cursor when the window filled).
 WITH w AS (
     SELECT j.id, j.queue, j.job_type, j.status::text AS status, j.deps_left, j.attempt_count,
            j.lease_owner, j.created_at, j.finished_at, j.last_error_code
       FROM leaseq.jobs j
      WHERE j.pipeline_id = %(id)s AND j.id > %(after)s
      ORDER BY j.id
-     LIMIT %(window)s
+     -- Unfiltered, the page is the window.
+     LIMIT CASE WHEN %(status)s::text IS NULL THEN least(%(limit)s, %(window)s) ELSE %(window)s END
 ),
 m AS (
     SELECT w.* FROM w

@@ -1,7 +1,9 @@
 """The console in a real headless Chromium (Debian's, driven by Playwright; no browser is
 downloaded): load the overview, filter the jobs, open a dead job, retry it, and see a real
-worker process make it succeed; open a pipeline, a job of it, and cancel the pipeline; open a
-job stopped at an uncertain step; a read-only console role gets a clear refusal in the page.
+worker process make it succeed; open a pipeline, a job of it, and cancel the pipeline; follow
+a finished pipeline's dead count to its dead job; see a silent worker's held unit on the Flow
+page; open a job stopped at an uncertain step; a read-only console role gets a clear refusal
+in the page.
 A screenshot of each page is written under the test's tmp path (and LEASEQ_ARTIFACTS_DIR
 when set)."""
 
@@ -241,7 +243,9 @@ def test_open_and_cancel_a_pipeline_in_a_real_browser(
             assert page.inner_text("#count-total") == "5"
             assert page.inner_text("#count-succeeded") == "1"
             assert page.inner_text("#count-unfinished") == "4"
-            assert page.locator("#pipeline-jobs tr[data-job]").count() == 4
+            # All its jobs, the succeeded one too.
+            assert page.locator("#pipeline-jobs tr[data-job]").count() == 5
+            assert page.locator("#pipeline-jobs td.status-succeeded").count() == 1
             page.screenshot(path=artifacts / "pipeline.png", full_page=True)
 
             page.click(f'#pipeline-jobs tr[data-job="{made["merge"]}"] a')
@@ -262,6 +266,79 @@ def test_open_and_cancel_a_pipeline_in_a_real_browser(
             assert page.inner_text("#pipeline-state") == "finished"
             page.goto(console.base + "/audit")
             assert "customer withdrew" in page.inner_text("#audit")
+            browser.close()
+    finally:
+        console.stop()
+
+
+def test_a_finished_pipelines_dead_job_in_a_real_browser(
+    console_db: ConsoleDb, tmp_path: Path, artifacts: Path
+) -> None:
+    """A pipeline finished by a dead job lists its jobs; its dead count is a link to them."""
+    sync_playwright = _browser()
+    with leaseq.connect(console_db.owner_url, action="test") as conn:
+        q = leaseq.Queue(conn)
+        g = leaseq.Graph("invoice-413")
+        g.add("ocr", "ocr.page", {"page": 0}, key="page-0", max_attempts=1)
+        g.add("ocr", "ocr.page", {"page": 1}, key="page-1", max_attempts=1)
+        made = q.enqueue_graph(g)
+        first, second = q.claim(["ocr"], owner="w-1", lease_seconds=60, limit=2)
+        q.complete(first.lease, {"text": "ok"})
+        q.fail(second.lease, "unreadable scan", retryable=False, error_code="scan")
+    console = ConsoleProcess(console_db.admin_url, tmp_path / "console.log")
+    try:
+        with sync_playwright() as p:
+            browser = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
+            page = browser.new_page(viewport={"width": 1280, "height": 800})
+            page.goto(f"{console.base}/pipelines/{made.pipeline_id}")
+            page.wait_for_selector("#pipeline-counters")
+            assert page.inner_text("#pipeline-state") == "finished"
+            assert page.locator("#pipeline-jobs tr[data-job]").count() == 2
+            page.click("#dead-jobs-link")
+            page.wait_for_selector("#all-jobs")
+            rows = page.locator("#pipeline-jobs tr[data-job]")
+            assert rows.count() == 1
+            assert rows.first.get_attribute("data-job") == str(second.id)
+            page.screenshot(path=artifacts / "pipeline-dead.png", full_page=True)
+            page.click(f'#pipeline-jobs tr[data-job="{second.id}"] a')
+            page.wait_for_selector("#job-status")
+            assert page.inner_text("#job-status") == "dead"
+            browser.close()
+    finally:
+        console.stop()
+
+
+def test_held_units_and_their_silent_holder_in_a_real_browser(
+    console_db: ConsoleDb, tmp_path: Path, artifacts: Path
+) -> None:
+    """The Flow page names the job and the silent worker holding a limited key's unit, and
+    links to the job."""
+    sync_playwright = _browser()
+    with leaseq.connect(console_db.owner_url, action="test") as conn:
+        q = leaseq.Queue(conn)
+        leaseq.FlowControl(conn).set_limit("flowq", "tenant-a", max_running=1)
+        q.enqueue("flowq", "work", {}, key="tenant-a")
+        q.enqueue("flowq", "work", {}, key="tenant-a")
+        [held] = q.claim(["flowq"], "w-crashed", lease_seconds=60)
+        conn.execute(
+            "INSERT INTO leaseq.workers (worker_id, queues, concurrency, heartbeat_at)"
+            " VALUES ('w-crashed', '{flowq}', 1, now() - interval '10 minutes')"
+        )
+    console = ConsoleProcess(console_db.admin_url, tmp_path / "console.log")
+    try:
+        with sync_playwright() as p:
+            browser = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
+            page = browser.new_page(viewport={"width": 1280, "height": 800})
+            page.goto(console.base + "/")
+            page.click("#nav-flow")
+            row = page.locator(f'#flow-holders tr[data-holder="{held.id}"]')
+            row.wait_for()
+            assert "w-crashed" in row.inner_text() and "silent" in row.inner_text()
+            assert page.locator('#flow-keys [data-held-silent="1"]').count() == 1
+            page.screenshot(path=artifacts / "flow-holders.png", full_page=True)
+            row.locator("a").click()
+            page.wait_for_selector("#job-status")
+            assert page.inner_text("#job-status") == "running"
             browser.close()
     finally:
         console.stop()

@@ -6,6 +6,7 @@ a dead head (linked to its job page), keyset pages; and no form on the page (rea
 from __future__ import annotations
 
 import leaseq
+from leaseq.core.models import SILENT_AFTER_SECONDS
 from support.consoledb import ConsoleDb, grant_readonly
 
 Q = "flowq"
@@ -90,3 +91,42 @@ def test_read_only_role_views_the_flow_page(console_db: ConsoleDb, client_for) -
     assert response.status_code == 200, response.text
     assert 'data-key="flowq/tenant-a"' in response.text
     assert f'href="/jobs/{head}"' in response.text
+
+
+def test_flow_page_shows_who_holds_a_keys_units_and_which_holder_is_silent(
+    console_db: ConsoleDb, client_for
+) -> None:
+    """A limited key's held units, each with its job (linked), worker, since when, whether
+    the worker is silent (no heartbeat for SILENT_AFTER_SECONDS, as leaseq status says) and
+    when its lease expires; the key counts the units silent workers hold."""
+    with leaseq.connect(console_db.owner_url, action="test") as conn:
+        q = leaseq.Queue(conn)
+        leaseq.FlowControl(conn).set_limit(Q, "tenant-a", max_running=2)
+        for n in range(3):
+            q.enqueue(Q, "work", {"n": n}, key="tenant-a")
+        [live] = q.claim([Q], "w-live", lease_seconds=30)
+        [crashed] = q.claim([Q], "w-crashed", lease_seconds=30)
+        # w-crashed's last heartbeat is past the silence rule; w-live's is fresh.
+        conn.execute(
+            "INSERT INTO leaseq.workers (worker_id, queues, concurrency, heartbeat_at)"
+            " VALUES ('w-live', %(q)s, 1, now()),"
+            " ('w-crashed', %(q)s, 1, now() - make_interval(secs => %(s)s))",
+            {"q": [Q], "s": SILENT_AFTER_SECONDS + 30},
+        )
+        expires = conn.execute(
+            "SELECT lease_expires_at FROM leaseq.jobs WHERE id = %s", (crashed.id,)
+        ).fetchone()[0]
+    client = client_for(console_db.admin_url)
+    page = client.get("/flow", params={"queue": Q}).text
+    key = _row(page, "data-key", f"{Q}/tenant-a")
+    assert 'data-held-silent="1"' in key
+    holders = page.split('id="flow-holders"')[1].split("</table>")[0]
+    order = [int(x.split('"')[0]) for x in holders.split('data-holder="')[1:]]
+    assert order == [crashed.id, live.id], "the silent holder first"
+    gone = _row(holders, "data-holder", str(crashed.id))
+    assert f'<a href="/jobs/{crashed.id}">{crashed.id}</a>' in gone
+    assert "w-crashed" in gone and ">silent</strong>" in gone
+    assert expires.strftime("%Y-%m-%d %H:%M:%S") in gone
+    fine = _row(holders, "data-holder", str(live.id))
+    assert "w-live" in fine and "silent" not in fine
+    assert client.get(f"/jobs/{crashed.id}").status_code == 200

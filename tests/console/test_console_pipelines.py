@@ -1,8 +1,9 @@
 """The console's pipeline pages against a real PostgreSQL, as its own database role: waiting
 counts and the waiting filter, a job's pipeline, parents, children and cancelled_by (keyset
-pages), the pipelines list (keyset, newest first), a pipeline's counters and unfinished jobs,
-and the "cancel pipeline" action: the same jobs `leaseq pipelines cancel` cancels, fenced,
-audited in the same transaction, refused by the database for a read-only role."""
+pages), the pipelines list (keyset, newest first), a pipeline's counters and jobs (finished
+or not; its dead ones by a link), and the "cancel pipeline" action: the same jobs `leaseq
+pipelines cancel` cancels, fenced, audited in the same transaction, refused by the database
+for a read-only role."""
 
 from __future__ import annotations
 
@@ -13,6 +14,8 @@ from starlette.testclient import TestClient
 
 import leaseq
 from leaseq import Graph
+from leaseq.core.console import Console
+from leaseq.core.models import JobStatus
 from support.consoledb import ConsoleDb, grant_readonly, post
 
 
@@ -116,9 +119,7 @@ def test_pipelines_list_is_keyset_paged_newest_first(console_db: ConsoleDb, clie
     assert made.pipeline_id in _ids(unfinished, "data-pipeline")
 
 
-def test_a_pipeline_page_shows_its_counters_and_unfinished_jobs(
-    console_db: ConsoleDb, client_for
-) -> None:
+def test_a_pipeline_page_shows_its_counters_and_jobs(console_db: ConsoleDb, client_for) -> None:
     with leaseq.connect(console_db.owner_url, action="test") as conn:
         q = leaseq.Queue(conn)
         made = q.enqueue_graph(ocr_graph(3))
@@ -139,15 +140,15 @@ def test_a_pipeline_page_shows_its_counters_and_unfinished_jobs(
         "unfinished": "4",
     }
     shown = _ids(page.split('id="pipeline-jobs"')[1].split("</table>")[0], "data-job")
-    unfinished = {made[k] for k in ("page-0", "page-1", "page-2", "merge", "embed")} - {done.id}
-    assert set(shown) == unfinished
+    assert shown == sorted(made[k] for k in ("page-0", "page-1", "page-2", "merge", "embed"))
+    assert f'<tr data-job="{done.id}">' in page and "status-succeeded" in page
     assert "w-2" in page and running.id in shown
     assert 'id="cancel-pipeline"' in page
     assert client.get("/pipelines/999999").status_code == 404
 
 
-def test_a_pipeline_page_pages_its_unfinished_jobs(console_db: ConsoleDb, client_for) -> None:
-    """Keyset pages of the unfinished jobs only, however many finished before them."""
+def test_a_pipeline_page_pages_its_jobs(console_db: ConsoleDb, client_for) -> None:
+    """Keyset pages of all its jobs, finished or not, in id order."""
     with leaseq.connect(console_db.owner_url, action="test") as conn:
         made = leaseq.Queue(conn).enqueue_graph(ocr_graph(130))
         conn.execute(
@@ -155,16 +156,73 @@ def test_a_pipeline_page_pages_its_unfinished_jobs(console_db: ConsoleDb, client
             " WHERE pipeline_id = %s AND job_type = 'page' AND id < %s",
             (made.pipeline_id, made["page-25"]),
         )
-    unfinished = [made[f"page-{n}"] for n in range(25, 130)] + [made["merge"], made["embed"]]
+    every = [made[f"page-{n}"] for n in range(130)] + [made["merge"], made["embed"]]
     client: TestClient = client_for(console_db.admin_url)
     first = client.get(f"/pipelines/{made.pipeline_id}").text
-    jobs = first.split('id="pipeline-jobs"')[1].split("</table>")[0]
-    assert _ids(jobs, "data-job") == unfinished[:100]
+    assert _jobs(first) == every[:100]
     href = first.split('id="more-jobs"')[0].rsplit('href="', 1)[1].split('"')[0]
     second = client.get(href).text
-    jobs = second.split('id="pipeline-jobs"')[1].split("</table>")[0]
-    assert _ids(jobs, "data-job") == unfinished[100:]
+    assert _jobs(second) == every[100:]
     assert 'id="more-jobs"' not in second
+
+
+def _jobs(page: str) -> list[int]:
+    return _ids(page.split('id="pipeline-jobs"')[1].split("</table>")[0], "data-job")
+
+
+def test_a_finished_pipeline_lists_its_jobs_and_links_its_dead_one(
+    console_db: ConsoleDb, client_for
+) -> None:
+    """A pipeline finished by a dead page still lists all its jobs, and its dead count links
+    to a list of the dead job only."""
+    with leaseq.connect(console_db.owner_url, action="test") as conn:
+        q = leaseq.Queue(conn)
+        g = Graph("doc")
+        parts = [
+            g.add("ocr", "page", {"page": n}, key=f"page-{n}", max_attempts=1) for n in range(3)
+        ]
+        g.add("ocr", "merge", key="merge", after=parts)
+        made = q.enqueue_graph(g)
+        for n in range(3):
+            claimed = q.claim(["ocr"], owner="w-1", lease_seconds=30, job_types=["page"])[0]
+            if n == 1:
+                q.fail(claimed.lease, "bad scan", retryable=False, error_code="scan")
+                dead = claimed.id
+            else:
+                q.complete(claimed.lease, {"text": "ok"})
+        assert q.pipeline(made.pipeline_id).finished
+    client: TestClient = client_for(console_db.admin_url)
+    page = client.get(f"/pipelines/{made.pipeline_id}").text
+    assert 'id="pipeline-state">finished' in page
+    assert _jobs(page) == sorted(made[k] for k in ("page-0", "page-1", "page-2", "merge"))
+    href = page.split('id="dead-jobs-link"')[0].rsplit('href="', 1)[1].split('"')[0]
+    dead_page = client.get(href).text
+    assert _jobs(dead_page) == [dead]
+    assert 'id="more-jobs"' not in dead_page
+    assert client.get(f"/pipelines/{made.pipeline_id}?status=nope").status_code == 400
+
+
+def test_a_status_filter_looks_at_one_window_of_a_pipeline_at_a_time(console_db: ConsoleDb) -> None:
+    """A rare status costs a window of the pipeline's jobs per page, and the cursor goes on
+    after that window, so every match is reached."""
+    with leaseq.connect(console_db.owner_url, action="test") as conn:
+        made = leaseq.Queue(conn).enqueue_graph(ocr_graph(30))
+        conn.execute(
+            "UPDATE leaseq.jobs SET status = 'dead', finished_at = now() WHERE id = ANY(%s)",
+            ([made["page-3"], made["page-25"]],),
+        )
+    found, after, pages = [], 0, 0
+    with leaseq.connect(console_db.admin_url, action="test") as conn:
+        console = Console(conn)
+        while after is not None and pages < 10:
+            _, jobs = console.pipeline(
+                made.pipeline_id, after=after, status=JobStatus.DEAD, window=10
+            )
+            found += [r["id"] for r in jobs.rows]
+            after, pages = jobs.next_after, pages + 1
+    # 32 jobs, 10 looked at per page: the fourth page looks at the last 2.
+    assert pages == 4
+    assert found == [made["page-3"], made["page-25"]]
 
 
 def _state(conn: psycopg.Connection[Any], ids: list[int]) -> list[tuple[Any, ...]]:
@@ -233,7 +291,8 @@ def test_cancel_pipeline_cancels_what_the_cli_cancels_and_is_audited(
     shown = client.get("/audit").text
     assert "cancel_pipeline" in shown and "4 of 4" in shown
     after = client.get(f"/pipelines/{console_made.pipeline_id}").text
-    assert 'id="cancel-pipeline"' not in after and 'id="no-pipeline-jobs"' in after
+    assert 'id="cancel-pipeline"' not in after
+    assert _jobs(after) == sorted(console_made[k] for k in keys)
     del cli_running
 
 

@@ -135,6 +135,7 @@ def _params(conn: psycopg.Connection[Any], stepped: int) -> dict[str, dict[str, 
     }  # fmt: skip
     steps = {"id": stepped, "after": "", "limit": 51, "max_bytes": 65536}
     dead = {"queue": None, "job_type": None, "error_code": None, "limit": 100, "scan": 10000}
+    pipeline_jobs = {"id": 1, "after": 0, "status": None, "window": 1000, "limit": 101}
     action = {"ids": [dead_id], "actor": "plan-test", "reason": "plan", "filter": None}
     flow = {
         "queue": None, "after_queue": "", "after_key": "", "limit": 101, "cap": 1000,
@@ -182,9 +183,11 @@ def _params(conn: psycopg.Connection[Any], stepped: int) -> dict[str, dict[str, 
         "console_pipelines/unfinished": {"before": None, "unfinished": True, "limit": 51},
         "console_pipelines/older": {"before": 100, "unfinished": False, "limit": 51},
         "console_pipeline": {"id": 1},
-        # Pipeline 1 has only finished jobs (about 15,000): none is in the page's index.
-        "console_pipeline_jobs/all finished": {"id": 1, "after": 0, "limit": 101},
-        "console_pipeline_jobs": {"id": open_pipeline, "after": 0, "limit": 101},
+        # Pipeline 1 has only finished jobs (about 15,000), none of them cancelled: a state
+        # filter looks at one window of them.
+        "console_pipeline_jobs/all finished": pipeline_jobs,
+        "console_pipeline_jobs/rare state": {**pipeline_jobs, "status": "cancelled"},
+        "console_pipeline_jobs": {**pipeline_jobs, "id": open_pipeline},
         "console_cancel_pipeline": {"id": open_pipeline, "actor": "plan-test", "reason": "plan"},
         "console_flow_limits": flow,
         "console_flow_limits/queue": {**flow, "queue": FQ},
@@ -194,6 +197,21 @@ def _params(conn: psycopg.Connection[Any], stepped: int) -> dict[str, dict[str, 
             "queue": FQ,
             "after_queue": FQ,
             "after_key": "tenant-0100",
+        },
+        # A page of 100 keys (limited to 4, none held) and the hot key (both units held).
+        "console_flow_holders": {
+            "queues": [FQ] * 100,
+            "keys": [f"tenant-{n:04d}" for n in range(100)],
+            "per_key": 20,
+            "live_seconds": 60.0,
+            "now": None,
+        },
+        "console_flow_holders/hot key": {
+            "queues": [FH],
+            "keys": ["hot"],
+            "per_key": 20,
+            "live_seconds": 60.0,
+            "now": None,
         },
         "console_flow_blocked": flow,
         "console_flow_blocked/queue, second page": {

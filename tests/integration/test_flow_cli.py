@@ -9,6 +9,7 @@ import pytest
 
 import leaseq
 from leaseq.cli.main import main
+from leaseq.core.models import SILENT_AFTER_SECONDS
 
 
 def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
@@ -55,6 +56,35 @@ def test_limits_commands_and_status(
     assert len(q.claim(["ocr"], "w", limit=10)) == 1
     assert run(capsys, "limits", "remove", "ocr", "tenant-*", *db)[0] == 0
     assert run(capsys, "limits", "list", *db)[1] == "no limits\n"
+
+
+def test_limits_keys_counts_units_held_by_silent_workers(
+    database_url: str, conn: leaseq.core.db.Conn, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A key's units held by a worker past the silence rule (or not registered) are counted;
+    a live worker's are not."""
+    db = ["--database-url", database_url]
+    flow = leaseq.FlowControl(conn)
+    flow.set_limit("held", "tenant-a", max_running=3)
+    q = leaseq.Queue(conn)
+    for _ in range(4):
+        q.enqueue("held", "t", key="tenant-a")
+    for owner in ("w-live", "w-crashed", "w-unregistered"):
+        assert len(q.claim(["held"], owner, lease_seconds=30)) == 1
+    conn.execute(
+        "INSERT INTO leaseq.workers (worker_id, queues, concurrency, heartbeat_at)"
+        " VALUES ('w-live', '{held}', 1, now()),"
+        " ('w-crashed', '{held}', 1, now() - make_interval(secs => %s))",
+        (SILENT_AFTER_SECONDS + 30,),
+    )
+    shown = json.loads(run(capsys, "limits", "keys", "held", "--json", *db)[1])
+    [key] = shown["keys"]
+    assert (key["running"], key["held_silent"]) == (3, 2)
+    out = run(capsys, "limits", "keys", "held", *db)[1]
+    header, row = out.splitlines()[:2]
+    assert "HELD BY SILENT" in header
+    column = header.index("HELD BY SILENT")
+    assert row[column:].split()[0] == "2", out
 
 
 def test_rate_limit_flags(database_url: str, capsys: pytest.CaptureFixture[str]) -> None:

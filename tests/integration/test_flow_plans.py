@@ -87,6 +87,7 @@ def test_a_keys_running_jobs_are_counted_from_its_own_index(database_url: str) -
         "cap": (3, "int"),
         "now": (None, "timestamptz"),
         "queues": (["q"], "text[]"),
+        "live_seconds": (60.0, "float8"),
     }
     c.execute("SET plan_cache_mode = force_generic_plan")
     cur = psycopg.ClientCursor(c)

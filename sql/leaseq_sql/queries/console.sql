@@ -468,13 +468,26 @@ SELECT p.id, p.name, p.created_at, p.total, p.succeeded, p.dead, p.cancelled, p.
  WHERE p.id = %(id)s;
 
 -- name: console_pipeline_jobs
--- A keyset page of a pipeline's unfinished jobs (ids above %(after)s, at most %(limit)s, in id order): a range of jobs_pipeline_unfinished_idx, which holds no finished job.
-SELECT j.id, j.queue, j.job_type, j.status::text AS status, j.deps_left, j.attempt_count,
-       j.lease_owner, j.created_at
-  FROM leaseq.jobs j
- WHERE j.pipeline_id = %(id)s AND j.finished_at IS NULL AND j.id > %(after)s
- ORDER BY j.id
- LIMIT %(limit)s;
+-- A keyset page of a pipeline's jobs in the hot table, finished or not (ids above %(after)s, in id order), of status %(status)s (all when NULL): the next %(window)s of its jobs (a range of jobs_pipeline_idx; unfiltered, the next %(limit)s) looked at, at most %(limit)s matching shown; one row even when none matches (id NULL), with the last id looked at and how many were looked at (the next page's cursor when the window filled).
+WITH w AS (
+    SELECT j.id, j.queue, j.job_type, j.status::text AS status, j.deps_left, j.attempt_count,
+           j.lease_owner, j.created_at, j.finished_at, j.last_error_code
+      FROM leaseq.jobs j
+     WHERE j.pipeline_id = %(id)s AND j.id > %(after)s
+     ORDER BY j.id
+     -- Unfiltered, the page is the window.
+     LIMIT CASE WHEN %(status)s::text IS NULL THEN least(%(limit)s, %(window)s) ELSE %(window)s END
+),
+m AS (
+    SELECT w.* FROM w
+     WHERE %(status)s::text IS NULL OR w.status = %(status)s::text
+     ORDER BY w.id
+     LIMIT %(limit)s
+)
+SELECT m.*, e.looked_to, e.looked
+  FROM (SELECT max(w.id) AS looked_to, count(*) AS looked FROM w) e
+  LEFT JOIN m ON true
+ ORDER BY m.id;
 
 -- name: console_cancel_pipeline
 -- Cancels every unfinished job of a pipeline, as pipeline_cancel does, and writes the audit row, in one transaction (leaseq.console_cancel_pipeline); returns how many and how many were running.
@@ -552,3 +565,31 @@ SELECT a.queue, a.ordering_key, a.blocked_by AS head, a.blocked_at,
    AND (%(queue)s::text IS NULL OR a.queue = %(queue)s::text)
  ORDER BY a.queue, a.ordering_key
  LIMIT %(limit)s;
+
+-- name: console_flow_holders
+-- Who holds the units of the given keys (parallel arrays %(queues)s and %(keys)s: one page of keys with work): per key, its held slot rows (at most its limit: a range of the primary key), each with the holding job (by id), its worker (lease_owner; the worker's row by primary key) and that worker's heartbeat age (Infinity when not registered), since when and when the lease expires; the first %(per_key)s per key, the longest silent first, with the key's counts of held units and of units whose worker has had no heartbeat for %(live_seconds)s seconds (the rule of leaseq.core.models.is_silent).
+WITH t AS (SELECT coalesce(%(now)s::timestamptz, now()) AS now)
+SELECT h.queue, h.key, h.slot, h.job_id, h.taken_at, h.lease_owner, h.lease_expires_at,
+       h.heartbeat_age, h.held, h.held_silent
+  FROM unnest(%(queues)s::text[], %(keys)s::text[]) AS s(queue, key)
+  CROSS JOIN t
+  CROSS JOIN LATERAL (
+      SELECT x.queue, x.key, x.slot, x.job_id, x.taken_at, j.lease_owner, j.lease_expires_at,
+             -- As console_workers: an age from an infinite time is +-Infinity.
+             CASE WHEN w.heartbeat_at IS NULL THEN 'Infinity'::float8
+                  WHEN isfinite(w.heartbeat_at) THEN extract(epoch FROM t.now - w.heartbeat_at)::float8
+                  WHEN w.heartbeat_at < t.now THEN 'Infinity'::float8
+                  ELSE '-Infinity'::float8 END AS heartbeat_age,
+             count(*) OVER () AS held,
+             count(*) FILTER (WHERE w.heartbeat_at IS NULL
+                                 OR w.heartbeat_at < t.now - make_interval(secs => %(live_seconds)s))
+                 OVER () AS held_silent,
+             row_number() OVER (ORDER BY w.heartbeat_at NULLS FIRST, x.taken_at, x.slot) AS n
+        FROM leaseq.flow_slots x
+        LEFT JOIN leaseq.jobs j ON j.id = x.job_id
+        LEFT JOIN leaseq.workers w ON w.worker_id = j.lease_owner
+       WHERE x.queue = s.queue AND x.key = s.key AND x.job_id IS NOT NULL
+       ORDER BY n
+       LIMIT %(per_key)s
+  ) h
+ ORDER BY h.queue, h.key, h.n;

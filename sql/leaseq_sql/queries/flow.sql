@@ -323,19 +323,29 @@ SELECT f.queue, f.repaired FROM leaseq.flow_repairs f ORDER BY f.queue;
 SELECT leaseq.flow_unblock(%(queue)s, %(ordering_key)s) AS head;
 
 -- name: flow_status
--- Per queue and key with unfinished jobs: the limit, running and ready jobs, whether it is saturated (no free slot), its weight and virtual time, the pause in force; at most %(limit)s keys, saturated first.
+-- Per queue and key with unfinished jobs: the limit, running and ready jobs, whether it is saturated (no free slot), the units held by workers silent for %(live_seconds)s seconds or not registered (the rule of leaseq.core.models.is_silent), its weight and virtual time, the pause in force; at most %(limit)s keys, saturated first.
 WITH t AS (SELECT coalesce(%(now)s::timestamptz, now()) AS now)
 SELECT k.queue, k.key, k.max_running, k.weight, k.vtime,
        CASE WHEN k.paused_until > t.now THEN k.paused_until END AS paused_until,
        r.running, p.ready,
        (k.max_running IS NOT NULL AND f.free = 0) AS saturated,
-       CASE WHEN k.max_running IS NULL THEN p.ready ELSE least(p.ready, f.free) END AS claimable
+       CASE WHEN k.max_running IS NULL THEN p.ready ELSE least(p.ready, f.free) END AS claimable,
+       h.held_silent
   FROM leaseq.flow_keys k
   CROSS JOIN t
   CROSS JOIN LATERAL (
       SELECT count(*) AS free FROM leaseq.flow_slots s
        WHERE s.queue = k.queue AND s.key = k.key AND s.job_id IS NULL AND NOT s.retired
   ) f
+  CROSS JOIN LATERAL (
+      -- A held unit's job and worker by primary key; at most the key's limit of them.
+      SELECT count(*) AS held_silent FROM leaseq.flow_slots s
+        LEFT JOIN leaseq.jobs j ON j.id = s.job_id
+        LEFT JOIN leaseq.workers w ON w.worker_id = j.lease_owner
+       WHERE s.queue = k.queue AND s.key = k.key AND s.job_id IS NOT NULL
+         AND (w.heartbeat_at IS NULL
+              OR w.heartbeat_at < t.now - make_interval(secs => %(live_seconds)s))
+  ) h
   CROSS JOIN LATERAL (
       -- The predicate of jobs_key_held_idx, not status = 'running' alone: that would also
       -- fit jobs_running_idx, which statistics taken before jobs ran show empty, and a plan

@@ -74,8 +74,8 @@ def flow_text(status: list[Any], blocked: list[Any]) -> str:
     if status:
         rows = [
             [s.queue, s.key, "-" if s.max_running is None else s.max_running, s.running,
-             s.ready, s.claimable, "yes" if s.saturated else "", f"{s.vtime:.1f}",
-             when(s.paused_until) if s.paused_until else ""]
+             s.held_silent or "", s.ready, s.claimable, "yes" if s.saturated else "",
+             f"{s.vtime:.1f}", when(s.paused_until) if s.paused_until else ""]
             for s in status
         ]  # fmt: skip
         parts.append(
@@ -85,6 +85,7 @@ def flow_text(status: list[Any], blocked: list[Any]) -> str:
                     "KEY",
                     "LIMIT",
                     "RUNNING",
+                    "HELD BY SILENT",
                     "READY",
                     "CLAIMABLE",
                     "SATURATED",

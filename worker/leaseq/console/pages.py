@@ -32,6 +32,13 @@ class Panel:
     load: Callable[[Console], Mapping[str, Any]]
 
 
+def _status(value: str | None) -> JobStatus | None:
+    status = blank(value)
+    if status is not None and status not in {str(s) for s in JobStatus}:
+        raise InvalidJob("status", f"{status!r} is not a job status")
+    return None if status is None else JobStatus(status)
+
+
 def healthz(request: Request) -> Response:
     return PlainTextResponse("ok")
 
@@ -83,11 +90,8 @@ class Pages:
 
     def jobs(self, request: Request) -> Response:
         q = request.query_params
-        status = blank(q.get("status"))
-        if status is not None and status not in {str(s) for s in JobStatus}:
-            raise InvalidJob("status", f"{status!r} is not a job status")
         filters = JobFilter(
-            status=None if status is None else JobStatus(status),
+            status=_status(q.get("status")),
             queue=blank(q.get("queue")),
             job_type=blank(q.get("job_type")),
             error_code=blank(q.get("error_code")),
@@ -166,8 +170,11 @@ class Pages:
 
     def pipeline(self, request: Request) -> Response:
         pipeline_id = int(request.path_params["pipeline_id"])
+        q = request.query_params
         row, jobs = self.console.pipeline(
-            pipeline_id, after=int_field("after", request.query_params.get("after")) or 0
+            pipeline_id,
+            after=int_field("after", q.get("after")) or 0,
+            status=_status(q.get("status")),
         )
         if row is None:
             return self.render(

@@ -33,6 +33,8 @@ QUEUE_SCAN = 1000
 RANK_CAP = 100
 #: Ids examined per jobs page: a filter that matches nothing costs one window.
 JOBS_WINDOW = 5000
+#: A pipeline's jobs looked at per page of its jobs filtered by state (each a heap fetch).
+PIPELINE_WINDOW = 1000
 #: Dead jobs looked at for a bulk retry's count and selection (index only: cheap).
 BULK_SCAN = 10000
 #: Pending jobs looked at for a bulk cancel's count (the claim index has no job type, so
@@ -194,17 +196,22 @@ class JobSteps:
 
 @dataclass(frozen=True)
 class PipelineJobs:
-    """One keyset page of a pipeline's unfinished jobs (ids above ``after``), and the cursor
-    of the next page (None: this was the last)."""
+    """One keyset page of a pipeline's jobs in the hot table (ids above ``after``, of
+    ``status`` or all), and the cursor of the next page (None: this was the last)."""
 
     rows: list[Row]
     after: int
     next_after: int | None
+    status: JobStatus | None = None
 
 
 #: Jobs counted per flow key (ready, running of an unlimited key) or blocked aggregate
 #: (waiting behind its head) before the count shows as ``N+``.
 FLOW_CAP = 1000
+
+#: Holders of a key's units the Flow page names (the longest silent first); the rest are
+#: counted.
+HOLDERS_SHOWN = 20
 
 #: A keyset cursor over flow rows: (queue, key or pattern or ordering key).
 FlowCursor = tuple[str, str]
@@ -223,8 +230,11 @@ class FlowList:
 @dataclass(frozen=True)
 class FlowPage:
     """What the Flow page shows: limits, keys with work (``running``/``ready`` as
-    :class:`Count`, ``saturated`` when a limited key has no free unit) and aggregates
-    blocked by a dead head (``waiting`` as :class:`Count`)."""
+    :class:`Count`, ``saturated`` when a limited key has no free unit; ``holders``: who
+    holds its units, at most :data:`HOLDERS_SHOWN`, the longest silent first, each with
+    ``silent`` by :func:`leaseq.core.models.is_silent`; ``held_silent``: how many of its
+    units silent workers hold) and aggregates blocked by a dead head (``waiting`` as
+    :class:`Count`)."""
 
     limits: FlowList
     keys: FlowList
@@ -533,24 +543,40 @@ class Console:
         return rows, None
 
     def pipeline(
-        self, pipeline_id: int, *, after: int = 0, limit: int = 100
+        self,
+        pipeline_id: int,
+        *,
+        after: int = 0,
+        status: JobStatus | None = None,
+        limit: int = 100,
+        window: int = PIPELINE_WINDOW,
     ) -> tuple[Row | None, PipelineJobs]:
-        """A pipeline's counters and one keyset page of its unfinished jobs (ids above
-        ``after``, in id order)."""
+        """A pipeline's counters and one keyset page of its jobs in the hot table, finished or
+        not (ids above ``after``, in id order, of ``status`` or all). A page looks at most
+        ``window`` of the pipeline's jobs: a rare status costs one window, never the
+        pipeline; an empty page with a cursor means none matched in that window."""
         validation.at_least("limit", limit, 1)
+        validation.at_least("window", window, 1)
         with self._tx("console: pipeline") as c:
             self._store.console_bounds(c, seconds=self._timeout)
             row = self._store.console_pipeline(c, pipeline_id=pipeline_id)
             found = (
                 self._store.console_pipeline_jobs(
-                    c, pipeline_id=pipeline_id, after=after, limit=limit + 1
+                    c,
+                    pipeline_id=pipeline_id,
+                    after=after,
+                    status=None if status is None else str(status),
+                    window=window,
+                    limit=limit + 1,
                 )
                 if row is not None
                 else []
             )
-        if len(found) > limit:
-            return row, PipelineJobs(found[:limit], after, int(found[limit - 1]["id"]))
-        return row, PipelineJobs(found, after, None)
+        jobs = [r for r in found if r["id"] is not None]
+        if len(jobs) > limit:
+            return row, PipelineJobs(jobs[:limit], after, int(jobs[limit - 1]["id"]), status)
+        full = bool(found) and int(found[0]["looked"]) == window
+        return row, PipelineJobs(jobs, after, int(found[0]["looked_to"]) if full else None, status)
 
     def cancel_pipeline(self, pipeline_id: int, *, actor: str, reason: str) -> tuple[int, int]:
         """Cancel every unfinished job of the pipeline (as ``leaseq pipelines cancel``) and
@@ -596,10 +622,25 @@ class Console:
             self._store.console_bounds(c, seconds=self._timeout)
             limits = self._store.console_flow_limits(c, params(limits_after))
             keys = self._store.console_flow_keys(c, params(keys_after))
+            shown = keys[:limit]
+            holders = self._store.console_flow_holders(
+                c,
+                {
+                    "queues": [k["queue"] for k in shown], "keys": [k["key"] for k in shown],
+                    "per_key": HOLDERS_SHOWN, "live_seconds": SILENT_AFTER_SECONDS, "now": now,
+                },
+            )  # fmt: skip
             blocked = self._store.console_flow_blocked(c, params(blocked_after))
+        by_key: dict[tuple[str, str], list[Row]] = {}
+        for h in holders:
+            by_key.setdefault((h["queue"], h["key"]), []).append(
+                {**h, "silent": is_silent(h["heartbeat_age"])}
+            )
         for row in keys:
             row["ready"] = Count.of(int(row["ready"]), FLOW_CAP)
             row["running"] = Count.of(int(row["running"]), FLOW_CAP)
+            row["holders"] = by_key.get((row["queue"], row["key"]), [])
+            row["held_silent"] = int(row["holders"][0]["held_silent"]) if row["holders"] else 0
         for row in blocked:
             row["waiting"] = Count.of(int(row["waiting"]), FLOW_CAP)
         return FlowPage(

@@ -46,6 +46,7 @@ from leaseq.core.flow_models import (
     FlowQueueSummary,
     Keep,
 )
+from leaseq.core.models import SILENT_AFTER_SECONDS
 
 #: Slots one repair pass checks at most.
 REPAIR_BATCH = 1000
@@ -159,9 +160,11 @@ class FlowControl:
         self, queues: Sequence[str] | None = None, *, limit: int = 100, now: datetime | None = None
     ) -> list[FlowKeyStatus]:
         """Keys with unfinished jobs (saturated ones first): limit, running, ready, claimable,
-        paused until."""
+        units held by silent workers, paused until."""
         with borrow(self._db, "flow status") as c:
-            rows = self._store.flow_status(c, queues=queues, limit=limit, now=now)
+            rows = self._store.flow_status(
+                c, queues=queues, limit=limit, live_seconds=SILENT_AFTER_SECONDS, now=now
+            )
         return [
             FlowKeyStatus(
                 queue=r["queue"],
@@ -173,6 +176,7 @@ class FlowControl:
                 ready=r["ready"],
                 saturated=r["saturated"],
                 claimable=r["claimable"],
+                held_silent=r["held_silent"],
                 paused_until=r["paused_until"],
             )
             for r in rows

@@ -43,6 +43,9 @@ class FlowKeyStatus:
     #: Until when the key is paused (no worker starts a job of it meanwhile); None if it is
     #: not.
     paused_until: datetime | None = None
+    #: Units held by workers silent by :func:`leaseq.core.models.is_silent`'s rule (or not
+    #: registered): they come back when the reaper reaps their jobs at lease expiry.
+    held_silent: int = 0
 
 
 @dataclass(frozen=True)

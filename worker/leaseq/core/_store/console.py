@@ -162,9 +162,18 @@ class ConsoleStore(Runner):
         return dict(rows[0]) if rows else None
 
     def console_pipeline_jobs(
-        self, conn: Conn, *, pipeline_id: int, after: int, limit: int
+        self,
+        conn: Conn,
+        *,
+        pipeline_id: int,
+        after: int,
+        status: str | None,
+        window: int,
+        limit: int,
     ) -> list[Row]:
-        params = {"id": pipeline_id, "after": after, "limit": limit}
+        params = {
+            "id": pipeline_id, "after": after, "status": status, "window": window, "limit": limit,
+        }  # fmt: skip
         return _rows(self._dicts(conn, "console_pipeline_jobs", params, "console: pipeline jobs"))
 
     def console_cancel_pipeline(
@@ -179,6 +188,9 @@ class ConsoleStore(Runner):
 
     def console_flow_keys(self, conn: Conn, params: Mapping[str, Any]) -> list[Row]:
         return _rows(self._dicts(conn, "console_flow_keys", params, "console: flow keys"))
+
+    def console_flow_holders(self, conn: Conn, params: Mapping[str, Any]) -> list[Row]:
+        return _rows(self._dicts(conn, "console_flow_holders", params, "console: flow holders"))
 
     def console_flow_blocked(self, conn: Conn, params: Mapping[str, Any]) -> list[Row]:
         return _rows(self._dicts(conn, "console_flow_blocked", params, "console: flow blocked"))

@@ -67,12 +67,18 @@ class FlowStore(Runner):
         *,
         queues: Sequence[str] | None,
         limit: int,
+        live_seconds: float,
         now: datetime | None = None,
     ) -> list[DictRow]:
         return self._dicts(
             conn,
             "flow_status",
-            {"queues": None if queues is None else list(queues), "limit": limit, "now": now},
+            {
+                "queues": None if queues is None else list(queues),
+                "limit": limit,
+                "now": now,
+                "live_seconds": live_seconds,
+            },
             "flow status",
         )
 

@@ -8,7 +8,8 @@ import os
 import random
 import signal
 import threading
-from datetime import UTC, datetime
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta, timezone
 from typing import Any
 
 import pytest
@@ -169,15 +170,27 @@ def context(job: ClaimedJob | None = None) -> JobContext:
 
 
 def test_a_sleep_must_be_finite_aware_and_within_3650_days() -> None:
+    """Each bad time is refused before anything is recorded, the error naming the argument."""
     ctx = context()
-    with pytest.raises(InvalidJob, match="3650 days"):
-        ctx.sleep(3651 * 86_400)
-    with pytest.raises(InvalidJob, match="finite"):
-        ctx.sleep(float("inf"))
-    with pytest.raises(InvalidJob, match="timezone-aware"):
-        ctx.sleep_until(datetime(2030, 1, 1))
-    with pytest.raises(InvalidJob, match="3650 days"):
-        ctx.sleep_until(datetime(9999, 1, 1, tzinfo=UTC))
+    # The latest datetime Python holds, 14 hours west of UTC: year 10000 in UTC.
+    year_10000 = datetime.max.replace(tzinfo=timezone(timedelta(hours=-14)))
+    refused: list[tuple[Callable[[], None], str]] = [
+        (lambda: ctx.sleep(3651 * 86_400), "seconds: must be at most 315360000 seconds"),
+        (lambda: ctx.sleep(float("inf")), "seconds: must be a finite number, got Infinity"),
+        (lambda: ctx.sleep(float("nan")), "seconds: must be a finite number, got NaN"),
+        (lambda: ctx.sleep(True), "seconds: must be a finite number, got True"),
+        # An int beyond a float: math.isfinite would raise OverflowError on it.
+        (lambda: ctx.sleep(10**400), "seconds: must be a finite number, got an integer of 1329"),
+        (lambda: ctx.sleep(-1), "seconds: must not be negative, got -1"),
+        (lambda: ctx.sleep_until(datetime(2030, 1, 1)), "when: must be a timezone-aware"),
+        (lambda: ctx.sleep_until("2030-01-01Z"), "when: must be a timezone-aware"),  # type: ignore[arg-type]
+        (lambda: ctx.sleep_until(datetime(9999, 1, 1, tzinfo=UTC)), "when: must be at most 3650"),
+        (lambda: ctx.sleep_until(year_10000), "when: must be at most 3650 days away"),
+    ]
+    for call, message in refused:
+        with pytest.raises(InvalidJob) as raised:
+            call()
+        assert str(raised.value).startswith(f"invalid {message}")
 
 
 def test_context_exposes_the_attempt_and_derives_the_effect_key_from_the_work() -> None:

@@ -119,3 +119,17 @@ def throttled(payload: dict[str, Any], ctx: leaseq.JobContext) -> dict[str, Any]
         marker.write_text(repr(time.time()))
         raise leaseq.BackOff(float(payload.get("retry_after", 1.0)), "429 Too Many Requests")
     return {"token": ctx.lease_token}
+
+
+@registry.job("nap")
+def nap(payload: dict[str, Any], ctx: leaseq.JobContext) -> dict[str, Any]:
+    """Sleeps durably for ``seconds``; each run of the code before the sleep appends a line
+    to ``<dir>/before``, each run of the code after it to ``<dir>/after`` (the test counts
+    them: the code after a sleep runs once, however the wake went)."""
+    folder = Path(payload["dir"])
+    with (folder / "before").open("a") as f:
+        f.write(f"{ctx.worker_id} {ctx.lease_token}\n")
+    ctx.sleep(float(payload["seconds"]))
+    with (folder / "after").open("a") as f:
+        f.write(f"{ctx.worker_id} {ctx.lease_token}\n")
+    return {"woke": ctx.worker_id, "token": ctx.lease_token}

@@ -85,7 +85,8 @@ def gated_step(payload: dict[str, Any], ctx: JobContext) -> dict[str, Any]:
 
 @registry.job("nap")
 def nap(payload: dict[str, Any], ctx: JobContext) -> dict[str, Any]:
-    """A step, a durable sleep of ``payload['seconds']``, and a result naming both."""
+    """A step, a durable sleep of ``payload['seconds']``, and a result naming both; the code
+    after the sleep notes each run of it in ``after.calls``."""
     folder = Path(payload["dir"])
 
     def before() -> str:
@@ -94,4 +95,11 @@ def nap(payload: dict[str, Any], ctx: JobContext) -> dict[str, Any]:
 
     done = ctx.step("before", before)
     ctx.sleep(payload["seconds"])
+    _note(folder, "after.calls", f"{ctx.worker_id} {ctx.attempt}")
     return {"step": done, "woke": ctx.worker_id}
+
+
+@registry.job("quick")
+def quick(payload: Any, ctx: JobContext) -> str:
+    """Nothing to do: a job that needs only a free slot (and a unit of its key)."""
+    return ctx.worker_id

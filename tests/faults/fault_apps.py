@@ -125,10 +125,14 @@ def throttled(payload: dict[str, Any], ctx: leaseq.JobContext) -> dict[str, Any]
 def nap(payload: dict[str, Any], ctx: leaseq.JobContext) -> dict[str, Any]:
     """Sleeps durably for ``seconds``; each run of the code before the sleep appends a line
     to ``<dir>/before``, each run of the code after it to ``<dir>/after`` (the test counts
-    them: the code after a sleep runs once, however the wake went)."""
+    them: the code after a sleep runs once, however the wake went). With ``gate``, the first
+    run waits for the test's ``<dir>/gate`` file before it sleeps."""
     folder = Path(payload["dir"])
     with (folder / "before").open("a") as f:
         f.write(f"{ctx.worker_id} {ctx.lease_token}\n")
+    while payload.get("gate") and not (folder / "gate").exists():
+        if ctx.wait(0.02):
+            raise leaseq.Interrupted("told to stop")
     ctx.sleep(float(payload["seconds"]))
     with (folder / "after").open("a") as f:
         f.write(f"{ctx.worker_id} {ctx.lease_token}\n")

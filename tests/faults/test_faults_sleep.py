@@ -20,9 +20,11 @@ from support.workers import WorkerProcess
 
 pytestmark = pytest.mark.faults
 
-#: How long the job sleeps: long enough to stop PostgreSQL (or kill a worker and start
-#: another) before the wake, which each test checks rather than assumes.
-NAP_SECONDS = 8.0
+#: How long the job sleeps: long enough to stop PostgreSQL (well under a second) or to kill
+#: a worker and start another (about a second here, a few on a loaded machine) before the
+#: wake, which each test checks rather than assumes, failing loudly instead of proving
+#: nothing.
+NAP_SECONDS = 12.0
 #: How long PostgreSQL stays down after the wake time has passed.
 DOWN_PAST_WAKE_SECONDS = 3.0
 
@@ -77,11 +79,45 @@ def test_a_wake_time_passing_while_postgres_is_down_resumes_the_job_once(
     # The outage itself, not a synchronisation: it must outlast the wake time.
     time.sleep((wake - down_at).total_seconds() + DOWN_PAST_WAKE_SECONDS)
     restartable.start()
+    up_at = datetime.now(UTC)
     with leaseq.connect(restartable_url, action="test") as conn:
         queue = leaseq.Queue(conn)
         wait_for(lambda: queue.get(job_id).status == "succeeded", "the job to resume", 60)
         assert assert_resumed_once(queue, job_id, wake, tmp_path) == "w-out"
+        resumed = queue.attempts(job_id)[1].started_at or up_at
+        print(f"resumed {(resumed - up_at).total_seconds():.2f}s after PostgreSQL was back")
     assert worker.proc.poll() is None  # the worker rode the outage out
+
+
+def test_an_outage_as_the_job_goes_to_sleep_costs_no_attempt(
+    restartable: RestartablePostgres,
+    restartable_url: str,
+    spawn_on: Callable[..., WorkerProcess],
+    tmp_path: Path,
+) -> None:
+    """PostgreSQL stops just as the handler reaches its sleep, for less than the lease: the
+    wake time's record waits the outage out, the hand-back goes through once the server is
+    back (the 2 s wake has passed by then, so the job is due at once), and the job finishes
+    on its first attempt, the code after its sleep run once."""
+    outage = 4.0
+    worker = spawn_on(restartable_url, "w-gate", concurrency=1, lease=outage + 6, heartbeat=0.5)
+    with leaseq.connect(restartable_url, action="test") as conn:
+        queue = leaseq.Queue(conn)
+        payload = {"dir": str(tmp_path), "seconds": 2.0, "gate": True}
+        job_id = queue.enqueue("q", "nap", payload).job_id
+        wait_for(lambda: lines(tmp_path / "before"), "the handler to start", 60)
+    restartable.stop("fast")
+    (tmp_path / "gate").touch()
+    time.sleep(outage)  # the outage itself, not a synchronisation
+    restartable.start()
+    with leaseq.connect(restartable_url, action="test") as conn:
+        queue = leaseq.Queue(conn)
+        wait_for(lambda: queue.get(job_id).status == "succeeded", "the job to finish", 60)
+        [step] = queue.steps(job_id)
+        wake = datetime.fromisoformat(step.result)
+        assert assert_resumed_once(queue, job_id, wake, tmp_path) == "w-gate"
+    # The outage met the sleep: its record had to wait for the server.
+    assert "not stored yet" in worker.log.read_text()
 
 
 def test_a_job_whose_worker_is_killed_while_it_sleeps_resumes_once_on_another(

@@ -531,6 +531,26 @@ def test_a_producer_role_waits_for_the_fan_out_a_worker_role_spawned(roles: Role
         worker.complete(merge.lease, {"text": "t t"})
         outcome = producer.wait_pipeline(job=split, timeout=30)
         assert (outcome.pipeline_id, outcome.result) == (pipeline_id, {"text": "t t"})
+        with psycopg.connect(roles.urls["producer"]) as own:  # the guide's SQL, as written
+            assert own.execute(PIPELINE_OF_SQL, (split,)).fetchone() == (pipeline_id,)
+            assert own.execute(
+                "SELECT total, succeeded, dead, cancelled, finished_at IS NOT NULL"
+                " FROM leaseq.pipelines WHERE id = %s",
+                (pipeline_id,),
+            ).fetchone() == (3, 3, 0, 0, True)
+            assert own.execute(
+                "SELECT id, status, result FROM leaseq.jobs"
+                " WHERE pipeline_id = %s AND NOT has_children",
+                (pipeline_id,),
+            ).fetchall() == [(merge.id, "succeeded", {"text": "t t"})]
+
+
+#: docs/guides/pipelines.md: a root job's pipeline, from SQL.
+PIPELINE_OF_SQL = (
+    "SELECT coalesce(j.pipeline_id, (SELECT c.pipeline_id FROM leaseq.job_deps d JOIN"
+    " leaseq.jobs c ON c.id = d.child_id WHERE d.parent_id = j.id AND c.pipeline_id IS NOT NULL"
+    " ORDER BY d.child_id LIMIT 1)) FROM leaseq.jobs j WHERE j.id = %s"
+)
 
 
 def test_the_history_mover_keeps_a_pipeline_until_it_finishes(

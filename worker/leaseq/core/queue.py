@@ -1154,8 +1154,9 @@ class Queue:
     def pipeline_of(self, job_id: int) -> int | None:
         """The pipeline job ``job_id`` belongs to, else the one its fan-out (``ctx.spawn``)
         started: a job outside any pipeline that spawns is the met parent of a new pipeline,
-        not one of its jobs. None when it has neither (yet: a fan-out is written with the
-        job's completion). JobNotFound when there is no such job."""
+        not one of its jobs (read as the pipeline of the first job that waits for it). None
+        when it has neither (yet: a fan-out is written with the job's completion).
+        JobNotFound when there is no such job."""
         with borrow(self._db, "wait") as c:
             found, pipeline_id = self._store.job_pipeline_of(c, job_id)
         if not found:

@@ -79,8 +79,8 @@ def fan_out(url: str, n: int) -> list[dict[str, Any]]:
     with leaseq.connect(url, action="bench") as conn:
         queue = leaseq.Queue(conn)
         graph = leaseq.Graph("fan-out")
-        pages = [graph.add("fo", "page", {"i": i}, key=f"p{i}") for i in range(n)]
-        graph.add("fo", "merge", key="merge", after=pages)
+        pages = [graph.add("fo", "page", {"i": i}, name=f"p{i}") for i in range(n)]
+        graph.add("fo", "merge", name="merge", after=pages)
         t0 = time.perf_counter()
         queue.enqueue_graph(graph)
         took = time.perf_counter() - t0
@@ -96,8 +96,8 @@ def fan_out(url: str, n: int) -> list[dict[str, Any]]:
         (job,) = queue.claim(["fo2"], "bench", job_types=["split"])
         assert job.id == splitter
         spawned = leaseq.Graph("spawned")
-        parts = [spawned.add("fo2", "page", {"i": i}, key=f"p{i}") for i in range(n)]
-        spawned.add("fo2", "merge", key="merge", after=parts)
+        parts = [spawned.add("fo2", "page", {"i": i}, name=f"p{i}") for i in range(n)]
+        spawned.add("fo2", "merge", name="merge", after=parts)
         t0 = time.perf_counter()
         (done,) = queue.complete_many([job.lease], [None], spawns=[spawned])
         took = time.perf_counter() - t0
@@ -147,15 +147,15 @@ def completion_rates(url: str, n: int) -> list[dict[str, Any]]:
 
 def _fan_in_graph(queue: leaseq.Queue, q: str, n: int) -> None:
     graph = leaseq.Graph("fan-in")
-    parents = [graph.add(q, "job", key=f"p{i}") for i in range(n)]
-    graph.add(q, "merge", key="merge", after=parents)
+    parents = [graph.add(q, "job", name=f"p{i}") for i in range(n)]
+    graph.add(q, "merge", name="merge", after=parents)
     queue.enqueue_graph(graph)
 
 
 def _chains_graph(queue: leaseq.Queue, q: str, n: int) -> None:
     graph = leaseq.Graph("chains")
     for i in range(n):
-        graph.add(q, "child", key=f"c{i}", after=[graph.add(q, "job", key=f"p{i}")])
+        graph.add(q, "child", name=f"c{i}", after=[graph.add(q, "job", name=f"p{i}")])
     queue.enqueue_graph(graph)
 
 

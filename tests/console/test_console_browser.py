@@ -220,9 +220,9 @@ def test_open_and_cancel_a_pipeline_in_a_real_browser(
     with leaseq.connect(console_db.owner_url, action="test") as conn:
         q = leaseq.Queue(conn)
         g = leaseq.Graph("invoice-412")
-        pages = [g.add("ocr", "ocr.page", {"page": n}, key=f"page-{n}") for n in range(3)]
-        merge = g.add("ocr", "ocr.merge", key="merge", after=pages)
-        g.add("ocr", "embed", key="embed", after=[merge])
+        pages = [g.add("ocr", "ocr.page", {"page": n}, name=f"page-{n}") for n in range(3)]
+        merge = g.add("ocr", "ocr.merge", name="merge", after=pages)
+        g.add("ocr", "embed", name="embed", after=[merge])
         made = q.enqueue_graph(g)
         done = q.claim(["ocr"], owner="w-1", lease_seconds=60, job_types=["ocr.page"])[0]
         q.complete(done.lease, {"text": "ok"})
@@ -279,8 +279,8 @@ def test_a_finished_pipelines_dead_job_in_a_real_browser(
     with leaseq.connect(console_db.owner_url, action="test") as conn:
         q = leaseq.Queue(conn)
         g = leaseq.Graph("invoice-413")
-        g.add("ocr", "ocr.page", {"page": 0}, key="page-0", max_attempts=1)
-        g.add("ocr", "ocr.page", {"page": 1}, key="page-1", max_attempts=1)
+        g.add("ocr", "ocr.page", {"page": 0}, name="page-0", max_attempts=1)
+        g.add("ocr", "ocr.page", {"page": 1}, name="page-1", max_attempts=1)
         made = q.enqueue_graph(g)
         first, second = q.claim(["ocr"], owner="w-1", lease_seconds=60, limit=2)
         q.complete(first.lease, {"text": "ok"})

@@ -21,9 +21,9 @@ from support.consoledb import ConsoleDb, grant_readonly, post
 
 def ocr_graph(pages: int, name: str = "doc", queue: str = "ocr") -> Graph:
     g = Graph(name)
-    parts = [g.add(queue, "page", {"page": n}, key=f"page-{n}") for n in range(pages)]
-    merge = g.add(queue, "merge", key="merge", after=parts)
-    g.add(queue, "embed", key="embed", after=[merge])
+    parts = [g.add(queue, "page", {"page": n}, name=f"page-{n}") for n in range(pages)]
+    merge = g.add(queue, "merge", name="merge", after=parts)
+    g.add(queue, "embed", name="embed", after=[merge])
     return g
 
 
@@ -87,8 +87,8 @@ def test_a_cascade_cancelled_job_shows_what_cancelled_it(console_db: ConsoleDb, 
     with leaseq.connect(console_db.owner_url, action="test") as conn:
         q = leaseq.Queue(conn)
         g = Graph("fails")
-        bad = g.add("ocr", "page", {}, key="bad", max_attempts=1)
-        g.add("ocr", "merge", key="merge", after=[bad])
+        bad = g.add("ocr", "page", {}, name="bad", max_attempts=1)
+        g.add("ocr", "merge", name="merge", after=[bad])
         made = q.enqueue_graph(g)
         claimed = q.claim(["ocr"], owner="w-1", lease_seconds=30)[0]
         q.fail(claimed.lease, "blank page", error_code="E_BLANK")
@@ -179,9 +179,9 @@ def test_a_finished_pipeline_lists_its_jobs_and_links_its_dead_one(
         q = leaseq.Queue(conn)
         g = Graph("doc")
         parts = [
-            g.add("ocr", "page", {"page": n}, key=f"page-{n}", max_attempts=1) for n in range(3)
+            g.add("ocr", "page", {"page": n}, name=f"page-{n}", max_attempts=1) for n in range(3)
         ]
-        g.add("ocr", "merge", key="merge", after=parts)
+        g.add("ocr", "merge", name="merge", after=parts)
         made = q.enqueue_graph(g)
         for n in range(3):
             claimed = q.claim(["ocr"], owner="w-1", lease_seconds=30, job_types=["page"])[0]

@@ -384,7 +384,7 @@ def test_the_console_cancels_a_job_whose_refused_renewal_found_its_lease_expired
         then = db_now(conn) - timedelta(minutes=1)
         alone = q.enqueue("ocr", "page", now=then).job_id
         graph = leaseq.Graph("doc")
-        graph.add("ocr", "page", key="page")
+        graph.add("ocr", "page", name="page")
         made = q.enqueue_graph(graph, now=then)
         held = q.claim(["ocr"], "w1", limit=2, lease_seconds=5, now=then)
         assert sorted(j.id for j in held) == sorted([alone, made["page"]])

@@ -81,14 +81,14 @@ def split(payload: dict[str, Any], ctx: leaseq.JobContext) -> dict[str, Any]:
             ctx.queue,
             "page",
             {"dir": payload["dir"], "page": i, "hold": i == payload.get("hold_page")},
-            key=f"page-{i}",
+            name=f"page-{i}",
         )
         for i in range(int(payload["pages"]))
     ]
-    # The aggregating job as a graph of its own, naming the spawned pages by key.
+    # The aggregating job as a graph of its own, naming the spawned pages by name.
     aggregate = leaseq.Graph()
-    aggregate.add(ctx.queue, "merge", {"dir": payload["dir"]}, key="merge",
-                  after=[p.key for p in pages])  # fmt: skip
+    aggregate.add(ctx.queue, "merge", {"dir": payload["dir"]}, name="merge",
+                  after=[p.name for p in pages])  # fmt: skip
     ctx.add_graph(aggregate)
     if payload.get("hold_split"):
         _hold(folder, ctx)

@@ -232,8 +232,8 @@ def test_3_a_producer_cannot_rewire_or_read_another_producers_pipeline(
 ) -> None:
     with queue_as(roles, "producer") as p:
         graph = leaseq.Graph("tenant-a")
-        parent = graph.add("q", "split", key="split")
-        graph.add("q", "merge", after=[parent], key="merge")
+        parent = graph.add("q", "split", name="split")
+        graph.add("q", "merge", after=[parent], name="merge")
         ids = leaseq.Queue(p).enqueue_graph(graph)
     with queue_as(roles, "producer2") as p2:
         mine = leaseq.Queue(p2).enqueue("q", "t").job_id

@@ -12,7 +12,7 @@ from typing import Any
 
 import psycopg
 import pytest
-from test_results import Face
+from test_results import NO_POLL, Face
 from test_roles import Roles, as_role
 from test_roles import roles as roles
 
@@ -49,9 +49,9 @@ def run(queue: leaseq.Queue, job_id: int, result: Any = None, *, fail: bool = Fa
 
 def ocr_graph(pages: int) -> Graph:
     g = Graph("doc-1")
-    parts = [g.add("q", "page", {"page": i}, key=f"page-{i}") for i in range(pages)]
-    merge = g.add("q", "merge", key="merge", after=parts)
-    g.add("q", "embed", key="embed", after=[merge])
+    parts = [g.add("q", "page", {"page": i}, name=f"page-{i}") for i in range(pages)]
+    merge = g.add("q", "merge", name="merge", after=parts)
+    g.add("q", "embed", name="embed", after=[merge])
     return g
 
 
@@ -96,15 +96,56 @@ def test_a_waiter_on_a_job_after_parents_is_woken_when_it_finishes(
         done.join()
 
 
-@pytest.mark.parametrize("field", ["key", "ordering_key"])
-def test_a_flow_key_with_after_is_refused_not_dropped(
-    face: Face, queue: leaseq.Queue, field: str
-) -> None:
+def test_an_ordering_key_with_after_is_refused_not_dropped(face: Face, queue: leaseq.Queue) -> None:
     parent = face.call("enqueue", "q", "split").job_id
-    with pytest.raises(leaseq.InvalidJob, match=f"invalid {field}: cannot be combined with after="):
-        face.call("enqueue", "q", "merge", after=[parent], **{field: "tenant-1"})
+    with pytest.raises(leaseq.InvalidJob, match="invalid ordering_key: cannot be combined with"):
+        face.call("enqueue", "q", "merge", after=[parent], ordering_key="order-1")
     with psycopg.connect(face.url) as c:
         assert c.execute("SELECT count(*) FROM leaseq.jobs").fetchone() == (1,)
+
+
+def keys_of(url: str, ids: list[int]) -> list[str | None]:
+    with psycopg.connect(url) as c:
+        rows = c.execute(
+            "SELECT key FROM leaseq.jobs WHERE id = ANY(%s) ORDER BY id", (ids,)
+        ).fetchall()
+    return [r[0] for r in rows]
+
+
+def test_graph_and_after_jobs_carry_their_flow_key(face: Face, queue: leaseq.Queue) -> None:
+    g = Graph("keyed")
+    page = g.add("q", "page", name="page", key="tenant-A")
+    g.add("q", "merge", name="merge", after=[page])  # INHERIT: no spawning job, no key
+    made = face.call("enqueue_graph", g)
+    later = face.call("enqueue", "q", "late", after=[made["page"]], key="tenant-B").job_id
+    assert keys_of(face.url, [made["page"], made["merge"], later]) == [
+        "tenant-A",
+        None,
+        "tenant-B",
+    ]
+
+
+def test_a_fan_out_inherits_its_spawners_flow_key_unless_told_otherwise(
+    queue: leaseq.Queue, database_url: str
+) -> None:
+    split = queue.enqueue("q", "split", key="tenant-A").job_id
+    spawned = Graph("fan-out")
+    pages = [spawned.add("q", "page", name=f"p{i}") for i in range(2)]
+    spawned.add("q", "other", name="other", key="tenant-B")
+    spawned.add("q", "free", name="free", key=None)
+    spawned.add("q", "merge", name="merge", after=pages)
+    (job,) = queue.claim(["q"], "w1", job_types=["split"])
+    assert job.id == split
+    [done] = queue.complete_many([job.lease], spawns=[spawned])
+    assert isinstance(done, leaseq.Completed)
+    with psycopg.connect(database_url) as c:
+        rows = dict(
+            c.execute(
+                "SELECT job_type, key FROM leaseq.jobs WHERE id > %s ORDER BY id",
+                (split,),
+            ).fetchall()
+        )
+    assert rows == {"page": "tenant-A", "other": "tenant-B", "free": None, "merge": "tenant-A"}
 
 
 def test_a_parent_given_by_id_must_exist_and_be_able_to_succeed(
@@ -148,24 +189,24 @@ def test_cycles_and_unknown_nodes_are_refused_naming_them_and_nothing_is_written
     face: Face, queue: leaseq.Queue
 ) -> None:
     g = Graph("loop")
-    g.add("q", "a", key="a", after=["c"])
-    g.add("q", "b", key="b", after=["a"])
-    g.add("q", "c", key="c", after=["b"])
-    g.add("q", "free", key="free")
+    g.add("q", "a", name="a", after=["c"])
+    g.add("q", "b", name="b", after=["a"])
+    g.add("q", "c", name="c", after=["b"])
+    g.add("q", "free", name="free")
     with pytest.raises(
         leaseq.InvalidGraph, match=r"cycle: (a -> b -> c -> a|b -> c -> a -> b|c -> a -> b -> c)"
     ):
         face.call("enqueue_graph", g)
     unknown = Graph("typo")
-    unknown.add("q", "a", key="a", after=["nope"])
+    unknown.add("q", "a", name="a", after=["nope"])
     with pytest.raises(leaseq.InvalidGraph, match="node 'a' waits for unknown node 'nope'"):
         face.call("enqueue_graph", unknown)
     itself = Graph("self")
-    itself.add("q", "a", key="a", after=["a"])
+    itself.add("q", "a", name="a", after=["a"])
     with pytest.raises(leaseq.InvalidGraph, match="waits for itself"):
         face.call("enqueue_graph", itself)
     missing = Graph("missing parent")
-    missing.add("q", "a", key="a", after=[123456])
+    missing.add("q", "a", name="a", after=[123456])
     with pytest.raises(leaseq.InvalidGraph, match="parent job 123456 does not exist"):
         face.call("enqueue_graph", missing)
     assert queue.jobs() == []
@@ -176,12 +217,12 @@ def test_dead_parent_cancels_waiting_descendants_and_its_retry_brings_back_exact
     face: Face, queue: leaseq.Queue
 ) -> None:
     g = Graph("doc")
-    ok = g.add("q", "ok", key="ok")
-    bad = g.add("q", "bad", key="bad", max_attempts=1)
-    merge = g.add("q", "merge", key="merge", after=[ok, bad])
-    g.add("q", "embed", key="embed", after=[merge])
-    g.add("q", "report", key="report", after=[bad], when=After.FINISHED)
-    g.add("q", "other", key="other", after=[ok])
+    ok = g.add("q", "ok", name="ok")
+    bad = g.add("q", "bad", name="bad", max_attempts=1)
+    merge = g.add("q", "merge", name="merge", after=[ok, bad])
+    g.add("q", "embed", name="embed", after=[merge])
+    g.add("q", "report", name="report", after=[bad], when=After.FINISHED)
+    g.add("q", "other", name="other", after=[ok])
     made = face.call("enqueue_graph", g)
     run(queue, made["ok"])
     run(queue, made["bad"], fail=True)
@@ -278,8 +319,8 @@ def test_cancelling_a_waiting_job_cancels_its_descendants(face: Face, queue: lea
 
 def test_parent_results_are_read_in_keyset_pages(queue: leaseq.Queue) -> None:
     g = Graph("wide")
-    parts = [g.add("q", "page", key=f"p{i}") for i in range(25)]
-    g.add("q", "merge", key="merge", after=parts)
+    parts = [g.add("q", "page", name=f"p{i}") for i in range(25)]
+    g.add("q", "merge", name="merge", after=parts)
     made = queue.enqueue_graph(g)
     for _ in range(25):
         (job,) = queue.claim(["q"], "w", job_types=["page"])
@@ -337,20 +378,112 @@ def test_waiting_jobs_are_counted_in_metrics_but_never_as_work(
     ]
 
 
+def test_a_producer_waits_for_a_pipeline_in_one_call_woken_by_its_finish(
+    face: Face, queue: leaseq.Queue
+) -> None:
+    made = face.call("enqueue_graph", ocr_graph(2))
+    for n in range(2):
+        run(queue, made[f"page-{n}"], {"text": f"t{n}"})
+    listener = face.listener()
+
+    def finish() -> None:  # once the producer waits: only the finish's notification wakes it
+        wait_for(lambda: listener.waiters == 1, "the waiter")
+        run(queue, made["merge"], {"text": "t0 t1"})
+        run(queue, made["embed"], {"vector": [1, 2]})
+
+    finisher = threading.Thread(target=finish)
+    finisher.start()
+    try:
+        outcome = face.woken("wait_pipeline", made.pipeline_id)
+    finally:
+        finisher.join()
+    assert (outcome.pipeline_id, outcome.state, outcome.total) == (
+        made.pipeline_id,
+        leaseq.PipelineState.SUCCEEDED,
+        4,
+    )
+    assert [s.job_id for s in outcome.sinks] == [made["embed"]]
+    assert outcome.result == {"vector": [1, 2]}
+
+
+def test_a_producer_waits_for_the_pipeline_its_job_spawns_by_that_jobs_id(
+    face: Face, queue: leaseq.Queue
+) -> None:
+    split = face.call("enqueue", "q", "split").job_id
+    assert queue.pipeline_of(split) is None  # nothing spawned yet
+
+    def work() -> None:
+        (job,) = queue.claim(["q"], "w1", job_types=["split"])
+        fan_out = Graph("doc")
+        pages = [fan_out.add("q", "page", {"page": n}, name=f"p{n}") for n in range(2)]
+        fan_out.add("q", "merge", name="merge", after=pages)
+        queue.complete_many([job.lease], spawns=[fan_out])
+        for _ in range(2):
+            (page,) = queue.claim(["q"], "w1", job_types=["page"])
+            queue.complete(page.lease, {"text": f"t{page.payload['page']}"})
+        (merge,) = queue.claim(["q"], "w1", job_types=["merge"])
+        texts = sorted(r.result["text"] for r in queue.iter_parent_results(merge.id))
+        queue.complete(merge.lease, {"text": " ".join(texts)})
+
+    worker = threading.Thread(target=work)
+    worker.start()
+    try:
+        outcome = face.call("wait_pipeline", job=split, timeout=60, poll=NO_POLL)
+    finally:
+        worker.join()
+    # The split is the met parent of its fan-out's pipeline, not one of its jobs.
+    assert outcome.pipeline_id == queue.pipeline_of(split) is not None
+    assert (outcome.state, outcome.total, outcome.succeeded) == ("succeeded", 3, 3)
+    assert outcome.result == {"text": "t0 t1"}
+
+
+def test_a_pipelines_outcome_says_how_it_ended_and_whether_it_has_one_result(
+    face: Face, queue: leaseq.Queue
+) -> None:
+    lone = face.call("enqueue", "q", "lone").job_id
+    run(queue, lone, "alone")
+    outcome = face.call("wait_pipeline", job=lone, timeout=30)
+    assert (outcome.pipeline_id, outcome.state, outcome.result) == (None, "succeeded", "alone")
+
+    g = Graph("two ends")
+    bad = g.add("q", "bad", name="bad", max_attempts=1)
+    g.add("q", "after-bad", name="after-bad", after=[bad])
+    g.add("q", "other", name="other")
+    made = face.call("enqueue_graph", g)
+    with pytest.raises(leaseq.PipelineTimeout, match=f"pipeline {made.pipeline_id} did not"):
+        face.call("wait_pipeline", made.pipeline_id, timeout=0)
+    run(queue, made["bad"], fail=True)
+    run(queue, made["other"], "fine")
+    outcome = face.call("wait_pipeline", made.pipeline_id, timeout=30)
+    assert (outcome.state, outcome.dead, outcome.cancelled) == ("failed", 1, 1)
+    assert [(s.job_id, s.status) for s in outcome.sinks] == sorted(
+        [(made["after-bad"], "cancelled"), (made["other"], "succeeded")]
+    )
+    with pytest.raises(leaseq.JobStateError, match="ends in 2 jobs"):
+        _ = outcome.result
+    newest = face.call("wait_pipeline", made.pipeline_id, sinks=1)
+    assert ([s.job_id for s in newest.sinks], newest.more_sinks) == ([made["after-bad"]], True)
+    with pytest.raises(leaseq.InvalidJob, match="not both"):
+        face.call("wait_pipeline", made.pipeline_id, job=lone)
+    with pytest.raises(leaseq.JobNotFound):
+        face.call("wait_pipeline", job=10**9, timeout=1)
+
+
 def test_pipelines_work_under_component_roles(roles: Roles) -> None:
     """A producer enqueues a graph and a job after one of its jobs; a worker completes the
     parents, reads their results and fans out; the operator shows and cancels."""
     with as_role(roles, "producer") as p, as_role(roles, "worker") as w:
         producer, worker = leaseq.Queue(p), leaseq.Queue(w)
         made = producer.enqueue_graph(ocr_graph(2))
-        extra = producer.enqueue("q", "extra", after=[made["embed"]]).job_id
+        extra = producer.enqueue("q", "extra", after=[made["embed"]], key="tenant-A").job_id
         for _ in range(2):
             (job,) = worker.claim(["q"], "w", job_types=["page"])
             worker.complete(job.lease, {"text": "t"})
         (merge,) = worker.claim(["q"], "w", job_types=["merge"])
         assert [r.result for r in worker.parent_results(merge.id)] == [{"text": "t"}] * 2
         more = Graph("late")
-        more.add("q", "late", key="late")
+        more.add("q", "late", name="late")
+        more.add("q", "keyed", name="keyed", key="tenant-B")  # the roles may write a key
         (done,) = worker.complete_many([merge.lease], [None], spawns=[more])
         assert isinstance(done, leaseq.Completed)
         (late,) = worker.claim(["q"], "w", job_types=["late"])
@@ -358,10 +491,66 @@ def test_pipelines_work_under_component_roles(roles: Roles) -> None:
         assert producer.get(extra).status == "waiting"
     with as_role(roles, "operator") as o:
         operator = leaseq.Queue(o)
-        assert operator.pipeline(made.pipeline_id).total == 6
+        assert operator.pipeline(made.pipeline_id).total == 7
         assert (
-            operator.cancel_pipeline(made.pipeline_id).cancelled == 3
-        )  # embed, extra, and late (running: fenced)
+            operator.cancel_pipeline(made.pipeline_id).cancelled == 4
+        )  # embed, extra, keyed, and late (running: fenced)
+
+
+def test_a_producer_role_waits_for_the_fan_out_a_worker_role_spawned(roles: Roles) -> None:
+    """The fan-out (and the pipeline it creates) belongs to the split's producer: that
+    producer's role sees it and waits for it; another producer's does not."""
+    with as_role(roles, "producer") as p, as_role(roles, "worker") as w:
+        producer, worker = leaseq.Queue(p), leaseq.Queue(w)
+        split = producer.enqueue("q", "split", key="tenant-A").job_id
+        (job,) = worker.claim(["q"], "w", job_types=["split"])
+        fan_out = Graph("doc")
+        pages = [fan_out.add("q", "page", name=f"p{n}") for n in range(2)]
+        fan_out.add("q", "merge", name="merge", after=pages)
+        worker.complete_many([job.lease], spawns=[fan_out])
+        pipeline_id = producer.pipeline_of(split)
+        assert pipeline_id is not None
+        assert [j["job_type"] for j in producer.pipeline_jobs(pipeline_id)] == [
+            "page",
+            "page",
+            "merge",
+        ]
+        with psycopg.connect(roles.urls["producer"]) as own:
+            owners = own.execute(
+                "SELECT DISTINCT j.enqueued_by, p.created_by FROM leaseq.jobs j"
+                " JOIN leaseq.pipelines p ON p.id = j.pipeline_id WHERE p.id = %s",
+                (pipeline_id,),
+            ).fetchall()
+        assert owners == [(roles.names["producer"], roles.names["producer"])]
+        with as_role(roles, "producer2") as p2, pytest.raises(leaseq.JobStateError):
+            leaseq.Queue(p2).wait_pipeline(pipeline_id, timeout=0)
+        for _ in range(2):
+            (page,) = worker.claim(["q"], "w", job_types=["page"])
+            worker.complete(page.lease, {"text": "t"})
+        (merge,) = worker.claim(["q"], "w", job_types=["merge"])
+        worker.complete(merge.lease, {"text": "t t"})
+        outcome = producer.wait_pipeline(job=split, timeout=30)
+        assert (outcome.pipeline_id, outcome.result) == (pipeline_id, {"text": "t t"})
+        with psycopg.connect(roles.urls["producer"]) as own:  # the guide's SQL, as written
+            assert own.execute(PIPELINE_OF_SQL, (split,)).fetchone() == (pipeline_id,)
+            assert own.execute(
+                "SELECT total, succeeded, dead, cancelled, finished_at IS NOT NULL"
+                " FROM leaseq.pipelines WHERE id = %s",
+                (pipeline_id,),
+            ).fetchone() == (3, 3, 0, 0, True)
+            assert own.execute(
+                "SELECT id, status, result FROM leaseq.jobs"
+                " WHERE pipeline_id = %s AND NOT has_children",
+                (pipeline_id,),
+            ).fetchall() == [(merge.id, "succeeded", {"text": "t t"})]
+
+
+#: docs/guides/pipelines.md: a root job's pipeline, from SQL.
+PIPELINE_OF_SQL = (
+    "SELECT coalesce(j.pipeline_id, (SELECT c.pipeline_id FROM leaseq.job_deps d JOIN"
+    " leaseq.jobs c ON c.id = d.child_id WHERE d.parent_id = j.id AND c.pipeline_id IS NOT NULL"
+    " ORDER BY d.child_id LIMIT 1)) FROM leaseq.jobs j WHERE j.id = %s"
+)
 
 
 def test_the_history_mover_keeps_a_pipeline_until_it_finishes(

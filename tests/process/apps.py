@@ -203,3 +203,38 @@ def traceback_job(payload: dict[str, Any], ctx: JobContext) -> int:
         return _parse_page(payload["page"])
     except ValueError as exc:
         raise ValueError(f"page {payload['page']!r} unreadable, see {payload['secret']}") from exc
+
+
+# -- a tenant's document pipeline: split, one job per page, merge -------------------------
+
+
+@registry.job("doc.split")
+def doc_split(payload: dict[str, Any], ctx: JobContext) -> dict[str, Any]:
+    """Spawn one ``doc.page`` job per page and their ``doc.merge``; each inherits this job's
+    flow key (none is given). ``fail_after_spawn``: raise a permanent error after spawning
+    (the fan-out must not be written)."""
+    pages = [
+        ctx.spawn(ctx.queue, "doc.page", {**payload, "page": n}, name=f"page-{n}")
+        for n in range(int(payload["pages"]))
+    ]
+    ctx.spawn(ctx.queue, "doc.merge", {"pages": len(pages)}, name="merge", after=pages)
+    if payload.get("fail_after_spawn"):
+        raise PermanentError("the document's schema version is not supported")
+    return {"pages": len(pages)}
+
+
+@registry.job("doc.page")
+def doc_page(payload: dict[str, Any], ctx: JobContext) -> dict[str, Any]:
+    """Read a page for ``seconds``; page ``bad_page`` is an input that can never work."""
+    if payload.get("bad_page") == payload["page"]:
+        raise PermanentError(f"page {payload['page']} is not an image")
+    if ctx.wait(float(payload.get("seconds", 0.0))):
+        raise Interrupted("stopped while reading")
+    return {"page": payload["page"], "text": f"text of page {payload['page']}"}
+
+
+@registry.job("doc.merge")
+def doc_merge(payload: dict[str, Any], ctx: JobContext) -> dict[str, Any]:
+    """The document's text from its pages' results, in page order."""
+    pages = sorted((r.result for r in ctx.parent_results()), key=lambda p: int(p["page"]))
+    return {"pages": len(pages), "text": " / ".join(p["text"] for p in pages)}

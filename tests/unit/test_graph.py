@@ -10,11 +10,11 @@ from leaseq import After, Dep, Graph
 
 def test_nodes_come_parents_first_and_keep_their_order_otherwise() -> None:
     g = Graph("doc")
-    g.add("q", "merge", key="merge", after=["p0", "p1"])
-    g.add("q", "page", key="p0")
-    g.add("q", "page", key="p1", after=[Dep(7, After.FINISHED)])
+    g.add("q", "merge", name="merge", after=["p0", "p1"])
+    g.add("q", "page", name="p0")
+    g.add("q", "page", name="p1", after=[Dep(7, After.FINISHED)])
     plan = g.plan()
-    assert [n.key for n in plan.nodes] == ["p0", "p1", "merge"]
+    assert [n.name for n in plan.nodes] == ["p0", "p1", "merge"]
     assert plan.external == [7]
     assert {(e.child, e.parent, e.job_id, e.after) for e in plan.edges} == {
         (1, None, 7, After.FINISHED),
@@ -26,11 +26,11 @@ def test_nodes_come_parents_first_and_keep_their_order_otherwise() -> None:
 @pytest.mark.parametrize(
     ("build", "problem"),
     [
-        (lambda g: g.add("q", "a", key="a", after=["a"]), "node 'a' waits for itself"),
-        (lambda g: g.add("q", "a", key="a", after=["b"]), "node 'a' waits for unknown node 'b'"),
-        (lambda g: g.add("q", "a", key="a", after=[3, 3]), "node 'a' waits for 3 twice"),
-        (lambda g: g.add("q", "a", key="a", after=[0]), "waits for job 0, not a job id"),
-        (lambda g: g.add("q", "a", key="a", after=[True]), "name a node, its key, or a job id"),
+        (lambda g: g.add("q", "a", name="a", after=["a"]), "node 'a' waits for itself"),
+        (lambda g: g.add("q", "a", name="a", after=["b"]), "node 'a' waits for unknown node 'b'"),
+        (lambda g: g.add("q", "a", name="a", after=[3, 3]), "node 'a' waits for 3 twice"),
+        (lambda g: g.add("q", "a", name="a", after=[0]), "waits for job 0, not a job id"),
+        (lambda g: g.add("q", "a", name="a", after=[True]), "pass a node, its name, or a job id"),
     ],
 )
 def test_bad_edges_are_refused_naming_the_node(build: object, problem: str) -> None:
@@ -42,22 +42,43 @@ def test_bad_edges_are_refused_naming_the_node(build: object, problem: str) -> N
 
 def test_a_cycle_is_named_and_nodes_outside_it_do_not_matter() -> None:
     g = Graph()
-    g.add("q", "x", key="x")
-    g.add("q", "a", key="a", after=["x", "b"])
-    g.add("q", "b", key="b", after=["a"])
-    g.add("q", "after-the-cycle", key="c", after=["b"])
+    g.add("q", "x", name="x")
+    g.add("q", "a", name="a", after=["x", "b"])
+    g.add("q", "b", name="b", after=["a"])
+    g.add("q", "after-the-cycle", name="c", after=["b"])
     with pytest.raises(leaseq.InvalidGraph, match=r"cycle: (a -> b -> a|b -> a -> b)"):
         g.plan()
 
 
-def test_keys_are_unique_within_a_graph_and_across_included_graphs() -> None:
+def test_names_are_unique_within_a_graph_and_across_included_graphs() -> None:
     g = Graph()
-    g.add("q", "a", key="a")
-    with pytest.raises(leaseq.InvalidGraph, match="two nodes have the key 'a'"):
-        g.add("q", "a", key="a")
+    g.add("q", "a", name="a")
+    with pytest.raises(leaseq.InvalidGraph, match="two nodes have the name 'a'"):
+        g.add("q", "a", name="a")
     other = Graph()
-    other.add("q", "a", key="a")
-    with pytest.raises(leaseq.InvalidGraph, match=r"keys \['a'\]"):
+    other.add("q", "a", name="a")
+    with pytest.raises(leaseq.InvalidGraph, match=r"named \['a'\]"):
         g.include(other)
     with pytest.raises(leaseq.InvalidGraph, match="no jobs"):
         Graph().plan()
+
+
+def test_a_node_name_passed_as_the_flow_key_is_named_in_the_error() -> None:
+    # key= named the node before it became the flow key: a node that waits for such a
+    # "name" is refused, saying which argument names a node.
+    g = Graph()
+    g.add("q", "page", key="page-1")
+    g.add("q", "merge", name="merge", after=["page-1"])
+    hint = r"'page-1' is a flow key, key=; a node is named with name="
+    with pytest.raises(leaseq.InvalidGraph, match=hint):
+        g.plan()
+
+
+def test_flow_keys_default_to_inherit_and_none_opts_out() -> None:
+    g = Graph()
+    g.add("q", "a", name="a")
+    g.add("q", "b", name="b", key=None)
+    g.add("q", "c", name="c", key="tenant-A")
+    assert [n.key for n in g.plan().nodes] == [leaseq.INHERIT, None, "tenant-A"]
+    with pytest.raises(leaseq.InvalidGraph, match="key 7 is not a flow key"):
+        g.add("q", "d", key=7)  # type: ignore[arg-type]

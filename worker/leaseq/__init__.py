@@ -18,6 +18,7 @@ from leaseq.core.errors import (
     JobStateError,
     LeaseqError,
     PermissionDenied,
+    PipelineTimeout,
     ResultTimeout,
     SchemaNotReady,
     SchemaTooNew,
@@ -25,7 +26,7 @@ from leaseq.core.errors import (
 )
 from leaseq.core.flow import FlowControl
 from leaseq.core.flow_models import BlockedAggregate, FlowKeyStatus, FlowLimit, FlowQueueSummary
-from leaseq.core.graph import Dep, Graph, Node
+from leaseq.core.graph import INHERIT, Dep, Graph, Node
 from leaseq.core.leadership import Leadership
 from leaseq.core.models import (
     After,
@@ -51,7 +52,9 @@ from leaseq.core.models import (
     LinkedJob,
     ParentResult,
     PipelineCancelled,
+    PipelineOutcome,
     PipelineRecord,
+    PipelineState,
     QueueFinished,
     QueueStats,
     Reaped,
@@ -101,6 +104,7 @@ from leaseq.runtime.registry import Registry
 from leaseq.runtime.steps import Intent, NotDone, StepUncertain
 
 __all__ = [
+    "INHERIT",
     "After",
     "AttemptOutcome",
     "AttemptRecord",
@@ -160,7 +164,10 @@ __all__ = [
     "PermanentError",
     "PermissionDenied",
     "PipelineCancelled",
+    "PipelineOutcome",
     "PipelineRecord",
+    "PipelineState",
+    "PipelineTimeout",
     "Pool",
     "Queue",
     "QueueFinished",

@@ -6,8 +6,9 @@
 -- (pipeline_cancel, job_cancel_waiting), and console_cancel_pipeline (console.sql).
 
 -- What a pipeline does when one of its jobs, or a job with children, changes status and was
--- or is finished: unblocks children, cascades a failure as cancellations, undoes them on a
--- retry. Called by jobs_on_status.
+-- or is finished: counts it, tells the producers waiting for the pipeline when it finished
+-- (NOTIFY leaseq_done 'pipeline:<id>': a hint to read the row again), unblocks children,
+-- cascades a failure as cancellations, undoes them on a retry. Called by jobs_on_status.
 CREATE OR REPLACE FUNCTION leaseq.pipeline_changed(old_job leaseq.jobs, new_job leaseq.jobs)
 RETURNS void
 LANGUAGE plpgsql
@@ -19,6 +20,7 @@ DECLARE
     at timestamptz := coalesce(new_job.finished_at, now());
     root bigint := coalesce(new_job.cancelled_by, new_job.id);
     woken text;
+    done_at timestamptz;
 BEGIN
     IF new_job.pipeline_id IS NOT NULL AND (was_finished OR is_finished) THEN
         UPDATE leaseq.pipelines p
@@ -28,7 +30,14 @@ BEGIN
                finished_at = CASE
                    WHEN p.succeeded + p.dead + p.cancelled + is_finished::int - was_finished::int = p.total
                    THEN at END
-         WHERE p.id = new_job.pipeline_id;
+         WHERE p.id = new_job.pipeline_id
+        RETURNING p.finished_at INTO done_at;
+        IF done_at IS NOT NULL THEN
+            -- One per finished pipeline, whoever waits (Queue.wait_pipeline listens on the
+            -- waiters' channel). A completion that spawns grows the pipeline again later in
+            -- its transaction: the waiter reads the row and waits on.
+            PERFORM pg_notify('leaseq_done', 'pipeline:' || new_job.pipeline_id);
+        END IF;
     END IF;
     IF NOT new_job.has_children THEN
         RETURN;

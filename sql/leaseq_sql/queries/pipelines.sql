@@ -16,9 +16,11 @@ SELECT nextval(pg_get_serial_sequence('leaseq.jobs', 'id')) AS id
   FROM generate_series(1, %(n)s);
 
 -- name: pipeline_create
--- Creates a pipeline with %(total)s jobs to come; returns its id.
-INSERT INTO leaseq.pipelines (name, total, created_at)
-VALUES (%(name)s, %(total)s, coalesce(%(now)s::timestamptz, now()))
+-- Creates a pipeline with %(total)s jobs to come, owned by the login that enqueued job %(spawner)s when a fan-out of that job creates it (else by this login); returns its id.
+INSERT INTO leaseq.pipelines (name, total, created_at, created_by)
+VALUES (%(name)s, %(total)s, coalesce(%(now)s::timestamptz, now()),
+        coalesce((SELECT s.enqueued_by FROM leaseq.jobs s WHERE s.id = %(spawner)s::bigint),
+                 current_user))
 RETURNING id;
 
 -- name: pipeline_grow
@@ -28,23 +30,28 @@ UPDATE leaseq.pipelines SET total = total + %(n)s, finished_at = NULL
 RETURNING id;
 
 -- name: graph_insert_jobs
--- Inserts a graph's jobs with their reserved ids, each waiting (deps_left > 0) or pending, in its pipeline.
+-- Inserts a graph's jobs with their reserved ids, each waiting (deps_left > 0) or pending, in its pipeline, with its flow key (those that inherit take the key of job %(spawner)s, the job whose completion spawns them; none without one) and its owner (that job's, so its producer sees its fan-out; else this login).
 INSERT INTO leaseq.jobs (id, queue, job_type, payload, priority, max_attempts, available_at,
                          timeout, idempotency_key, created_at, status, deps_left, has_children,
-                         pipeline_id)
+                         pipeline_id, key, enqueued_by)
 OVERRIDING SYSTEM VALUE
 SELECT n.id, n.queue, n.job_type, n.payload, n.priority, n.max_attempts,
        coalesce(n.run_at, t.now + make_interval(secs => n.delay)),
        make_interval(secs => n.timeout), n.idempotency_key, t.now,
        CASE WHEN n.deps_left > 0 THEN 'waiting' ELSE 'pending' END::leaseq.job_status,
-       n.deps_left, n.has_children, %(pipeline_id)s
+       n.deps_left, n.has_children, %(pipeline_id)s,
+       CASE WHEN n.inherit THEN t.spawner_key ELSE n.key END, coalesce(t.owner, current_user)
   FROM unnest(%(ids)s::bigint[], %(queues)s::text[], %(job_types)s::text[], %(payloads)s::jsonb[],
               %(priorities)s::smallint[], %(max_attempts)s::integer[], %(run_ats)s::timestamptz[],
               %(delays)s::float8[], %(timeouts)s::float8[], %(idempotency_keys)s::text[],
-              %(deps_left)s::integer[], %(has_children)s::boolean[])
+              %(deps_left)s::integer[], %(has_children)s::boolean[], %(keys)s::text[],
+              %(inherits)s::boolean[])
        AS n(id, queue, job_type, payload, priority, max_attempts, run_at, delay, timeout,
-            idempotency_key, deps_left, has_children),
-       (SELECT coalesce(%(now)s::timestamptz, now()) AS now) t;
+            idempotency_key, deps_left, has_children, key, inherit),
+       (SELECT coalesce(%(now)s::timestamptz, now()) AS now, s.key AS spawner_key,
+               s.enqueued_by AS owner
+          FROM (SELECT 1) one
+          LEFT JOIN leaseq.jobs s ON s.id = %(spawner)s::bigint) t;
 
 -- name: graph_insert_deps
 -- Inserts a graph's edges (counted: already met when written, a parent that had finished).
@@ -129,6 +136,24 @@ SELECT count(*) AS cancelled, count(*) FILTER (WHERE cur.status = 'running') AS 
 -- One pipeline's progress: a primary-key lookup.
 SELECT p.id, p.name, p.created_at, p.total, p.succeeded, p.dead, p.cancelled, p.finished_at
   FROM leaseq.pipelines p WHERE p.id = %(id)s;
+
+-- name: pipeline_sinks
+-- Up to %(limit)s of a pipeline's sinks (its jobs no other job waits for: a fan-out's merge) with their outcome, newest first: jobs_pipeline_idx read from the pipeline's end, where a fan-out writes its merge.
+SELECT j.id, j.status::text AS status, j.result, j.last_error, j.last_error_code, j.attempt_count
+  FROM leaseq.jobs j
+ WHERE j.pipeline_id = %(id)s AND NOT j.has_children
+ ORDER BY j.id DESC
+ LIMIT %(limit)s;
+
+-- name: job_pipeline_of
+-- A job's pipeline, else the one its fan-out started (the pipeline of its first child that has one: a job without a pipeline that spawns is the met parent of its fan-out, not one of its jobs); no row when the job does not exist.
+SELECT j.id,
+       coalesce(j.pipeline_id,
+                (SELECT c.pipeline_id FROM leaseq.job_deps d JOIN leaseq.jobs c ON c.id = d.child_id
+                  WHERE d.parent_id = j.id AND c.pipeline_id IS NOT NULL
+                  ORDER BY d.child_id LIMIT 1)) AS pipeline_id
+  FROM leaseq.jobs j
+ WHERE j.id = %(id)s;
 
 -- name: pipeline_list
 -- A keyset page of pipelines, newest first, below id %(before)s (NULL: from the newest); unfinished only when %(unfinished)s.

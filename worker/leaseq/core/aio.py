@@ -20,7 +20,7 @@ from leaseq.core import validation, waiters
 from leaseq.core._store.astore import AsyncStore
 from leaseq.core._store.store import graph_rows, pipeline_of
 from leaseq.core.adb import AsyncConn, AsyncDb, aborrow, atransaction, conninfo_of
-from leaseq.core.errors import JobNotFound, JobStateError, ResultTimeout
+from leaseq.core.errors import JobNotFound, JobStateError, PipelineTimeout, ResultTimeout
 from leaseq.core.graph import Dep, Graph, Plan
 from leaseq.core.models import (
     STEP_UNCERTAIN_CODE,
@@ -31,6 +31,7 @@ from leaseq.core.models import (
     JobOutcome,
     JobRecord,
     JobStatus,
+    PipelineOutcome,
     PipelineRecord,
     StepRecord,
     StreamItem,
@@ -131,7 +132,7 @@ class AsyncQueue:
             await self._store.graph_insert_deps(c, deps)
         if wake:
             await self._store.queues_wake(c, wake)
-        return GraphEnqueued(pipeline_id, {n.key: i for n, i in zip(plan.nodes, ids, strict=True)})
+        return GraphEnqueued(pipeline_id, {n.name: i for n, i in zip(plan.nodes, ids, strict=True)})
 
     async def pipeline(self, pipeline_id: int) -> PipelineRecord:
         """As :meth:`leaseq.Queue.pipeline`."""
@@ -140,6 +141,55 @@ class AsyncQueue:
         if found is None:
             raise JobStateError(f"pipeline {pipeline_id} does not exist; check the id")
         return found
+
+    async def pipeline_of(self, job_id: int) -> int | None:
+        """As :meth:`leaseq.Queue.pipeline_of`."""
+        async with aborrow(self._db, "wait") as c:
+            found, pipeline_id = await self._store.job_pipeline_of(c, job_id)
+        if not found:
+            raise JobNotFound(job_id)
+        return pipeline_id
+
+    async def wait_pipeline(
+        self,
+        pipeline_id: int | None = None,
+        *,
+        job: int | None = None,
+        timeout: float | None = None,
+        poll: float = waiters.DEFAULT_POLL_SECONDS,
+        sinks: int = waiters.DEFAULT_SINKS,
+    ) -> PipelineOutcome:
+        """As :meth:`leaseq.Queue.wait_pipeline`: woken by the pipeline's finish on the event
+        loop's listening connection, no thread."""
+        waiters.refuse_in_handler()
+        waiters.wait_target(pipeline_id, job, sinks)
+        validation.positive("poll", poll)
+        if timeout is not None:
+            validation.non_negative("timeout", timeout)
+        deadline = None if timeout is None else time.monotonic() + timeout
+        if job is not None:
+            root = await anext(self.as_completed([job], timeout=timeout, poll=poll))
+            pipeline_id = await self.pipeline_of(job)
+            if pipeline_id is None:
+                return waiters.lone_outcome(root)
+        assert pipeline_id is not None
+        listener = waiters.shared_async_listener(conninfo_of(self._db))
+        async with listener.watching([waiters.pipeline_topic(pipeline_id)]) as woken:
+            while True:
+                # Read after the subscription: a finish that commits later wakes this.
+                async with aborrow(self._db, "wait") as c:
+                    record = await self._store.pipeline_get(c, pipeline_id)
+                    if record is None:
+                        raise JobStateError(f"pipeline {pipeline_id} does not exist; check the id")
+                    if record.finished:
+                        ends = await self._store.pipeline_sinks(c, pipeline_id, limit=sinks + 1)
+                        return waiters.pipeline_outcome(record, ends, sinks)
+                left = poll if deadline is None else deadline - time.monotonic()
+                if left <= 0:
+                    raise PipelineTimeout(pipeline_id, timeout or 0.0)
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(woken.wait(), min(left, poll))
+                woken.clear()
 
     async def enqueue_many(
         self, jobs: Iterable[JobSpec], *, conn: AsyncConn | None = None

@@ -98,6 +98,21 @@ class ResultTimeout(LeaseqError, TimeoutError):
         self.cancelled = cancelled
 
 
+class PipelineTimeout(ResultTimeout):
+    """The pipeline did not finish within the wait's timeout; its jobs keep running."""
+
+    def __init__(self, pipeline_id: int, timeout: float) -> None:
+        LeaseqError.__init__(
+            self,
+            f"pipeline {pipeline_id} did not finish within {timeout}s; its jobs keep running "
+            f"(see `leaseq pipelines show {pipeline_id}`): wait again or cancel it",
+        )
+        self.job_ids: list[int] = []
+        self.pipeline_id = pipeline_id
+        self.timeout = timeout
+        self.cancelled = False
+
+
 class WaitInHandler(LeaseqError):
     """A handler asked to wait for another job's result. Refused: the waiting handler holds
     a lease, a worker slot and perhaps a GPU while the job it waits for may need exactly

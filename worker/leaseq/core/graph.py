@@ -2,13 +2,19 @@
 written.
 
 Nodes are jobs; an edge says a job waits for a parent: another node of the graph (named by
-the :class:`Node` that :meth:`Graph.add` returned, or by its key, so a node may name one added
+the :class:`Node` that :meth:`Graph.add` returned, or by its name, so a node may name one added
 later), or an existing job (by id: it must exist when the graph is enqueued). Per edge, the
 child runs after the parent succeeded (default; the child is cancelled if the parent goes
 dead or is cancelled) or after it finished in any state (:attr:`After.FINISHED`).
 
-:meth:`Graph.plan` refuses cycles (naming one), unknown keys and duplicate edges with
+:meth:`Graph.plan` refuses cycles (naming one), unknown names and duplicate edges with
 :class:`InvalidGraph`, and orders the nodes so parents come first.
+
+A node's ``name`` identifies it in the graph; its ``key`` is the flow-control key of the job
+(the tenant key of ``Queue.enqueue(key=...)``: the queue's limits for it apply). By default a
+node inherits the flow key of the job whose completion writes the graph (``ctx.spawn``,
+``ctx.add_graph``); ``key=None`` opts out, and a graph a producer enqueues has no job to
+inherit from.
 """
 
 from __future__ import annotations
@@ -17,7 +23,8 @@ from collections import deque
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from enum import Enum
+from typing import Any, Final
 
 from leaseq.core.errors import InvalidGraph
 from leaseq.core.models import After
@@ -26,11 +33,25 @@ from leaseq.core.models import After
 MAX_NODES = 100_000
 
 
+class Inherit(Enum):
+    """The type of :data:`INHERIT`."""
+
+    PARENT = "inherit"
+
+
+#: The default flow key of a graph node: the key of the job that spawns it (none when a
+#: producer enqueues the graph). Pass ``key=None`` for a job without a key.
+INHERIT: Final = Inherit.PARENT
+
+#: A node's flow key as given: a key, None (no key), or INHERIT.
+FlowKey = str | None | Inherit
+
+
 @dataclass(frozen=True)
 class Node:
     """A job of a :class:`Graph`, returned by :meth:`Graph.add`; pass it in ``after=``."""
 
-    key: str
+    name: str
 
 
 @dataclass(frozen=True)
@@ -48,7 +69,7 @@ Parent = Node | str | int | Dep
 class NodeSpec:
     """A node's job fields and its parents, as given."""
 
-    key: str
+    name: str
     queue: str
     job_type: str
     payload: Any
@@ -58,6 +79,7 @@ class NodeSpec:
     max_attempts: int
     timeout: float | None
     idempotency_key: str | None
+    key: FlowKey = INHERIT
     after: list[Dep] = field(default_factory=list)
 
 
@@ -101,7 +123,8 @@ class Graph:
         job_type: str,
         payload: Any = None,
         *,
-        key: str | None = None,
+        name: str | None = None,
+        key: FlowKey = INHERIT,
         after: Iterable[Parent] = (),
         when: After = After.SUCCEEDED,
         priority: int = 100,
@@ -111,14 +134,22 @@ class Graph:
         timeout: float | None = None,
         idempotency_key: str | None = None,
     ) -> Node:
-        """Add a job; it waits for every parent in ``after`` (a :class:`Node`, a node's key,
+        """Add a job; it waits for every parent in ``after`` (a :class:`Node`, a node's name,
         an existing job's id, or a :class:`Dep`), each met by ``when`` unless a Dep says
-        otherwise. ``key`` names the node (default: ``n<index>``). Returns the node."""
-        name = key if key is not None else f"n{len(self._nodes)}"
+        otherwise. ``name`` names the node in the graph (default: ``n<index>``). ``key`` is
+        the job's flow-control key, as on :meth:`leaseq.Queue.enqueue` (its limits apply):
+        by default (:data:`INHERIT`) the key of the job that spawns the graph; None for no
+        key. Returns the node."""
+        name = name if name is not None else f"n{len(self._nodes)}"
         if not isinstance(name, str) or not name:
-            raise InvalidGraph(f"node key {name!r} must be a non-empty string")
+            raise InvalidGraph(f"node name {name!r} must be a non-empty string")
+        if not (key is None or key is INHERIT or isinstance(key, str)):
+            raise InvalidGraph(
+                f"node {name!r}: key {key!r} is not a flow key (a string, None for no key, "
+                "or leaseq.INHERIT)"
+            )
         if name in self._nodes:
-            raise InvalidGraph(f"two nodes have the key {name!r}")
+            raise InvalidGraph(f"two nodes have the name {name!r}")
         if len(self._nodes) >= MAX_NODES:
             raise InvalidGraph(f"a graph holds at most {MAX_NODES} nodes")
         if isinstance(after, str | int | Node | Dep):
@@ -135,15 +166,16 @@ class Graph:
             max_attempts,
             timeout,
             idempotency_key,
+            key,
             deps,
         )
         return Node(name)
 
     def include(self, other: Graph) -> None:
-        """Add every node of ``other`` (keys must not collide with this graph's)."""
+        """Add every node of ``other`` (names must not collide with this graph's)."""
         clash = sorted(self._nodes.keys() & other._nodes.keys())
         if clash:
-            raise InvalidGraph(f"both graphs have nodes with the keys {clash}")
+            raise InvalidGraph(f"both graphs have nodes named {clash}")
         if len(self._nodes) + len(other._nodes) > MAX_NODES:
             raise InvalidGraph(f"a graph holds at most {MAX_NODES} nodes")
         self._nodes.update(other._nodes)
@@ -153,18 +185,24 @@ class Graph:
         if not self._nodes:
             raise InvalidGraph("the graph has no jobs")
         keys = list(self._nodes)
+        flow_keys = {s.key for s in self._nodes.values() if isinstance(s.key, str)}
         parents: dict[str, list[tuple[str | int, After]]] = {}
         for key, spec in self._nodes.items():
             seen: set[str | int] = set()
             found: list[tuple[str | int, After]] = []
             for dep in spec.after:
-                target = dep.parent.key if isinstance(dep.parent, Node) else dep.parent
+                target = dep.parent.name if isinstance(dep.parent, Node) else dep.parent
                 if isinstance(target, bool) or not isinstance(target, str | int):
                     raise InvalidGraph(
-                        f"node {key!r} waits for {target!r}: name a node, its key, or a job id"
+                        f"node {key!r} waits for {target!r}: pass a node, its name, or a job id"
                     )
                 if isinstance(target, str) and target not in self._nodes:
-                    raise InvalidGraph(f"node {key!r} waits for unknown node {target!r}")
+                    hint = (
+                        f" ({target!r} is a flow key, key=; a node is named with name=)"
+                        if target in flow_keys
+                        else ""
+                    )
+                    raise InvalidGraph(f"node {key!r} waits for unknown node {target!r}{hint}")
                 if isinstance(target, int) and target < 1:
                     raise InvalidGraph(f"node {key!r} waits for job {target}, not a job id")
                 if target == key:

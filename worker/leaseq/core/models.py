@@ -8,6 +8,8 @@ from datetime import datetime
 from typing import Any
 from uuid import UUID
 
+from leaseq.core.errors import JobCancelled, JobDead, JobStateError
+
 #: How long a lease lasts unless renewed, when the caller names no other length (seconds).
 DEFAULT_LEASE_SECONDS = 30.0
 
@@ -314,6 +316,15 @@ class JobOutcome:
     @property
     def finished(self) -> bool:
         return self.status in FINISHED_STATUSES
+
+
+def unwrap(outcome: JobOutcome) -> Any:
+    """The stored result of a succeeded job; JobDead or JobCancelled otherwise."""
+    if outcome.status == JobStatus.DEAD:
+        raise JobDead(outcome.job_id, outcome.last_error, outcome.last_error_code, outcome.attempts)
+    if outcome.status == JobStatus.CANCELLED:
+        raise JobCancelled(outcome.job_id, outcome.last_error)
+    return outcome.result
 
 
 @dataclass(frozen=True)
@@ -672,6 +683,50 @@ class PipelineRecord:
     @property
     def unfinished(self) -> int:
         return self.total - self.succeeded - self.dead - self.cancelled
+
+
+class PipelineState(enum.StrEnum):
+    """How a finished pipeline ended."""
+
+    #: Every job succeeded.
+    SUCCEEDED = "succeeded"
+    #: At least one job is dead (its waiting descendants were cancelled).
+    FAILED = "failed"
+    #: No job is dead, and at least one was cancelled.
+    CANCELLED = "cancelled"
+
+
+@dataclass(frozen=True)
+class PipelineOutcome:
+    """A finished pipeline (:meth:`leaseq.Queue.wait_pipeline`): how it ended, its counters,
+    and its sinks, the jobs no other job of it waits for (a fan-out's merge), in id order.
+    A job that finished without starting a pipeline is a pipeline of one: ``pipeline_id``
+    None and the job its only sink."""
+
+    pipeline_id: int | None
+    state: PipelineState
+    total: int
+    succeeded: int
+    dead: int
+    cancelled: int
+    sinks: list[JobOutcome]
+    #: More sinks than were read (``sinks=`` of the wait): ``sinks`` holds the newest.
+    more_sinks: bool = False
+
+    @property
+    def result(self) -> Any:
+        """The pipeline's result: the result of its one sink (the merge of a split/page/merge
+        pipeline); JobDead or JobCancelled when that job did not succeed. A pipeline that
+        ends in several jobs has no one result: JobStateError naming them (read ``sinks``)."""
+        if len(self.sinks) != 1 or self.more_sinks:
+            ids = ", ".join(str(s.job_id) for s in self.sinks) + (
+                ", ..." if self.more_sinks else ""
+            )
+            raise JobStateError(
+                f"pipeline {self.pipeline_id} ends in {len(self.sinks)} jobs ({ids}), not one: "
+                "read each from .sinks (leaseq.unwrap turns one into its result)"
+            )
+        return unwrap(self.sinks[0])
 
 
 @dataclass(frozen=True)

@@ -41,6 +41,7 @@ from leaseq.core.errors import (
     JobNotFound,
     JobStateError,
     LeaseqError,
+    PipelineTimeout,
     ResultTimeout,
     TransactionConflict,
 )
@@ -75,6 +76,7 @@ from leaseq.core.models import (
     Lease,
     ParentResult,
     PipelineCancelled,
+    PipelineOutcome,
     PipelineRecord,
     PruneCandidates,
     QueueFinished,
@@ -259,32 +261,34 @@ def checked_plan(graph: Graph) -> Plan:
             max_attempts=node.max_attempts,
             timeout=node.timeout,
             idempotency_key=node.idempotency_key,
+            key=node.key if isinstance(node.key, str) else None,
         )
         spec.validated()
     return plan
 
 
 def single_plan(spec: JobSpec, after: Iterable[int | Dep], when: After) -> Plan:
-    """The one-node plan of ``enqueue(..., after=...)``; dedup keys are refused (a waiting
-    job is outside the dedup index), and so are flow-control keys (pipelines do not carry
-    them yet: refused rather than dropped)."""
+    """The one-node plan of ``enqueue(..., after=...)``, with its flow key (none inherited:
+    its parents did not spawn it); dedup keys are refused (a waiting job is outside the
+    dedup index), and so are ordering keys (a waiting job is outside its aggregate's order:
+    refused rather than dropped)."""
     if spec.dedup_key is not None:
         raise InvalidJob(
             "dedup_key", "cannot be combined with after= (a waiting job is not deduplicated)"
         )
-    for field, value in (("key", spec.key), ("ordering_key", spec.ordering_key)):
-        if value is not None:
-            raise InvalidJob(
-                field,
-                "cannot be combined with after= yet (a pipeline's jobs take no flow "
-                "control); enqueue it without after=, or without the key",
-            )
+    if spec.ordering_key is not None:
+        raise InvalidJob(
+            "ordering_key",
+            "cannot be combined with after= yet (a waiting job takes no place in its "
+            "aggregate's order); enqueue it without after=, or without the ordering key",
+        )
     graph = Graph(f"{spec.job_type} after {len(list(after))} job(s)")
     graph.add(
         spec.queue,
         spec.job_type,
         spec.payload,
-        key="job",
+        name="job",
+        key=spec.key,
         after=list(after),
         when=when,
         priority=spec.priority,
@@ -318,7 +322,9 @@ def write_plan(
     jobs, deps, wake = graph_rows(plan, ids, parents, None, now, spawner)
     pipeline_id: int | None
     if pipeline == NEW_PIPELINE:
-        pipeline_id = store.pipeline_create(c, name=plan.name, total=len(plan.nodes), now=now)
+        pipeline_id = store.pipeline_create(
+            c, name=plan.name, total=len(plan.nodes), now=now, spawner=spawner
+        )
     elif pipeline == JOIN_PIPELINE:
         pipeline_id = pipeline_of(parents, plan.external)
     else:
@@ -331,7 +337,7 @@ def write_plan(
         store.graph_insert_deps(c, deps)
     if wake:
         store.queues_wake(c, wake)
-    return GraphEnqueued(pipeline_id, {n.key: i for n, i in zip(plan.nodes, ids, strict=True)})
+    return GraphEnqueued(pipeline_id, {n.name: i for n, i in zip(plan.nodes, ids, strict=True)})
 
 
 class Queue:
@@ -1144,6 +1150,68 @@ class Queue:
         if found is None:
             raise JobStateError(f"pipeline {pipeline_id} does not exist; check the id")
         return found
+
+    def pipeline_of(self, job_id: int) -> int | None:
+        """The pipeline job ``job_id`` belongs to, else the one its fan-out (``ctx.spawn``)
+        started: a job outside any pipeline that spawns is the met parent of a new pipeline,
+        not one of its jobs (read as the pipeline of the first job that waits for it). None
+        when it has neither (yet: a fan-out is written with the job's completion).
+        JobNotFound when there is no such job."""
+        with borrow(self._db, "wait") as c:
+            found, pipeline_id = self._store.job_pipeline_of(c, job_id)
+        if not found:
+            raise JobNotFound(job_id)
+        return pipeline_id
+
+    def wait_pipeline(
+        self,
+        pipeline_id: int | None = None,
+        *,
+        job: int | None = None,
+        timeout: float | None = None,
+        poll: float = waiters.DEFAULT_POLL_SECONDS,
+        sinks: int = waiters.DEFAULT_SINKS,
+    ) -> PipelineOutcome:
+        """Wait until a pipeline has finished (every job of it succeeded, dead or cancelled)
+        and return how it ended with its sinks, the jobs nothing else of it waits for (the
+        merge of a fan-out): ``outcome.result`` is the result of the one sink.
+
+        Name the pipeline, or its root with ``job=`` (the job a producer enqueued, whose
+        handler fans out with ``ctx.spawn``): that job is waited for first, then the pipeline
+        it belongs to or started (:meth:`pipeline_of`); a job that finished without one is a
+        pipeline of one. Woken by the pipeline's finish (a notification on the waiters'
+        connection, as :meth:`result`), with a safety read every ``poll`` seconds.
+        ``sinks``: how many sinks to read at most (the newest). PipelineTimeout (a
+        ResultTimeout) after ``timeout`` seconds in all; the pipeline keeps running. Refused
+        inside a handler (WaitInHandler)."""
+        waiters.refuse_in_handler()
+        waiters.wait_target(pipeline_id, job, sinks)
+        validation.positive("poll", poll)
+        if timeout is not None:
+            validation.non_negative("timeout", timeout)
+        deadline = None if timeout is None else time.monotonic() + timeout
+        if job is not None:
+            root = next(self.as_completed([job], timeout=timeout, poll=poll))
+            pipeline_id = self.pipeline_of(job)
+            if pipeline_id is None:
+                return waiters.lone_outcome(root)
+        assert pipeline_id is not None
+        topic = waiters.pipeline_topic(pipeline_id)
+        with waiters.shared_listener(self._conninfo()).watching([topic]) as woken:
+            while True:
+                # Read after the subscription: a finish that commits later wakes this.
+                with borrow(self._db, "wait") as c:
+                    record = self._store.pipeline_get(c, pipeline_id)
+                    if record is None:
+                        raise JobStateError(f"pipeline {pipeline_id} does not exist; check the id")
+                    if record.finished:
+                        ends = self._store.pipeline_sinks(c, pipeline_id, limit=sinks + 1)
+                        return waiters.pipeline_outcome(record, ends, sinks)
+                left = poll if deadline is None else deadline - time.monotonic()
+                if left <= 0:
+                    raise PipelineTimeout(pipeline_id, timeout or 0.0)
+                woken.wait(min(left, poll))
+                woken.clear()
 
     def pipelines(
         self, *, before: int | None = None, unfinished: bool = False, limit: int = 50

@@ -8,6 +8,10 @@ that read, one that commits after it wakes the waiter, and a lost notification (
 connection down) costs at most one safety poll. After each (re)connect every waiter is woken
 once, for whatever finished while the connection was away.
 
+A pipeline's waiter does the same with the pipeline's topic (:func:`pipeline_topic`): the
+transaction that finishes a pipeline's last job notifies ``pipeline:<id>`` on the same
+channel, and the pipeline's row is the truth.
+
 The asyncio twin (:class:`AsyncDoneListener`) is a task on the caller's event loop: no threads.
 """
 
@@ -23,7 +27,7 @@ import time
 import weakref
 from collections.abc import AsyncIterator, Collection, Iterator
 from contextlib import asynccontextmanager, contextmanager
-from typing import Any, Generic, Protocol, TypeVar
+from typing import Generic, Protocol, TypeVar
 
 import psycopg
 
@@ -34,12 +38,17 @@ from leaseq.core.backoff import Backoff
 from leaseq.core.db import connect
 from leaseq.core.errors import (
     InvalidJob,
-    JobCancelled,
-    JobDead,
     LeaseqError,
     WaitInHandler,
 )
-from leaseq.core.models import JobOutcome, JobStatus
+from leaseq.core.models import (
+    JobOutcome,
+    JobStatus,
+    PipelineOutcome,
+    PipelineRecord,
+    PipelineState,
+)
+from leaseq.core.models import unwrap as unwrap
 
 log = logging.getLogger("leaseq.waiters")
 
@@ -76,15 +85,6 @@ def refuse_in_handler() -> None:
         raise WaitInHandler()
 
 
-def unwrap(outcome: JobOutcome) -> Any:
-    """The stored result of a succeeded job; JobDead or JobCancelled otherwise."""
-    if outcome.status == JobStatus.DEAD:
-        raise JobDead(outcome.job_id, outcome.last_error, outcome.last_error_code, outcome.attempts)
-    if outcome.status == JobStatus.CANCELLED:
-        raise JobCancelled(outcome.job_id, outcome.last_error)
-    return outcome.result
-
-
 def job_ids(ids: Collection[int]) -> list[int]:
     """``ids`` checked and without repeats, in their order."""
     if isinstance(ids, int | str | bytes):
@@ -105,23 +105,34 @@ class _Signal(Protocol):
 S = TypeVar("S", bound=_Signal)
 
 
+def pipeline_topic(pipeline_id: int) -> str:
+    """What a waiter for pipeline ``pipeline_id`` watches: the payload of the notification its
+    finish sends on the same channel (leaseq.pipeline_changed)."""
+    return f"pipeline:{pipeline_id}"
+
+
+#: What a waiter watches: a job id, or a :func:`pipeline_topic`.
+Topic = int | str
+
+
 class _Registry(Generic[S]):
-    """Waiters' signals by job id; a notification sets the signals of its job."""
+    """Waiters' signals by topic (a job id, or a pipeline's topic); a notification sets the
+    signals of its topic."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._by_job: dict[int, set[S]] = {}
+        self._by_job: dict[Topic, set[S]] = {}
         self._signals: set[S] = set()
         #: How many times the listening connection subscribed (a reconnect adds one).
         self.subscriptions = 0
 
-    def _add(self, signal: S, ids: Collection[int]) -> None:
+    def _add(self, signal: S, ids: Collection[Topic]) -> None:
         with self._lock:
             self._signals.add(signal)
             for job_id in ids:
                 self._by_job.setdefault(job_id, set()).add(signal)
 
-    def _remove(self, signal: S, ids: Collection[int]) -> None:
+    def _remove(self, signal: S, ids: Collection[Topic]) -> None:
         with self._lock:
             self._signals.discard(signal)
             for job_id in ids:
@@ -132,12 +143,9 @@ class _Registry(Generic[S]):
                         del self._by_job[job_id]
 
     def _wake(self, payload: str) -> None:
-        try:
-            job_id = int(payload)
-        except ValueError:
-            return
+        topic: Topic = int(payload) if payload.isdigit() else payload
         with self._lock:
-            signals = list(self._by_job.get(job_id, ()))
+            signals = list(self._by_job.get(topic, ()))
         for signal in signals:
             signal.set()
 
@@ -169,9 +177,10 @@ class DoneListener(_Registry[threading.Event]):
         self.connected = threading.Event()
 
     @contextmanager
-    def watching(self, ids: Collection[int]) -> Iterator[threading.Event]:
-        """An event set whenever one of ``ids`` may have finished, registered (and the
-        connection subscribed, unless it cannot be within a short wait) before the block."""
+    def watching(self, ids: Collection[Topic]) -> Iterator[threading.Event]:
+        """An event set whenever one of ``ids`` (jobs or pipelines) may have finished,
+        registered (and the connection subscribed, unless it cannot be within a short wait)
+        before the block."""
         signal = threading.Event()
         self._add(signal, ids)
         try:
@@ -245,7 +254,7 @@ class AsyncDoneListener(_Registry[asyncio.Event]):
         self.connected = asyncio.Event()
 
     @asynccontextmanager
-    async def watching(self, ids: Collection[int]) -> AsyncIterator[asyncio.Event]:
+    async def watching(self, ids: Collection[Topic]) -> AsyncIterator[asyncio.Event]:
         """Like :meth:`DoneListener.watching`, for coroutines."""
         signal = asyncio.Event()
         self._add(signal, ids)
@@ -321,3 +330,59 @@ def shared_async_listener(conninfo: str) -> AsyncDoneListener:
     if listener is None:
         listener = by_url[conninfo] = AsyncDoneListener(conninfo)
     return listener
+
+
+#: Sinks a pipeline wait reads, unless told otherwise.
+DEFAULT_SINKS = 100
+
+
+def wait_target(pipeline_id: int | None, job: int | None, sinks: int) -> None:
+    """InvalidJob unless exactly one of ``pipeline_id`` and ``job`` names something, and
+    ``sinks`` is at least 1."""
+    if (pipeline_id is None) == (job is None):
+        raise InvalidJob("pipeline_id", "name the pipeline, or its root with job=, not both")
+    for field, value in (("pipeline_id", pipeline_id), ("job", job), ("sinks", sinks)):
+        if value is not None and (not isinstance(value, int) or isinstance(value, bool)):
+            raise InvalidJob(field, f"{value!r} is not an integer")
+        if value is not None and value < 1:
+            raise InvalidJob(field, f"must be at least 1, got {value}")
+
+
+def pipeline_outcome(
+    record: PipelineRecord, sinks: list[JobOutcome], limit: int
+) -> PipelineOutcome:
+    """A finished pipeline's outcome from its row and up to ``limit + 1`` of its sinks."""
+    state = (
+        PipelineState.FAILED
+        if record.dead
+        else PipelineState.CANCELLED
+        if record.cancelled
+        else PipelineState.SUCCEEDED
+    )
+    return PipelineOutcome(
+        pipeline_id=record.id,
+        state=state,
+        total=record.total,
+        succeeded=record.succeeded,
+        dead=record.dead,
+        cancelled=record.cancelled,
+        sinks=sinks[-limit:],
+        more_sinks=len(sinks) > limit,
+    )
+
+
+def lone_outcome(job: JobOutcome) -> PipelineOutcome:
+    """A finished job that started no pipeline, as a pipeline of one."""
+    state = {
+        JobStatus.SUCCEEDED: PipelineState.SUCCEEDED,
+        JobStatus.DEAD: PipelineState.FAILED,
+    }.get(job.status, PipelineState.CANCELLED)
+    return PipelineOutcome(
+        pipeline_id=None,
+        state=state,
+        total=1,
+        succeeded=int(job.status == JobStatus.SUCCEEDED),
+        dead=int(job.status == JobStatus.DEAD),
+        cancelled=int(job.status == JobStatus.CANCELLED),
+        sinks=[job],
+    )

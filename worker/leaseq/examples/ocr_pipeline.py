@@ -60,12 +60,12 @@ def split(payload: Any, ctx: JobContext) -> dict[str, Any]:
             ctx.queue,
             "ocr.page",
             {"number": n, "page": raw[n - 1]},
-            key=f"page-{n}",
+            name=f"page-{n}",
             max_attempts=2,
         )
         for n in range(1, len(raw) + 1)
     ]
-    ctx.spawn(ctx.queue, "ocr.merge", {"pages": len(raw)}, key="merge", after=reads)
+    ctx.spawn(ctx.queue, "ocr.merge", {"pages": len(raw)}, name="merge", after=reads)
     return {"pages": len(raw)}
 
 

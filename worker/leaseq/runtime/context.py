@@ -14,7 +14,7 @@ from typing import Any, Protocol, TypeVar
 from leaseq.core import validation
 from leaseq.core.backoff import Backoff
 from leaseq.core.errors import DatabaseUnavailable, LeaseqError
-from leaseq.core.graph import Graph, Node, Parent
+from leaseq.core.graph import INHERIT, FlowKey, Graph, Node, Parent
 from leaseq.core.models import After, ClaimedJob, Lease, ParentResult
 
 # Re-exported: handlers and the runtime import them from here.
@@ -270,7 +270,8 @@ class JobContext:
         job_type: str,
         payload: Any = None,
         *,
-        key: str | None = None,
+        name: str | None = None,
+        key: FlowKey = INHERIT,
         after: Iterable[Parent] = (),
         when: After = After.SUCCEEDED,
         priority: int = 100,
@@ -280,11 +281,14 @@ class JobContext:
         timeout: float | None = None,
         idempotency_key: str | None = None,
     ) -> Node:
-        """Add a job to this attempt's fan-out (``after``: nodes spawned here, their keys, or
-        existing job ids, as in :meth:`leaseq.Graph.add`). Nothing is written now: the jobs
-        are inserted in the same transaction as this job's completion, only if it applies, so
-        a crash can neither lose nor double them and a stale (fenced) completion adds none.
-        An attempt that fails or is retried spawns nothing; the next attempt spawns anew."""
+        """Add a job to this attempt's fan-out (``name`` names it among the jobs spawned
+        here; ``after``: nodes spawned here, their names, or existing job ids, as in
+        :meth:`leaseq.Graph.add`). ``key`` is its flow-control key: by default this job's own
+        (so a tenant's limit holds across its fan-out), another key, or None for none.
+        Nothing is written now: the jobs are inserted in the same transaction as this job's
+        completion, only if it applies, so a crash can neither lose nor double them and a
+        stale (fenced) completion adds none. An attempt that fails or is retried spawns
+        nothing; the next attempt spawns anew."""
         with self._lock:
             if self._spawned is None:
                 self._spawned = Graph(f"{self.job_type} {self.job_id}")
@@ -293,6 +297,7 @@ class JobContext:
             queue,
             job_type,
             payload,
+            name=name,
             key=key,
             after=after,
             when=when,
@@ -306,7 +311,8 @@ class JobContext:
 
     def add_graph(self, graph: Graph) -> None:
         """Add a whole :class:`leaseq.Graph` to this attempt's fan-out (as :meth:`spawn`
-        does one job; keys must not collide with jobs spawned already)."""
+        does one job; node names must not collide with jobs spawned already). Its nodes
+        that leave ``key`` at INHERIT take this job's flow key."""
         with self._lock:
             if self._spawned is None:
                 self._spawned = Graph(f"{self.job_type} {self.job_id}")

@@ -163,7 +163,7 @@ class AsyncStore:
         return [int(r["id"]) for r in rows]
 
     async def pipeline_create(self, conn: AsyncConn, *, name: str, total: int) -> int:
-        params = {"name": name, "total": total, "now": None}
+        params = {"name": name, "total": total, "now": None, "spawner": None}
         rows = await self._dicts(conn, "pipeline_create", params, "enqueue")
         return int(rows[0]["id"])
 
@@ -182,6 +182,18 @@ class AsyncStore:
     async def job_cancel_waiting(self, conn: AsyncConn, job_id: int, *, reason: str | None) -> bool:
         params = {"id": job_id, "reason": reason, "now": None}
         return bool(await self._dicts(conn, "job_cancel_waiting", params, "cancel"))
+
+    async def pipeline_sinks(
+        self, conn: AsyncConn, pipeline_id: int, *, limit: int
+    ) -> list[JobOutcome]:
+        rows = await self._dicts(
+            conn, "pipeline_sinks", {"id": pipeline_id, "limit": limit}, "wait"
+        )
+        return [outcome(r) for r in reversed(rows)]
+
+    async def job_pipeline_of(self, conn: AsyncConn, job_id: int) -> tuple[bool, int | None]:
+        rows = await self._dicts(conn, "job_pipeline_of", {"id": job_id}, "wait")
+        return (False, None) if not rows else (True, rows[0]["pipeline_id"])
 
     async def pipeline_get(self, conn: AsyncConn, pipeline_id: int) -> PipelineRecord | None:
         rows = await self._execute(

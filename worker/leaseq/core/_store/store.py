@@ -21,7 +21,7 @@ from psycopg.types.json import Jsonb, set_json_loads
 from leaseq.core import moments
 from leaseq.core._store.runner import Conn, Params, Runner
 from leaseq.core.errors import InvalidGraph, translate
-from leaseq.core.graph import Plan
+from leaseq.core.graph import INHERIT, Plan
 from leaseq.core.models import (
     After,
     AttemptOutcome,
@@ -182,7 +182,7 @@ def graph_rows(
             )
             if status in FINISHED and not met:
                 raise InvalidGraph(
-                    f"node {plan.nodes[edge.child].key!r} waits for job {parent_id} to "
+                    f"node {plan.nodes[edge.child].name!r} waits for job {parent_id} to "
                     f"succeed, but it is {status} (retry it first, or wait for it with "
                     "After.FINISHED)"
                 )
@@ -212,6 +212,10 @@ def graph_rows(
         "delays": [n.delay for n in nodes],
         "timeouts": [n.timeout for n in nodes],
         "idempotency_keys": [n.idempotency_key for n in nodes],
+        # A node left at INHERIT takes the spawner's key, read by the insert itself.
+        "keys": [n.key if isinstance(n.key, str) else None for n in nodes],
+        "inherits": [n.key is INHERIT for n in nodes],
+        "spawner": spawner,
         "deps_left": unmet,
         "has_children": [i in has_children for i in range(len(nodes))],
         "pipeline_id": pipeline_id,
@@ -1136,11 +1140,17 @@ class Store(Runner):
         return [int(r["id"]) for r in rows]
 
     def pipeline_create(
-        self, conn: Conn, *, name: str, total: int, now: datetime | None = None
+        self,
+        conn: Conn,
+        *,
+        name: str,
+        total: int,
+        now: datetime | None = None,
+        spawner: int | None = None,
     ) -> int:
-        rows = self._dicts(
-            conn, "pipeline_create", {"name": name, "total": total, "now": now}, "enqueue"
-        )
+        """A new pipeline's id; owned by ``spawner``'s producer when a fan-out creates it."""
+        params = {"name": name, "total": total, "now": now, "spawner": spawner}
+        rows = self._dicts(conn, "pipeline_create", params, "enqueue")
         return int(rows[0]["id"])
 
     def pipeline_grow(self, conn: Conn, pipeline_id: int, n: int) -> bool:
@@ -1206,6 +1216,17 @@ class Store(Runner):
             conn, "pipeline_get", {"id": pipeline_id}, PipelineRecord, "show pipeline"
         )
         return rows[0] if rows else None
+
+    def pipeline_sinks(self, conn: Conn, pipeline_id: int, *, limit: int) -> list[JobOutcome]:
+        """Up to ``limit`` of the pipeline's sinks with their outcome, in id order (the newest
+        ``limit`` when it has more)."""
+        rows = self._dicts(conn, "pipeline_sinks", {"id": pipeline_id, "limit": limit}, "wait")
+        return [outcome(r) for r in reversed(rows)]
+
+    def job_pipeline_of(self, conn: Conn, job_id: int) -> tuple[bool, int | None]:
+        """Whether the job exists, and its pipeline or the one its fan-out started."""
+        rows = self._dicts(conn, "job_pipeline_of", {"id": job_id}, "wait")
+        return (False, None) if not rows else (True, rows[0]["pipeline_id"])
 
     def pipeline_list(
         self, conn: Conn, *, before: int | None, unfinished: bool, limit: int

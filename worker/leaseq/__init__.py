@@ -22,6 +22,7 @@ from leaseq.core.errors import (
     SchemaNotReady,
     SchemaTooNew,
     WaitInHandler,
+    WaitTimedOut,
 )
 from leaseq.core.flow import FlowControl
 from leaseq.core.flow_models import BlockedAggregate, FlowKeyStatus, FlowLimit, FlowQueueSummary
@@ -57,10 +58,13 @@ from leaseq.core.models import (
     Reaped,
     Released,
     RetryPolicy,
+    Signalled,
+    SignalRecord,
     StepRecord,
     StreamItem,
     StreamPage,
     UncertainStep,
+    WaitingOn,
     WorkerRecord,
     WorkerState,
 )
@@ -96,6 +100,7 @@ from leaseq.runtime.context import (
     PermanentError,
     Sleeping,
     StopReason,
+    Waiting,
 )
 from leaseq.runtime.registry import Registry
 from leaseq.runtime.steps import Intent, NotDone, StepUncertain
@@ -179,6 +184,8 @@ __all__ = [
     "Schema",
     "SchemaNotReady",
     "SchemaTooNew",
+    "SignalRecord",
+    "Signalled",
     "Sleeping",
     "SlotOutcome",
     "StepRecord",
@@ -189,6 +196,9 @@ __all__ = [
     "Tick",
     "UncertainStep",
     "WaitInHandler",
+    "WaitTimedOut",
+    "Waiting",
+    "WaitingOn",
     "WorkerRecord",
     "WorkerState",
     "Workers",

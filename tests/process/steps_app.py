@@ -95,3 +95,25 @@ def nap(payload: dict[str, Any], ctx: JobContext) -> dict[str, Any]:
     done = ctx.step("before", before)
     ctx.sleep(payload["seconds"])
     return {"step": done, "woke": ctx.worker_id}
+
+
+@registry.job("approval")
+def approval(payload: dict[str, Any], ctx: JobContext) -> dict[str, Any]:
+    """A step, a wait for the signal ``approve`` (for an hour at most), and a note per call
+    of the code after the wait."""
+    folder = Path(payload["dir"])
+
+    def draft() -> str:
+        _note(folder, "draft.calls", f"{ctx.worker_id} {ctx.attempt}")
+        return "draft"
+
+    written = ctx.step("draft", draft)
+    decision = ctx.wait_for("approve", timeout=3600)
+    _note(folder, "after.calls", f"{ctx.worker_id} {ctx.attempt}")
+    return {"draft": written, "decision": decision}
+
+
+@registry.job("quick")
+def quick(payload: dict[str, Any], ctx: JobContext) -> str:
+    """Done at once."""
+    return "done"

@@ -6,6 +6,7 @@ once, and no signal is lost to a race with the hand-back, in either order."""
 from __future__ import annotations
 
 import asyncio
+import json
 import threading
 import time
 from collections.abc import Callable
@@ -17,6 +18,7 @@ import pytest
 
 import leaseq
 from leaseq.aio import AsyncQueue
+from leaseq.cli.main import main
 from leaseq.core._store import statements
 from leaseq.runtime.context import JobContext
 from support.dbtime import claim_one, db_now
@@ -222,3 +224,25 @@ def test_a_hand_back_while_a_signal_holds_the_row_sees_the_signal(
     assert "arrived while handing back" in (attempt.error or "")
     again = claim_one(queue, "w2")
     assert context(queue, again).wait_for("approve", timeout=3600) == "yes"
+
+
+def test_the_cli_sends_a_signal_and_says_what_it_did(
+    queue: leaseq.Queue, database_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    job_id = queue.enqueue("q", "t").job_id
+    job = claim_one(queue)
+    raised = waits(context(queue, job), "approve")
+    queue.wait(job.lease, raised.name, raised.until)
+    db = ["--database-url", database_url]
+    assert main(["jobs", "show", str(job_id), *db]) == 0
+    shown = capsys.readouterr().out
+    assert "waiting for" in shown and "signal 'approve'" in shown and "wait deadline" in shown
+
+    assert main(["signal", str(job_id), "approve", "--payload", '{"ok": true}', *db]) == 0
+    assert "which waited for it: it runs next" in capsys.readouterr().out
+    assert main(["signal", str(job_id), "approve", "--json", *db]) == 1
+    assert json.loads(capsys.readouterr().out)["stored"] is False
+    assert main(["signal", "999999", "approve", *db]) != 0
+    assert "job 999999 does not exist" in capsys.readouterr().err
+    again = claim_one(queue, "w2")
+    assert context(queue, again).wait_for("approve", timeout=60) == {"ok": True}

@@ -99,8 +99,8 @@ def nap(payload: dict[str, Any], ctx: JobContext) -> dict[str, Any]:
 
 @registry.job("approval")
 def approval(payload: dict[str, Any], ctx: JobContext) -> dict[str, Any]:
-    """A step, a wait for the signal ``approve`` (for an hour at most), and a note per call
-    of the code after the wait."""
+    """A step, a wait for the signal ``approve`` (``payload['timeout']`` seconds, an hour by
+    default), and a note per call of the code after the wait."""
     folder = Path(payload["dir"])
 
     def draft() -> str:
@@ -108,7 +108,7 @@ def approval(payload: dict[str, Any], ctx: JobContext) -> dict[str, Any]:
         return "draft"
 
     written = ctx.step("draft", draft)
-    decision = ctx.wait_for("approve", timeout=3600)
+    decision = ctx.wait_for("approve", timeout=payload.get("timeout", 3600))
     _note(folder, "after.calls", f"{ctx.worker_id} {ctx.attempt}")
     return {"draft": written, "decision": decision}
 

@@ -222,3 +222,17 @@ def test_a_job_waiting_for_a_signal_holds_no_slot_nor_unit_and_a_signal_resumes_
     a_waited, a_resumed = queue.attempts(a)
     assert a_waited.ended_at is not None and b_started is not None
     assert a_waited.ended_at < b_started < (a_resumed.started_at or b_started)
+
+
+def test_a_wait_past_its_deadline_raises_in_the_handler_and_the_job_dies_once(
+    queue: leaseq.Queue, spawn_worker: Spawn, tmp_path: Path
+) -> None:
+    """No signal within 1 s: the job comes back at its deadline, wait_for raises
+    WaitTimedOut, and the job is dead after that one attempt (permanent by default)."""
+    spawn_worker("w-a", app=APP, concurrency=1)
+    a = queue.enqueue("q", "approval", {"dir": str(tmp_path), "timeout": 1}).job_id
+    dead = wait_for(lambda: (j := queue.get(a)).status == "dead" and j, "A to time out", 60)
+    assert dead.last_error_code == "WaitTimedOut" and "'approve'" in (dead.last_error or "")
+    assert [x.outcome for x in queue.attempts(a)] == ["released", "failed"]
+    assert lines(tmp_path / "draft.calls") == ["w-a 1"]
+    assert lines(tmp_path / "after.calls") == []

@@ -8,9 +8,12 @@
 -- trigger locks the job's row and makes a job waiting for that name claimable at once; the
 -- worker's hand-back locks the same row before it looks for the signal, so either runs wholly
 -- after the other and no signal is lost. Signals go with their job (ON DELETE CASCADE).
--- job_view shows the two new columns.
+-- job_view shows the two new columns; job_history keeps them.
 
 ALTER TABLE leaseq.jobs ADD COLUMN waiting_for text, ADD COLUMN waiting_since timestamptz;
+-- The history keeps every column of the hot table (a job cancelled while it waited says for
+-- what); the mover copies them.
+ALTER TABLE leaseq.job_history ADD COLUMN waiting_for text, ADD COLUMN waiting_since timestamptz;
 
 CREATE TABLE leaseq.job_signals (
     job_id  bigint NOT NULL REFERENCES leaseq.jobs (id) ON DELETE CASCADE,

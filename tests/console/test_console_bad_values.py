@@ -34,7 +34,10 @@ def test_every_page_answers_with_bad_rows(console_db: ConsoleDb, client_for) -> 
     for job_id in ids:
         answer = client.get(f"/jobs/{job_id}")
         assert answer.status_code == 200, (job_id, answer.text)
-    assert "-infinity" in client.get(f"/jobs/{planted.pending['-infinity']}").text
+    waiting = client.get(f"/jobs/{planted.pending['-infinity']}").text
+    assert "-infinity" in waiting
+    # Waiting since -infinity, for a name of control characters and 5,000 letters.
+    assert 'id="waiting-since">-infinity<' in waiting and 'id="waiting-for">approve' in waiting
     answer = client.get(f"/pipelines/{planted.pipeline}")
     assert answer.status_code == 200, answer.text
 

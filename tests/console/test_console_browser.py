@@ -410,6 +410,11 @@ def test_pages_with_unreadable_times_and_a_large_payload_render(
             assert "infinity" in page.inner_text("main")
             page.goto(f"{console.base}/jobs/{planted.pending['-infinity']}")
             assert "-infinity" in page.inner_text("#job-fields")
+            # Waiting since -infinity for a 5,000-character name: the section still reads.
+            assert page.inner_text("#waiting-since") == "-infinity"
+            assert page.inner_text("#waiting-for").startswith("approve")
+            assert page.locator("#signal-command").is_visible()
+            page.screenshot(path=artifacts / "bad-job-waiting.png", full_page=True)
             page.goto(f"{console.base}/jobs/{planted.big}")
             assert "Too large to show" in page.inner_text("#payload-large")
             assert page.locator("#payload").count() == 0

@@ -186,6 +186,28 @@ def test_job_page_shows_steps_and_the_uncertain_one_with_its_command(
     assert "not started, resolved by ops" in page
 
 
+def test_job_page_shows_what_a_job_waits_for_and_the_command_that_sends_it(
+    console_db: ConsoleDb, client_for
+) -> None:
+    with leaseq.connect(console_db.owner_url, action="test") as conn:
+        q = leaseq.Queue(conn)
+        job = q.enqueue("q", "agent", {}).job_id
+        claimed = claim_one(q)
+        with pytest.raises(leaseq.Waiting) as raised:
+            context(q, claimed).wait_for("approve draft", timeout=3600)
+        q.wait(claimed.lease, raised.value.name, raised.value.until)
+    client: TestClient = client_for(console_db.admin_url)
+    page = client.get(f"/jobs/{job}").text
+    assert 'id="waiting-for">approve draft<' in page
+    assert f"leaseq signal {job} &#39;approve draft&#39; --payload JSON" in page
+    since = page.split('id="waiting-since">')[1].split("<")[0]
+    assert since[:4].isdigit()  # a time, shown
+    with leaseq.connect(console_db.owner_url, action="test") as conn:
+        leaseq.Queue(conn).signal(job, "approve draft")
+        claim_one(leaseq.Queue(conn))  # running again: it waits for nothing now
+    assert 'id="job-waiting"' not in client.get(f"/jobs/{job}").text
+
+
 def test_a_job_s_steps_come_in_keyset_pages(console_db: ConsoleDb, client_for) -> None:
     with leaseq.connect(console_db.owner_url, action="test") as conn:
         q = leaseq.Queue(conn)

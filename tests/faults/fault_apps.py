@@ -137,3 +137,29 @@ def nap(payload: dict[str, Any], ctx: leaseq.JobContext) -> dict[str, Any]:
     with (folder / "after").open("a") as f:
         f.write(f"{ctx.worker_id} {ctx.lease_token}\n")
     return {"woke": ctx.worker_id, "token": ctx.lease_token}
+
+
+# -- signals: a wait, then an effect the destination dedupes by its step key ----------------
+
+
+@registry.job("approval")
+def approval(payload: dict[str, Any], ctx: leaseq.JobContext) -> dict[str, Any]:
+    """Wait for the signal ``approve``; then note that the code after the wait ran
+    (``resumed-<worker>``) and write the effect once, as a step (``act.calls`` counts its
+    function's calls). In the worker named ``hang_in`` it then holds until killed."""
+    folder = Path(payload["dir"])
+    decision = ctx.wait_for("approve", timeout=3600)
+    with (folder / "resumed").open("a") as f:
+        f.write(f"{ctx.worker_id}\n")
+
+    def act() -> Any:
+        with (folder / "act.calls").open("a") as f:
+            f.write(f"{ctx.worker_id} {ctx.step_key}\n")
+        return decision
+
+    done = ctx.step("act", act, idempotent=True)
+    if ctx.worker_id == payload.get("hang_in"):
+        while not ctx.wait(0.05):
+            pass
+        raise leaseq.Interrupted("told to stop")
+    return {"decision": done, "by": ctx.worker_id}

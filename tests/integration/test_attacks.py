@@ -312,6 +312,51 @@ def test_4_a_worker_writes_steps_and_stream_items_only_of_a_job_it_holds(
         assert [i.value for i in leaseq.Queue(p).stream_page(pending).items] == ["item"]
 
 
+def test_4_signals_reach_only_a_producers_own_jobs_and_a_held_jobs_worker(
+    database_url: str, roles: Roles
+) -> None:
+    with queue_as(roles, "producer") as p:
+        mine = leaseq.Queue(p).enqueue("q", "approve").job_id
+        assert leaseq.Queue(p).signal(mine, "go", {"ok": 1}).stored
+    with queue_as(roles, "producer2") as p2:
+        theirs = leaseq.Queue(p2).enqueue("q", "approve").job_id
+        # Another producer's job does not exist for it: through the API, the function...
+        with pytest.raises(leaseq.JobStateError, match=f"job {mine} does not exist"):
+            leaseq.Queue(p2).signal(mine, "go", "FORGED")
+    with login(roles, "producer2") as conn:
+        # ... or a direct insert (its row policy), and it reads none of its signals.
+        with pytest.raises(DENIED):
+            conn.execute(
+                "INSERT INTO leaseq.job_signals (job_id, name, payload) VALUES (%s, 'x', '1')",
+                [mine],
+            )
+        assert conn.execute("SELECT count(*) FROM leaseq.job_signals").fetchone() == (0,)
+    # Its own job, but not in another's name.
+    with login(roles, "producer") as conn, pytest.raises(DENIED):
+        conn.execute(
+            "INSERT INTO leaseq.job_signals (job_id, name, payload, sent_by)"
+            " VALUES (%s, 'x', '1', 'ops')",
+            [mine],
+        )
+    with login(roles, "worker") as conn:
+        with pytest.raises(DENIED):
+            conn.execute(
+                "INSERT INTO leaseq.job_signals (job_id, name, payload) VALUES (%s, 'x', '1')",
+                [theirs],
+            )
+        # Not held: the worker reads no signal of the job.
+        assert conn.execute("SELECT count(*) FROM leaseq.job_signals").fetchone() == (0,)
+    with queue_as(roles, "worker") as w:
+        [job] = leaseq.Queue(w).claim(["q"], "w1", limit=1)
+        assert job.id == mine
+        assert JobContext(job, leaseq.Queue(w), "w1", threading.Event()).wait_for(
+            "go", timeout=60
+        ) == {"ok": 1}
+    with login(roles, "worker") as conn:
+        held = conn.execute("SELECT job_id, sent_by FROM leaseq.job_signals").fetchall()
+        assert held == [(mine, roles.names["producer"])]
+
+
 def test_4_a_worker_pauses_a_key_for_a_day_at_most_and_the_operator_resumes_it(
     database_url: str, roles: Roles
 ) -> None:

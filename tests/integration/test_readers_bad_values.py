@@ -46,8 +46,10 @@ def test_status_answers_and_reports_every_queue(
         assert queues[BAD][age_field] is None or queues[BAD][age_field] < 1e12
     [worker] = shown["workers"]
     assert worker["worker_id"] == "w-bad"
+    assert shown["waiting_for_signals"] == {BAD: 3}
     _, out = run(capsys, "status", *db)
     assert GOOD in out and BAD in out and "w-bad" in out
+    assert f"waiting for a signal (holding no worker): {BAD} 3" in out
 
 
 def test_jobs_list_and_show_answer_for_every_bad_row(
@@ -68,6 +70,10 @@ def test_jobs_list_and_show_answer_for_every_bad_row(
         assert json.loads(out)["job"]["id"] == job_id
     _, text = run(capsys, "jobs", "show", str(planted.pending["-infinity"]), *db)
     assert "-infinity" in text
+    # What it waits for is shown, escaped; since when too, whatever the time.
+    assert "waiting for" in text and "approve\\x1b[31m\\u202e" in text and "\x1b" not in text
+    lines = text.splitlines()
+    assert any(line.startswith("waiting since") and line.endswith("-infinity") for line in lines)
     _, text = run(capsys, "jobs", "show", str(planted.dead), *db)
     assert "infinity" in text  # finished past 9999: more than a datetime holds
 

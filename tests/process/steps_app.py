@@ -99,6 +99,22 @@ def nap(payload: dict[str, Any], ctx: JobContext) -> dict[str, Any]:
     return {"step": done, "woke": ctx.worker_id}
 
 
+@registry.job("approval")
+def approval(payload: dict[str, Any], ctx: JobContext) -> dict[str, Any]:
+    """A step, a wait for the signal ``approve`` (``payload['timeout']`` seconds, an hour by
+    default), and a note per call of the code after the wait."""
+    folder = Path(payload["dir"])
+
+    def draft() -> str:
+        _note(folder, "draft.calls", f"{ctx.worker_id} {ctx.attempt}")
+        return "draft"
+
+    written = ctx.step("draft", draft)
+    decision = ctx.wait_for("approve", timeout=payload.get("timeout", 3600))
+    _note(folder, "after.calls", f"{ctx.worker_id} {ctx.attempt}")
+    return {"draft": written, "decision": decision}
+
+
 @registry.job("quick")
 def quick(payload: Any, ctx: JobContext) -> str:
     """Nothing to do: a job that needs only a free slot (and a unit of its key)."""

@@ -9,6 +9,7 @@ import json
 import signal
 import subprocess
 import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -170,3 +171,68 @@ def test_a_sleeping_job_is_handed_back_and_resumes_after_its_step(
     assert (job.result, job.attempt_count) == ({"step": "before", "woke": "w-a"}, 1)
     assert [a.outcome for a in queue.attempts(job_id)] == ["released", "succeeded"]
     assert lines(tmp_path / "before.calls") == ["w-a 1"]
+
+
+#: How long after job A's wait began the test sends its signal (the issue's done-when).
+SIGNAL_AFTER_SECONDS = 10.0
+
+
+@pytest.mark.parametrize(
+    ("isolation", "keyed"), [("thread", False), ("thread", True), ("process", True)]
+)
+def test_a_job_waiting_for_a_signal_holds_no_slot_nor_unit_and_a_signal_resumes_it(
+    queue: leaseq.Queue,
+    conn: leaseq.core.db.Conn,
+    spawn_worker: Spawn,
+    tmp_path: Path,
+    isolation: str,
+    keyed: bool,
+) -> None:
+    """One worker slot (and, keyed, a limit of 1 on the key A and B share): B runs to the
+    end while A waits; a signal sent 10 s into the wait resumes A, which finishes after its
+    recorded step, without a failed attempt."""
+    key = "tenant" if keyed else None
+    if keyed:
+        leaseq.FlowControl(conn).set_limit("q", "tenant", max_running=1)
+    spawn_worker("w-a", app=APP, isolation=isolation, concurrency=1)
+    a = queue.enqueue("q", "approval", {"dir": str(tmp_path)}, key=key).job_id
+    wait_for(lambda: queue.get(a).waiting_for == "approve", "A to wait", timeout=60)
+    waiting_since = time.monotonic()
+    waited = queue.get(a)
+    assert (waited.status, waited.attempt_count, waited.lease_expires_at) == ("pending", 0, None)
+
+    b = queue.enqueue("q", "quick", key=key).job_id
+    wait_for(lambda: queue.get(b).status == "succeeded", "B to run while A waits", timeout=60)
+    assert queue.get(a).waiting_for == "approve"
+
+    # The signal comes 10 s into the wait (the worker has nothing to run meanwhile): a
+    # delay the scenario asks for, not a bound on anything.
+    time.sleep(max(0.0, SIGNAL_AFTER_SECONDS - (time.monotonic() - waiting_since)))
+    assert queue.get(a).status == "pending"
+    assert queue.signal(a, "approve", {"by": "ana"}).waiting
+    done = wait_for(
+        lambda: (j := queue.get(a)).status == "succeeded" and j, "A to resume", timeout=60
+    )
+    assert done.result == {"draft": "draft", "decision": {"by": "ana"}}
+    assert done.attempt_count == 1 and done.waiting_for is None
+    assert [x.outcome for x in queue.attempts(a)] == ["released", "succeeded"]
+    assert lines(tmp_path / "draft.calls") == ["w-a 1"]
+    assert lines(tmp_path / "after.calls") == ["w-a 1"]
+    b_started = queue.attempts(b)[0].started_at
+    a_waited, a_resumed = queue.attempts(a)
+    assert a_waited.ended_at is not None and b_started is not None
+    assert a_waited.ended_at < b_started < (a_resumed.started_at or b_started)
+
+
+def test_a_wait_past_its_deadline_raises_in_the_handler_and_the_job_dies_once(
+    queue: leaseq.Queue, spawn_worker: Spawn, tmp_path: Path
+) -> None:
+    """No signal within 1 s: the job comes back at its deadline, wait_for raises
+    WaitTimedOut, and the job is dead after that one attempt (permanent by default)."""
+    spawn_worker("w-a", app=APP, concurrency=1)
+    a = queue.enqueue("q", "approval", {"dir": str(tmp_path), "timeout": 1}).job_id
+    dead = wait_for(lambda: (j := queue.get(a)).status == "dead" and j, "A to time out", 60)
+    assert dead.last_error_code == "WaitTimedOut" and "'approve'" in (dead.last_error or "")
+    assert [x.outcome for x in queue.attempts(a)] == ["released", "failed"]
+    assert lines(tmp_path / "draft.calls") == ["w-a 1"]
+    assert lines(tmp_path / "after.calls") == []

@@ -13,6 +13,8 @@ import leaseq
 BAD = "badq"
 GOOD = "goodq"
 #: Timestamp values PostgreSQL stores that Python's datetime cannot hold.
+#: What the extreme pending jobs wait for: control characters, a bidi override, 5,000 characters.
+WAITING_FOR = "approve\x1b[31m\u202e" + "x" * 5000
 EXTREMES = ("-infinity", "infinity", "20000-01-01 00:00:00+00")
 #: The size of the large payload (one JSON string of this many characters).
 MIB = 1 << 20
@@ -44,7 +46,18 @@ def plant(conn: leaseq.core.db.Conn) -> Planted:
         # The one due past 9999 is of a key paused until then as well.
         key = "tenant-a" if value.startswith("20000") else None
         job_id = queue.enqueue(BAD, "extreme", {"at": value}, key=key).job_id
-        conn.execute("UPDATE leaseq.jobs SET available_at = %s WHERE id = %s", (value, job_id))
+        # Each waits for a signal (ctx.wait_for) of a name no handler would send, since the
+        # same extreme time, and has one signal sent at it.
+        conn.execute(
+            "UPDATE leaseq.jobs SET available_at = %s, waiting_for = %s, waiting_since = %s"
+            " WHERE id = %s",
+            (value, WAITING_FOR, value, job_id),
+        )
+        conn.execute(
+            "INSERT INTO leaseq.job_signals (job_id, name, payload, sent_at, sent_by)"
+            " VALUES (%s, %s, 'null', %s, %s)",
+            (job_id, WAITING_FOR[:200], value, WAITING_FOR),
+        )
         pending[value] = job_id
     running = queue.enqueue(BAD, "extreme", {"at": "running"}).job_id
     conn.execute(

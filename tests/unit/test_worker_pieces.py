@@ -193,6 +193,18 @@ def test_a_sleep_must_be_finite_aware_and_within_3650_days() -> None:
         assert str(raised.value).startswith(f"invalid {message}")
 
 
+def test_a_wait_for_a_signal_names_its_bad_argument() -> None:
+    ctx = context()
+    with pytest.raises(InvalidJob, match="invalid name: must be a non-empty string"):
+        ctx.wait_for("", timeout=60)
+    with pytest.raises(InvalidJob, match="invalid name: is 201 characters long"):
+        ctx.wait_for("x" * 201, timeout=60)
+    with pytest.raises(InvalidJob, match="invalid timeout: must be a finite number"):
+        ctx.wait_for("approve", timeout=float("nan"))
+    with pytest.raises(InvalidJob, match="invalid timeout: must be at most 315360000"):
+        ctx.wait_for("approve", timeout=3651 * 86_400)
+
+
 def test_context_exposes_the_attempt_and_derives_the_effect_key_from_the_work() -> None:
     ctx = context(claimed(key="invoice-412"))
     assert (ctx.job_id, ctx.attempt, ctx.lease_token, ctx.payload) == (7, 2, 11, {"x": 1})

@@ -23,6 +23,7 @@ from leaseq.core.errors import (
     SchemaNotReady,
     SchemaTooNew,
     WaitInHandler,
+    WaitTimedOut,
 )
 from leaseq.core.flow import FlowControl
 from leaseq.core.flow_models import BlockedAggregate, FlowKeyStatus, FlowLimit, FlowQueueSummary
@@ -60,10 +61,13 @@ from leaseq.core.models import (
     Reaped,
     Released,
     RetryPolicy,
+    Signalled,
+    SignalRecord,
     StepRecord,
     StreamItem,
     StreamPage,
     UncertainStep,
+    WaitingOn,
     WorkerRecord,
     WorkerState,
 )
@@ -99,6 +103,7 @@ from leaseq.runtime.context import (
     PermanentError,
     Sleeping,
     StopReason,
+    Waiting,
 )
 from leaseq.runtime.registry import Registry
 from leaseq.runtime.steps import Intent, NotDone, StepUncertain
@@ -186,6 +191,8 @@ __all__ = [
     "Schema",
     "SchemaNotReady",
     "SchemaTooNew",
+    "SignalRecord",
+    "Signalled",
     "Sleeping",
     "SlotOutcome",
     "StepRecord",
@@ -196,6 +203,9 @@ __all__ = [
     "Tick",
     "UncertainStep",
     "WaitInHandler",
+    "WaitTimedOut",
+    "Waiting",
+    "WaitingOn",
     "WorkerRecord",
     "WorkerState",
     "Workers",

@@ -18,6 +18,7 @@ ALTER TABLE leaseq.workers ENABLE ROW LEVEL SECURITY;
 ALTER TABLE leaseq.flow_slots ENABLE ROW LEVEL SECURITY;
 ALTER TABLE leaseq.job_steps ENABLE ROW LEVEL SECURITY;
 ALTER TABLE leaseq.job_stream ENABLE ROW LEVEL SECURITY;
+ALTER TABLE leaseq.job_signals ENABLE ROW LEVEL SECURITY;
 
 -- The worker role's fence on leaseq.jobs, fired for the worker's role and its members only
 -- (apply_grants creates its trigger, leaseq_worker_fence; the owner, the other roles and the
@@ -73,8 +74,8 @@ REVOKE ALL ON FUNCTION leaseq.jobs_worker_fence() FROM PUBLIC;
 --           schedules of its own login only; reads the slot records); spawns from a handler (inserts jobs, their edges and
 --           pipelines in its completion's transaction, marks parents); the keyed claim reads
 --           the keys and takes units and rate tokens; may pause its job's key (flow_pause);
---           writes a durable step's intent and outcome, and appends to a job's stream,
---           only for a job it holds.
+--           writes a durable step's intent and outcome, appends to a job's stream, and
+--           reads a job's signals, only for a job it holds.
 --           No DELETE on jobs or attempts (cannot prune), no DDL.
 -- operator: reaps, cancels, retries dead jobs, prunes (deletes finished jobs, their attempts
 --           and edges), reads stats, holds the leader lease, forgets stale workers;
@@ -83,13 +84,14 @@ REVOKE ALL ON FUNCTION leaseq.jobs_worker_fence() FROM PUBLIC;
 --           ended; the partition functions); runs the scheduler (reads and writes schedules,
 --           records slots, and enqueues only the jobs a slot fires: a restrictive policy
 --           admits only a slot's idempotency key `schedule:<name>:<slot>`); sets limits,
---           repairs units, unblocks aggregates; settles uncertain steps; on PostgreSQL >= 17 may VACUUM leaseq.jobs
+--           repairs units, unblocks aggregates; settles uncertain steps; signals any job; on PostgreSQL >= 17 may VACUUM leaseq.jobs
 --           and leaseq.flow_keys (MAINTAIN). Cannot change a job's queue, type, payload or
 --           keys, nor insert other jobs or effects.
 -- producer: enqueues (INSERT of the job's own columns only, keys and graphs included, always
 --           unfinished) and reads the jobs it enqueued, their attempts, their effects,
---           their steps and streams; flags (to be woken when they finish) and marks as parents only its own jobs; calls
---           leaseq.enqueue, leaseq.job_status and leaseq.stream_read. Nothing else.
+--           their steps, streams and signals; flags (to be woken when they finish), marks as
+--           parents and signals only its own jobs; calls leaseq.enqueue, leaseq.job_status,
+--           leaseq.stream_read and leaseq.signal. Nothing else.
 CREATE OR REPLACE FUNCTION leaseq.apply_grants(worker regrole, operator regrole, producer regrole)
 RETURNS SETOF text
 LANGUAGE plpgsql
@@ -104,6 +106,7 @@ DECLARE
     pipelines_seq text := pg_get_serial_sequence('leaseq.pipelines', 'id');
     graph_cols text := 'id, queue, job_type, payload, priority, max_attempts, available_at, timeout, idempotency_key, created_at, status, deps_left, has_children, pipeline_id, key, enqueued_by';
     producer_functions text := 'leaseq.enqueue(text, text, jsonb, integer, timestamptz, double precision, integer, double precision, text, text, boolean), leaseq.job_status(bigint), leaseq.stream_read(bigint, bigint, integer)';
+    signal_function text := 'leaseq.signal(bigint, text, jsonb)';
     history_functions text := 'leaseq.history_ensure_partitions(integer, timestamptz), leaseq.history_expire_step(timestamptz, integer)';
     flow_functions text := 'leaseq.flow_limit_set(text, text, integer, double precision, double precision, double precision, boolean), leaseq.flow_unblock(text, text), leaseq.flow_repair(integer), leaseq.flow_resume(text, text)';
     schedule_functions text := 'leaseq.schedule_put(text, text, text, text, text, jsonb, integer, integer, leaseq.schedule_overlap, double precision, leaseq.schedule_origin, text, timestamptz), leaseq.schedule_retire(text, text[], timestamptz)';
@@ -136,6 +139,7 @@ BEGIN
             format('REVOKE ALL ON ALL SEQUENCES IN SCHEMA leaseq FROM %s', r),
             format('REVOKE ALL ON SCHEMA leaseq FROM %s', r),
             format('REVOKE ALL ON FUNCTION %s FROM %s', producer_functions, r),
+            format('REVOKE ALL ON FUNCTION %s FROM %s', signal_function, r),
             format('REVOKE ALL ON FUNCTION %s FROM %s', history_functions, r),
             format('REVOKE ALL ON FUNCTION %s, leaseq.flow_pause(text, text, timestamptz) FROM %s', flow_functions, r),
             format('REVOKE ALL ON FUNCTION %s FROM %s', schedule_functions, r)];
@@ -154,7 +158,7 @@ BEGIN
         stmts := stmts || ARRAY[
             format('GRANT USAGE ON SCHEMA leaseq TO %s', worker),
             format('GRANT SELECT ON leaseq.schema_migrations, leaseq.jobs, leaseq.job_view, leaseq.job_attempts, leaseq.job_results, leaseq.workers TO %s', worker),
-            format('GRANT UPDATE (status, attempt_count, lease_token, lease_owner, started_at, heartbeat_at, lease_expires_at, progress, checkpoint, claim_id, finished_at, result, available_at, last_error, last_error_code) ON leaseq.jobs TO %s', worker),
+            format('GRANT UPDATE (status, waiting_for, waiting_since, attempt_count, lease_token, lease_owner, started_at, heartbeat_at, lease_expires_at, progress, checkpoint, claim_id, finished_at, result, available_at, last_error, last_error_code) ON leaseq.jobs TO %s', worker),
             format('GRANT INSERT ON leaseq.job_attempts, leaseq.job_results TO %s', worker),
             format('GRANT UPDATE (outcome, ended_at, error) ON leaseq.job_attempts TO %s', worker),
             -- The registry is the workers' own table: whatever a worker reports about itself.
@@ -208,7 +212,10 @@ BEGIN
             -- Streams: items only of a job it holds, appended (never changed).
             format('GRANT SELECT, INSERT ON leaseq.job_stream TO %s', worker),
             format('CREATE POLICY leaseq_worker_read ON leaseq.job_stream FOR SELECT TO %s USING (true)', worker),
-            format('CREATE POLICY leaseq_worker_emit ON leaseq.job_stream FOR INSERT TO %s WITH CHECK (EXISTS (SELECT 1 FROM leaseq.jobs j WHERE j.id = job_stream.job_id AND j.status = ''running'' AND j.lease_expires_at > now()))', worker)];
+            format('CREATE POLICY leaseq_worker_emit ON leaseq.job_stream FOR INSERT TO %s WITH CHECK (EXISTS (SELECT 1 FROM leaseq.jobs j WHERE j.id = job_stream.job_id AND j.status = ''running'' AND j.lease_expires_at > now()))', worker),
+            -- Signals: read only those of a job it holds (ctx.wait_for); never sends one.
+            format('GRANT SELECT ON leaseq.job_signals TO %s', worker),
+            format('CREATE POLICY leaseq_worker_held ON leaseq.job_signals FOR SELECT TO %s USING (EXISTS (SELECT 1 FROM leaseq.jobs j WHERE j.id = job_signals.job_id AND j.status = ''running'' AND j.lease_expires_at > now()))', worker)];
         INSERT INTO leaseq.component_roles VALUES ('worker', worker);
     END IF;
 
@@ -257,7 +264,11 @@ BEGIN
             format('GRANT SELECT, UPDATE (attempt, lease_token, intended_at, finished_at, result, note, resolved_by, resolved_at, resolve_reason) ON leaseq.job_steps TO %s', operator),
             format('CREATE POLICY leaseq_operator_all ON leaseq.job_steps FOR ALL TO %s USING (true) WITH CHECK (true)', operator),
             format('GRANT SELECT ON leaseq.job_stream TO %s', operator),
-            format('CREATE POLICY leaseq_operator_read ON leaseq.job_stream FOR SELECT TO %s USING (true)', operator)];
+            format('CREATE POLICY leaseq_operator_read ON leaseq.job_stream FOR SELECT TO %s USING (true)', operator),
+            -- Signals: `leaseq signal` and `jobs show` for any job.
+            format('GRANT SELECT, INSERT (job_id, name, payload) ON leaseq.job_signals TO %s', operator),
+            format('CREATE POLICY leaseq_operator_all ON leaseq.job_signals FOR ALL TO %s USING (true) WITH CHECK (true)', operator),
+            format('GRANT EXECUTE ON FUNCTION %s TO %s', signal_function, operator)];
         IF maintain THEN
             stmts := stmts || ARRAY[
                 format('GRANT MAINTAIN ON leaseq.jobs TO %s', operator),
@@ -297,7 +308,12 @@ BEGIN
             -- A producer's jobs start unfinished, whatever columns it may set.
             format('CREATE POLICY leaseq_producer_unfinished ON leaseq.jobs AS RESTRICTIVE FOR INSERT TO %s WITH CHECK (status::text IN (''waiting'', ''pending''))', producer),
             -- Flow control: keys on the jobs it enqueues.
-            format('GRANT INSERT (key, ordering_key) ON leaseq.jobs TO %s', producer)];
+            format('GRANT INSERT (key, ordering_key) ON leaseq.jobs TO %s', producer),
+            -- Signals only to its own jobs, as itself (sent_by is its login).
+            format('GRANT SELECT, INSERT (job_id, name, payload) ON leaseq.job_signals TO %s', producer),
+            format('CREATE POLICY leaseq_producer_own ON leaseq.job_signals FOR SELECT TO %s USING (EXISTS (SELECT 1 FROM leaseq.jobs j WHERE j.id = job_signals.job_id))', producer),
+            format('CREATE POLICY leaseq_producer_signal ON leaseq.job_signals FOR INSERT TO %s WITH CHECK (sent_by = current_user AND EXISTS (SELECT 1 FROM leaseq.jobs j WHERE j.id = job_signals.job_id))', producer),
+            format('GRANT EXECUTE ON FUNCTION %s TO %s', signal_function, producer)];
         INSERT INTO leaseq.component_roles VALUES ('producer', producer);
     END IF;
 

@@ -293,7 +293,7 @@ SELECT s.name, s.attempt, s.intended_at, s.finished_at, s.note,
  LIMIT %(limit)s;
 
 -- name: console_job_step_facts
--- How many items a job's stream holds (counted up to %(cap)s; more shows as %(cap)s + 1) and the offset of its last one (NULL: none), from job_stream's primary key; and the first of its steps, by name, that is uncertain (an intent without an outcome; NULL: none).
+-- How many items a job's stream holds (counted up to %(cap)s; more shows as %(cap)s + 1) and the offset of its last one (NULL: none), from job_stream's primary key; the first of its steps, by name, that is uncertain (an intent without an outcome; NULL: none); and the signal it waits for, and since when (NULL: it waits for none).
 -- The uncertain step is looked for within the job's range of job_steps' primary key (a job
 -- stopped at one has only the steps it reached), under the console's statement timeout.
 SELECT (SELECT count(*) FROM (SELECT 1 FROM leaseq.job_stream i WHERE i.job_id = %(id)s
@@ -302,7 +302,13 @@ SELECT (SELECT count(*) FROM (SELECT 1 FROM leaseq.job_stream i WHERE i.job_id =
          ORDER BY i.seq DESC LIMIT 1) AS stream_last,
        (SELECT s.name FROM leaseq.job_steps s
          WHERE s.job_id = %(id)s AND s.finished_at IS NULL AND s.lease_token IS NOT NULL
-         ORDER BY s.name LIMIT 1) AS uncertain;
+         ORDER BY s.name LIMIT 1) AS uncertain,
+       w.waiting_for, w.waiting_since
+  FROM (SELECT 1) one
+  LEFT JOIN LATERAL (
+      SELECT j.waiting_for, j.waiting_since FROM leaseq.jobs j
+       WHERE j.id = %(id)s AND j.status = 'pending' AND j.waiting_for IS NOT NULL
+  ) w ON true;
 
 -- name: console_dead
 -- The newest dead jobs (at most %(scan)s looked at, newest first, in one queue or all) that match the type and error code filters, at most %(limit)s of them, with how many of those looked at matched and how many were looked at.

@@ -103,6 +103,8 @@ taken AS (
 claimed AS (
     UPDATE leaseq.jobs j
        SET status = 'running',
+           -- Whatever it waited for (ctx.wait_for) is over: it runs.
+           waiting_for = NULL, waiting_since = NULL,
            attempt_count = j.attempt_count + 1,
            lease_token = leaseq.lease_token_next(j.lease_token),
            lease_owner = %(owner)s,
@@ -203,6 +205,8 @@ taken AS (
 claimed AS (
     UPDATE leaseq.jobs j
        SET status = 'running',
+           -- Whatever it waited for (ctx.wait_for) is over: it runs.
+           waiting_for = NULL, waiting_since = NULL,
            attempt_count = j.attempt_count + 1,
            lease_token = leaseq.lease_token_next(j.lease_token),
            lease_owner = %(owner)s,
@@ -265,6 +269,8 @@ candidate AS (
 claimed AS (
     UPDATE leaseq.jobs j
        SET status = 'running',
+           -- Whatever it waited for (ctx.wait_for) is over: it runs.
+           waiting_for = NULL, waiting_since = NULL,
            attempt_count = j.attempt_count + 1,
            lease_token = leaseq.lease_token_next(j.lease_token),
            lease_owner = %(owner)s,

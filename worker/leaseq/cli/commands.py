@@ -29,7 +29,9 @@ from leaseq.core.models import (
     JobWhereabouts,
     QueueFinished,
     QueueStats,
+    SignalRecord,
     UnservedWork,
+    WaitingOn,
     WorkerRecord,
 )
 from leaseq.core.queue import Queue
@@ -52,6 +54,7 @@ def status(args: argparse.Namespace) -> int:
                 workers = registry.list(args.queue or None)
                 unserved = queue.unserved(args.queue or None)
                 waiting = queue.waiting(args.queue or None)
+                signal_waits = queue.signal_waits(args.queue or None)
                 keys = flow.status(args.queue or None, limit=STATUS_KEYS)
                 blocked = flow.blocked(args.queue or None, limit=STATUS_KEYS)
                 uncertain = queue.uncertain_steps(limit=steps.SHOWN)
@@ -62,6 +65,7 @@ def status(args: argparse.Namespace) -> int:
                         "workers": workers,
                         "unserved": unserved,
                         "waiting": waiting,
+                        "waiting_for_signals": signal_waits,
                         "keys": keys,
                         "blocked_aggregates": blocked,
                         "uncertain_steps": uncertain,
@@ -76,8 +80,8 @@ def status(args: argparse.Namespace) -> int:
                         for t in (limits.flow_text(keys, blocked), steps.uncertain_text(uncertain))
                         if t
                     )
-                    print(text + _waiting_text(waiting) + (f"\n\n{extra}" if extra else ""),
-                          flush=True)  # fmt: skip
+                    waits = _waiting_text(waiting) + _signal_waits_text(signal_waits)
+                    print(text + waits + (f"\n\n{extra}" if extra else ""), flush=True)
                 if not args.watch:
                     return 0
                 time.sleep(args.watch)
@@ -91,6 +95,14 @@ def _waiting_text(waiting: dict[str, int]) -> str:
         return ""
     counts = ", ".join(f"{queue} {n}" for queue, n in sorted(waiting.items()))
     return f"\n\nwaiting for parent jobs (not claimable yet): {counts}"
+
+
+def _signal_waits_text(waiting: dict[str, int]) -> str:
+    """Jobs waiting for a signal (ctx.wait_for), per queue ("" if none): they hold nothing."""
+    if not waiting:
+        return ""
+    counts = ", ".join(f"{queue} {n}" for queue, n in sorted(waiting.items()))
+    return f"\n\nwaiting for a signal (holding no worker): {counts}"
 
 
 def _unserved_text(unserved: list[UnservedWork]) -> str:
@@ -255,8 +267,13 @@ def jobs_show(args: argparse.Namespace) -> int:
         links = Queue(conn).links(args.job_id) if hot else None
         # Steps are deleted with their job when it leaves the hot table.
         job_steps = Queue(conn).steps(args.job_id) if hot else []
+        # Signals go with their job too; only a pending job waits.
+        waiting_on = Queue(conn).waiting_on(args.job_id) if hot else None
+        signals = Queue(conn).signals(args.job_id) if hot else []
     if args.json:
-        print(to_json({"job": record, "attempts": attempts, "links": links, "steps": job_steps}))
+        shown = {"job": record, "attempts": attempts, "links": links, "steps": job_steps,
+                 "waiting_on": waiting_on, "signals": signals}  # fmt: skip
+        print(to_json(shown))
         return 0
     of = f"{record.attempt_count} of {record.max_attempts}" if record.max_attempts else None
     fields = [
@@ -265,6 +282,7 @@ def jobs_show(args: argparse.Namespace) -> int:
         ("queue", record.queue),
         ("type", record.job_type),
         ("status", record.status),
+        *_waiting_fields(waiting_on),
         ("attempts", of or record.attempt_count),
         ("priority", "-" if record.priority is None else record.priority),
         ("created", when(record.created_at)),
@@ -291,6 +309,9 @@ def jobs_show(args: argparse.Namespace) -> int:
     if job_steps:
         print()
         print(steps.steps_text(job_steps))
+    if signals:
+        print()
+        print(_signals_text(signals))
     print()
     if not attempts:
         kept = " (the ledger keeps no attempts)" if record.place == JobPlace.LEDGER else ""
@@ -318,6 +339,23 @@ def jobs_show(args: argparse.Namespace) -> int:
             print(f"\ntraceback of attempt {a.attempt} (token {a.lease_token}, {a.outcome}):")
             print("\n".join("  " + printable(line) for line in a.traceback.splitlines()))
     return 0
+
+
+def _waiting_fields(on: WaitingOn | None) -> list[tuple[str, Any]]:
+    """What a pending job waits for (ctx.wait_for), since when and until when; none if not."""
+    if on is None:
+        return []
+    return [
+        ("waiting for", f"signal {printable(on.waiting_for)!r}"),
+        ("waiting since", when(on.waiting_since)),
+        ("wait deadline", when(on.deadline)),
+    ]
+
+
+def _signals_text(signals: list[SignalRecord]) -> str:
+    """The signals sent to a job (not their payloads: only their sizes)."""
+    rows = [[printable(s.name), when(s.sent_at), printable(s.sent_by), s.bytes] for s in signals]
+    return "signals:\n" + table(["NAME", "SENT", "BY", "BYTES"], rows)
 
 
 def _links_text(links: JobLinks) -> str:
@@ -368,6 +406,25 @@ def cancel(args: argparse.Namespace) -> int:
         text = f"job {args.job_id} was already {result.previous_status}; nothing changed"
     say(args, result, text)
     return 0 if result.cancelled else 1
+
+
+def signal(args: argparse.Namespace) -> int:
+    with connect_for(args, "signal") as conn:
+        sent = Queue(conn).signal(args.job_id, args.name, args.payload)
+    if not sent.stored:
+        text = (
+            f"job {args.job_id} already has a signal {args.name!r}: the first is kept, this one"
+            " was not stored"
+        )
+    elif sent.waiting:
+        text = f"signal {args.name!r} sent to job {args.job_id}, which waited for it: it runs next"
+    else:
+        text = (
+            f"signal {args.name!r} sent to job {args.job_id} (not waiting for it yet: its"
+            " ctx.wait_for will find it)"
+        )
+    say(args, sent, text)
+    return 0 if sent.stored else 1
 
 
 def prune(args: argparse.Namespace) -> int:
@@ -506,6 +563,17 @@ def add_commands(sub: Any) -> None:
     p = command("cancel", "cancel a waiting, pending or running job", cancel)
     p.add_argument("job_id", type=int)
     p.add_argument("--reason")
+
+    p = command("signal", "send a signal to a job (for its handler's ctx.wait_for)", signal)
+    p.add_argument("job_id", type=int)
+    p.add_argument("name", help="the signal's name (what the handler waits for)")
+    p.add_argument(
+        "--payload",
+        type=json_argument,
+        default=None,
+        metavar="JSON",
+        help="the signal's payload, JSON (default null; at most 64 KiB)",
+    )
 
     p = command(
         "prune",

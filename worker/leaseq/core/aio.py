@@ -33,6 +33,7 @@ from leaseq.core.models import (
     JobStatus,
     PipelineOutcome,
     PipelineRecord,
+    Signalled,
     StepRecord,
     StreamItem,
     UncertainStep,
@@ -227,6 +228,14 @@ class AsyncQueue:
                 return
             if not got.items:
                 await asyncio.sleep(poll)
+
+    async def signal(self, job_id: int, name: str, payload: Any = None) -> Signalled:
+        """As :meth:`leaseq.Queue.signal`: send signal ``name`` with ``payload`` to the job."""
+        validation.signal_name("name", name)
+        validation.json_value("payload", payload, limit=validation.MAX_SIGNAL_BYTES)
+        async with aborrow(self._db, "signal") as c:
+            row = await self._store.job_signal(c, job_id, name, payload)
+        return Signalled(job_id, name, bool(row["stored"]), bool(row["waiting"]))
 
     async def steps(self, job_id: int) -> list[StepRecord]:
         """As :meth:`leaseq.Queue.steps`."""

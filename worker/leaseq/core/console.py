@@ -183,8 +183,9 @@ class JobSteps:
     """One keyset page of a job's durable steps (names after ``after``, in name order; each
     row's ``state`` is recorded, running, uncertain or not started, its ``result`` None and
     ``result_large`` true when over :data:`DOCUMENT_BYTES`), the cursor of the next page
-    (None: this was the last), the size of the job's stream, and the name of its uncertain
-    step (None: none), wherever it is in name order."""
+    (None: this was the last), the size of the job's stream, the name of its uncertain
+    step (None: none), wherever it is in name order, and the signal the job waits for
+    (``ctx.wait_for``) and since when (None: it waits for none)."""
 
     rows: list[Row]
     after: str
@@ -192,6 +193,8 @@ class JobSteps:
     stream_items: Count
     stream_last: int | None
     uncertain: str | None
+    waiting_for: str | None = None
+    waiting_since: datetime | None = None
 
 
 @dataclass(frozen=True)
@@ -386,6 +389,8 @@ class Console:
             Count.of(int(facts["stream_items"]), STREAM_CAP),
             facts["stream_last"],
             facts["uncertain"],
+            facts["waiting_for"],
+            facts["waiting_since"],
         )
 
     def dead(

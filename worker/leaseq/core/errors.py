@@ -113,6 +113,21 @@ class PipelineTimeout(ResultTimeout):
         self.cancelled = False
 
 
+class WaitTimedOut(LeaseqError, TimeoutError):
+    """Raised in a handler by ``ctx.wait_for`` when its deadline passed and no signal of that
+    name was sent. Unless the handler catches it, the job goes to ``dead`` at once (it is in
+    the default permanent list: another attempt would find no signal either)."""
+
+    def __init__(self, job_id: int, name: str, deadline: str) -> None:
+        super().__init__(
+            f"job {job_id} waited for signal {name!r} until {deadline} and none was sent;"
+            f" catch leaseq.WaitTimedOut in the handler to go on without it"
+        )
+        self.job_id = job_id
+        self.name = name
+        self.deadline = deadline
+
+
 class WaitInHandler(LeaseqError):
     """A handler asked to wait for another job's result. Refused: the waiting handler holds
     a lease, a worker slot and perhaps a GPU while the job it waits for may need exactly
@@ -290,6 +305,9 @@ def translate(exc: psycopg.Error, *, action: str, conninfo: str = "") -> LeaseqE
     if isinstance(exc, pg_errors.CheckViolation):
         field = _CONSTRAINT_FIELDS.get(getattr(diag, "constraint_name", "") or "", "job")
         return InvalidJob(field, message)
+    if isinstance(exc, pg_errors.NoDataFound | pg_errors.ObjectNotInPrerequisiteState):
+        # leaseq.signal: no such job for this role, or a finished one.
+        return JobStateError(f"{action} refused: {message}")
     if isinstance(exc, pg_errors.UniqueViolation):
         return DuplicateJob(f"{action} refused: {message}")
     if isinstance(exc, pg_errors.NumericValueOutOfRange | pg_errors.InvalidTextRepresentation):

@@ -402,6 +402,10 @@ class JobRecord:
     dedup_key: str | None
     result: Any
     checkpoint: Any
+    #: The signal a pending job waits for (``ctx.wait_for``) and since when; cleared by the
+    #: next claim. Only a ``pending`` job waits.
+    waiting_for: str | None = None
+    waiting_since: datetime | None = None
 
     def __post_init__(self) -> None:
         _as(JobStatus, self, "status")
@@ -458,6 +462,37 @@ class StepRecord:
     def intended(self) -> bool:
         """True when an attempt committed to run the step and no outcome was recorded."""
         return self.finished_at is None and self.lease_token is not None
+
+
+@dataclass(frozen=True)
+class Signalled:
+    """What :meth:`leaseq.Queue.signal` did: ``stored`` is False when the job already had a
+    signal of that name (the first is kept); ``waiting`` is True when the job was waiting for
+    it, and is now claimable."""
+
+    job_id: int
+    name: str
+    stored: bool
+    waiting: bool
+
+
+@dataclass(frozen=True)
+class SignalRecord:
+    """A signal sent to a job (its payload is not shown: ``bytes`` is its size as JSON)."""
+
+    name: str
+    sent_at: datetime
+    sent_by: str
+    bytes: int
+
+
+@dataclass(frozen=True)
+class WaitingOn:
+    """What a pending job waits for (``ctx.wait_for``), since when, and until when."""
+
+    waiting_for: str
+    waiting_since: datetime | None
+    deadline: datetime
 
 
 #: Items a job's stream holds at most (``ctx.emit`` raises once it is full).

@@ -84,11 +84,14 @@ from leaseq.core.models import (
     Reaped,
     Released,
     RetryPolicy,
+    Signalled,
+    SignalRecord,
     StepRecord,
     StreamItem,
     StreamPage,
     UncertainStep,
     UnservedWork,
+    WaitingOn,
 )
 from leaseq.core.redact import redact
 
@@ -1062,6 +1065,75 @@ class Queue:
             return Released(lease.job_id, JobStatus(row["status"]))
 
         return self._write("sleep", run)
+
+    def wait(
+        self, lease: Lease, name: str, until: datetime, *, now: datetime | None = None
+    ) -> Released | Fenced:
+        """Hand the job back to wait for signal ``name``, without spending an attempt: what a
+        handler's ``ctx.wait_for`` ends its attempt with. The job is claimable again at
+        ``until`` (database time), or as soon as the signal is sent, or at once if it was
+        sent already; meanwhile it holds nothing and shows what it waits for. One short
+        transaction: the job's row is locked before the signal is looked for, so a signal
+        sent at any moment is never missed (queries/signals.sql)."""
+        validation.signal_name("name", name)
+        validation.wake_time("until", until, datetime.now(UTC))
+
+        def run(c: Conn, repeat: bool) -> Released | Fenced:
+            with c.transaction():
+                held = self._store.job_wait_lock(c, lease, now=now)
+                row = (
+                    self._store.job_wait(c, lease, name=name, until=until, now=now)
+                    if held
+                    else None
+                )
+            row = row or self._ended(c, lease, repeat, {AttemptOutcome.RELEASED})
+            if row is None:
+                return self._fenced(c, lease, Call.RELEASE, now)
+            log.info("job waiting for signal %r until %s", name, row["available_at"],
+                     extra=_lease_fields(lease))  # fmt: skip
+            return Released(lease.job_id, JobStatus(row["status"]))
+
+        return self._write("wait", run)
+
+    def signal_read(
+        self, lease: Lease, name: str, *, now: datetime | None = None
+    ) -> tuple[bool, Any] | None:
+        """The signal ``name`` of the job ``lease`` holds: (True, payload), or (False, None)
+        when none was sent; None when the lease is not held."""
+        row = self._write(
+            "read signal", lambda c, _: self._store.signal_read(c, lease, name, now=now)
+        )
+        return None if row is None else (bool(row["found"]), row["payload"])
+
+    def signal(self, job_id: int, name: str, payload: Any = None) -> Signalled:
+        """Send signal ``name`` with ``payload`` (JSON, at most 64 KiB) to job ``job_id``,
+        for its handler's ``ctx.wait_for(name)``: kept until the job is deleted, so a signal
+        sent before the wait is found by it. A job waiting for it becomes claimable at once.
+        One signal per (job, name): the first is kept, a later one is not stored
+        (``stored=False``). A producer's role reaches only the jobs it enqueued. JobStateError
+        for a finished job or one this role cannot see; InvalidJob for a bad name or payload."""
+        validation.signal_name("name", name)
+        validation.json_value("payload", payload, limit=validation.MAX_SIGNAL_BYTES)
+        with borrow(self._db, "signal") as c:
+            row = self._store.job_signal(c, job_id, name, payload)
+        return Signalled(job_id, name, bool(row["stored"]), bool(row["waiting"]))
+
+    def waiting_on(self, job_id: int) -> WaitingOn | None:
+        """What a pending job waits for (``ctx.wait_for``), since when and until when; None
+        when it waits for no signal."""
+        with borrow(self._db, "show job") as c:
+            return self._store.job_waiting_on(c, job_id)
+
+    def signals(self, job_id: int, *, limit: int = 100) -> list[SignalRecord]:
+        """The signals sent to a job (names, times, senders, sizes), oldest first."""
+        validation.at_least("limit", limit, 1)
+        with borrow(self._db, "list signals") as c:
+            return self._store.signal_list(c, job_id, limit=limit)
+
+    def signal_waits(self, queues: Sequence[str] | None = None) -> dict[str, int]:
+        """Jobs waiting for a signal per queue, from a small partial index."""
+        with borrow(self._db, "stats") as c:
+            return self._store.queue_signal_waits(c, queues=queues)
 
     # -- operations -----------------------------------------------------------------------
 

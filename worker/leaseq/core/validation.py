@@ -98,6 +98,21 @@ def wake_time(field: str, value: object, now: datetime) -> datetime:
     return value
 
 
+#: Longest signal name (characters); leaseq.signal and the table's CHECK say the same.
+MAX_SIGNAL_NAME = 200
+#: Largest signal payload, as JSON (bytes), as a stream item's.
+MAX_SIGNAL_BYTES = 65_536
+
+
+def signal_name(field: str, value: object) -> str:
+    """A signal's name: a string of 1-:data:`MAX_SIGNAL_NAME` characters."""
+    if not isinstance(value, str) or value == "":
+        raise InvalidJob(field, f"must be a non-empty string, got {value!r}")
+    if len(value) > MAX_SIGNAL_NAME:
+        raise InvalidJob(field, f"is {len(value)} characters long; the limit is {MAX_SIGNAL_NAME}")
+    return value
+
+
 def attempts(field: str, value: int) -> int:
     """An integer number of attempts in [1, :data:`MAX_ATTEMPTS`]."""
     if at_least(field, value, 1) > MAX_ATTEMPTS:

@@ -157,6 +157,12 @@ class _Checkpoints:
         offset: int | None = self._child.request_step(lease.job_id, StepOp.EMIT, (value,))
         return offset
 
+    def signal_read(self, lease: Lease, name: str) -> tuple[bool, Any] | None:
+        found: tuple[bool, Any] | None = self._child.request_step(
+            lease.job_id, StepOp.SIGNAL, (name,)
+        )
+        return None if found is None else (bool(found[0]), found[1])
+
     def iter_parent_results(self, job_id: int, *, page: int) -> Iterator[ParentResult]:
         """A job's parents, page by page, each page read by the supervisor's queue."""
         after_id = 0

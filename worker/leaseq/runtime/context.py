@@ -13,7 +13,7 @@ from typing import Any, Protocol, TypeVar
 
 from leaseq.core import validation
 from leaseq.core.backoff import Backoff
-from leaseq.core.errors import DatabaseUnavailable, LeaseqError
+from leaseq.core.errors import DatabaseUnavailable, LeaseqError, WaitTimedOut
 from leaseq.core.graph import INHERIT, FlowKey, Graph, Node, Parent
 from leaseq.core.models import After, ClaimedJob, Lease, ParentResult
 
@@ -22,6 +22,7 @@ from leaseq.runtime.handler_errors import BackOff as BackOff
 from leaseq.runtime.handler_errors import Interrupted as Interrupted
 from leaseq.runtime.handler_errors import PermanentError as PermanentError
 from leaseq.runtime.handler_errors import Sleeping as Sleeping
+from leaseq.runtime.handler_errors import Waiting as Waiting
 from leaseq.runtime.latch import Latch
 from leaseq.runtime.steps import Intent, StepOp, Steps, StepStore, dispatch, step_key
 
@@ -68,6 +69,7 @@ class JobContext:
         self._progress_at = time.monotonic()
         self._made_at = self._progress_at
         self._sleeps = 0
+        self._waits = 0
         self._spawned: Graph | None = None
         self._steps: Steps | None = None
         self._emitting = threading.Lock()
@@ -197,9 +199,12 @@ class JobContext:
         job goes to dead until ``leaseq steps resolve`` settles the step. If ``fn`` raises,
         the intent is withdrawn (the step did not happen) and the exception goes on. When the
         lease is lost nothing is recorded and :class:`Interrupted` is raised."""
+        return self._step_runner().run(name, fn, args, kwargs, reconcile, idempotent)
+
+    def _step_runner(self) -> Steps:
         if self._steps is None:
             self._steps = Steps(self._job.id, self.step_call, self._step_lease_lost)
-        return self._steps.run(name, fn, args, kwargs, reconcile, idempotent)
+        return self._steps
 
     def sleep(self, seconds: float, *, name: str | None = None) -> None:
         """Sleep durably for ``seconds`` (finite, at most 3650 days): see :meth:`sleep_until`,
@@ -222,6 +227,46 @@ class JobContext:
         wake = datetime.fromisoformat(recorded)
         if wake > now:
             raise Sleeping(wake)
+
+    def wait_for(self, name: str, *, timeout: float, step: str | None = None) -> Any:
+        """The payload (JSON) of the signal ``name`` sent to this job (:meth:`leaseq.Queue.signal`,
+        ``leaseq signal``, ``leaseq.signal(...)`` in SQL), waiting for it durably for at most
+        ``timeout`` seconds (finite, at most 3650 days) from the first attempt that reached
+        this call.
+
+        A signal sent already (before the wait, too: it is kept) is returned at once and
+        recorded as the step ``<step>.signal``, so every later attempt gets the same payload.
+        Otherwise the deadline is recorded once, as the step ``step`` (by default the n-th
+        wait of the handler: ``leaseq.wait-<n>``), and the attempt ends by raising
+        :class:`Waiting`, which must propagate: the job is handed back holding nothing (no
+        lease, slot or unit of its key's limit), without spending an attempt, and shows what
+        it waits for; it is claimable again as soon as the signal is sent, or at the
+        deadline, when the handler runs again from the start. Run again after the deadline
+        with no signal, this raises :class:`leaseq.WaitTimedOut` (the job goes to dead unless
+        the handler catches it). Not for batch handlers."""
+        validation.signal_name("name", name)
+        validation.within_horizon("timeout", timeout)
+        now = self._database_now()
+        self._waits += 1
+        base = step or f"leaseq.wait-{self._waits}"
+        received = f"{base}.signal"
+        record = self._step_runner().recorded(received)
+        if record is not None:
+            payload = record.result
+        else:
+            found = self.step_call(StepOp.SIGNAL, (name,))
+            if found is None:
+                self._step_lease_lost(f"lease lost: signal {name!r} could not be read")
+                raise Interrupted(f"lease lost: signal {name!r} could not be read")
+            there, payload = found
+            if not there:
+                deadline = self.step(base, (now + timedelta(seconds=timeout)).isoformat)
+                until = datetime.fromisoformat(deadline)
+                if until > now:
+                    raise Waiting(name, until)
+                raise WaitTimedOut(self.job_id, name, deadline)
+        # Recorded once: every later attempt gets this payload back.
+        return self.step(received, lambda: payload)
 
     def _database_now(self) -> datetime:
         """The database's time now, near enough: the claim's (``clock_timestamp()`` when it

@@ -23,7 +23,14 @@ from typing import Any
 
 from leaseq.core.errors import NoHandler
 from leaseq.core.waiters import handler_running
-from leaseq.runtime.context import BackOff, Interrupted, PermanentError, Sleeping, StopReason
+from leaseq.runtime.context import (
+    BackOff,
+    Interrupted,
+    PermanentError,
+    Sleeping,
+    StopReason,
+    Waiting,
+)
 from leaseq.runtime.inflight import InFlight
 from leaseq.runtime.registry import ExceptionTypes, batch_results
 
@@ -49,6 +56,8 @@ class Ending(enum.StrEnum):
     BACK_OFF = "back_off"
     #: It slept (``ctx.sleep``): handed back, free, to run again at ``value`` (a datetime).
     SLEPT = "slept"
+    #: It waits for a signal (``ctx.wait_for``): handed back, free, ``value`` (name, deadline).
+    WAITING = "waiting"
     #: What ran it died (a child process killed or crashed); only a process executor says so.
     CRASHED = "crashed"
 
@@ -85,6 +94,8 @@ class HandlerOutcome:
         :class:`PermanentError` or one of the ``permanent`` types, ERROR for any other."""
         if isinstance(exc, Sleeping):
             return cls(Ending.SLEPT, exc.until, seconds=seconds)
+        if isinstance(exc, Waiting):
+            return cls(Ending.WAITING, (exc.name, exc.until), seconds=seconds)
         if isinstance(exc, BackOff):
             return cls(Ending.BACK_OFF, exc.seconds, error=exc.reason, seconds=seconds)
         if isinstance(exc, Interrupted):

@@ -38,3 +38,15 @@ class Sleeping(Interrupted):
     def __init__(self, until: datetime) -> None:
         super().__init__(f"sleeping until {until.isoformat()}")
         self.until = until
+
+
+class Waiting(Interrupted):
+    """Raised by ``ctx.wait_for`` (not by handlers) when the signal ``name`` has not been sent:
+    the attempt ends and the job is handed back without spending an attempt, holding
+    nothing, claimable again when the signal arrives or at ``until`` (the wait's deadline,
+    database time), when the handler runs again from the start. Let it propagate."""
+
+    def __init__(self, name: str, until: datetime) -> None:
+        super().__init__(f"waiting for signal {name!r} until {until.isoformat()}")
+        self.name = name
+        self.until = until

@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any
 
 from leaseq.core import validation
 from leaseq.core.cron import DEFAULT_CATCHUP_SECONDS
-from leaseq.core.errors import ConfigError, InvalidJob
+from leaseq.core.errors import ConfigError, InvalidJob, WaitTimedOut
 from leaseq.core.schedule_models import Overlap, ScheduleSpec
 from leaseq.core.schedules import check_spec
 from leaseq.runtime.handler_errors import Interrupted, PermanentError
@@ -49,8 +49,9 @@ ExceptionTypes = tuple[type[Exception], ...]
 
 #: What fails a job at once, in every registry: a handler's :class:`PermanentError`, and the
 #: :class:`InvalidJob` leaseq raises itself when an argument describing a job (a payload, a
-#: ``ctx.spawn``) is unusable. Retrying either runs the same code on the same input again.
-DEFAULT_PERMANENT: ExceptionTypes = (PermanentError, InvalidJob)
+#: ``ctx.spawn``) is unusable, and :class:`WaitTimedOut` (a wait for a signal whose deadline
+#: passed). Retrying any of them runs the same code on the same input again.
+DEFAULT_PERMANENT: ExceptionTypes = (PermanentError, InvalidJob, WaitTimedOut)
 
 
 @dataclass(frozen=True)

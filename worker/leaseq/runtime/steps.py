@@ -63,14 +63,15 @@ class Intent:
 
 
 class StepOp(enum.StrEnum):
-    """The store calls a step makes, and a stream's append (``ctx.emit``): a child process
-    asks its supervisor for each."""
+    """The store calls a step makes, a stream's append (``ctx.emit``) and a signal's read
+    (``ctx.wait_for``): a child process asks its supervisor for each."""
 
     LIST = "list"
     INTEND = "intend"
     RECORD = "record"
     WITHDRAW = "withdraw"
     EMIT = "emit"
+    SIGNAL = "signal"
 
 
 class StepStore(Protocol):
@@ -87,6 +88,8 @@ class StepStore(Protocol):
 
     def emit(self, lease: Lease, value: Any) -> int | None: ...
 
+    def signal_read(self, lease: Lease, name: str) -> tuple[bool, Any] | None: ...
+
 
 def dispatch(store: StepStore, lease: Lease, op: StepOp, args: tuple[Any, ...]) -> Any:
     """Run one step call on ``store`` for ``lease`` (a supervisor answering its child)."""
@@ -101,6 +104,9 @@ def dispatch(store: StepStore, lease: Lease, op: StepOp, args: tuple[Any, ...]) 
     if op is StepOp.EMIT:
         (value,) = args
         return store.emit(lease, value)
+    if op is StepOp.SIGNAL:
+        (name,) = args
+        return store.signal_read(lease, name)
     (name,) = args
     return store.step_withdraw(lease, name)
 
@@ -164,6 +170,11 @@ class Steps:
             self._call(StepOp.WITHDRAW, (name,))
             raise
         return self._record(name, result)
+
+    def recorded(self, name: str) -> StepRecord | None:
+        """Step ``name``'s record if it has an outcome (it does not count as run)."""
+        record = self._known().get(name)
+        return record if record is not None and record.recorded else None
 
     def _check_name(self, name: str) -> None:
         if not isinstance(name, str) or not 1 <= len(name) <= MAX_STEP_NAME:

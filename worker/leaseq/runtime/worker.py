@@ -411,6 +411,10 @@ class Worker:
                 elif outcome.ending is Ending.SLEPT:
                     sleep = partial(self.queue.sleep, attempt.job.lease, outcome.value)
                     self.settlement.settle(attempt, Call.RELEASE, sleep)
+                elif outcome.ending is Ending.WAITING:
+                    name, until = outcome.value
+                    wait = partial(self.queue.wait, attempt.job.lease, name, until)
+                    self.settlement.settle(attempt, Call.RELEASE, wait)
                 elif outcome.ending is Ending.INTERRUPTED:
                     # Free only while the worker shuts down; otherwise it counts (bounded).
                     release = partial(

@@ -9,6 +9,7 @@ from typing import Any, TypeVar
 
 import psycopg
 from psycopg.rows import DictRow, class_row, dict_row
+from psycopg.types.json import Jsonb
 
 from leaseq.core import moments
 from leaseq.core._store import statements
@@ -74,6 +75,12 @@ class AsyncStore:
             conn, "stream_read", {"id": job_id, "after": after, "limit": limit}, "read stream"
         )
         return stream_page(rows)
+
+    async def job_signal(self, conn: AsyncConn, job_id: int, name: str, payload: Any) -> DictRow:
+        """As :meth:`Store.job_signal`."""
+        params = {"id": job_id, "name": name, "payload": Jsonb(payload)}
+        [row] = await self._dicts(conn, "job_signal", params, "signal")
+        return row
 
     async def job_get(self, conn: AsyncConn, job_id: int) -> JobRecord | None:
         rows = await self._execute(

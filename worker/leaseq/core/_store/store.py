@@ -52,12 +52,14 @@ from leaseq.core.models import (
     Reaped,
     RetentionRule,
     RetryPolicy,
+    SignalRecord,
     SlotsClaim,
     StepRecord,
     StreamItem,
     StreamPage,
     UncertainStep,
     UnservedWork,
+    WaitingOn,
     WorkerRecord,
     WorkerState,
 )
@@ -634,6 +636,70 @@ class Store(Runner):
             "sleep",
         )
         return rows[0] if rows else None
+
+    def job_wait_lock(self, conn: Conn, lease: Lease, *, now: datetime | None = None) -> bool:
+        """Locks the held job's row (the hand-back's first statement); False when fenced."""
+        params = {"id": lease.job_id, "owner": lease.owner, "token": lease.token, "now": now}
+        return bool(self._dicts(conn, "job_wait_lock", params, "wait"))
+
+    def job_wait(
+        self,
+        conn: Conn,
+        lease: Lease,
+        *,
+        name: str,
+        until: datetime,
+        now: datetime | None = None,
+    ) -> DictRow | None:
+        """Row with ``id``, ``status``, ``available_at`` and ``signalled``; None when fenced."""
+        rows = self._dicts(
+            conn,
+            "job_wait",
+            {
+                "id": lease.job_id,
+                "owner": lease.owner,
+                "token": lease.token,
+                "started_at": lease.started_at,
+                "name": name,
+                "until": until,
+                "now": now,
+            },
+            "wait",
+        )
+        return rows[0] if rows else None
+
+    def signal_read(
+        self, conn: Conn, lease: Lease, name: str, *, now: datetime | None = None
+    ) -> DictRow | None:
+        """Row with ``found`` and ``payload``; None when the lease is not held."""
+        params = {
+            "id": lease.job_id,
+            "owner": lease.owner,
+            "token": lease.token,
+            "name": name,
+            "now": now,
+        }
+        rows = self._dicts(conn, "signal_read", params, "read signal")
+        return rows[0] if rows else None
+
+    def job_signal(self, conn: Conn, job_id: int, name: str, payload: Any) -> DictRow:
+        """Row with ``stored`` and ``waiting``."""
+        params = {"id": job_id, "name": name, "payload": Jsonb(payload)}
+        [row] = self._dicts(conn, "job_signal", params, "signal")
+        return row
+
+    def job_waiting_on(self, conn: Conn, job_id: int) -> WaitingOn | None:
+        rows = self._typed(conn, "job_waiting_on", {"id": job_id}, WaitingOn, "show job")
+        return rows[0] if rows else None
+
+    def signal_list(self, conn: Conn, job_id: int, *, limit: int) -> list[SignalRecord]:
+        params = {"id": job_id, "limit": limit}
+        return self._typed(conn, "signal_list", params, SignalRecord, "list signals")
+
+    def queue_signal_waits(self, conn: Conn, *, queues: Sequence[str] | None) -> dict[str, int]:
+        params = {"queues": None if queues is None else list(queues)}
+        rows = self._dicts(conn, "queue_signal_waits", params, "stats")
+        return {r["queue"]: int(r["waiting"]) for r in rows}
 
     def job_back_off(
         self,

@@ -1,0 +1,163 @@
+"""Cancelling a job cancels its unfinished descendants (spawned by it, or after it, at any
+depth), and cancelling a pipeline cancels all its unfinished jobs: pending, sleeping (pending
+until a later time), waiting and running alike, in one statement, each with its reason. Real
+PostgreSQL; the producer calls run through the sync and the asyncio face alike (``face``)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+from test_results import Face
+
+import leaseq
+from leaseq import Graph
+
+REASON = "user gave up"
+
+
+@pytest.fixture(params=["sync", "async"])
+def face(request: pytest.FixtureRequest, database_url: str) -> Iterator[Face]:
+    f = Face(request.param, database_url)
+    try:
+        yield f
+    finally:
+        f.close()
+
+
+def fan_out(queue: leaseq.Queue) -> tuple[int, dict[str, int], leaseq.ClaimedJob]:
+    """A root job that spawned, on completion: ``run`` (claimed: running), ``idle`` (pending),
+    ``nap`` (pending until an hour later, as a sleeping job is), ``after`` (waiting on
+    ``run``), and a grandchild ``deep`` spawned by ``idle``'s sibling ``mid`` (succeeded)."""
+    root = queue.enqueue("q", "root").job_id
+    (job,) = queue.claim(["q"], "w0", job_types=["root"])
+    g = Graph("fan-out")
+    run = g.add("q", "run", key="run")
+    g.add("q", "idle", key="idle")
+    g.add("q", "nap", key="nap", delay=3600)
+    g.add("q", "after", key="after", after=[run])
+    g.add("q", "mid", key="mid")
+    (done,) = queue.complete_many([job.lease], spawns=[g])
+    assert isinstance(done, leaseq.Completed)
+    (mid,) = queue.claim(["q"], "w1", job_types=["mid"])
+    deeper = Graph("deeper")
+    deeper.add("q", "deep", key="deep")
+    assert isinstance(queue.complete_many([mid.lease], spawns=[deeper])[0], leaseq.Completed)
+    pipeline_id = queue.links(mid.id, limit=0).pipeline_id
+    assert pipeline_id is not None
+    ids = {r["job_type"]: r["job_id"] for r in queue.pipeline_jobs(pipeline_id)}
+    (running,) = queue.claim(["q"], "w2", job_types=["run"])
+    return root, ids, running
+
+
+def test_cancelling_a_finished_root_cancels_every_unfinished_descendant(
+    face: Face, queue: leaseq.Queue
+) -> None:
+    root, ids, running = fan_out(queue)
+    before = {k: queue.get(i).status for k, i in ids.items()}
+    assert before == {
+        "run": "running",
+        "idle": "pending",
+        "nap": "pending",
+        "after": "waiting",
+        "mid": "succeeded",
+        "deep": "pending",
+    }
+    done = face.call("cancel", root, reason=REASON)
+    assert done == leaseq.Cancelled(root, False, "succeeded", descendants=5, running=1)
+    assert done.pending == 4
+    for kind in ("run", "idle", "nap", "after", "deep"):
+        record = queue.get(ids[kind])
+        assert record.status == "cancelled", kind
+        assert record.last_error == f"cancelled with ancestor job {root}: {REASON}"
+        assert record.last_error_code == "ANCESTOR_CANCELLED"
+    assert queue.get(ids["mid"]).status == "succeeded"
+    # The running one's attempt says why; its late completion is refused and spawns nothing.
+    [attempt] = queue.attempts(ids["run"])
+    assert (attempt.outcome, attempt.error) == (
+        "cancelled",
+        f"cancelled with ancestor job {root}: {REASON}",
+    )
+    late = Graph("late")
+    late.add("q", "late", key="late")
+    answer = queue.complete_many([running.lease], spawns=[late])[0]
+    assert answer == leaseq.Fenced(ids["run"], "complete", "cancelled")
+    assert queue.get(ids["run"]).result is None
+    assert queue.links(ids["run"], limit=10).children[0].job_id == ids["after"]
+    progress = queue.pipeline(queue.links(ids["run"], limit=0).pipeline_id or 0)
+    assert (progress.total, progress.succeeded, progress.cancelled) == (6, 1, 5)
+    assert progress.finished
+    # Nothing is left to cancel: a second call changes nothing.
+    assert face.call("cancel", root) == leaseq.Cancelled(root, False, "succeeded")
+
+
+def test_cancelling_a_middle_job_spares_its_ancestors_and_siblings(queue: leaseq.Queue) -> None:
+    root, ids, _ = fan_out(queue)
+    done = queue.cancel(ids["run"], reason=REASON)
+    assert done == leaseq.Cancelled(ids["run"], True, "running", descendants=1, running=1)
+    assert queue.get(ids["run"]).last_error == f"cancelled: {REASON}"
+    assert queue.get(ids["run"]).last_error_code == "CANCELLED"
+    assert queue.get(ids["after"]).last_error == (
+        f"cancelled with ancestor job {ids['run']}: {REASON}"
+    )
+    assert {queue.get(ids[k]).status for k in ("idle", "nap", "deep")} == {"pending"}
+    assert queue.get(root).status == "succeeded"
+
+
+def test_cancelling_a_pipeline_says_so_on_each_job(face: Face, queue: leaseq.Queue) -> None:
+    root, ids, running = fan_out(queue)
+    pipeline_id = queue.links(root, limit=0).pipeline_id
+    assert pipeline_id is None  # the spawns made a pipeline of their own
+    pipeline_id = queue.links(ids["run"], limit=0).pipeline_id
+    assert pipeline_id is not None
+    done = face.call("cancel_pipeline", pipeline_id, reason=REASON)
+    assert (done.cancelled, done.pending, done.running) == (5, 4, 1)
+    for kind in ("run", "idle", "nap", "after", "deep"):
+        record = queue.get(ids[kind])
+        assert (record.status, record.last_error, record.last_error_code) == (
+            "cancelled",
+            f"cancelled with pipeline {pipeline_id}: {REASON}",
+            "PIPELINE_CANCELLED",
+        )
+    assert queue.heartbeat(running.lease).job_status == "cancelled"
+
+
+def test_a_retry_of_a_dead_ancestor_does_not_bring_back_what_a_cancel_ended(
+    queue: leaseq.Queue,
+) -> None:
+    g = Graph("chain")
+    first = g.add("q", "first", key="first")
+    g.add("q", "second", key="second", after=[first])
+    made = queue.enqueue_graph(g)
+    (job,) = queue.claim(["q"], "w", job_types=["first"])
+    queue.fail(job.lease, error="boom", retryable=False)
+    assert queue.get(made["second"]).last_error_code == "PARENT_FAILED"
+    queue.retry_dead(made["first"])
+    assert queue.get(made["second"]).status == "waiting"  # the cascade's undo
+    queue.cancel(made["first"], reason=REASON)
+    assert queue.get(made["second"]).last_error_code == "ANCESTOR_CANCELLED"
+    # Cancelled is final: no retry of it, so nothing revives the descendant.
+    with pytest.raises(leaseq.JobStateError):
+        queue.retry_dead(made["first"])
+    assert queue.get(made["second"]).status == "cancelled"
+
+
+def test_ten_thousand_descendants_are_cancelled_in_one_call(
+    queue: leaseq.Queue, conn: leaseq.core.db.Conn
+) -> None:
+    """A fan-out of 10,000 jobs under one root and a merge after all of them: one statement
+    walks the edges (each job once) and cancels them all."""
+    root = queue.enqueue("q", "root").job_id
+    (job,) = queue.claim(["q"], "w0", job_types=["root"])
+    g = Graph("wide")
+    pages = [g.add("q", "page", {"i": i}, key=f"p{i}") for i in range(10_000)]
+    g.add("q", "merge", key="merge", after=pages)
+    assert isinstance(queue.complete_many([job.lease], spawns=[g])[0], leaseq.Completed)
+    claimed = queue.claim(["q"], "w1", job_types=["page"], limit=3)
+    done = queue.cancel(root, reason=REASON)
+    assert (done.descendants, done.running, done.pending) == (10_001, 3, 9_998)
+    row = conn.execute(
+        "SELECT count(*) FROM leaseq.jobs WHERE status <> 'cancelled' AND id <> %s", (root,)
+    ).fetchone()
+    assert row == (0,)
+    assert all(isinstance(queue.complete(c.lease), leaseq.Fenced) for c in claimed)

@@ -33,7 +33,7 @@ class StopReason(enum.Enum):
 
     #: The lease is gone (expired while the worker could not renew it, or taken over).
     LEASE_LOST = "lease_lost"
-    #: Someone ran ``leaseq cancel`` on the job.
+    #: The job was cancelled: ``leaseq cancel`` on it or on an ancestor, or its pipeline's.
     CANCELLED = "cancelled"
     #: The worker's drain window ended and the job was released to another worker.
     DRAINING = "draining"
@@ -348,6 +348,13 @@ class JobContext:
     @property
     def stop_reason(self) -> StopReason | None:
         return self._reason
+
+    @property
+    def cancelled(self) -> bool:
+        """True once the job was cancelled while this attempt ran (``leaseq cancel``, or a
+        cancel of its pipeline or of an ancestor job), seen at the worker's next lease
+        renewal: stop working; nothing the handler returns or spawns afterwards is written."""
+        return self._reason is StopReason.CANCELLED
 
     @property
     def draining(self) -> bool:

@@ -340,7 +340,7 @@ def test_cancel_pending_and_running(queue: leaseq.Queue) -> None:
     assert queue.get(running_id).status == "cancelled"
     # The refusals are the cancel reaching the worker: the attempt stays cancelled.
     [attempt] = queue.attempts(running_id)
-    assert (attempt.outcome, attempt.error) == ("cancelled", "cancelled: user asked")
+    assert (attempt.outcome, attempt.error) == ("cancelled", "user asked")
     with pytest.raises(leaseq.JobNotFound, match="job 999999"):
         queue.cancel(999999)
 

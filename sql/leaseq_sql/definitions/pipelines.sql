@@ -103,9 +103,10 @@ REVOKE ALL ON FUNCTION leaseq.pipeline_changed(leaseq.jobs, leaseq.jobs) FROM PU
 -- by them or enqueued after them), or, given a pipeline, every unfinished job of it. Waiting
 -- and pending jobs (a sleeping one is pending) never run; a running one's lease ends, so its
 -- worker's next heartbeat, step or completion is refused, and its attempt is recorded as
--- cancelled. Each job's last_error (and a running one's attempt) says why: the reason for a
--- job named, "cancelled with ancestor job N" for a descendant, "cancelled with pipeline N"
--- for a pipeline's, with " by <actor>" and ": <reason>" when given. cancelled_by stays NULL:
+-- cancelled. Each job's last_error (and a running one's attempt) says why: "cancelled with
+-- ancestor job N" for a descendant, "cancelled with pipeline N" for a pipeline's, "cancelled"
+-- for a job named, each with " by <actor>" and ": <reason>" when given (a job named without
+-- an actor: the reason alone, as before). cancelled_by stays NULL:
 -- a retry of an ancestor does not undo a cancel someone asked for. The walk visits each job
 -- once (UNION) through job_deps_pkey; rows are locked in id order. It runs with its caller's
 -- rights: who may not update a job (row level security, grants) cannot cancel it. Returns
@@ -132,10 +133,11 @@ target AS (
 cur AS (
     SELECT j.id, j.status, j.lease_owner, j.lease_token, j.attempt_count, j.started_at,
            target.root,
-           CASE WHEN target.root IS NULL THEN format('cancelled with pipeline %s', pipeline)
-                WHEN target.root = j.id THEN 'cancelled'
-                ELSE format('cancelled with ancestor job %s', target.root) END
-               || coalesce(' by ' || actor, '') || coalesce(': ' || reason, '') AS why,
+           CASE WHEN target.root = j.id AND actor IS NULL THEN coalesce(reason, 'cancelled')
+                ELSE CASE WHEN target.root IS NULL THEN format('cancelled with pipeline %s', pipeline)
+                          WHEN target.root = j.id THEN 'cancelled'
+                          ELSE format('cancelled with ancestor job %s', target.root) END
+                     || coalesce(' by ' || actor, '') || coalesce(': ' || reason, '') END AS why,
            CASE WHEN target.root IS NULL THEN 'PIPELINE_CANCELLED'
                 WHEN target.root = j.id THEN 'CANCELLED'
                 ELSE 'ANCESTOR_CANCELLED' END AS code

@@ -33,10 +33,11 @@ target AS (
 cur AS (
     SELECT j.id, j.status, j.lease_owner, j.lease_token, j.attempt_count, j.started_at,
            target.root,
-           CASE WHEN target.root IS NULL THEN format('cancelled with pipeline %s', pipeline)
-                WHEN target.root = j.id THEN 'cancelled'
-                ELSE format('cancelled with ancestor job %s', target.root) END
-               || coalesce(' by ' || actor, '') || coalesce(': ' || reason, '') AS why,
+           CASE WHEN target.root = j.id AND actor IS NULL THEN coalesce(reason, 'cancelled')
+                ELSE CASE WHEN target.root IS NULL THEN format('cancelled with pipeline %s', pipeline)
+                          WHEN target.root = j.id THEN 'cancelled'
+                          ELSE format('cancelled with ancestor job %s', target.root) END
+                     || coalesce(' by ' || actor, '') || coalesce(': ' || reason, '') END AS why,
            CASE WHEN target.root IS NULL THEN 'PIPELINE_CANCELLED'
                 WHEN target.root = j.id THEN 'CANCELLED'
                 ELSE 'ANCESTOR_CANCELLED' END AS code

@@ -375,9 +375,14 @@ class JobContext:
     # -- for the worker runtime -------------------------------------------------------
 
     def request_stop(self, reason: StopReason) -> None:
-        """Set the stop flag with ``reason`` (the first reason wins)."""
+        """Set the stop flag with ``reason``. The first reason wins, but for one case: a
+        refused step, stream item or checkpoint can only be read here as a lost lease, and
+        the worker's renewal then says whether the job was cancelled (the lease ended
+        because of it), so CANCELLED replaces LEASE_LOST."""
         with self._lock:
-            if self._reason is None:
+            if self._reason is None or (
+                self._reason is StopReason.LEASE_LOST and reason is StopReason.CANCELLED
+            ):
                 self._reason = reason
         self._stop.set()
 

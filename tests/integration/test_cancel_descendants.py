@@ -5,6 +5,7 @@ PostgreSQL; the producer calls run through the sync and the asyncio face alike (
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator
 
 import pytest
@@ -12,6 +13,7 @@ from test_results import Face
 
 import leaseq
 from leaseq import Graph
+from support.polling import wait_for
 
 REASON = "user gave up"
 
@@ -161,3 +163,43 @@ def test_ten_thousand_descendants_are_cancelled_in_one_call(
     ).fetchone()
     assert row == (0,)
     assert all(isinstance(queue.complete(c.lease), leaseq.Fenced) for c in claimed)
+
+
+def test_a_completion_that_commits_while_the_cancel_waits_loses_its_spawns(
+    queue: leaseq.Queue, database_url: str, conn: leaseq.core.db.Conn
+) -> None:
+    """The root completes (spawning a child) in a transaction that holds the root's row while
+    the cancel waits for it: the cancel's first pass could not see the child, its next pass
+    (a new snapshot) cancels it."""
+    root = queue.enqueue("q", "root").job_id
+    (job,) = queue.claim(["q"], "w0", job_types=["root"])
+    g = Graph("late spawn")
+    g.add("q", "child", key="child")
+    answers: list[leaseq.Cancelled] = []
+    with leaseq.connect(database_url, action="test") as completing:
+        completing.execute("BEGIN")
+        done = leaseq.Queue(completing).complete_many([job.lease], spawns=[g])[0]
+        assert isinstance(done, leaseq.Completed)  # written, not yet committed
+
+        def cancel() -> None:
+            with leaseq.connect(database_url, action="test") as own:
+                answers.append(leaseq.Queue(own).cancel(root, reason=REASON))
+
+        cancelling = threading.Thread(target=cancel)
+        cancelling.start()
+        wait_for(
+            lambda: (
+                conn.execute(
+                    "SELECT count(*) FROM pg_stat_activity"
+                    " WHERE wait_event_type = 'Lock' AND query LIKE '%%cancel_jobs%%'"
+                ).fetchone()
+                == (1,)
+            ),
+            "the cancel to wait for the root's row",
+        )
+        completing.execute("COMMIT")
+        cancelling.join(timeout=60)
+    assert not cancelling.is_alive()
+    [child] = queue.links(root, limit=10).children
+    assert answers == [leaseq.Cancelled(root, False, "succeeded", descendants=1)]
+    assert queue.get(child.job_id).status == "cancelled"

@@ -3,7 +3,8 @@
 --
 -- leaseq.cancel_jobs is the one cancel: the jobs named with every unfinished descendant
 -- (reached over job_deps, spawned or enqueued after them, transitively), or every unfinished
--- job of a pipeline, in one statement; each cancelled job's last_error says why ("cancelled
+-- job of a pipeline, in one short transaction (a pass repeats only for jobs a completion
+-- committed meanwhile spawned); each cancelled job's last_error says why ("cancelled
 -- with ancestor job N", "cancelled with pipeline N by console user X: reason"). job_cancel,
 -- pipeline_cancel, console_cancel and console_cancel_pipeline all call it; before, cancelling
 -- a pipeline's root left its spawned (pending or running) descendants running.
@@ -15,56 +16,70 @@ CREATE INDEX job_history_pipeline_idx ON leaseq.job_history (pipeline_id, id)
 
 CREATE OR REPLACE FUNCTION leaseq.cancel_jobs(job_ids bigint[], pipeline bigint, actor text, reason text, at timestamp with time zone)
  RETURNS TABLE(id bigint, previous_status text, ancestor bigint)
- LANGUAGE sql
+ LANGUAGE plpgsql
  SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
-WITH RECURSIVE tree (id, root) AS (
-    SELECT r, r FROM unnest(job_ids) AS r
-    UNION
-    SELECT d.child_id, tree.root FROM tree JOIN leaseq.job_deps d ON d.parent_id = tree.id
-),
-target AS (
-    -- A job under two of the jobs named is cancelled with the first.
-    SELECT tree.id, min(tree.root) AS root FROM tree GROUP BY tree.id
-    UNION ALL
-    SELECT j.id, NULL FROM leaseq.jobs j
-     WHERE j.pipeline_id = pipeline AND j.status IN ('waiting', 'pending', 'running')
-),
-cur AS (
-    SELECT j.id, j.status, j.lease_owner, j.lease_token, j.attempt_count, j.started_at,
-           target.root,
-           CASE WHEN target.root = j.id AND actor IS NULL THEN coalesce(reason, 'cancelled')
-                ELSE CASE WHEN target.root IS NULL THEN format('cancelled with pipeline %s', pipeline)
-                          WHEN target.root = j.id THEN 'cancelled'
-                          ELSE format('cancelled with ancestor job %s', target.root) END
-                     || coalesce(' by ' || actor, '') || coalesce(': ' || reason, '') END AS why,
-           CASE WHEN target.root IS NULL THEN 'PIPELINE_CANCELLED'
-                WHEN target.root = j.id THEN 'CANCELLED'
-                ELSE 'ANCESTOR_CANCELLED' END AS code
-      FROM leaseq.jobs j JOIN target ON target.id = j.id
-     WHERE j.status IN ('waiting', 'pending', 'running')
-     ORDER BY j.id
-       FOR UPDATE OF j
-),
-cancelled AS (
-    UPDATE leaseq.jobs j
-       SET status = 'cancelled', finished_at = at, lease_expires_at = NULL,
-           last_error = cur.why, last_error_code = cur.code
-      FROM cur
-     WHERE j.id = cur.id
-    RETURNING j.id
-),
-attempt AS (
-    INSERT INTO leaseq.job_attempts (job_id, attempt, lease_token, worker, started_at, ended_at,
-                                     outcome, error)
-    SELECT cur.id, cur.attempt_count, cur.lease_token, cur.lease_owner, cur.started_at, at,
-           'cancelled', cur.why
-      FROM cur JOIN cancelled USING (id)
-     WHERE cur.status = 'running'
-    -- An attempt a refused call already ended on an expired lease stays fenced.
-    ON CONFLICT (job_id, lease_token) DO NOTHING
-)
-SELECT cur.id, cur.status::text, cur.root FROM cur JOIN cancelled USING (id) ORDER BY cur.id;
+#variable_conflict use_column
+DECLARE
+    passes integer := 0;
+    found_now bigint;
+BEGIN
+    LOOP
+        passes := passes + 1;
+        RETURN QUERY
+        WITH RECURSIVE tree (id, root) AS (
+            SELECT r, r FROM unnest(job_ids) AS r
+            UNION
+            SELECT d.child_id, tree.root FROM tree JOIN leaseq.job_deps d ON d.parent_id = tree.id
+        ),
+        target AS (
+            -- A job under two of the jobs named is cancelled with the first.
+            SELECT tree.id, min(tree.root) AS root FROM tree GROUP BY tree.id
+            UNION ALL
+            SELECT j.id, NULL FROM leaseq.jobs j
+             WHERE j.pipeline_id = pipeline AND j.status IN ('waiting', 'pending', 'running')
+        ),
+        cur AS (
+            SELECT j.id, j.status, j.lease_owner, j.lease_token, j.attempt_count, j.started_at,
+                   target.root,
+                   CASE WHEN target.root = j.id AND actor IS NULL THEN coalesce(reason, 'cancelled')
+                        ELSE CASE WHEN target.root IS NULL THEN format('cancelled with pipeline %s', pipeline)
+                                  WHEN target.root = j.id THEN 'cancelled'
+                                  ELSE format('cancelled with ancestor job %s', target.root) END
+                             || coalesce(' by ' || actor, '') || coalesce(': ' || reason, '') END AS why,
+                   CASE WHEN target.root IS NULL THEN 'PIPELINE_CANCELLED'
+                        WHEN target.root = j.id THEN 'CANCELLED'
+                        ELSE 'ANCESTOR_CANCELLED' END AS code
+              FROM leaseq.jobs j JOIN target ON target.id = j.id
+             WHERE j.status IN ('waiting', 'pending', 'running')
+             ORDER BY j.id
+               FOR UPDATE OF j
+        ),
+        cancelled AS (
+            UPDATE leaseq.jobs j
+               SET status = 'cancelled', finished_at = at, lease_expires_at = NULL,
+                   last_error = cur.why, last_error_code = cur.code
+              FROM cur
+             WHERE j.id = cur.id
+            RETURNING j.id
+        ),
+        attempt AS (
+            INSERT INTO leaseq.job_attempts (job_id, attempt, lease_token, worker, started_at, ended_at,
+                                             outcome, error)
+            SELECT cur.id, cur.attempt_count, cur.lease_token, cur.lease_owner, cur.started_at, at,
+                   'cancelled', cur.why
+              FROM cur JOIN cancelled USING (id)
+             WHERE cur.status = 'running'
+            -- An attempt a refused call already ended on an expired lease stays fenced.
+            ON CONFLICT (job_id, lease_token) DO NOTHING
+        )
+        SELECT cur.id, cur.status::text, cur.root FROM cur JOIN cancelled USING (id) ORDER BY cur.id;
+        GET DIAGNOSTICS found_now = ROW_COUNT;
+        -- The first pass may find nothing only because a completion ended the job it waited
+        -- for: the second always runs.
+        EXIT WHEN (found_now = 0 AND passes >= 2) OR passes = 3;
+    END LOOP;
+END
 $function$
 ;
 

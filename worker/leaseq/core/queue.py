@@ -1114,7 +1114,7 @@ class Queue:
 
     def cancel(self, job_id: int, *, reason: str | None = None) -> Cancelled:
         """Cancel a job (waiting, pending or running) with every unfinished descendant (the
-        jobs it spawned or that were enqueued after it, transitively), in one statement:
+        jobs it spawned or that were enqueued after it, transitively), in one short transaction:
         those not started never run; running ones are fenced (their workers' next heartbeat,
         step or completion is refused, their handlers see ``ctx.cancelled``; a late
         completion writes nothing and spawns nothing). Each records why (``reason``; its
@@ -1132,7 +1132,7 @@ class Queue:
     # -- pipelines ------------------------------------------------------------------------
 
     def cancel_pipeline(self, pipeline_id: int, *, reason: str | None = None) -> PipelineCancelled:
-        """Cancel every unfinished job of a pipeline, in one statement: waiting and pending
+        """Cancel every unfinished job of a pipeline, in one short transaction: waiting and pending
         ones (sleeping ones too) never run, running ones are fenced (their workers' next call
         is refused and their handlers see ``ctx.cancelled``). Each records why ("cancelled
         with pipeline <id>: <reason>"). Not undone by a retry."""

@@ -13,6 +13,7 @@ from test_results import Face
 
 import leaseq
 from leaseq import Graph
+from leaseq.cli.main import main
 from support.polling import wait_for
 
 REASON = "user gave up"
@@ -203,3 +204,28 @@ def test_a_completion_that_commits_while_the_cancel_waits_loses_its_spawns(
     [child] = queue.links(root, limit=10).children
     assert answers == [leaseq.Cancelled(root, False, "succeeded", descendants=1)]
     assert queue.get(child.job_id).status == "cancelled"
+
+
+def test_the_cli_says_how_many_were_cancelled_pending_and_running(
+    queue: leaseq.Queue, database_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    root, ids, _ = fan_out(queue)
+    db = ("--database-url", database_url)
+    assert main(["cancel", str(ids["run"]), "--reason", REASON, *db]) == 0
+    assert capsys.readouterr().out == (
+        f"job {ids['run']} cancelled (was running) with 1 unfinished descendant(s):"
+        " 1 pending, 1 running, now fenced\n"
+    )
+    assert main(["cancel", str(root), *db]) == 0
+    assert capsys.readouterr().out == (
+        f"job {root} was already succeeded; its 3 unfinished descendant(s) cancelled:"
+        " 3 pending, 0 running, now fenced\n"
+    )
+    assert main(["cancel", str(root), *db]) == 1
+    assert "nothing changed" in capsys.readouterr().out
+    pipeline_id = queue.links(ids["run"], limit=0).pipeline_id
+    assert main(["pipelines", "cancel", str(pipeline_id), *db]) == 0
+    assert capsys.readouterr().out == (
+        f"pipeline {pipeline_id}: 0 unfinished job(s) cancelled"
+        " (0 pending, 0 running, now fenced)\n"
+    )

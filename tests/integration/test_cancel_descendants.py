@@ -10,6 +10,8 @@ from collections.abc import Iterator
 
 import pytest
 from test_results import Face
+from test_roles import Roles, as_role
+from test_roles import roles as roles
 
 import leaseq
 from leaseq import Graph
@@ -229,3 +231,24 @@ def test_the_cli_says_how_many_were_cancelled_pending_and_running(
         f"pipeline {pipeline_id}: 0 unfinished job(s) cancelled"
         " (0 pending, 0 running, now fenced)\n"
     )
+
+
+def test_the_operator_cancels_a_producers_root_with_what_workers_spawned_a_producer_cannot(
+    roles: Roles,
+) -> None:
+    with as_role(roles, "producer") as p, as_role(roles, "worker") as w:
+        producer, worker = leaseq.Queue(p), leaseq.Queue(w)
+        root = producer.enqueue("q", "root").job_id
+        (job,) = worker.claim(["q"], "w", job_types=["root"])
+        g = Graph("spawned")
+        g.add("q", "page", key="page")
+        assert isinstance(worker.complete_many([job.lease], spawns=[g])[0], leaseq.Completed)
+        (page,) = worker.claim(["q"], "w", job_types=["page"])
+        # The same rules as before: a producer's role may not cancel, even its own job.
+        with pytest.raises(leaseq.LeaseqError, match="permission denied"):
+            producer.cancel(root, reason=REASON)
+        assert worker.get(page.id).status == "running"
+    with as_role(roles, "operator") as o:
+        done = leaseq.Queue(o).cancel(root, reason=REASON)
+        assert done == leaseq.Cancelled(root, False, "succeeded", descendants=1, running=1)
+        assert leaseq.Queue(o).get(page.id).last_error_code == "ANCESTOR_CANCELLED"

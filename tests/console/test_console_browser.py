@@ -264,6 +264,13 @@ def test_open_and_cancel_a_pipeline_in_a_real_browser(
             page.wait_for_selector("#pipeline-counters")
             assert page.inner_text("#count-cancelled") == "4"
             assert page.inner_text("#pipeline-state") == "finished"
+            # Each cancelled job says why, on the pipeline's page and on its own.
+            why = page.inner_text(f'#pipeline-jobs tr[data-job="{made["merge"]}"] td.why')
+            assert f"cancelled with pipeline {made.pipeline_id} by console user" in why
+            assert why.endswith(": customer withdrew"), why
+            page.click(f'#pipeline-jobs tr[data-job="{made["merge"]}"] a')
+            page.wait_for_selector("#job-status")
+            assert "customer withdrew" in page.inner_text("main")
             page.goto(console.base + "/audit")
             assert "customer withdrew" in page.inner_text("#audit")
             browser.close()

@@ -7,6 +7,7 @@ for a read-only role."""
 
 from __future__ import annotations
 
+from datetime import timedelta
 from typing import Any
 
 import psycopg
@@ -15,8 +16,10 @@ from starlette.testclient import TestClient
 import leaseq
 from leaseq import Graph
 from leaseq.core.console import Console
+from leaseq.core.history import History
 from leaseq.core.models import JobStatus
 from support.consoledb import ConsoleDb, grant_readonly, post
+from support.dbtime import db_now
 
 
 def ocr_graph(pages: int, name: str = "doc", queue: str = "ocr") -> Graph:
@@ -263,10 +266,16 @@ def test_cancel_pipeline_cancels_what_the_cli_cancels_and_is_audited(
         q = leaseq.Queue(conn)
         done = q.cancel_pipeline(cli_made.pipeline_id, reason="user gave up")
         assert (done.cancelled, done.running) == (4, 1)
-        # The same jobs in the same states, columns and attempt records as the CLI's cancel.
-        assert _state(conn, [console_made[k] for k in keys]) == _state(
-            conn, [cli_made[k] for k in keys]
-        )
+        # The same jobs in the same states, columns and attempt records as the CLI's cancel;
+        # the reasons say who cancelled.
+        console_state = _state(conn, [console_made[k] for k in keys])
+        cli_state = _state(conn, [cli_made[k] for k in keys])
+        assert [s[:4] + s[5:] for s in console_state] == [s[:4] + s[5:] for s in cli_state]
+        why = "cancelled with pipeline {}{}: user gave up"
+        assert [s[4] for s in console_state[1:]] == [
+            why.format(console_made.pipeline_id, " by console user local")
+        ] * 4
+        assert [s[4] for s in cli_state[1:]] == [why.format(cli_made.pipeline_id, "")] * 4
         # The running holder is fenced.
         assert isinstance(q.complete(console_running.lease, {}), leaseq.Fenced)
         a, b = (q.pipeline(m.pipeline_id) for m in (console_made, cli_made))
@@ -293,6 +302,11 @@ def test_cancel_pipeline_cancels_what_the_cli_cancels_and_is_audited(
     after = client.get(f"/pipelines/{console_made.pipeline_id}").text
     assert 'id="cancel-pipeline"' not in after
     assert _jobs(after) == sorted(console_made[k] for k in keys)
+    shown_why = after.split(f'data-job="{console_made["merge"]}"')[1].split("</tr>")[0]
+    assert "PIPELINE_CANCELLED" in shown_why
+    assert why.format(console_made.pipeline_id, " by console user local") in shown_why
+    merge_page = client.get(f"/jobs/{console_made['merge']}").text
+    assert why.format(console_made.pipeline_id, " by console user local") in merge_page
     del cli_running
 
 
@@ -363,13 +377,62 @@ def test_cancel_a_waiting_job_from_its_page(console_db: ConsoleDb, client_for) -
     client: TestClient = client_for(console_db.admin_url)
     assert 'id="cancel-form"' in client.get(f"/jobs/{made['merge']}").text
     answer = post(client, f"/jobs/{made['merge']}/cancel", {"reason": "not needed"})
-    assert "1 of 1 job(s) cancelled" in answer.text, answer.text
+    assert "1 of 1 job(s) cancelled, and 1 unfinished descendant(s)" in answer.text, answer.text
     with leaseq.connect(console_db.owner_url, action="test") as conn:
         q = leaseq.Queue(conn)
         assert q.get(made["merge"]).status == "cancelled"
-        assert q.get(made["embed"]).status == "cancelled"  # its descendant, by the trigger
+        assert q.get(made["embed"]).status == "cancelled"  # its descendant
         assert q.get(made["page-0"]).status == "pending"
         audit = conn.execute("SELECT action, job_ids FROM leaseq.console_audit").fetchall()
-    assert audit == [("cancel", [made["merge"]])]
+    assert audit == [("cancel", [made["merge"], made["embed"]])]
     embed = client.get(f"/jobs/{made['embed']}").text
-    assert f'href="/jobs/{made["merge"]}"' in embed.split('id="cancelled-by"')[1].split("</td>")[0]
+    assert f"cancelled with ancestor job {made['merge']} by console user local: not needed" in embed
+
+
+def test_cancelling_a_finished_root_from_its_page_ends_its_running_descendants(
+    console_db: ConsoleDb, client_for
+) -> None:
+    """A root that spawned and finished: its page offers to cancel what it started, and the
+    pages of its descendants and their pipeline say why they ended."""
+    with leaseq.connect(console_db.owner_url, action="test") as conn:
+        q = leaseq.Queue(conn)
+        root = q.enqueue("ocr", "split", {}).job_id
+        (split,) = q.claim(["ocr"], owner="w-1", lease_seconds=30)
+        g = Graph("pages")
+        pages = [g.add("ocr", "page", {"page": n}, name=f"page-{n}") for n in range(2)]
+        g.add("ocr", "merge", name="merge", after=pages)
+        assert isinstance(q.complete_many([split.lease], spawns=[g])[0], leaseq.Completed)
+        (running,) = q.claim(["ocr"], owner="w-1", lease_seconds=30)
+        pipeline_id = q.links(running.id, limit=0).pipeline_id
+    client: TestClient = client_for(console_db.admin_url)
+    page = client.get(f"/jobs/{root}").text
+    assert "Cancel its unfinished descendants" in page
+    answer = post(client, f"/jobs/{root}/cancel", {"reason": "wrong file"})
+    assert "0 of 1 job(s) cancelled, and 3 unfinished descendant(s)" in answer.text, answer.text
+    why = f"cancelled with ancestor job {root} by console user local: wrong file"
+    with leaseq.connect(console_db.owner_url, action="test") as conn:
+        q = leaseq.Queue(conn)
+        assert isinstance(q.complete(running.lease, {}), leaseq.Fenced)
+        [attempt] = q.attempts(running.id)
+        assert (attempt.outcome, attempt.error) == ("cancelled", why)
+    assert why in client.get(f"/jobs/{running.id}").text
+    listed = client.get(f"/pipelines/{pipeline_id}").text
+    assert listed.count(why) == 3 and listed.count("ANCESTOR_CANCELLED") == 3
+
+
+def test_a_finished_pipeline_moved_to_history_still_lists_its_jobs(
+    console_db: ConsoleDb, client_for
+) -> None:
+    with leaseq.connect(console_db.owner_url, action="test") as conn:
+        q = leaseq.Queue(conn)
+        made = q.enqueue_graph(ocr_graph(2))
+        q.cancel_pipeline(made.pipeline_id, reason="not needed")
+        history = History(conn)
+        soon = db_now(conn) + timedelta(seconds=10)
+        history.ensure_partitions(ahead=2, timeout=10, now=soon)
+        assert history.move(hot_retention=1, batch=100, timeout=10, now=soon).moved == 4
+    client: TestClient = client_for(console_db.admin_url)
+    page = client.get(f"/pipelines/{made.pipeline_id}").text
+    assert _jobs(page) == sorted(made[k] for k in ("page-0", "page-1", "merge", "embed"))
+    assert page.count("(history)") == 4
+    assert page.count(f"cancelled with pipeline {made.pipeline_id}: not needed") == 4

@@ -332,7 +332,7 @@ def test_cancel_pending_and_running(queue: leaseq.Queue) -> None:
     assert job.id == running_id
     assert queue.cancel(pending) == leaseq.Cancelled(pending, True, "pending")
     assert queue.cancel(running_id, reason="user asked") == leaseq.Cancelled(
-        running_id, True, "running"
+        running_id, True, "running", running=1
     )
     assert queue.cancel(running_id) == leaseq.Cancelled(running_id, False, "cancelled")
     assert queue.heartbeat(job.lease).status is HeartbeatStatus.LOST
@@ -359,7 +359,9 @@ def test_a_running_job_whose_refused_renewal_found_its_lease_expired_can_be_canc
     assert attempt.outcome == "fenced"
     assert attempt.error is not None and "lease of token 1 expired at" in attempt.error
     assert "not current" not in attempt.error
-    assert queue.cancel(job_id, reason="stuck") == leaseq.Cancelled(job_id, True, "running")
+    assert queue.cancel(job_id, reason="stuck") == leaseq.Cancelled(
+        job_id, True, "running", running=1
+    )
     assert queue.get(job_id).status == "cancelled"
     # The attempt ended when its worker was told it had lost the lease; the cancel keeps that.
     assert [a.outcome for a in queue.attempts(job_id)] == ["fenced"]

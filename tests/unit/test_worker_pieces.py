@@ -229,6 +229,18 @@ def test_context_progress_is_versioned_and_the_first_stop_reason_wins() -> None:
     assert ctx.wait(10) is True  # returns at once once stopped
     with pytest.raises(Interrupted, match="timed_out"):
         ctx.raise_if_stopped()
+    ctx.request_stop(StopReason.CANCELLED)
+    assert ctx.stop_reason is StopReason.TIMED_OUT and not ctx.cancelled
+
+
+def test_a_lease_seen_lost_by_a_step_turns_out_cancelled_at_the_renewal() -> None:
+    ctx = context()
+    ctx.request_stop(StopReason.LEASE_LOST)  # a step call was refused
+    assert not ctx.cancelled
+    ctx.request_stop(StopReason.CANCELLED)  # the heartbeat: the job was cancelled
+    assert ctx.cancelled and ctx.stop_reason is StopReason.CANCELLED
+    ctx.request_stop(StopReason.LEASE_LOST)
+    assert ctx.cancelled
 
 
 def started(timeout: float, sent_at: float, received_at: float) -> InFlight:

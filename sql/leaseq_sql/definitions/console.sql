@@ -39,9 +39,10 @@ BEGIN
 END
 $fn$;
 
--- Cancels jobs through the console (at most 1000 per call), a waiting job too, as `leaseq
--- cancel` does (its waiting descendants follow, by the pipelines trigger, with cancelled_by
--- naming it); one audit row names the jobs cancelled. Returns their ids.
+-- Cancels jobs through the console (at most 1000 per call), waiting, pending or running, each
+-- with every unfinished descendant (leaseq.cancel_jobs: "cancelled by console user <actor>:
+-- <reason>", "cancelled with ancestor job N by console user ..."); one audit row names the
+-- jobs cancelled. Returns their ids.
 CREATE OR REPLACE FUNCTION leaseq.console_cancel(job_ids bigint[], actor text, reason text, filter jsonb DEFAULT NULL)
 RETURNS TABLE (id bigint)
 LANGUAGE plpgsql
@@ -55,39 +56,19 @@ BEGIN
         RAISE EXCEPTION 'at most 1000 jobs per console action, % given', cardinality(job_ids)
             USING ERRCODE = '22023';
     END IF;
-    WITH cur AS (
-        SELECT j.id, j.status, j.lease_owner, j.lease_token, j.attempt_count, j.started_at
-          FROM leaseq.jobs j
-         WHERE j.id = ANY(job_ids) AND j.status IN ('waiting', 'pending', 'running')
-           FOR UPDATE
-    ),
-    cancelled AS (
-        UPDATE leaseq.jobs j
-           SET status = 'cancelled', finished_at = now(), lease_expires_at = NULL,
-               last_error = reason
-          FROM cur
-         WHERE j.id = cur.id
-        RETURNING j.id
-    ),
-    attempt AS (
-        INSERT INTO leaseq.job_attempts (job_id, attempt, lease_token, worker, started_at, ended_at, outcome, error)
-        SELECT cur.id, cur.attempt_count, cur.lease_token, cur.lease_owner, cur.started_at, now(), 'cancelled', reason
-          FROM cur JOIN cancelled USING (id)
-         WHERE cur.status = 'running'
-        ON CONFLICT (job_id, lease_token) DO NOTHING
-    )
-    SELECT coalesce(array_agg(c.id ORDER BY c.id), '{}') INTO done FROM cancelled c;
+    SELECT coalesce(array_agg(c.id ORDER BY c.id), '{}') INTO done
+      FROM leaseq.cancel_jobs(job_ids, NULL, format('console user %s', actor), reason, now()) c;
     INSERT INTO leaseq.console_audit (actor, action, job_ids, asked, reason, filter)
     VALUES (actor, 'cancel', done, coalesce(cardinality(job_ids), 0), reason, filter);
     RETURN QUERY SELECT unnest(done);
 END
 $fn$;
 
--- Cancels every unfinished job of a pipeline, as pipeline_cancel does (same rows, same
--- columns set, same attempt rows), with one audit row naming the jobs cancelled (filter:
--- {"pipeline_id": id}). No cap on the number of jobs: `leaseq pipelines cancel` has none,
--- and a partial cancel would leave a pipeline half running. Returns how many jobs were
--- cancelled and how many of them were running.
+-- Cancels every unfinished job of a pipeline, as pipeline_cancel does (leaseq.cancel_jobs:
+-- "cancelled with pipeline N by console user <actor>: <reason>"), with one audit row naming
+-- the jobs cancelled (filter: {"pipeline_id": id}). No cap on the number of jobs: `leaseq
+-- pipelines cancel` has none, and a partial cancel would leave a pipeline half running.
+-- Returns how many jobs were cancelled and how many of them were running.
 CREATE OR REPLACE FUNCTION leaseq.console_cancel_pipeline(pipeline bigint, actor text, reason text)
 RETURNS TABLE (cancelled bigint, running bigint)
 LANGUAGE plpgsql
@@ -101,34 +82,11 @@ BEGIN
     IF NOT EXISTS (SELECT 1 FROM leaseq.pipelines p WHERE p.id = pipeline) THEN
         RAISE EXCEPTION 'no pipeline %', pipeline USING ERRCODE = '22023';
     END IF;
-    WITH t AS (SELECT now() AS now),
-    cur AS (
-        SELECT j.id, j.status, j.lease_owner, j.lease_token, j.attempt_count, j.started_at
-          FROM leaseq.jobs j
-         WHERE j.pipeline_id = pipeline AND j.status IN ('waiting', 'pending', 'running')
-         ORDER BY j.id
-           FOR UPDATE
-    ),
-    c AS (
-        UPDATE leaseq.jobs j
-           SET status = 'cancelled', finished_at = t.now, lease_expires_at = NULL,
-               last_error = coalesce(reason, 'pipeline cancelled'), last_error_code = 'PIPELINE_CANCELLED'
-          FROM cur, t
-         WHERE j.id = cur.id
-        RETURNING j.id
-    ),
-    attempt AS (
-        INSERT INTO leaseq.job_attempts (job_id, attempt, lease_token, worker, started_at, ended_at, outcome, error)
-        SELECT cur.id, cur.attempt_count, cur.lease_token, cur.lease_owner, cur.started_at, t.now,
-               'cancelled', coalesce(reason, 'pipeline cancelled')
-          FROM cur JOIN c USING (id), t
-         WHERE cur.status = 'running'
-        ON CONFLICT (job_id, lease_token) DO NOTHING
-    )
-    SELECT coalesce(array_agg(cur.id ORDER BY cur.id), '{}'),
-           count(*) FILTER (WHERE cur.status = 'running')
+    SELECT coalesce(array_agg(c.id ORDER BY c.id), '{}'),
+           count(*) FILTER (WHERE c.previous_status = 'running')
       INTO done, n_running
-      FROM cur JOIN c USING (id);
+      FROM leaseq.cancel_jobs('{}'::bigint[], pipeline, format('console user %s', actor), reason,
+                              now()) c;
     INSERT INTO leaseq.console_audit (actor, action, job_ids, asked, reason, filter)
     VALUES (actor, 'cancel_pipeline', done, cardinality(done), reason,
             jsonb_build_object('pipeline_id', pipeline));

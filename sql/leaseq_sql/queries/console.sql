@@ -474,15 +474,32 @@ SELECT p.id, p.name, p.created_at, p.total, p.succeeded, p.dead, p.cancelled, p.
  WHERE p.id = %(id)s;
 
 -- name: console_pipeline_jobs
--- A keyset page of a pipeline's jobs in the hot table, finished or not (ids above %(after)s, in id order), of status %(status)s (all when NULL): the next %(window)s of its jobs (a range of jobs_pipeline_idx; unfiltered, the next %(limit)s) looked at, at most %(limit)s matching shown; one row even when none matches (id NULL), with the last id looked at and how many were looked at (the next page's cursor when the window filled).
-WITH w AS (
-    SELECT j.id, j.queue, j.job_type, j.status::text AS status, j.deps_left, j.attempt_count,
-           j.lease_owner, j.created_at, j.finished_at, j.last_error_code
-      FROM leaseq.jobs j
-     WHERE j.pipeline_id = %(id)s AND j.id > %(after)s
-     ORDER BY j.id
-     -- Unfiltered, the page is the window.
-     LIMIT CASE WHEN %(status)s::text IS NULL THEN least(%(limit)s, %(window)s) ELSE %(window)s END
+-- A keyset page of a pipeline's jobs, finished or not, in the hot table and in history (ids above %(after)s, in id order), of status %(status)s (all when NULL): the next %(window)s of its jobs (ranges of jobs_pipeline_idx and job_history_pipeline_idx; unfiltered, the next %(limit)s) looked at, at most %(limit)s matching shown, each with why it ended (last_error, at most 300 characters); one row even when none matches (id NULL), with the last id looked at and how many were looked at (the next page's cursor when the window filled).
+WITH span AS (
+    -- Unfiltered, the page is the window.
+    SELECT CASE WHEN %(status)s::text IS NULL THEN least(%(limit)s, %(window)s) ELSE %(window)s END AS n
+),
+w AS (
+    SELECT u.* FROM (
+        (SELECT j.id, j.queue, j.job_type, j.status::text AS status, j.deps_left, j.attempt_count,
+                j.lease_owner, j.created_at, j.finished_at, j.last_error_code,
+                left(j.last_error, 300) AS last_error, 'hot'::text AS place
+           FROM leaseq.jobs j
+          WHERE j.pipeline_id = %(id)s AND j.id > %(after)s
+          ORDER BY j.id
+          LIMIT (SELECT n FROM span))
+        UNION ALL
+        -- A job is in one of the two (the mover deletes and inserts in one statement).
+        (SELECT h.id, h.queue, h.job_type, h.status::text, h.deps_left, h.attempt_count,
+                h.lease_owner, h.created_at, h.finished_at, h.last_error_code,
+                left(h.last_error, 300), 'history'
+           FROM leaseq.job_history h
+          WHERE h.pipeline_id = %(id)s AND h.id > %(after)s
+          ORDER BY h.id
+          LIMIT (SELECT n FROM span))
+    ) u
+     ORDER BY u.id
+     LIMIT (SELECT n FROM span)
 ),
 m AS (
     SELECT w.* FROM w

@@ -358,32 +358,10 @@ SELECT a.outcome::text AS outcome, j.status::text AS status, j.available_at,
  WHERE a.job_id = %(id)s AND a.lease_token = %(token)s;
 
 -- name: job_cancel
--- Cancels a pending or running job (a running holder is fenced from then on); returns its previous status, nothing if it was not unfinished.
-WITH t AS (SELECT coalesce(%(now)s::timestamptz, now()) AS now),
-cur AS (
-    SELECT j.id, j.status, j.lease_owner, j.lease_token, j.attempt_count, j.started_at
-      FROM leaseq.jobs j
-     WHERE j.id = %(id)s AND j.status IN ('pending', 'running')
-       FOR UPDATE
-),
-cancelled AS (
-    UPDATE leaseq.jobs j
-       SET status = 'cancelled', finished_at = t.now, lease_expires_at = NULL,
-           last_error = coalesce(%(reason)s, j.last_error)
-      FROM cur, t
-     WHERE j.id = cur.id
-    RETURNING j.id
-),
-attempt AS (
-    INSERT INTO leaseq.job_attempts (job_id, attempt, lease_token, worker, started_at, ended_at, outcome, error)
-    SELECT cur.id, cur.attempt_count, cur.lease_token, cur.lease_owner, cur.started_at, t.now, 'cancelled', %(reason)s
-      FROM cur, t, cancelled
-     WHERE cur.status = 'running' AND cancelled.id = cur.id
-    -- A refused call on an expired lease not yet reaped already ended this attempt (fenced):
-    -- that record stays.
-    ON CONFLICT (job_id, lease_token) DO NOTHING
-)
-SELECT cur.id, cur.status::text AS previous_status FROM cur JOIN cancelled USING (id);
+-- Cancels a job (waiting, pending or running: a running holder is fenced from then on) with every unfinished descendant, in one call of leaseq.cancel_jobs; returns each job cancelled, its previous status and the job named (ancestor).
+SELECT c.id, c.previous_status, c.ancestor
+  FROM leaseq.cancel_jobs(ARRAY[%(id)s]::bigint[], NULL, NULL, %(reason)s,
+                          coalesce(%(now)s::timestamptz, now())) c;
 
 -- name: job_retry_dead
 -- Brings a dead job back to pending now with a fresh budget of attempts, keeping its id, token and attempt history.

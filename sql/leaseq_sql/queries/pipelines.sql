@@ -94,43 +94,11 @@ SELECT d.child_id AS job_id, c.job_type, c.status::text AS status, d.after
 -- A job's pipeline, unmet parent count and the job whose failure cancelled it, if any.
 SELECT j.id, j.pipeline_id, j.deps_left, j.cancelled_by FROM leaseq.jobs j WHERE j.id = %(id)s;
 
--- name: job_cancel_waiting
--- Cancels a waiting job (its waiting descendants follow, by the trigger); returns its id, nothing if it was not waiting.
-UPDATE leaseq.jobs j
-   SET status = 'cancelled', finished_at = coalesce(%(now)s::timestamptz, now()),
-       last_error = coalesce(%(reason)s, j.last_error)
- WHERE j.id = %(id)s AND j.status = 'waiting'
-RETURNING j.id;
-
 -- name: pipeline_cancel
--- Cancels every unfinished job of a pipeline (waiting, pending, running: a running holder is fenced from then on, its attempt recorded as cancelled); returns how many and how many were running.
-WITH t AS (SELECT coalesce(%(now)s::timestamptz, now()) AS now),
-cur AS (
-    SELECT j.id, j.status, j.lease_owner, j.lease_token, j.attempt_count, j.started_at
-      FROM leaseq.jobs j
-     WHERE j.pipeline_id = %(id)s AND j.status IN ('waiting', 'pending', 'running')
-     ORDER BY j.id
-       FOR UPDATE
-),
-cancelled AS (
-    UPDATE leaseq.jobs j
-       SET status = 'cancelled', finished_at = t.now, lease_expires_at = NULL,
-           last_error = coalesce(%(reason)s, 'pipeline cancelled'), last_error_code = 'PIPELINE_CANCELLED'
-      FROM cur, t
-     WHERE j.id = cur.id
-    RETURNING j.id
-),
-attempt AS (
-    INSERT INTO leaseq.job_attempts (job_id, attempt, lease_token, worker, started_at, ended_at, outcome, error)
-    SELECT cur.id, cur.attempt_count, cur.lease_token, cur.lease_owner, cur.started_at, t.now,
-           'cancelled', coalesce(%(reason)s, 'pipeline cancelled')
-      FROM cur JOIN cancelled USING (id), t
-     WHERE cur.status = 'running'
-    -- As job_cancel: an attempt a refused call already ended on an expired lease stays fenced.
-    ON CONFLICT (job_id, lease_token) DO NOTHING
-)
-SELECT count(*) AS cancelled, count(*) FILTER (WHERE cur.status = 'running') AS running
-  FROM cur JOIN cancelled USING (id);
+-- Cancels every unfinished job of a pipeline (waiting, pending, running: a running holder is fenced from then on, its attempt recorded as cancelled) in one call of leaseq.cancel_jobs; returns how many and how many were running.
+SELECT count(*) AS cancelled, count(*) FILTER (WHERE c.previous_status = 'running') AS running
+  FROM leaseq.cancel_jobs('{}'::bigint[], %(id)s, NULL, %(reason)s,
+                          coalesce(%(now)s::timestamptz, now())) c;
 
 -- name: pipeline_get
 -- One pipeline's progress: a primary-key lookup.

@@ -400,12 +400,21 @@ def retry(args: argparse.Namespace) -> int:
 def cancel(args: argparse.Namespace) -> int:
     with connect_for(args, "cancel") as conn:
         result = Queue(conn).cancel(args.job_id, reason=args.reason)
+    counts = f"{result.pending} pending, {result.running} running, now fenced"
     if result.cancelled:
-        text = f"job {args.job_id} cancelled (was {result.previous_status})"
+        text = (
+            f"job {args.job_id} cancelled (was {result.previous_status}) with "
+            f"{result.descendants} unfinished descendant(s): {counts}"
+        )
+    elif result.descendants:
+        text = (
+            f"job {args.job_id} was already {result.previous_status}; its "
+            f"{result.descendants} unfinished descendant(s) cancelled: {counts}"
+        )
     else:
         text = f"job {args.job_id} was already {result.previous_status}; nothing changed"
     say(args, result, text)
-    return 0 if result.cancelled else 1
+    return 0 if result.cancelled or result.descendants else 1
 
 
 def signal(args: argparse.Namespace) -> int:
@@ -560,7 +569,11 @@ def add_commands(sub: Any) -> None:
     p.add_argument("job_id", type=int)
     p.add_argument("--attempts", type=int, help="attempts to grant (default: its original budget)")
 
-    p = command("cancel", "cancel a waiting, pending or running job", cancel)
+    p = command(
+        "cancel",
+        "cancel a waiting, pending or running job with its unfinished descendants",
+        cancel,
+    )
     p.add_argument("job_id", type=int)
     p.add_argument("--reason")
 

@@ -112,7 +112,7 @@ def cancel(args: argparse.Namespace) -> int:
         args,
         done,
         f"pipeline {done.pipeline_id}: {done.cancelled} unfinished job(s) cancelled "
-        f"({done.running} running, now fenced)",
+        f"({done.pending} pending, {done.running} running, now fenced)",
     )
     return 0
 

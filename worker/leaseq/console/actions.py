@@ -27,16 +27,25 @@ class Actions:
         self.render = render
 
     def _acted(
-        self, request: Request, action: str, asked: int, done: list[int], back: str
+        self, request: Request, action: str, asked: list[int], done: list[int], back: str
     ) -> Response:
         log.info(
             "console action",
             extra={"actor": request.state.actor, "action": action, "jobs": len(done)},
         )
+        # A cancel takes the jobs' unfinished descendants with them: counted apart.
+        mine = len(set(done) & set(asked))
         return self.render(
             request,
             "done.html",
-            {"action": action, "asked": asked, "done": done, "back": back},
+            {
+                "action": action,
+                "asked": len(asked),
+                "done": done,
+                "mine": mine,
+                "descendants": len(done) - mine,
+                "back": back,
+            },
         )
 
     async def job(self, request: Request) -> Response:
@@ -46,10 +55,10 @@ class Actions:
         reason, actor = form.get("reason", ""), request.state.actor
         if action == "retry":
             done = self.console.retry_dead([job_id], actor=actor, reason=reason)
-            return self._acted(request, "retried", 1, done, f"jobs/{job_id}")
+            return self._acted(request, "retried", [job_id], done, f"jobs/{job_id}")
         if action == "cancel":
             done = self.console.cancel([job_id], actor=actor, reason=reason)
-            return self._acted(request, "cancelled", 1, done, f"jobs/{job_id}")
+            return self._acted(request, "cancelled", [job_id], done, f"jobs/{job_id}")
         return self.render(
             request, "error.html", {"title": "No such action", "message": action}, 404
         )
@@ -67,7 +76,7 @@ class Actions:
             filter={k: v for k, v in filters.items() if v is not None},
         )
         back = "dead?" + urlencode({k: v for k, v in filters.items() if v})
-        return self._acted(request, "retried", len(selection.ids), done, back)
+        return self._acted(request, "retried", selection.ids, done, back)
 
     async def cancel_pending(self, request: Request) -> Response:
         form = await form_of(request)
@@ -80,7 +89,7 @@ class Actions:
             filter={"queue": queue, "job_type": job_type, "status": "pending"},
         )
         back = "jobs?" + urlencode({"queue": queue or "", "status": "pending"})
-        return self._acted(request, "cancelled", len(selection.ids), done, back)
+        return self._acted(request, "cancelled", selection.ids, done, back)
 
     async def pipeline_cancel(self, request: Request) -> Response:
         pipeline_id = int(request.path_params["pipeline_id"])

@@ -31,12 +31,14 @@ from leaseq.core.models import (
     JobOutcome,
     JobRecord,
     JobStatus,
+    PipelineCancelled,
     PipelineOutcome,
     PipelineRecord,
     Signalled,
     StepRecord,
     StreamItem,
     UncertainStep,
+    cancelled_of,
 )
 from leaseq.core.queue import (
     JOIN_PIPELINE,
@@ -192,6 +194,16 @@ class AsyncQueue:
                     await asyncio.wait_for(woken.wait(), min(left, poll))
                 woken.clear()
 
+    async def cancel_pipeline(
+        self, pipeline_id: int, *, reason: str | None = None
+    ) -> PipelineCancelled:
+        """As :meth:`leaseq.Queue.cancel_pipeline`."""
+        async with aborrow(self._db, "cancel") as c:
+            if await self._store.pipeline_get(c, pipeline_id) is None:
+                raise JobStateError(f"pipeline {pipeline_id} does not exist; check the id")
+            row = await self._store.pipeline_cancel(c, pipeline_id, reason=reason)
+        return PipelineCancelled(pipeline_id, int(row["cancelled"]), int(row["running"]))
+
     async def enqueue_many(
         self, jobs: Iterable[JobSpec], *, conn: AsyncConn | None = None
     ) -> list[Enqueued]:
@@ -271,15 +283,13 @@ class AsyncQueue:
     async def cancel(self, job_id: int, *, reason: str | None = None) -> Cancelled:
         """As :meth:`leaseq.Queue.cancel`."""
         async with aborrow(self._db, "cancel") as c:
-            previous = await self._store.job_cancel(c, job_id, reason=reason)
-            if previous is not None:
-                return Cancelled(job_id, True, previous)
-            if await self._store.job_cancel_waiting(c, job_id, reason=reason):
-                return Cancelled(job_id, True, JobStatus.WAITING)
+            reached = await self._store.job_cancel(c, job_id, reason=reason)
+            if any(r.job_id == job_id for r in reached):
+                return cancelled_of(job_id, reached, JobStatus.CANCELLED)
             record = await self._store.job_get(c, job_id)
         if record is None:
             raise JobNotFound(job_id)
-        return Cancelled(job_id, False, record.status)
+        return cancelled_of(job_id, reached, record.status)
 
     async def retry_dead(self, job_id: int, *, attempts: int | None = None) -> int:
         """As :meth:`leaseq.Queue.retry_dead`."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import enum
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -291,14 +292,50 @@ class Reaped:
 
 @dataclass(frozen=True)
 class Cancelled:
-    """A cancel request's outcome: ``cancelled`` is False when the job had already finished."""
+    """A cancel request's outcome: ``cancelled`` is False when the job had already finished
+    (its unfinished descendants are cancelled all the same); ``descendants``: how many of
+    them were cancelled with it; ``running``: how many of all those cancelled were running
+    (their holders are fenced)."""
 
     job_id: int
     cancelled: bool
     previous_status: JobStatus
+    descendants: int = 0
+    running: int = 0
 
     def __post_init__(self) -> None:
         _as(JobStatus, self, "previous_status")
+
+    @property
+    def pending(self) -> int:
+        """How many of those cancelled had not started (waiting or pending)."""
+        return int(self.cancelled) + self.descendants - self.running
+
+
+@dataclass(frozen=True)
+class CancelledJob:
+    """One job a cancel reached: its previous status, and the job named whose cancel reached
+    it (None: a pipeline's cancel)."""
+
+    job_id: int
+    previous_status: JobStatus
+    ancestor: int | None
+
+    def __post_init__(self) -> None:
+        _as(JobStatus, self, "previous_status")
+
+
+def cancelled_of(job_id: int, reached: Sequence[CancelledJob], status: JobStatus) -> Cancelled:
+    """The outcome of cancelling ``job_id``, from the jobs the statement reached and the job's
+    status when it was not among them."""
+    mine = next((r for r in reached if r.job_id == job_id), None)
+    return Cancelled(
+        job_id,
+        mine is not None,
+        mine.previous_status if mine is not None else status,
+        descendants=len(reached) - (mine is not None),
+        running=sum(r.previous_status is JobStatus.RUNNING for r in reached),
+    )
 
 
 @dataclass(frozen=True)
@@ -815,3 +852,8 @@ class PipelineCancelled:
     pipeline_id: int
     cancelled: int
     running: int
+
+    @property
+    def pending(self) -> int:
+        """How many of those cancelled had not started (waiting or pending)."""
+        return self.cancelled - self.running

@@ -92,6 +92,7 @@ from leaseq.core.models import (
     UncertainStep,
     UnservedWork,
     WaitingOn,
+    cancelled_of,
 )
 from leaseq.core.redact import redact
 
@@ -1190,24 +1191,29 @@ class Queue:
         return vacuumed or None
 
     def cancel(self, job_id: int, *, reason: str | None = None) -> Cancelled:
-        """Cancel a pending or running job. A running job's worker is fenced from now on."""
+        """Cancel a job (waiting, pending or running) with every unfinished descendant (the
+        jobs it spawned or that were enqueued after it, transitively), in one short transaction:
+        those not started never run; running ones are fenced (their workers' next heartbeat,
+        step or completion is refused, their handlers see ``ctx.cancelled``; a late
+        completion writes nothing and spawns nothing). Each records why (``reason``; its
+        descendants "cancelled with ancestor job <id>: <reason>"). A finished job's
+        unfinished descendants are cancelled all the same. Not undone by a retry."""
         with borrow(self._db, "cancel") as c:
-            previous = self._store.job_cancel(c, job_id, reason=reason)
-            if previous is not None:
-                return Cancelled(job_id, True, previous)
-            if self._store.job_cancel_waiting(c, job_id, reason=reason):
-                return Cancelled(job_id, True, JobStatus.WAITING)
+            reached = self._store.job_cancel(c, job_id, reason=reason)
+            if any(r.job_id == job_id for r in reached):
+                return cancelled_of(job_id, reached, JobStatus.CANCELLED)
             record = self._store.job_get(c, job_id)
         if record is None:
             raise JobNotFound(job_id)
-        return Cancelled(job_id, False, record.status)
+        return cancelled_of(job_id, reached, record.status)
 
     # -- pipelines ------------------------------------------------------------------------
 
     def cancel_pipeline(self, pipeline_id: int, *, reason: str | None = None) -> PipelineCancelled:
-        """Cancel every unfinished job of a pipeline, in one statement: waiting and pending
-        ones never run, running ones are fenced (their workers' next call is refused and
-        their handlers told to stop). Not undone by a retry."""
+        """Cancel every unfinished job of a pipeline, in one short transaction: waiting and pending
+        ones (sleeping ones too) never run, running ones are fenced (their workers' next call
+        is refused and their handlers see ``ctx.cancelled``). Each records why ("cancelled
+        with pipeline <id>: <reason>"). Not undone by a retry."""
         with borrow(self._db, "cancel") as c:
             if self._store.pipeline_get(c, pipeline_id) is None:
                 raise JobStateError(f"pipeline {pipeline_id} does not exist; check the id")

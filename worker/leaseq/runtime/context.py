@@ -34,7 +34,7 @@ class StopReason(enum.Enum):
 
     #: The lease is gone (expired while the worker could not renew it, or taken over).
     LEASE_LOST = "lease_lost"
-    #: Someone ran ``leaseq cancel`` on the job.
+    #: The job was cancelled: ``leaseq cancel`` on it or on an ancestor, or its pipeline's.
     CANCELLED = "cancelled"
     #: The worker's drain window ended and the job was released to another worker.
     DRAINING = "draining"
@@ -401,6 +401,13 @@ class JobContext:
         return self._reason
 
     @property
+    def cancelled(self) -> bool:
+        """True once the job was cancelled while this attempt ran (``leaseq cancel``, or a
+        cancel of its pipeline or of an ancestor job), seen at the worker's next lease
+        renewal: stop working; nothing the handler returns or spawns afterwards is written."""
+        return self._reason is StopReason.CANCELLED
+
+    @property
     def draining(self) -> bool:
         """True once the worker is shutting down: finish soon, or checkpoint and raise
         :class:`Interrupted`; at the end of the drain window the job is released."""
@@ -419,9 +426,14 @@ class JobContext:
     # -- for the worker runtime -------------------------------------------------------
 
     def request_stop(self, reason: StopReason) -> None:
-        """Set the stop flag with ``reason`` (the first reason wins)."""
+        """Set the stop flag with ``reason``. The first reason wins, but for one case: a
+        refused step, stream item or checkpoint can only be read here as a lost lease, and
+        the worker's renewal then says whether the job was cancelled (the lease ended
+        because of it), so CANCELLED replaces LEASE_LOST."""
         with self._lock:
-            if self._reason is None:
+            if self._reason is None or (
+                self._reason is StopReason.LEASE_LOST and reason is StopReason.CANCELLED
+            ):
                 self._reason = reason
         self._stop.set()
 

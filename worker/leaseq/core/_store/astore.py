@@ -17,9 +17,9 @@ from leaseq.core._store.runner import Params
 from leaseq.core._store.store import enqueue_params, json_param, outcome, stream_page
 from leaseq.core.errors import translate
 from leaseq.core.models import (
+    CancelledJob,
     JobOutcome,
     JobRecord,
-    JobStatus,
     PipelineRecord,
     StepRecord,
     StreamPage,
@@ -134,12 +134,12 @@ class AsyncStore:
 
     async def job_cancel(
         self, conn: AsyncConn, job_id: int, *, reason: str | None
-    ) -> JobStatus | None:
-        """The previous status when cancelled; None when the job was not unfinished."""
+    ) -> list[CancelledJob]:
+        """As :meth:`leaseq.core._store.store.Store.job_cancel`."""
         rows = await self._dicts(
             conn, "job_cancel", {"id": job_id, "reason": reason, "now": None}, "cancel"
         )
-        return JobStatus(rows[0]["previous_status"]) if rows else None
+        return [CancelledJob(r["id"], r["previous_status"], r["ancestor"]) for r in rows]
 
     async def job_retry_dead(
         self, conn: AsyncConn, job_id: int, *, attempts: int | None
@@ -186,9 +186,12 @@ class AsyncStore:
     async def queues_wake(self, conn: AsyncConn, queues: Sequence[str]) -> None:
         await self._dicts(conn, "queues_wake", {"queues": list(queues)}, "enqueue")
 
-    async def job_cancel_waiting(self, conn: AsyncConn, job_id: int, *, reason: str | None) -> bool:
-        params = {"id": job_id, "reason": reason, "now": None}
-        return bool(await self._dicts(conn, "job_cancel_waiting", params, "cancel"))
+    async def pipeline_cancel(
+        self, conn: AsyncConn, pipeline_id: int, *, reason: str | None
+    ) -> DictRow:
+        params = {"id": pipeline_id, "reason": reason, "now": None}
+        rows = await self._dicts(conn, "pipeline_cancel", params, "cancel")
+        return rows[0]
 
     async def pipeline_sinks(
         self, conn: AsyncConn, pipeline_id: int, *, limit: int

@@ -27,6 +27,7 @@ from leaseq.core.models import (
     AttemptOutcome,
     AttemptRecord,
     Call,
+    CancelledJob,
     ClaimedJob,
     ClaimRequest,
     ClaimTable,
@@ -211,7 +212,7 @@ def graph_rows(
         "priorities": [n.priority for n in nodes],
         "max_attempts": [n.max_attempts for n in nodes],
         "run_ats": [n.run_at for n in nodes],
-        "delays": [n.delay for n in nodes],
+        "delays": [float(n.delay) for n in nodes],  # an int among floats cannot be dumped
         "timeouts": [n.timeout for n in nodes],
         "idempotency_keys": [n.idempotency_key for n in nodes],
         # A node left at INHERIT takes the spawner's key, read by the insert itself.
@@ -783,12 +784,13 @@ class Store(Runner):
 
     def job_cancel(
         self, conn: Conn, job_id: int, *, reason: str | None, now: datetime | None = None
-    ) -> JobStatus | None:
-        """The previous status when cancelled; None when the job was not unfinished."""
+    ) -> list[CancelledJob]:
+        """Every job cancelled: the job itself if it was unfinished, and its unfinished
+        descendants."""
         rows = self._dicts(
             conn, "job_cancel", {"id": job_id, "reason": reason, "now": now}, "cancel"
         )
-        return JobStatus(rows[0]["previous_status"]) if rows else None
+        return [CancelledJob(r["id"], r["previous_status"], r["ancestor"]) for r in rows]
 
     def job_retry_dead(
         self, conn: Conn, job_id: int, *, attempts: int | None, now: datetime | None = None
@@ -1260,14 +1262,6 @@ class Store(Runner):
             more_parents=len(parents) > limit,
             more_children=len(children) > limit,
         )
-
-    def job_cancel_waiting(
-        self, conn: Conn, job_id: int, *, reason: str | None, now: datetime | None = None
-    ) -> bool:
-        rows = self._dicts(
-            conn, "job_cancel_waiting", {"id": job_id, "reason": reason, "now": now}, "cancel"
-        )
-        return bool(rows)
 
     def pipeline_cancel(
         self, conn: Conn, pipeline_id: int, *, reason: str | None, now: datetime | None = None

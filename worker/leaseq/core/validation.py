@@ -60,8 +60,8 @@ def json_value(field: str, value: Any, *, limit: int = MAX_PAYLOAD_BYTES) -> Any
 
 
 def non_negative(field: str, value: float) -> float:
-    if not isinstance(value, int | float) or isinstance(value, bool) or not _finite(value):
-        raise InvalidJob(field, f"must be a finite number, got {_number(value)}")
+    if not finite_number(value):
+        raise InvalidJob(field, f"must be a finite number, got {number_text(value)}")
     if value < 0:
         raise InvalidJob(field, f"must not be negative, got {value}")
     return float(value)
@@ -141,20 +141,23 @@ def flow_key(field: str, value: str | None) -> str | None:
     return value
 
 
-def _finite(value: float) -> bool:
-    """True for a number a float (PostgreSQL's double precision) holds: an int beyond one
-    is not, and ``math.isfinite`` would raise OverflowError on it."""
+def finite_number(value: object) -> bool:
+    """True for an int or float (not a bool) that a float (PostgreSQL's double precision)
+    holds: not NaN or an infinity, and not an int beyond a float's range (on which
+    ``math.isfinite`` would raise OverflowError). Never raises."""
     if isinstance(value, float):
         return math.isfinite(value)
+    if not isinstance(value, int) or isinstance(value, bool):
+        return False
     return abs(value) <= sys.float_info.max
 
 
-def _number(value: object) -> str:
+def number_text(value: object) -> str:
     """``value`` as the error shows it: a non-finite float spelt as PostgreSQL spells it
     (NaN, Infinity, -Infinity), so Python and ``leaseq.enqueue`` say the same words; an int
     too large for a float by its size (its digits may be too many for ``repr``)."""
     if isinstance(value, float) and not math.isfinite(value):
         return "NaN" if math.isnan(value) else ("Infinity" if value > 0 else "-Infinity")
-    if isinstance(value, int) and not isinstance(value, bool) and not _finite(value):
+    if isinstance(value, int) and not isinstance(value, bool) and not finite_number(value):
         return f"an integer of {value.bit_length()} bits"
     return repr(value)

@@ -123,8 +123,9 @@ def _seconds(
     maximum: float = math.inf,
 ) -> float:
     value = spec.get(field, defaults[field])
-    if not isinstance(value, int | float) or isinstance(value, bool) or not math.isfinite(value):
-        raise InvalidSpec(f"{where}.{field} must be a number of seconds, got {value!r}")
+    if not validation.finite_number(value):
+        shown = validation.number_text(value)
+        raise InvalidSpec(f"{where}.{field} must be a number of seconds, got {shown}")
     if value < 0 or (positive and value == 0):
         bound = "greater than 0" if positive else "at least 0"
         raise InvalidSpec(f"{where}.{field} must be {bound}, got {value}")

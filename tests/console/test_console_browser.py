@@ -2,8 +2,8 @@
 downloaded): load the overview, filter the jobs, open a dead job, retry it, and see a real
 worker process make it succeed; open a pipeline, a job of it, and cancel the pipeline; follow
 a finished pipeline's dead count to its dead job; see a silent worker's held unit on the Flow
-page; open a job stopped at an uncertain step; a read-only console role gets a clear refusal
-in the page.
+page; open a job stopped at an uncertain step and settle it with its result; a read-only
+console role gets a clear refusal in the page.
 A screenshot of each page is written under the test's tmp path (and LEASEQ_ARTIFACTS_DIR
 when set)."""
 
@@ -178,9 +178,36 @@ def test_a_job_stopped_at_an_uncertain_step_in_a_real_browser(
             command = page.inner_text("#resolve-command")
             assert f"leaseq steps resolve {job} publish --retry" in command
             page.screenshot(path=artifacts / "job-step-uncertain.png", full_page=True)
+
+            # Not JSON: the page says so and nothing is written.
+            page.fill("#resolve-result", "{url: 'https://blog.example/p/1'}")
+            page.fill("#resolve-reason", "published, checked the blog")
+            page.click("#resolve-result-button")
+            page.wait_for_selector("#refusal")
+            assert "invalid result: is not JSON" in page.inner_text("#refusal")
+            page.screenshot(path=artifacts / "job-step-bad-json.png", full_page=True)
+            page.go_back()
+
+            page.fill("#resolve-result", '{"url": "https://blog.example/p/1"}')
+            page.fill("#resolve-reason", "published, checked the blog")
+            page.click("#resolve-result-button")
+            page.wait_for_selector("#done")
+            assert "1 of 1 job(s) resumed (step 'publish' recorded)" in page.inner_text("#done")
+            page.screenshot(path=artifacts / "job-step-resolved.png", full_page=True)
+            page.click("#back")
+            page.wait_for_selector("#job-steps")
+            assert page.inner_text("#job-status") == "pending"
+            assert page.locator("#resolve-step-form").count() == 0
+            publish = page.inner_text('#job-steps tr[data-step="publish"]')
+            assert "recorded, resolved by local" in publish and "blog.example/p/1" in publish
+            page.goto(console.base + "/audit")
+            assert "published, checked the blog" in page.inner_text("#audit")
             browser.close()
     finally:
         console.stop()
+    with leaseq.connect(console_db.owner_url, action="test") as conn:
+        [step] = [s for s in leaseq.Queue(conn).steps(job) if s.name == "publish"]
+    assert step.result == {"url": "https://blog.example/p/1"} and step.resolved_by == "local"
 
 
 def test_a_read_only_console_refuses_in_the_page(

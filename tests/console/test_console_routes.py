@@ -421,3 +421,119 @@ def test_the_console_cancels_a_job_whose_refused_renewal_found_its_lease_expired
         for job_id in (alone, made["page"]):
             assert q.get(job_id).status == "cancelled"
             assert [a.outcome for a in q.attempts(job_id)] == ["fenced"]
+
+
+def _uncertain_job(db: ConsoleDb) -> int:
+    """A job stopped dead at its uncertain step "bill card" (StepUncertain)."""
+    with leaseq.connect(db.owner_url, action="test") as conn:
+        q = leaseq.Queue(conn)
+        job = q.enqueue("q", "agent", {}).job_id
+        stop_uncertain(q, conn, context(q, claim_one(q)), "bill card")
+    return job
+
+
+def _step_and_audit(db: ConsoleDb, job: int) -> tuple[tuple[object, ...], list[tuple[object, ...]]]:
+    with psycopg.connect(db.owner_url) as conn:
+        step = conn.execute(
+            "SELECT j.status, s.finished_at IS NOT NULL, s.lease_token IS NOT NULL, s.result,"
+            " s.resolved_by, s.resolve_reason FROM leaseq.jobs j"
+            " JOIN leaseq.job_steps s ON s.job_id = j.id AND s.name = 'bill card'"
+            " WHERE j.id = %s",
+            (job,),
+        ).fetchone()
+        audit = conn.execute(
+            "SELECT actor, db_role, action, job_ids, asked, reason, filter"
+            " FROM leaseq.console_audit ORDER BY id"
+        ).fetchall()
+    assert step is not None
+    return step, audit
+
+
+def test_settle_an_uncertain_step_with_its_result(console_db: ConsoleDb, client_for) -> None:
+    """The job page's form records the step's result as the console user, through the
+    same function as `leaseq steps resolve`, audits it, and the job is pending again."""
+    job = _uncertain_job(console_db)
+    client: TestClient = client_for(console_db.admin_url)
+    page = client.get(f"/jobs/{job}").text
+    form = page[page.index(f'action="/jobs/{job}/steps/resolve" id="resolve-step-form"') :]
+    form = form.split("</form>")[0]
+    assert 'name="step" value="bill card"' in form
+    sent = {"step": "bill card", "settle": "result", "result": '{"charged": "by hand"}'}
+    answer = post(client, f"/jobs/{job}/steps/resolve", {**sent, "reason": "the bank says paid"})
+    assert answer.status_code == 200, answer.text
+    assert "1 of 1 job(s) resumed (step &#39;bill card&#39; recorded)" in answer.text
+    step, audit = _step_and_audit(console_db, job)
+    assert step == ("pending", True, True, {"charged": "by hand"}, "local", "the bank says paid")
+    assert audit == [
+        (
+            "local",
+            console_db.admin_role,
+            "resolve_step",
+            [job],
+            1,
+            "the bank says paid",
+            {"step": "bill card", "retry": False},
+        )
+    ]
+    page = client.get(f"/jobs/{job}").text
+    assert 'id="resolve-step-form"' not in page
+    assert "recorded, resolved by local" in page
+    # Settled already: nothing more is settled, and the audit says so.
+    again = post(client, f"/jobs/{job}/steps/resolve", {**sent, "reason": "twice"})
+    assert "0 of 1 job(s) resumed" in again.text, again.text
+    assert _step_and_audit(console_db, job)[0] == step
+
+
+def test_settle_an_uncertain_step_to_run_again(console_db: ConsoleDb, client_for) -> None:
+    job = _uncertain_job(console_db)
+    client: TestClient = client_for(console_db.admin_url)
+    # The retry button sends the (empty) result box too: it is not read.
+    form = {"step": "bill card", "settle": "retry", "result": "", "reason": "not in the ledger"}
+    answer = post(client, f"/jobs/{job}/steps/resolve", form)
+    assert "1 of 1 job(s) resumed (step &#39;bill card&#39; to run again)" in answer.text
+    step, audit = _step_and_audit(console_db, job)
+    assert step == ("pending", False, False, None, "local", "not in the ledger")
+    assert audit[0][2:] == (
+        "resolve_step",
+        [job],
+        1,
+        "not in the ledger",
+        {"step": "bill card", "retry": True},
+    )
+
+
+@pytest.mark.parametrize(
+    ("form", "complaint"),
+    [
+        ({"settle": "result", "result": "{paid"}, "invalid result: is not JSON (Expecting"),
+        ({"settle": "result", "result": ""}, "invalid result: is not JSON"),
+        ({"settle": "result", "result": "[" * 100_000}, "invalid result: nests too deeply"),
+        # Under the form's 1 MiB a field (each 1E2 and its comma, %2C, are 6 bytes posted),
+        # over it as JSON (each is 100.0 and a comma and a space).
+        (
+            {"settle": "result", "result": "[" + ",".join(["1E2"] * 170_000) + "]"},
+            "is 1190000 bytes as JSON; the limit is 1048576",
+        ),
+        (
+            {"settle": "result", "result": '"' + "x" * 1_048_576 + '"'},
+            "invalid form: is refused: Field exceeded maximum size of 1024KB.",
+        ),
+        ({"settle": "result", "result": "NaN"}, "step &#39;bill card&#39; result"),
+        ({"settle": "maybe", "result": "1"}, "invalid settle: must be result or retry"),
+        ({"settle": "retry", "step": "x" * 201}, "invalid step: must be a name of 1-200"),
+        ({"settle": "retry", "reason": " "}, "say why"),
+    ],
+)
+def test_a_bad_settlement_is_refused_and_writes_nothing(
+    console_db: ConsoleDb, client_for, form: dict[str, str], complaint: str
+) -> None:
+    job = _uncertain_job(console_db)
+    before = _step_and_audit(console_db, job)
+    client: TestClient = client_for(console_db.admin_url)
+    answer = post(
+        client, f"/jobs/{job}/steps/resolve", {"step": "bill card", "reason": "r", **form}
+    )
+    assert answer.status_code == 400, answer.text
+    assert complaint in answer.text and "Traceback" not in answer.text
+    assert _step_and_audit(console_db, job) == before
+    assert before[0][0] == "dead" and before[1] == []

@@ -20,7 +20,9 @@ from leaseq.console import BasicAuth, LocalOnly, ProxyAuth, create_app
 from leaseq.console.settings import ConsoleSettings
 from leaseq.console.throttle import FailedLogins
 from leaseq.core.errors import ConfigError
-from support.consoledb import ConsoleDb, make_dead, post
+from support.consoledb import ConsoleDb, grant_readonly, make_dead, post
+from support.dbtime import claim_one
+from support.steps import context, stop_uncertain
 
 LOCAL = ("127.0.0.1", 50000)
 BASE = "http://127.0.0.1:8089"  # what a browser on this machine sends as Host
@@ -213,6 +215,83 @@ def test_a_post_without_the_csrf_token_is_refused(console_db: ConsoleDb) -> None
     assert _status(console_db, job_id) == "dead"
     with psycopg.connect(console_db.owner_url) as conn:
         assert conn.execute("SELECT count(*) FROM leaseq.console_audit").fetchone() == (0,)
+
+
+def _uncertain_step(db: ConsoleDb) -> tuple[int, dict[str, str]]:
+    """A job stopped at its uncertain step, and a complete form settling it."""
+    with leaseq.connect(db.owner_url, action="test") as conn:
+        q = leaseq.Queue(conn)
+        job_id = q.enqueue("q", "agent", {}).job_id
+        stop_uncertain(q, conn, context(q, claim_one(q)), "charge")
+    return job_id, {"step": "charge", "settle": "result", "result": "1", "reason": "paid"}
+
+
+def _settled(db: ConsoleDb, job_id: int) -> tuple[object, ...]:
+    """The job's status, whether its step was resolved, and how many audit rows exist."""
+    with psycopg.connect(db.owner_url) as conn:
+        row = conn.execute(
+            "SELECT j.status, s.resolved_by IS NOT NULL,"
+            " (SELECT count(*) FROM leaseq.console_audit)"
+            " FROM leaseq.jobs j JOIN leaseq.job_steps s ON s.job_id = j.id WHERE j.id = %s",
+            (job_id,),
+        ).fetchone()
+    assert row is not None
+    return tuple(row)
+
+
+def test_settling_a_step_needs_the_csrf_token_and_the_origin(console_db: ConsoleDb) -> None:
+    job_id, form = _uncertain_step(console_db)
+    path = f"/jobs/{job_id}/steps/resolve"
+    with TestClient(create_app(console_db.admin_url), client=LOCAL, base_url=BASE) as client:
+        client.get("/")
+        token = client.cookies["leaseq_console_csrf"]
+        for data in (form, {**form, "csrf": "forged"}):
+            answer = client.post(path, data=data, headers={"Origin": BASE})
+            assert answer.status_code == 403 and "CSRF" in answer.text
+        answer = client.post(
+            path, data={**form, "csrf": token}, headers={"Origin": "https://evil.example"}
+        )
+        assert answer.status_code == 403 and "another site" in answer.text
+        assert _settled(console_db, job_id) == ("dead", False, 0)
+        answer = client.post(path, data={**form, "csrf": token}, headers={"Origin": BASE})
+        assert answer.status_code == 200, answer.text
+    assert _settled(console_db, job_id) == ("pending", True, 1)
+
+
+def test_a_read_only_console_cannot_settle_a_step(console_db: ConsoleDb) -> None:
+    """The database refuses the read-only role the function, whoever signed in."""
+    grant_readonly(console_db)
+    job_id, form = _uncertain_step(console_db)
+    app = create_app(console_db.readonly_url, auth=BasicAuth({"ann": "pw"}))
+    with TestClient(app, client=REMOTE, headers=_basic("ann", "pw")) as client:
+        assert 'id="read-only"' in client.get(f"/jobs/{job_id}").text
+        answer = post(client, f"/jobs/{job_id}/steps/resolve", form)
+    assert answer.status_code == 403, answer.text
+    assert "Refused by the database" in answer.text and "leaseq steps resolve" in answer.text
+    assert "permission denied for function console_resolve_step." in answer.text
+    assert _settled(console_db, job_id) == ("dead", False, 0)
+    # Nor by hand: the role may not update the step's row, nor call the function the
+    # console's SECURITY DEFINER wraps to write it (no UPDATE on leaseq.job_steps).
+    with psycopg.connect(console_db.readonly_url) as conn:
+        for sql in (
+            "UPDATE leaseq.job_steps SET resolved_by = 'x'",
+            "SELECT leaseq.step_resolve(%s, 'charge', '1', false, 'x', 'y', NULL)",
+        ):
+            with pytest.raises(psycopg.errors.InsufficientPrivilege):
+                conn.execute(sql.replace("%s", str(job_id)))
+            conn.rollback()
+    assert _settled(console_db, job_id) == ("dead", False, 0)
+
+
+def test_settling_a_step_is_audited_under_the_signed_in_user(console_db: ConsoleDb) -> None:
+    job_id, form = _uncertain_step(console_db)
+    app = create_app(console_db.admin_url, auth=BasicAuth({"ann": "pw"}))
+    with TestClient(app, client=REMOTE, headers=_basic("ann", "pw")) as client:
+        assert post(client, f"/jobs/{job_id}/steps/resolve", form).status_code == 200
+    with psycopg.connect(console_db.owner_url) as conn:
+        assert conn.execute("SELECT actor FROM leaseq.console_audit").fetchall() == [("ann",)]
+        by = conn.execute("SELECT resolved_by FROM leaseq.job_steps WHERE job_id = %s", (job_id,))
+        assert by.fetchall() == [("ann",)]
 
 
 def test_an_allowed_origin_behind_an_ingress(console_db: ConsoleDb) -> None:

@@ -10,6 +10,7 @@ from datetime import UTC, datetime
 import pytest
 
 from leaseq.cli.args import duration, json_argument
+from leaseq.cli.main import main
 from leaseq.cli.tables import age, table, to_json
 from leaseq.core.models import Enqueued
 from leaseq.runtime.logs import JsonFormatter, TextFormatter
@@ -43,6 +44,22 @@ def test_bad_arguments_are_refused() -> None:
         duration("soon")
     with pytest.raises(argparse.ArgumentTypeError, match="not valid JSON"):
         json_argument("{oops")
+
+
+@pytest.mark.parametrize(
+    ("text", "complaint"),
+    [
+        ("{paid", "invalid --result: is not JSON (Expecting property name"),
+        # Deeper than Python's parser recurses: RecursionError, not a traceback.
+        ("[" * 100_000, "invalid --result: nests too deeply to be read"),
+    ],
+)
+def test_steps_resolve_refuses_a_bad_result_before_connecting(
+    text: str, complaint: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("LEASEQ_DATABASE_URL", raising=False)
+    assert main(["steps", "resolve", "7", "charge", "--result", text, "--reason", "r"]) == 2
+    assert complaint in capsys.readouterr().err
 
 
 def test_table_aligns_text_left_and_numbers_right() -> None:

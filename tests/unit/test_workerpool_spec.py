@@ -163,6 +163,16 @@ def test_operator_defaults_are_the_crds() -> None:
         ({**GOOD, "work": []}, "spec.work must be an object, got []"),
         ({**GOOD, "scaleOn": "work"}, "spec.scaleOn must be one of Jobs, Work, got 'work'"),
         ({**GOOD, "scaleAheadSeconds": "1m"}, "spec.scaleAheadSeconds must be a number of"),
+        # An int beyond a float: math.isfinite raised OverflowError on it.
+        (
+            {**GOOD, "pollSeconds": 10**400},
+            "spec.pollSeconds must be a number of seconds, got an integer of 1329 bits",
+        ),
+        (
+            {**GOOD, "work": {"windowSeconds": -(10**5000)}},
+            "spec.work.windowSeconds must be a number of seconds, got an integer of 16610 bits",
+        ),
+        ({**GOOD, "scaleAheadSeconds": float("nan")}, "must be a number of seconds, got NaN"),
         (
             {**GOOD, "work": {"targetSeconds": 20}},
             "spec.work.targetSeconds (20) must be greater than spec.work.startupSeconds (30)",

@@ -1,9 +1,10 @@
 -- leaseq's present tense: the web console's audited actions and its role's grants.
 --
--- Covers: leaseq.console_retry_dead, leaseq.console_cancel, leaseq.console_cancel_pipeline
--- (SECURITY DEFINER, executable only by a console role with admin), and
--- leaseq.apply_console_grants. Set off by: console_retry_dead, console_cancel,
--- console_cancel_pipeline and console_grants_apply in queries/console.sql.
+-- Covers: leaseq.console_retry_dead, leaseq.console_cancel, leaseq.console_cancel_pipeline,
+-- leaseq.console_resolve_step (SECURITY DEFINER, executable only by a console role with
+-- admin), and leaseq.apply_console_grants. Set off by: console_retry_dead, console_cancel,
+-- console_cancel_pipeline, console_resolve_step and console_grants_apply in
+-- queries/console.sql.
 
 -- Retries dead jobs (at most 1000 per call): each goes back to pending now with a fresh budget
 -- of attempts, keeping its id, token and attempt history (as job_retry_dead does), and one
@@ -94,13 +95,38 @@ BEGIN
 END
 $fn$;
 
+-- Settles an uncertain durable step of a dead job as `leaseq steps resolve` does, through
+-- the same function (leaseq.step_resolve, steps.sql), run as this function's owner: the
+-- console's role has no UPDATE on leaseq.job_steps or leaseq.jobs. One audit row names the
+-- job if it was settled (filter: {"step": name, "retry": again}). Returns the job's id; no
+-- row when it was not dead at an uncertain step of that name.
+CREATE OR REPLACE FUNCTION leaseq.console_resolve_step(job bigint, step text, outcome jsonb,
+                                                       again boolean, actor text, reason text)
+RETURNS TABLE (id bigint)
+LANGUAGE plpgsql
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    done bigint[];
+BEGIN
+    SELECT coalesce(array_agg(r.id), '{}') INTO done
+      FROM leaseq.step_resolve(job, step, outcome, again, actor, reason, NULL) r;
+    INSERT INTO leaseq.console_audit (actor, action, job_ids, asked, reason, filter)
+    VALUES (actor, 'resolve_step', done, 1, reason,
+            jsonb_build_object('step', step, 'retry', again));
+    RETURN QUERY SELECT unnest(done);
+END
+$fn$;
+
 REVOKE ALL ON FUNCTION leaseq.console_retry_dead(bigint[], text, text, jsonb),
     leaseq.console_cancel(bigint[], text, text, jsonb),
-    leaseq.console_cancel_pipeline(bigint, text, text) FROM PUBLIC;
+    leaseq.console_cancel_pipeline(bigint, text, text),
+    leaseq.console_resolve_step(bigint, text, jsonb, boolean, text, text) FROM PUBLIC;
 
 -- Grants the console's role read access to what the console shows (jobs, attempts, effects,
 -- durable steps and streams, workers, schedules, history, pipelines, flow control, the audit) and, with admin, EXECUTE on
--- its three audited actions (nothing else: no UPDATE, INSERT or DELETE on any table). First
+-- its four audited actions (nothing else: no UPDATE, INSERT or DELETE on any table). First
 -- everything on leaseq's objects is revoked from the previously registered console roles and
 -- the given one, and the lqconsole_* policies are dropped, so a rerun converges. A NULL role
 -- only revokes. Returns every statement run, in order. Only the owner of leaseq's tables may
@@ -113,7 +139,7 @@ SET search_path = pg_catalog, pg_temp
 AS $fn$
 DECLARE
     owner_oid oid := (SELECT relowner FROM pg_class WHERE oid = 'leaseq.jobs'::regclass);
-    actions text := 'leaseq.console_retry_dead(bigint[], text, text, jsonb), leaseq.console_cancel(bigint[], text, text, jsonb), leaseq.console_cancel_pipeline(bigint, text, text)';
+    actions text := 'leaseq.console_retry_dead(bigint[], text, text, jsonb), leaseq.console_cancel(bigint[], text, text, jsonb), leaseq.console_cancel_pipeline(bigint, text, text), leaseq.console_resolve_step(bigint, text, jsonb, boolean, text, text)';
     r regrole;
     stmt text;
     stmts text[] := ARRAY[]::text[];

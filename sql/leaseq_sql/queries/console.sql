@@ -16,6 +16,7 @@ SELECT session_user::text AS role,
        has_function_privilege('leaseq.console_retry_dead(bigint[], text, text, jsonb)', 'EXECUTE') AS can_retry,
        has_function_privilege('leaseq.console_cancel(bigint[], text, text, jsonb)', 'EXECUTE') AS can_cancel,
        has_function_privilege('leaseq.console_cancel_pipeline(bigint, text, text)', 'EXECUTE') AS can_cancel_pipeline,
+       has_function_privilege('leaseq.console_resolve_step(bigint, text, jsonb, boolean, text, text)', 'EXECUTE') AS can_resolve_step,
        greatest((SELECT c.reltuples FROM pg_class c WHERE c.oid = 'leaseq.jobs'::regclass), 0)::bigint AS jobs_estimate;
 
 -- name: console_privileges
@@ -379,6 +380,10 @@ SELECT id FROM leaseq.console_retry_dead(%(ids)s::bigint[], %(actor)s, %(reason)
 -- name: console_cancel
 -- Cancels the given pending or running jobs and writes the audit row, in one transaction (leaseq.console_cancel); returns the ids cancelled.
 SELECT id FROM leaseq.console_cancel(%(ids)s::bigint[], %(actor)s, %(reason)s, %(filter)s::jsonb);
+
+-- name: console_resolve_step
+-- Settles an uncertain step of a dead job as `leaseq steps resolve` does and writes the audit row, in one transaction (leaseq.console_resolve_step); returns the job's id if it was settled.
+SELECT id FROM leaseq.console_resolve_step(%(id)s, %(name)s, %(result)s::jsonb, %(retry)s, %(actor)s, %(reason)s);
 
 -- name: console_workers
 -- Registered workers (at most %(limit)s) with their heartbeat age and jobs in flight (running jobs they hold, from the running jobs: at most the workers' concurrency).

@@ -62,31 +62,10 @@ UPDATE leaseq.job_steps s
 RETURNING s.name;
 
 -- name: step_resolve
--- Settles an uncertain step of a dead job (an intent without an outcome): records %(result)s as its outcome, or with %(retry)s clears the intent so the step runs again; says who, when and why; and brings the job back to pending with a fresh budget of attempts, in one statement.
-WITH t AS (SELECT coalesce(%(now)s::timestamptz, now()) AS now),
-step AS (
-    UPDATE leaseq.job_steps s
-       SET finished_at = CASE WHEN %(retry)s THEN NULL ELSE t.now END,
-           result = CASE WHEN %(retry)s THEN NULL ELSE %(result)s::jsonb END,
-           attempt = CASE WHEN %(retry)s THEN NULL ELSE s.attempt END,
-           lease_token = CASE WHEN %(retry)s THEN NULL ELSE s.lease_token END,
-           intended_at = CASE WHEN %(retry)s THEN NULL ELSE s.intended_at END,
-           resolved_by = %(actor)s, resolved_at = t.now, resolve_reason = %(reason)s
-      FROM t, leaseq.jobs j
-     WHERE s.job_id = %(id)s AND s.name = %(name)s AND j.id = s.job_id AND j.status = 'dead'
-       AND s.finished_at IS NULL AND s.lease_token IS NOT NULL
-    RETURNING s.job_id
-),
-revived AS (
-    UPDATE leaseq.jobs j
-       SET status = 'pending', available_at = t.now, finished_at = NULL, lease_owner = NULL,
-           max_attempts = j.attempt_count + j.max_attempts
-      FROM t, step
-     WHERE j.id = step.job_id AND j.status = 'dead'
-    RETURNING j.id, j.queue
-),
-woke AS (SELECT pg_notify('leaseq_jobs', revived.queue) FROM revived)
-SELECT revived.id, (SELECT count(*) FROM woke) AS notified FROM revived;
+-- Settles an uncertain step of a dead job (leaseq.step_resolve, steps.sql): records %(result)s as its outcome, or with %(retry)s clears the intent so the step runs again; says who, when and why; and brings the job back to pending with a fresh budget of attempts, in one statement.
+SELECT id, notified
+  FROM leaseq.step_resolve(%(id)s, %(name)s, %(result)s::jsonb, %(retry)s, %(actor)s, %(reason)s,
+                           %(now)s::timestamptz);
 
 -- name: steps_uncertain
 -- Dead jobs stopped at an uncertain step (an intent without an outcome), oldest first, up to %(limit)s.

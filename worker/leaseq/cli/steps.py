@@ -11,6 +11,7 @@ from typing import Any
 
 from leaseq.cli.args import connect_for, say
 from leaseq.cli.tables import table, to_json, when
+from leaseq.core import validation
 from leaseq.core.errors import InvalidJob
 from leaseq.core.models import StepRecord, UncertainStep
 from leaseq.core.queue import Queue
@@ -59,12 +60,7 @@ def list_uncertain(args: argparse.Namespace) -> int:
 def resolve(args: argparse.Namespace) -> int:
     if (args.result is None) == (not args.retry):
         raise InvalidJob("--result/--retry", "give exactly one: what the effect was, or --retry")
-    result: Any = None
-    if args.result is not None:
-        try:
-            result = json.loads(args.result)
-        except json.JSONDecodeError as exc:
-            raise InvalidJob("--result", f"is not JSON ({exc})") from exc
+    result = None if args.result is None else validation.json_text("--result", args.result)
     with connect_for(args, "resolve step") as conn:
         Queue(conn).resolve_step(
             args.job_id,

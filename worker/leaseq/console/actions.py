@@ -1,7 +1,8 @@
-"""The console's form posts: retry or cancel one job, retry the dead jobs a filter selects,
-cancel the pending jobs of a queue, cancel a pipeline. Each reads its form through
-:func:`~leaseq.console.guard.form_of` (the CSRF check), acts in one audited statement
-through the console face, logs one line naming the actor, and renders what it did."""
+"""The console's form posts: retry or cancel one job, settle a job's uncertain step, retry
+the dead jobs a filter selects, cancel the pending jobs of a queue, cancel a pipeline. Each
+reads its form through :func:`~leaseq.console.guard.form_of` (the CSRF check), acts in one
+audited statement through the console face, logs one line naming the actor, and renders what
+it did."""
 
 from __future__ import annotations
 
@@ -14,7 +15,9 @@ from starlette.responses import Response
 from leaseq.console.guard import form_of
 from leaseq.console.params import blank, dead_filters
 from leaseq.console.rendering import Renderer
+from leaseq.core import validation
 from leaseq.core.console import Console
+from leaseq.core.errors import InvalidJob
 
 log = logging.getLogger("leaseq.console")
 
@@ -61,6 +64,34 @@ class Actions:
             return self._acted(request, "cancelled", [job_id], done, f"jobs/{job_id}")
         return self.render(
             request, "error.html", {"title": "No such action", "message": action}, 404
+        )
+
+    async def step_resolve(self, request: Request) -> Response:
+        """Settles the posted step: ``settle`` is ``result`` (record the posted JSON
+        ``result``) or ``retry`` (run the step again). A bad choice, bad JSON or an oversized
+        result is refused before anything is written."""
+        job_id = int(request.path_params["job_id"])
+        form = await form_of(request)
+        step, settle = form.get("step", ""), form.get("settle")
+        if settle not in ("result", "retry"):
+            raise InvalidJob("settle", f"must be result or retry, got {settle!r}")
+        retry = settle == "retry"
+        result = None if retry else validation.json_text("result", form.get("result", ""))
+        done = self.console.resolve_step(
+            job_id,
+            step,
+            result=result,
+            retry=retry,
+            actor=request.state.actor,
+            reason=form.get("reason", ""),
+        )
+        settled = "to run again" if retry else "recorded"
+        return self._acted(
+            request,
+            f"resumed (step {step!r} {settled})",
+            [job_id],
+            [job_id] if done else [],
+            f"jobs/{job_id}",
         )
 
     async def dead_retry(self, request: Request) -> Response:

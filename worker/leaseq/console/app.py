@@ -66,6 +66,7 @@ def _routes(pages: Pages, actions: Actions) -> list[Route]:
         Route("/jobs", pages.jobs),
         Route("/jobs/{job_id:int}", pages.job),
         Route("/jobs/{job_id:int}/{action:str}", actions.job, methods=["POST"]),
+        Route("/jobs/{job_id:int}/steps/resolve", actions.step_resolve, methods=["POST"]),
         Route("/dead", pages.dead),
         Route("/dead/retry", actions.dead_retry, methods=["POST"]),
         Route("/cancel", pages.cancel_preview),

@@ -47,8 +47,9 @@ class ErrorPages:
             message = (
                 "the console's database role may not do this: a read-only console's role has "
                 "no admin grants (leaseq migrate --console-role ROLE --console-admin false). "
-                "Ask for an admin console, or use `leaseq retry` / `leaseq cancel` with a role "
-                f"that may. The database said: {_privilege(text(exc))}."
+                "Ask for an admin console, or use `leaseq retry`, `leaseq cancel` or `leaseq "
+                "steps resolve` with a role that may. The database said: "
+                f"{_privilege(text(exc))}."
             )
         elif isinstance(exc, StatementTimeout):
             title, status = "Too slow", 503

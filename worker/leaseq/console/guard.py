@@ -11,12 +11,14 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 from urllib.parse import urlsplit
 
+from starlette.exceptions import HTTPException
 from starlette.middleware.base import BaseHTTPMiddleware, RequestResponseEndpoint
 from starlette.requests import Request
 from starlette.responses import Response
 
 from leaseq.console.auth import Auth, Refusal
 from leaseq.console.rendering import CSRF_COOKIE, Renderer
+from leaseq.core.errors import InvalidJob
 
 log = logging.getLogger("leaseq.console")
 
@@ -88,8 +90,13 @@ class Guard(BaseHTTPMiddleware):
 
 async def form_of(request: Request) -> dict[str, str]:
     """The posted form, once its CSRF token matched the cookie's (the Origin was checked
-    before the request got here); raises :class:`Forbidden` otherwise."""
-    form = await request.form()
+    before the request got here); raises :class:`Forbidden` otherwise, and InvalidJob (a
+    page saying so) for a form the parser refuses, such as a field over 1 MiB."""
+    try:
+        form = await request.form()
+    except HTTPException as exc:
+        # Starlette's parser answers with a bare text response otherwise.
+        raise InvalidJob("form", f"is refused: {exc.detail}") from exc
     cookie = request.cookies.get(CSRF_COOKIE, "")
     sent = form.get("csrf")
     if not cookie or not isinstance(sent, str) or not secrets.compare_digest(cookie, sent):

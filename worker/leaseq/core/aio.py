@@ -46,7 +46,6 @@ from leaseq.core.queue import (
     JobSpec,
     checked_plan,
     enqueued,
-    resolution,
     single_plan,
     statement_fields,
     unresolvable,
@@ -265,7 +264,9 @@ class AsyncQueue:
         reason: str,
     ) -> None:
         """As :meth:`leaseq.Queue.resolve_step`."""
-        result, actor, reason = resolution(step, result, retry=retry, actor=actor, reason=reason)
+        result, actor, reason = validation.step_resolution(
+            step, result, retry=retry, actor=actor, reason=reason
+        )
         async with aborrow(self._db, "resolve step") as c:
             if await self._store.step_resolve(
                 c, job_id, step, result=result, retry=retry, actor=actor, reason=reason

@@ -110,10 +110,13 @@ class RoleInfo:
     can_cancel: bool
     jobs_estimate: int
     can_cancel_pipeline: bool = False
+    can_resolve_step: bool = False
 
     @property
     def read_only(self) -> bool:
-        return not (self.can_retry or self.can_cancel or self.can_cancel_pipeline)
+        return not (
+            self.can_retry or self.can_cancel or self.can_cancel_pipeline or self.can_resolve_step
+        )
 
 
 @dataclass(frozen=True)
@@ -282,6 +285,7 @@ class Console:
             row["can_cancel"],
             row["jobs_estimate"],
             row["can_cancel_pipeline"],
+            row["can_resolve_step"],
         )
 
     def power(self) -> RolePower:
@@ -486,6 +490,25 @@ class Console:
             self._store.console_bounds(c, seconds=self._timeout)
             return self._store.console_bulk(
                 c, action=action, ids=ids, actor=actor, reason=reason, filter=filter
+            )
+
+    def resolve_step(
+        self, job_id: int, step: str, *, result: Any = None, retry: bool, actor: str, reason: str
+    ) -> bool:
+        """Settle the uncertain step ``step`` of dead job ``job_id`` as ``leaseq steps
+        resolve`` does (the same statement: record ``result``, or with ``retry`` run the step
+        again; the job goes back to pending with a fresh budget of attempts) and audit it, in
+        one transaction. False when the job was not (or no longer) dead at an uncertain step
+        of that name: nothing settled, the audit says so. InvalidJob, before anything is
+        written, for a blank actor or reason or a result that is no JSON of at most 1 MiB."""
+        _check_action([job_id], actor, reason)
+        result, actor, reason = validation.step_resolution(
+            step, result, retry=retry, actor=actor, reason=reason
+        )
+        with self._tx("console: resolve step") as c:
+            self._store.console_bounds(c, seconds=self._timeout)
+            return self._store.console_resolve_step(
+                c, job_id=job_id, step=step, result=result, retry=retry, actor=actor, reason=reason
             )
 
     def job_links(

@@ -217,21 +217,6 @@ PARENT_PAGE = 1000
 CONFLICT_RETRIES = 5
 
 
-def resolution(
-    step: str, result: Any, *, retry: bool, actor: str, reason: str
-) -> tuple[Any, str, str]:
-    """The checked (result, actor, reason) of settling step ``step`` (shared with the asyncio
-    face): InvalidJob when the actor is no name, the reason is blank or the result no JSON."""
-    actor = validation.name("actor", actor)
-    if not isinstance(reason, str) or not reason.strip():
-        raise InvalidJob("reason", "must say why the step is settled so (it is audited)")
-    reason = bounded.text(reason, 2000).value
-    if not retry:
-        validation.json_value(f"step {step!r} result", result)
-        result = bounded.json(result, f"step {step!r} result").value
-    return result, actor, reason
-
-
 def unresolvable(
     job_id: int, step: str, record: JobRecord | None, steps: Sequence[StepRecord]
 ) -> LeaseqError:
@@ -1478,7 +1463,9 @@ class Queue:
         step runs again); either way say who (``actor``) and why, and bring the job back to
         pending with a fresh budget of attempts, in one statement. JobStateError when the
         job is not dead at an uncertain step of that name."""
-        result, actor, reason = resolution(step, result, retry=retry, actor=actor, reason=reason)
+        result, actor, reason = validation.step_resolution(
+            step, result, retry=retry, actor=actor, reason=reason
+        )
         with borrow(self._db, "resolve step") as c:
             if self._store.step_resolve(
                 c, job_id, step, result=result, retry=retry, actor=actor, reason=reason

@@ -9,6 +9,7 @@ import sys
 from datetime import datetime
 from typing import Any
 
+from leaseq.core import bounded
 from leaseq.core.errors import InvalidJob
 
 MAX_NAME_LENGTH = 128
@@ -20,6 +21,8 @@ QUEUE_NAME_RULE = (
     "starting with a letter or digit"
 )
 MAX_PAYLOAD_BYTES = 1_048_576
+#: Longest step name (characters); the table's CHECK says the same.
+MAX_STEP_NAME = 200
 PRIORITY_RANGE = (-32768, 32767)
 
 
@@ -59,9 +62,39 @@ def json_value(field: str, value: Any, *, limit: int = MAX_PAYLOAD_BYTES) -> Any
     return value
 
 
+def json_text(field: str, text: str) -> Any:
+    """``text`` parsed as JSON; InvalidJob naming ``field`` when it is not JSON, or nests
+    deeper than Python's parser recurses (which raises RecursionError, not a JSON error)."""
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise InvalidJob(field, f"is not JSON ({exc})") from exc
+    except RecursionError as exc:
+        raise InvalidJob(field, "nests too deeply to be read") from exc
+
+
+def step_resolution(
+    step: str, result: Any, *, retry: bool, actor: str, reason: str
+) -> tuple[Any, str, str]:
+    """The checked (result, actor, reason) of settling step ``step`` (every face that settles
+    one: Queue, AsyncQueue, the console): InvalidJob when the actor is no name, the reason is
+    blank or the result no JSON of at most :data:`MAX_PAYLOAD_BYTES`."""
+    if not isinstance(step, str) or not 1 <= len(step) <= MAX_STEP_NAME:
+        shown = f"{len(step)} characters" if isinstance(step, str) else type(step).__name__
+        raise InvalidJob("step", f"must be a name of 1-{MAX_STEP_NAME} characters, got {shown}")
+    actor = name("actor", actor)
+    if not isinstance(reason, str) or not reason.strip():
+        raise InvalidJob("reason", "must say why the step is settled so (it is audited)")
+    reason = bounded.text(reason, 2000).value
+    if not retry:
+        json_value(f"step {step!r} result", result)
+        result = bounded.json(result, f"step {step!r} result").value
+    return result, actor, reason
+
+
 def non_negative(field: str, value: float) -> float:
-    if not isinstance(value, int | float) or isinstance(value, bool) or not _finite(value):
-        raise InvalidJob(field, f"must be a finite number, got {_number(value)}")
+    if not finite_number(value):
+        raise InvalidJob(field, f"must be a finite number, got {number_text(value)}")
     if value < 0:
         raise InvalidJob(field, f"must not be negative, got {value}")
     return float(value)
@@ -156,20 +189,23 @@ def flow_key(field: str, value: str | None) -> str | None:
     return value
 
 
-def _finite(value: float) -> bool:
-    """True for a number a float (PostgreSQL's double precision) holds: an int beyond one
-    is not, and ``math.isfinite`` would raise OverflowError on it."""
+def finite_number(value: object) -> bool:
+    """True for an int or float (not a bool) that a float (PostgreSQL's double precision)
+    holds: not NaN or an infinity, and not an int beyond a float's range (on which
+    ``math.isfinite`` would raise OverflowError). Never raises."""
     if isinstance(value, float):
         return math.isfinite(value)
+    if not isinstance(value, int) or isinstance(value, bool):
+        return False
     return abs(value) <= sys.float_info.max
 
 
-def _number(value: object) -> str:
+def number_text(value: object) -> str:
     """``value`` as the error shows it: a non-finite float spelt as PostgreSQL spells it
     (NaN, Infinity, -Infinity), so Python and ``leaseq.enqueue`` say the same words; an int
     too large for a float by its size (its digits may be too many for ``repr``)."""
     if isinstance(value, float) and not math.isfinite(value):
         return "NaN" if math.isnan(value) else ("Infinity" if value > 0 else "-Infinity")
-    if isinstance(value, int) and not isinstance(value, bool) and not _finite(value):
+    if isinstance(value, int) and not isinstance(value, bool) and not finite_number(value):
         return f"an integer of {value.bit_length()} bits"
     return repr(value)

@@ -21,10 +21,8 @@ from typing import Any, Protocol
 
 from leaseq.core.errors import InvalidJob, LeaseqError
 from leaseq.core.models import Lease, StepRecord
+from leaseq.core.validation import MAX_STEP_NAME
 from leaseq.runtime.handler_errors import Interrupted, PermanentError
-
-#: Longest step name (characters); the table's CHECK says the same.
-MAX_STEP_NAME = 200
 
 
 class NotDone(Exception):

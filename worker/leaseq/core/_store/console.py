@@ -12,6 +12,7 @@ from psycopg.rows import DictRow
 from psycopg.types.json import Jsonb
 
 from leaseq.core._store.runner import Conn, Runner
+from leaseq.core._store.store import json_param
 
 Row = dict[str, Any]
 
@@ -182,6 +183,28 @@ class ConsoleStore(Runner):
         params = {"id": pipeline_id, "actor": actor, "reason": reason}
         rows = self._dicts(conn, "console_cancel_pipeline", params, "console: cancel pipeline")
         return dict(rows[0])
+
+    def console_resolve_step(
+        self,
+        conn: Conn,
+        *,
+        job_id: int,
+        step: str,
+        result: Any,
+        retry: bool,
+        actor: str,
+        reason: str,
+    ) -> bool:
+        """True when the uncertain step was settled (and its job made pending again)."""
+        params = {
+            "id": job_id,
+            "name": step,
+            "result": json_param(result),
+            "retry": retry,
+            "actor": actor,
+            "reason": reason,
+        }
+        return bool(self._dicts(conn, "console_resolve_step", params, "console: resolve step"))
 
     def console_flow_limits(self, conn: Conn, params: Mapping[str, Any]) -> list[Row]:
         return _rows(self._dicts(conn, "console_flow_limits", params, "console: flow limits"))

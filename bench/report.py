@@ -10,6 +10,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 
+from bench import capacity_tables
 from bench.peers import DEFAULTS
 from bench.results import read
 
@@ -933,6 +934,10 @@ SECTIONS: list[tuple[str, Callable[[Path], str]]] = [
         _pipelines,
     ),
     ("11. Flow control: keyed claims against keyless, a hot key's limit, the plan", _flow),
+    (
+        "12. Capacity of one primary: what each unit of the workload costs the server",
+        capacity_tables.sizing_table,
+    ),
 ]
 
 

@@ -19,7 +19,7 @@ import sys
 import tempfile
 import time
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -66,7 +66,9 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def _start(url: str, worker_id: str, concurrency: int, port: int, logdir: Path) -> Any:
+def _start(
+    url: str, worker_id: str, concurrency: int, port: int, logdir: Path, extra: Sequence[str]
+) -> Any:
     cmd = [
         sys.executable, "-m", "leaseq.cli", "worker",
         "--app", APP, "--queue", QUEUE,
@@ -74,6 +76,7 @@ def _start(url: str, worker_id: str, concurrency: int, port: int, logdir: Path) 
         "--concurrency", str(concurrency),
         "--metrics-port", str(port),
         "--poll-seconds", "1",
+        *extra,
     ]  # fmt: skip
     env = {**os.environ, "LEASEQ_DATABASE_URL": url}
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH", "")) if p)
@@ -90,14 +93,17 @@ class Workers:
 
 
 @contextmanager
-def running_workers(url: str, count: int, concurrency: int) -> Iterator[Workers]:
-    """``count`` real worker processes (``w1``, ``w2``, ...), each registered in
+def running_workers(
+    url: str, count: int, concurrency: int, extra: Sequence[str] = ()
+) -> Iterator[Workers]:
+    """``count`` real worker processes (``w1``, ``w2``, ...), with the options ``extra``
+    after the harness's own, each registered in
     leaseq.workers before this yields; on exit each is sent SIGCONT (in case it was stopped)
     and SIGTERM, and reaped (killed if it has not exited within 30 s)."""
     with tempfile.TemporaryDirectory(prefix="leaseq-bench-") as logdir:
         ports = [_free_port() for _ in range(count)]
         procs = [
-            _start(url, f"w{i + 1}", concurrency, port, Path(logdir))
+            _start(url, f"w{i + 1}", concurrency, port, Path(logdir), extra)
             for i, port in enumerate(ports)
         ]
         try:

@@ -1,5 +1,6 @@
-"""MkDocs hooks (mkdocs.yml `hooks:`): the benchmark report becomes pages of the site, and
-the security guide's threat-model table is rendered from the file the attack suite reads.
+"""MkDocs hooks (mkdocs.yml `hooks:`): the benchmark report becomes pages of the site, the
+security guide's threat-model table is rendered from the file the attack suite reads, and the
+capacity page's tables from the committed capacity result (bench/results/capacity.csv).
 
 `python -m bench report` writes bench/results/REPORT.md and its plots next to the CSV they come
 from; rather than copy them into docs/, the build serves them as benchmarks/report.md and
@@ -8,6 +9,7 @@ benchmarks/*.png, so the report's relative image links work unchanged.
 
 from __future__ import annotations
 
+import sys
 import tomllib
 from pathlib import Path
 from typing import Any
@@ -19,6 +21,9 @@ RESULTS = ROOT / "bench" / "results"
 THREAT_MODEL = ROOT / "sql" / "leaseq_sql" / "definitions" / "threat_model.toml"
 MARKER = "<!-- threat-model -->"
 COMPONENTS = ("worker", "operator", "producer", "console")
+# The capacity page's two tables: measured, and the arithmetic on paper.
+CAPACITY_MEASURED = "<!-- capacity: measured -->"
+CAPACITY_PAPER = "<!-- capacity: paper -->"
 
 
 def on_files(files: Files, config: Any) -> Files:
@@ -52,8 +57,21 @@ def threat_model_table(model: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n\nFunctions, and who may execute them: " + functions + "."
 
 
+def capacity_tables(markdown: str) -> str:
+    """The capacity page with its markers replaced by the tables bench.capacity_tables renders
+    from the committed result."""
+    if str(ROOT) not in sys.path:
+        sys.path.append(str(ROOT))
+    from bench import capacity_tables
+
+    markdown = markdown.replace(CAPACITY_MEASURED, capacity_tables.sizing_table(RESULTS))
+    return markdown.replace(CAPACITY_PAPER, capacity_tables.paper_table(RESULTS))
+
+
 def on_page_markdown(markdown: str, page: Any, config: Any, files: Any) -> str:
-    """Render the threat model where the security guide marks it."""
+    """Render the threat model and the capacity tables where their pages mark them."""
+    if CAPACITY_MEASURED in markdown or CAPACITY_PAPER in markdown:
+        markdown = capacity_tables(markdown)
     if MARKER not in markdown:
         return markdown
     table = threat_model_table(tomllib.loads(THREAT_MODEL.read_text()))

@@ -18,7 +18,8 @@ pytestmark = pytest.mark.docs
 
 ROOT = Path(__file__).resolve().parents[2]
 # What the build reads: the config, the pages, the README sections they include, the hook and
-# the benchmark report it serves, and the sources mkdocstrings reads the docstrings from.
+# the benchmark report it serves (and the capacity tables it renders from the results), and
+# the sources mkdocstrings reads the docstrings from.
 INPUTS = [
     "mkdocs.yml",
     "README.md",
@@ -27,6 +28,10 @@ INPUTS = [
     "scripts/docs_roles.py",
     "sql/leaseq_sql/definitions/threat_model.toml",
     "bench/results",
+    "bench/__init__.py",
+    "bench/capacity_tables.py",
+    "bench/results.py",
+    "bench/stats.py",
 ]
 SOURCES = ["worker", "operator"]
 

@@ -86,6 +86,12 @@ def build_parser() -> argparse.ArgumentParser:
         help=f"history scenario's churn arms, from: {', '.join(history.ARMS)}",
     )
     parser.add_argument(
+        "--peers",
+        default="",
+        help="comma-separated arms of the peers scenario (default: all), e.g. "
+        "'leaseq worker,pgqueuer,dbos,chancy,oban'",
+    )
+    parser.add_argument(
         "--results",
         type=Path,
         help="folder for CSV, REPORT.md and plots (default bench/results, or bench/results/quick "
@@ -116,6 +122,7 @@ def run(args: argparse.Namespace, folder: Path) -> int:
                 folder,
                 {**environment, "loadavg_at_start": load},
                 tuple(a.strip() for a in args.churn_arms.split(",") if a.strip()),
+                tuple(a.strip() for a in args.peers.split(",") if a.strip()),
             )
             started = time.perf_counter()
             ctx.log(f"scenario {name} ({'quick' if args.quick else 'full'})")

@@ -19,6 +19,8 @@ class Context:
     folder: Path
     environment: dict[str, str]
     churn_arms: tuple[str, ...] = ("leaseq", "control")
+    #: The peers scenario's arms to run (by name); empty: all of them.
+    peers: tuple[str, ...] = ()
 
     def recorder(self, scenario: str) -> Recorder:
         return Recorder(self.folder, scenario, "quick" if self.quick else "full", self.environment)

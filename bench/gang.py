@@ -153,13 +153,16 @@ def run_gang(
     poll: float = 0.02,
     timeout: float = 900.0,
     server_cpu: Callable[[], float] | None = None,
+    before_start: Callable[[], object] | None = None,
 ) -> GangRun[R]:
     """Start one process per argument, release them together once all are ready, and wait.
 
     Without ``until`` the run ends when every worker has returned. With it, the run ends when
     ``until()`` first returns true (polled every ``poll`` seconds); workers are then asked to
     stop and are terminated if they do not return within a few seconds. ``server_cpu`` (see
-    :func:`server_cpu_meter`) is read at the start and the end. Raises RuntimeError
+    :func:`server_cpu_meter`) is read at the start and the end. ``before_start`` runs once
+    every worker is ready, before the start signal and outside the measured time. Raises
+    RuntimeError
     when a worker fails or the run exceeds ``timeout`` seconds.
     """
     ready, results = _CONTEXT.Queue(), _CONTEXT.Queue()
@@ -173,6 +176,8 @@ def run_gang(
     try:
         for _ in procs:
             _get(ready, procs, results, timeout=120.0, what="ready")
+        if before_start is not None:
+            before_start()
         cpu0 = {p.pid: process_cpu_seconds(p.pid or 0) for p in procs}
         machine0 = machine_cpu_seconds()
         server0 = server_cpu() if server_cpu else 0.0

@@ -1,9 +1,11 @@
 """Scenario 6: leaseq and its peers on the same server in the same run.
 
 Peers: pgqueuer (asyncpg driver, batched dequeue) and procrastinate (psycopg), whatever
-versions are installed. Runtime against runtime: leaseq's row is the real ``leaseq worker``
-(:mod:`bench.runtime`), the peers' rows are their own worker runtimes (pgqueuer's
-QueueManager, procrastinate's worker). leaseq's hand-written API loops are measured too and
+versions are installed, and, in full runs only, DBOS Transact, Chancy and Oban for Python,
+pinned, each in an environment of its own (:mod:`bench.external`). Runtime against runtime:
+leaseq's row is the real ``leaseq worker`` (:mod:`bench.runtime`), the peers' rows are their
+own worker runtimes (pgqueuer's QueueManager, procrastinate's worker, DBOS's queue, Chancy's
+Worker, Oban's queues). leaseq's hand-written API loops are measured too and
 labelled ``loop = api``. Two measurements:
 
 * ``noop``: no-op throughput, W worker processes, each queue at its default and at tuned
@@ -12,6 +14,9 @@ labelled ``loop = api``. Two measurements:
   compares best with best and default with default (:data:`DEFAULTS`).
 * ``sleep``: scenario 1's workload (one job at a time per process, ``job_seconds`` of work):
   ``leaseq worker`` processes, and each peer's own claim and completion calls.
+* ``limits``: DBOS, Chancy and Oban with their own concurrency limit of k over W processes;
+  the most handlers running at one instant, from the handlers' own timestamps, against the
+  limit (global for DBOS, per process for Chancy and Oban, as each documents).
 
 Every configuration runs in each of ``rounds`` rounds (the machine's noise reaches 1.7x from
 run to run); each row says its round and the machine's load average when it started.
@@ -25,7 +30,6 @@ import asyncio
 import contextlib
 import importlib.metadata
 import json
-import os
 import time
 import uuid
 from collections import Counter
@@ -44,16 +48,26 @@ from bench import runtime as worker_runtime
 from bench.apps import record_start
 from bench.context import Context
 from bench.env import scratch_database
+from bench.external import SPECS, ExternalArm
 from bench.gang import Signals, cpu_per_job, run_gang, server_cpu_meter
 from bench.noop import NoopArgs
-from bench.stats import ms, percentile
+from bench.stats import loadavg, ms, percentile
 from leaseq.runtime.claims import ClaimPlanner
 
 NAME = "peers"
 QUEUE = noop.QUEUE
 
 #: What a user gets without tuning: the batch (or concurrency) of each runtime by default.
-DEFAULTS = {worker_runtime.IMPLEMENTATION: 1, "pgqueuer": 10, "procrastinate": 1}
+#: DBOS's queue has no limit by default (0 here), Chancy's a core count per process through
+#: a process pool (0 here: the column says no number was set), Oban's examples use 10.
+DEFAULTS = {
+    worker_runtime.IMPLEMENTATION: 1,
+    "pgqueuer": 10,
+    "procrastinate": 1,
+    "dbos": 0,
+    "chancy": 0,
+    "oban": 10,
+}
 
 
 def version(package: str) -> str:
@@ -405,7 +419,7 @@ class PeerArm:
     def noop(self, workers: int) -> list[dict[str, Any]]:
         rows = []
         for batch in self.plan["batches"].get(self.name, self.plan["batches"]["*"]):
-            load = _load()
+            load = loadavg()
             row = noop.measure(
                 self.impl,
                 self.url,
@@ -428,7 +442,7 @@ class PeerArm:
             impl.enqueue(self.url, plan["sleep_jobs"], entrypoint="sleep")
         elif isinstance(impl, Procrastinate):
             impl.enqueue(self.url, plan["sleep_jobs"], task="sleep")
-        load = _load()
+        load = loadavg()
         row = sleep_run(
             impl.name, self.url, plan["sleep_workers"], plan["sleep_jobs"], plan["job_seconds"]
         )
@@ -458,7 +472,7 @@ class RuntimeArm:
     def noop(self, workers: int) -> list[dict[str, Any]]:
         rows = []
         for concurrency in self.plan["concurrency"]:
-            load = _load()
+            load = loadavg()
             run = worker_runtime.run_workers(
                 self.url, jobs=self.plan["jobs"], workers=workers, concurrency=concurrency,
                 cap_seconds=self.plan["cap"],
@@ -475,7 +489,7 @@ class RuntimeArm:
 
     def sleep(self) -> list[dict[str, Any]]:
         plan = self.plan
-        load = _load()
+        load = loadavg()
         run = worker_runtime.run_workers(
             self.url,
             jobs=plan["sleep_jobs"],
@@ -495,26 +509,23 @@ class RuntimeArm:
         return [{**self.base, **row, "loadavg": load}]
 
 
-Arm = PeerArm | RuntimeArm
+Arm = PeerArm | RuntimeArm | ExternalArm
 
 
-def _load() -> float:
-    return round(os.getloadavg()[0], 2)
-
-
-def _error(name: str, exc: Exception) -> dict[str, Any]:
+def _error(arm: Arm, exc: Exception) -> dict[str, Any]:
+    """The row of an arm that could not be installed or run: its error instead of numbers."""
     return {
         "kind": "error",
-        "implementation": name,
-        "version": version(name),
+        "implementation": arm.name,
+        "version": arm.spec.version if isinstance(arm, ExternalArm) else version(arm.name),
         "error": f"{type(exc).__name__}: {exc}",
     }
 
 
-def run(ctx: Context) -> None:
-    plan: dict[str, Any]
-    if ctx.quick:
-        plan = {
+def plan_for(quick: bool) -> dict[str, Any]:
+    """The sizes of a quick or a full run, and which settings each runtime runs at."""
+    if quick:
+        return {
             "rounds": 1,
             "jobs": 1000,
             "cap": 5.0,
@@ -525,23 +536,43 @@ def run(ctx: Context) -> None:
             "sleep_jobs": 48,
             "job_seconds": 0.2,
         }
-    else:
-        plan = {
-            "rounds": 2,
-            "jobs": 10_000,
-            "cap": 30.0,
-            "workers": (1, 4, 16),
-            # The API loops at pgqueuer's default only: they are labelled, not compared.
-            "batches": {"*": (10,), "pgqueuer": (10, 32, 64), "procrastinate": (1, 10)},
-            "concurrency": (1, 16, 32, 64),
-            "sleep_workers": 16,
-            "sleep_jobs": 400,
-            "job_seconds": 0.2,
-        }
+    return {
+        "rounds": 2,
+        "jobs": 10_000,
+        "cap": 30.0,
+        "workers": (1, 4, 16),
+        # The API loops at pgqueuer's default only: they are labelled, not compared.
+        "batches": {"*": (10,), "pgqueuer": (10, 32, 64), "procrastinate": (1, 10)},
+        "concurrency": (1, 16, 32, 64),
+        "sleep_workers": 16,
+        "sleep_jobs": 400,
+        "job_seconds": 0.2,
+        # Peers in environments of their own (bench.external); never in the quick run,
+        # whose time CI pays. Each at its default and at its best documented setting
+        # (the documentation is cited in bench/peer_child.py), then its own limit.
+        "external": {
+            "settings": {
+                # Per process limit 1000 polled every 0.1 s: the fastest of 0 (none), 64,
+                # 256 and 1000 per process tried on this machine.
+                "dbos": (("default", 0), ("tuned", 1000)),
+                "chancy": (("default", 0), ("tuned", 64)),
+                "oban": (("default", 10), ("tuned", 64)),
+            },
+            "limits": {"workers": 4, "limit": 4, "jobs": 200, "job_seconds": 0.05},
+        },
+    }
+
+
+def run(ctx: Context) -> None:
+    plan = plan_for(ctx.quick)
     rows: list[dict[str, Any]] = []
     candidates: list[Arm] = [RuntimeArm(ctx, plan)]
     impls: list[noop.Implementation] = [*noop.leaseq_variants(), Pgqueuer(), Procrastinate()]
     candidates += [PeerArm(ctx, impl, plan) for impl in impls]
+    if "external" in plan:
+        candidates += [ExternalArm(ctx, spec, plan) for spec in SPECS]
+    if ctx.peers:
+        candidates = [arm for arm in candidates if arm.name in ctx.peers]
     with contextlib.ExitStack() as stack:
         arms: list[Arm] = []
         for arm in candidates:
@@ -550,7 +581,7 @@ def run(ctx: Context) -> None:
                 arms.append(arm)
             except Exception as exc:  # a peer that cannot be installed is reported, not fatal
                 ctx.log(f"peers {arm.name} failed: {exc}")
-                rows.append(_error(arm.name, exc))
+                rows.append(_error(arm, exc))
         # Interleaved: every arm runs each configuration close in time to the others, since
         # the load from other work on the machine drifts over minutes.
         for round_ in range(1, plan["rounds"] + 1):
@@ -558,12 +589,13 @@ def run(ctx: Context) -> None:
                 (arm, partial(arm.noop, workers)) for workers in plan["workers"] for arm in arms
             ]
             steps += [(arm, arm.sleep) for arm in arms]
+            steps += [(arm, arm.limits) for arm in arms if isinstance(arm, ExternalArm)]
             for arm, step in steps:
                 try:
                     found = step()
                 except Exception as exc:  # a peer that cannot run is reported, not fatal
                     ctx.log(f"peers {arm.name} failed: {exc}")
-                    found = [_error(arm.name, exc)]
+                    found = [_error(arm, exc)]
                 rows.extend({"round": round_, **row} for row in found)
     recorder = ctx.recorder(NAME)
     recorder.params(

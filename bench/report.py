@@ -170,8 +170,18 @@ def _label(row: dict[str, str]) -> str:
 
 
 def _config(row: dict[str, str]) -> str:
+    if row.get("setting"):  # a peer in its own environment: its setting, then its limit
+        limit = row["batch"] if row["batch"] not in ("", "0") else "none"
+        return f"W={row['workers']}, {row['setting']} (limit {limit})"
     knob = "concurrency" if row["implementation"] == "leaseq worker" else "batch"
     return f"W={row['workers']}, {knob} {row['batch']}"
+
+
+def _is_default(row: dict[str, str]) -> bool:
+    """Whether a no-op row is its runtime at its default setting (``bench.peers.DEFAULTS``)."""
+    if row.get("setting"):
+        return row["setting"] == "default"
+    return DEFAULTS.get(row["implementation"]) == int(_f(row["batch"]))
 
 
 def _runtime_lines(peers: list[dict[str, str]]) -> list[tuple[str, str, str]]:
@@ -220,6 +230,7 @@ def _runtime_lines(peers: list[dict[str, str]]) -> list[tuple[str, str, str]]:
                 )
             )
         lines += _default_lines(rows, tag)
+        lines += _limit_lines(rows, tag)
         others = "; ".join(
             f"{p['implementation']}'s loop {p['efficiency']} / {p['claim_p50_ms']} ms"
             for p in _by(rows, kind="sleep")
@@ -236,6 +247,65 @@ def _runtime_lines(peers: list[dict[str, str]]) -> list[tuple[str, str, str]]:
                 )
             )
     return lines
+
+
+def _peer_summary(rows: Rows) -> str:
+    """Per round, each runtime at its default and at its best setting (the best over every
+    worker count): jobs/s, and `leaseq worker` at the same class of setting over this
+    (above 1: leaseq ahead)."""
+    table = []
+    for _, these in _rounds(rows):
+        runtimes = [r for r in _by(these, kind="noop") if r.get("loop") == "runtime"]
+        classes = {
+            "default": [r for r in runtimes if _is_default(r)],
+            "best": runtimes,
+        }
+        for setting, candidates in classes.items():
+            best = _best(candidates)
+            mine = best.get("leaseq worker")
+            for name, r in sorted(best.items(), key=lambda kv: kv[0] != "leaseq worker"):
+                ratio = _f(mine["jobs_per_second"]) / _f(r["jobs_per_second"]) if mine else None
+                table.append(
+                    {
+                        "round": r.get("round") or "1",
+                        "runtime": f"{name} {r.get('version', '')}",
+                        "setting": setting,
+                        "config": _config(r),
+                        "jobs_per_second": r["jobs_per_second"],
+                        "leaseq_ratio": "" if ratio is None or r is mine else f"{ratio:.2f}x",
+                        "cpu": f"{r['client_cpu_ms_per_job']} / {r['server_cpu_ms_per_job']}",
+                        "loadavg": r.get("loadavg", ""),
+                    }
+                )
+    return _table(
+        table,
+        ["round", "runtime", "setting", "config", "jobs_per_second", "leaseq_ratio", "cpu",
+         "loadavg"],
+        ["round", "runtime", "setting", "best configuration", "jobs/s",
+         "`leaseq worker` / this", "client / server CPU ms per job", "load"],
+    )  # fmt: skip
+
+
+def _limit_lines(rows: Rows, tag: str) -> list[tuple[str, str, str]]:
+    """One headline row per round: each peer's concurrency limit against the most handlers
+    seen running at one instant (from the handlers' own timestamps)."""
+    limits = _by(rows, kind="limits")
+    if not limits:
+        return []
+    first = limits[0]
+    return [
+        (
+            f"concurrency limit {first['limit']} over W={first['workers']} processes, "
+            f"most handlers running at once{tag}",
+            "(reported)",
+            "; ".join(
+                f"{r['implementation']} ({r['limit_scope']} limit) {r['max_overlap']}, "
+                f"{r['max_overlap_per_process']} in one process: "
+                + ("held" if r["limit_held"] == "True" else "**not held**")
+                for r in limits
+            ),
+        )
+    ]
 
 
 def _rounds(rows: Rows) -> list[tuple[str, Rows]]:
@@ -296,11 +366,8 @@ def _start_lines(rows: Rows) -> list[tuple[str, str, str]]:
 def _default_lines(rows: list[dict[str, str]], tag: str) -> list[tuple[str, str, str]]:
     """Per worker count, each runtime at its default setting (``bench.peers.DEFAULTS``):
     what a user gets before tuning anything."""
-    at_default = [
-        r
-        for r in _by(rows, kind="noop")
-        if r.get("loop") == "runtime" and DEFAULTS.get(r["implementation"]) == int(_f(r["batch"]))
-    ]
+    noop = _by(rows, kind="noop")
+    at_default = [r for r in noop if r.get("loop") == "runtime" and _is_default(r)]
     lines = []
     for workers in sorted({r["workers"] for r in at_default}, key=int):
         here = [r for r in at_default if r["workers"] == workers]
@@ -313,7 +380,7 @@ def _default_lines(rows: list[dict[str, str]], tag: str) -> list[tuple[str, str,
                 f"no-op throughput at defaults, W={workers}{tag}",
                 "(reported)",
                 "; ".join(
-                    f"{r['implementation']} ({_config(r).split(', ')[1]}) {r['jobs_per_second']}"
+                    f"{r['implementation']} ({_config(r).split(', ', 1)[1]}) {r['jobs_per_second']}"
                     + ("" if r is mine[0] else f" ({rate / _f(r['jobs_per_second']):.2f}x)")
                     for r in [mine[0], *(r for r in here if r is not mine[0])]
                 )
@@ -601,6 +668,8 @@ def _peers(folder: Path) -> str:
     out += (
         "processes; `batch` is then its concurrency), `api` a hand-written loop of API calls.\n\n"
     )
+    out += "`setting`: a peer in an environment of its own at its `default` or `tuned` "
+    out += "setting, `batch` then its concurrency limit (0: none set).\n\n"
     out += _table(
         _by(rows, kind="noop"),
         [
@@ -609,6 +678,7 @@ def _peers(folder: Path) -> str:
             "loop",
             "version",
             "workers",
+            "setting",
             "batch",
             "finished",
             "seconds",
@@ -634,6 +704,8 @@ def _peers(folder: Path) -> str:
                         "ratio": f"{_f(mine['jobs_per_second']) / _f(r['jobs_per_second']):.2f}",
                     }
                 )
+    out += "\nEach runtime at its default and at its best setting, per round:\n\n"
+    out += _peer_summary(rows)
     out += "\nleaseq / peer no-op throughput at the same workers and batch:\n\n"
     out += _table(ratios, ["leaseq", "peer", "workers", "batch", "ratio"])
     out += "\nScenario 1's workload: `leaseq worker` processes (one slot each; span and claim "
@@ -656,6 +728,31 @@ def _peers(folder: Path) -> str:
             "claim_p99_ms",
             "client_cpu_ms_per_job",
             "server_cpu_ms_per_job",
+            "loadavg",
+        ],
+    )
+    out += "\nConcurrency limits: each peer's own limit over W processes of handlers that "
+    out += "sleep; `max_overlap` is the most handlers running at one instant, from the "
+    out += "handlers' own timestamps, across all processes and within one. `limit_held` "
+    out += "judges the limit as documented (global, or per process); `global_limit_held` "
+    out += "as a limit on the whole fleet:\n\n"
+    out += _table(
+        _by(rows, kind="limits"),
+        [
+            "round",
+            "implementation",
+            "version",
+            "workers",
+            "limit",
+            "limit_scope",
+            "jobs",
+            "job_seconds",
+            "finished",
+            "executions",
+            "max_overlap",
+            "max_overlap_per_process",
+            "limit_held",
+            "global_limit_held",
             "loadavg",
         ],
     )
@@ -956,7 +1053,16 @@ def readme_section(folder: Path) -> str:
         if env
         else ""
     )
-    return f"{_headline(folder)}\n{where}\n"
+    peers = read(folder / "peers.csv")
+    summary = (
+        "\nNo-op throughput of each runtime at its default and at its best setting (best over "
+        "W = 1, 4 and 16 worker processes), timed from one start signal to the last "
+        "completion, with the machine's load average when the run started; other work "
+        "shares this machine, so compare within a round:\n\n" + _peer_summary(peers)
+        if peers
+        else ""
+    )
+    return f"{_headline(folder)}{summary}\n{where}\n"
 
 
 def update_readme(readme: Path, folder: Path) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 
 
@@ -19,3 +20,8 @@ def percentile(values: Sequence[float], p: float) -> float:
 def ms(seconds: float) -> float:
     """Seconds to milliseconds, rounded to microseconds for the CSV."""
     return round(seconds * 1000.0, 3)
+
+
+def loadavg() -> float:
+    """The machine's 1-minute load average: how busy other work kept it when a run started."""
+    return round(os.getloadavg()[0], 2)

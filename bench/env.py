@@ -102,6 +102,6 @@ def reset_leaseq(url: str) -> None:
     with psycopg.connect(url, autocommit=True) as conn:
         conn.execute(
             "TRUNCATE leaseq.jobs, leaseq.job_attempts, leaseq.job_results, leaseq.job_steps,"
-            " leaseq.job_stream"
+            " leaseq.job_stream, leaseq.job_signals"
             " RESTART IDENTITY"
         )

@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 
 import leaseq
-from bench.env import scratch_database
+from bench.env import reset_leaseq, scratch_database
 
 RESULTS = Path(__file__).parent / "results" / "isolation.csv"
 HERE = Path(__file__).parent
@@ -45,12 +45,9 @@ def run_one(
     url: str, job_type: str, jobs: int, isolation: str, concurrency: int
 ) -> dict[str, float]:
     """Enqueue, start one worker, time start-up and the drain of every job."""
+    reset_leaseq(url)
     with leaseq.connect(url, action="bench") as conn:
         queue = leaseq.Queue(conn)
-        conn.execute(
-            "TRUNCATE leaseq.jobs, leaseq.job_attempts, leaseq.job_results, leaseq.job_steps,"
-            " leaseq.job_stream"
-        )
         queue.enqueue_many([leaseq.JobSpec(QUEUE, job_type, i) for i in range(jobs)])
         env = {
             **os.environ,

@@ -16,6 +16,7 @@ from typing import Any, Protocol
 import psycopg
 
 import leaseq
+from bench.env import reset_leaseq
 from bench.gang import Signals, cpu_per_job, run_gang, server_cpu_meter
 from leaseq.runtime.claims import ClaimPlanner
 
@@ -133,12 +134,8 @@ class Leaseq:
             leaseq.migrate(conn)
 
     def enqueue(self, url: str, jobs: int) -> None:
+        reset_leaseq(url)
         with leaseq.connect(url, action="bench") as conn:
-            conn.execute(
-                "TRUNCATE leaseq.jobs, leaseq.job_attempts, leaseq.job_results, leaseq.job_steps,"
-                " leaseq.job_stream"
-                " RESTART IDENTITY"
-            )
             queue = leaseq.Queue(conn)
             for start in range(0, jobs, 1000):
                 count = min(1000, jobs - start)

@@ -29,6 +29,7 @@ import psycopg
 from prometheus_client.parser import text_string_to_metric_families
 
 import leaseq
+from bench.env import reset_leaseq
 from bench.gang import machine_cpu_seconds, process_cpu_seconds, server_cpu_meter
 from bench.noop import QUEUE
 from bench.stats import ms
@@ -171,12 +172,9 @@ def run_workers(
     cap_seconds: float = 120.0,
 ) -> RuntimeRun:
     """Enqueue ``jobs`` jobs of ``job_type`` and drain them with ``workers`` real workers."""
+    reset_leaseq(url)
     with psycopg.connect(url, autocommit=True) as conn:
-        conn.execute(
-            "TRUNCATE leaseq.jobs, leaseq.job_attempts, leaseq.job_results, leaseq.job_steps,"
-            " leaseq.job_stream,"
-            " leaseq.workers RESTART IDENTITY"
-        )
+        conn.execute("TRUNCATE leaseq.workers")
         with running_workers(url, workers, concurrency) as running:
             procs = running.procs
             for p in procs:

@@ -17,7 +17,7 @@ from typing import Any
 import leaseq
 from bench import noop
 from bench.context import Context
-from bench.env import scratch_database
+from bench.env import reset_leaseq, scratch_database
 from bench.gang import Signals, run_gang
 from bench.stats import ms, percentile
 from leaseq.runtime.claims import ClaimPlanner
@@ -62,11 +62,8 @@ def wake_worker(args: WakeArgs, signals: Signals) -> list[tuple[int, float]]:
 def wakeup(url: str, mode: str, poll_seconds: float, jobs: int) -> dict[str, Any]:
     committed: dict[int, float] = {}
     rng = random.Random(6)
+    reset_leaseq(url)
     with leaseq.connect(url, action="bench") as conn:
-        conn.execute(
-            "TRUNCATE leaseq.jobs, leaseq.job_attempts, leaseq.job_results, leaseq.job_steps,"
-            " leaseq.job_stream"
-        )
         queue = leaseq.Queue(conn)
         produced = 0
 

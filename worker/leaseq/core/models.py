@@ -524,6 +524,17 @@ class SignalRecord:
 
 
 @dataclass(frozen=True)
+class SignalWaits:
+    """Jobs of a queue waiting for a signal (``ctx.wait_for``): how many, and the seconds
+    since the oldest of them began to wait (None when no wait began at a finite time in the
+    past: a stored ``-infinity`` or a time past now adds no age)."""
+
+    queue: str
+    waiting: int
+    oldest_age: float | None
+
+
+@dataclass(frozen=True)
 class WaitingOn:
     """What a pending job waits for (``ctx.wait_for``), since when, and until when."""
 

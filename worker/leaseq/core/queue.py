@@ -86,6 +86,7 @@ from leaseq.core.models import (
     RetryPolicy,
     Signalled,
     SignalRecord,
+    SignalWaits,
     StepRecord,
     StreamItem,
     StreamPage,
@@ -1116,8 +1117,9 @@ class Queue:
         with borrow(self._db, "list signals") as c:
             return self._store.signal_list(c, job_id, limit=limit)
 
-    def signal_waits(self, queues: Sequence[str] | None = None) -> dict[str, int]:
-        """Jobs waiting for a signal per queue, from a small partial index."""
+    def signal_waits(self, queues: Sequence[str] | None = None) -> list[SignalWaits]:
+        """Jobs waiting for a signal per queue (only queues with some), and the age of each
+        queue's oldest wait, from a small partial index."""
         with borrow(self._db, "stats") as c:
             return self._store.queue_signal_waits(c, queues=queues)
 

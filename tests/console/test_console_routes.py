@@ -521,7 +521,15 @@ def test_settle_an_uncertain_step_with_its_result(console_db: ConsoleDb, client_
     # Settled already: nothing more is settled, and the audit says so.
     again = post(client, f"/jobs/{job}/steps/resolve", {**sent, "reason": "twice"})
     assert "0 of 1 job(s) resumed" in again.text, again.text
+    # Why, as `leaseq steps resolve` says it.
+    assert f"(job {job} step &#39;bill card&#39; is not uncertain: it has a result)" in again.text
     assert _step_and_audit(console_db, job)[0] == step
+    other = post(client, f"/jobs/{job}/steps/resolve", {**sent, "step": "ship", "reason": "r"})
+    assert f"0 of 1 job(s) resumed (step &#39;ship&#39; recorded) (job {job} has no step" in (
+        other.text
+    )
+    gone = post(client, "/jobs/999999/steps/resolve", {**sent, "reason": "r"})
+    assert "(job 999999 does not exist)" in gone.text
 
 
 def test_settle_an_uncertain_step_to_run_again(console_db: ConsoleDb, client_for) -> None:

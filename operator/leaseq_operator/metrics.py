@@ -22,7 +22,13 @@ from prometheus_client.registry import Collector
 from leaseq import config as settings
 from leaseq.core.errors import ConfigError, LeaseqError
 from leaseq.core.flow import FlowControl
-from leaseq.core.models import SILENT_AFTER_SECONDS, QueueStats, Reaped, UnservedWork
+from leaseq.core.models import (
+    SILENT_AFTER_SECONDS,
+    QueueStats,
+    Reaped,
+    SignalWaits,
+    UnservedWork,
+)
 from leaseq.core.queue import Queue
 from leaseq.core.schedule_models import Tick
 from leaseq.core.schedules import Schedules
@@ -107,6 +113,7 @@ class QueueCollector(Collector):
             workers = self._workers.list()
             unserved = self._queue.unserved(live_seconds=SILENT_AFTER_SECONDS)
             waiting = self._queue.waiting()
+            signal_waits = self._queue.signal_waits()
         except LeaseqError as exc:
             log.warning("metrics scrape could not read the database: %s", exc)
             up.add_metric([], 0)
@@ -174,6 +181,36 @@ class QueueCollector(Collector):
         for name, count in sorted(counts.items()):
             live.add_metric([name], count)
         yield from (jobs, oldest, heartbeat, live, cap, _unserved(unserved, shown))
+        yield from _signal_waits(signal_waits, [s.queue for s in stats])
+
+
+def _signal_waits(rows: list[SignalWaits], queues: list[str]) -> Iterator[GaugeMetricFamily]:
+    """``leaseq_queue_signal_waiting_jobs`` and ``leaseq_queue_oldest_signal_wait_age_seconds``
+    for every queue shown (0 when none of its jobs waits; queues beyond the cap under
+    ``_other``: summed, the oldest age of them). Jobs waiting for a signal are pending with
+    ``available_at`` their deadline, so ``leaseq_queue_jobs{state="scheduled"}`` counts them
+    too: this says how many of those wait for someone, and for how long."""
+    count = GaugeMetricFamily(
+        "leaseq_queue_signal_waiting_jobs",
+        'Jobs waiting for a signal (ctx.wait_for), among state="scheduled"',
+        labels=["queue"],
+    )
+    age = GaugeMetricFamily(
+        "leaseq_queue_oldest_signal_wait_age_seconds",
+        "Seconds the oldest job waiting for a signal has waited",
+        labels=["queue"],
+    )
+    shown = set(queues)
+    counts = dict.fromkeys(queues, 0)
+    ages = dict.fromkeys(queues, 0.0)
+    for row in rows:
+        label = row.queue if row.queue in shown else OTHER_QUEUE
+        counts[label] = counts.get(label, 0) + row.waiting
+        ages[label] = max(ages.get(label, 0.0), row.oldest_age or 0.0)
+    for name in queues:
+        count.add_metric([name], counts[name])
+        age.add_metric([name], ages[name])
+    yield from (count, age)
 
 
 def _unserved(rows: list[UnservedWork], shown: set[str]) -> GaugeMetricFamily:

@@ -102,6 +102,32 @@ CASES = [
         ],
     ),
     Case(
+        # Default: a day. The series grows by the scrape interval (1m here).
+        "LeaseqSignalUnanswered",
+        series={
+            f'leaseq_queue_oldest_signal_wait_age_seconds{{{NS},queue="approvals"}}': "86000+60x30"
+        },
+        quiet={
+            # answered minutes after crossing the day: the age falls back before `for`
+            f'leaseq_queue_oldest_signal_wait_age_seconds{{{NS},queue="answered"}}': (
+                "86000+60x10 0+60x20"
+            ),
+            'leaseq_queue_oldest_signal_wait_age_seconds{namespace="other",queue="x"}': "99999x30",
+        },
+        checks=[
+            Fires("10m", []),  # above the threshold since 7m: not yet for 15m
+            Fires(
+                "25m",
+                [
+                    (
+                        {"queue": "approvals"},
+                        "A job on queue approvals has waited 1d 0h 18m 20s for a signal",
+                    )
+                ],
+            ),
+        ],
+    ),
+    Case(
         "LeaseqDeadJobsIncreasing",
         series={f'leaseq_queue_jobs{{{NS},state="dead",queue="bad"}}': "0 0 0 2 2 2 2 2"},
         quiet={

@@ -240,6 +240,46 @@ def test_retry_one_dead_job_writes_the_audit(console_db: ConsoleDb, client_for) 
     assert "scanner fixed" in client.get("/audit").text
 
 
+def test_the_console_s_retry_of_a_job_dead_waiting_withdraws_only_that_wait_s_deadline(
+    console_db: ConsoleDb, client_for
+) -> None:
+    """The console's retry revives through leaseq.retry_dead, as `leaseq retry` does: the
+    deadline of the wait a job died at (WaitTimedOut) goes, so its next attempt waits afresh;
+    an answered wait, a caught earlier timeout and another error's job keep theirs."""
+    with leaseq.connect(console_db.owner_url, action="test") as conn:
+        [timed_out] = make_dead(conn, "q", "approval", 1, "WaitTimedOut")
+        [other] = make_dead(conn, "q", "approval", 1, "E")
+        for job, name, minutes in [
+            (timed_out, "leaseq.wait-1", 1),  # answered
+            (timed_out, "leaseq.wait-1.signal", 2),
+            (timed_out, "leaseq.wait-2", 3),  # timed out, caught by the handler
+            (timed_out, "leaseq.wait-3", 4),  # timed out, the job died of it
+            (other, "leaseq.wait-1", 1),
+        ]:
+            conn.execute(
+                "INSERT INTO leaseq.job_steps (job_id, name, attempt, lease_token, intended_at,"
+                " finished_at, result) SELECT %s, %s, 1, 1, t, t, to_jsonb(t::text)"
+                " FROM (SELECT now() - make_interval(mins => 10 - %s) AS t) x",
+                (job, name, minutes),
+            )
+    client: TestClient = client_for(console_db.admin_url)
+    for job in (timed_out, other):
+        answer = post(client, f"/jobs/{job}/retry", {"reason": "approver back"})
+        assert "1 of 1 job(s) retried" in answer.text
+    with psycopg.connect(console_db.owner_url) as conn:
+        steps = conn.execute(
+            "SELECT job_id, name, finished_at IS NOT NULL, resolved_by FROM leaseq.job_steps"
+            " ORDER BY job_id, name"
+        ).fetchall()
+    assert steps == [
+        (timed_out, "leaseq.wait-1", True, None),
+        (timed_out, "leaseq.wait-1.signal", True, None),
+        (timed_out, "leaseq.wait-2", True, None),
+        (timed_out, "leaseq.wait-3", False, "retry"),
+        (other, "leaseq.wait-1", True, None),
+    ]
+
+
 def test_bulk_retry_by_filter_shows_the_count_first(console_db: ConsoleDb, client_for) -> None:
     with leaseq.connect(console_db.owner_url, action="test") as conn:
         jam = make_dead(conn, "ocr", "page", 4, "E_JAM")
@@ -481,7 +521,15 @@ def test_settle_an_uncertain_step_with_its_result(console_db: ConsoleDb, client_
     # Settled already: nothing more is settled, and the audit says so.
     again = post(client, f"/jobs/{job}/steps/resolve", {**sent, "reason": "twice"})
     assert "0 of 1 job(s) resumed" in again.text, again.text
+    # Why, as `leaseq steps resolve` says it.
+    assert f"(job {job} step &#39;bill card&#39; is not uncertain: it has a result)" in again.text
     assert _step_and_audit(console_db, job)[0] == step
+    other = post(client, f"/jobs/{job}/steps/resolve", {**sent, "step": "ship", "reason": "r"})
+    assert f"0 of 1 job(s) resumed (step &#39;ship&#39; recorded) (job {job} has no step" in (
+        other.text
+    )
+    gone = post(client, "/jobs/999999/steps/resolve", {**sent, "reason": "r"})
+    assert "(job 999999 does not exist)" in gone.text
 
 
 def test_settle_an_uncertain_step_to_run_again(console_db: ConsoleDb, client_for) -> None:

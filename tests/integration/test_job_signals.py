@@ -21,6 +21,7 @@ from leaseq.aio import AsyncQueue
 from leaseq.cli.main import main
 from leaseq.core._store import statements
 from leaseq.runtime.context import JobContext
+from leaseq_operator.metrics import OperatorMetrics
 from support.dbtime import claim_one, db_now
 from support.steps import context, take_over
 
@@ -78,7 +79,9 @@ def test_a_wait_hands_the_job_back_holding_nothing_and_a_signal_wakes_it(
     assert queue.claim(["q"], "w2") == []
     on = queue.waiting_on(job_id)
     assert on is not None and (on.waiting_for, on.deadline) == ("approve", raised.until)
-    assert queue.signal_waits() == {"q": 1}
+    [waits_q] = queue.signal_waits()
+    assert (waits_q.queue, waits_q.waiting) == ("q", 1)
+    assert waits_q.oldest_age is not None and waits_q.oldest_age >= 0
     [attempt] = queue.attempts(job_id)
     assert attempt.outcome == "released" and "waiting for signal 'approve'" in (attempt.error or "")
 
@@ -246,3 +249,84 @@ def test_the_cli_sends_a_signal_and_says_what_it_did(
     assert "job 999999 does not exist" in capsys.readouterr().err
     again = claim_one(queue, "w2")
     assert context(queue, again).wait_for("approve", timeout=60) == {"ok": True}
+
+
+def test_the_operator_counts_signal_waits_per_queue_and_the_oldest_wait_s_age(
+    queue: leaseq.Queue, conn: leaseq.core.db.Conn
+) -> None:
+    """leaseq_queue_signal_waiting_jobs counts the jobs waiting for a signal (also counted
+    as scheduled); leaseq_queue_oldest_signal_wait_age_seconds grows with the oldest wait,
+    for alerts on a wait nobody answers; both are 0 for a queue where none waits."""
+    metrics = OperatorMetrics()
+    metrics.watch_queues(queue, leaseq.Workers(conn))
+
+    def value(name: str, q: str) -> float | None:
+        return metrics.registry.get_sample_value(name, {"queue": q})
+
+    ids = [queue.enqueue("approvals", "t").job_id for _ in range(2)]
+    queue.enqueue("mail", "t")
+    for _ in ids:
+        [job] = queue.claim(["approvals"], "w1")
+        raised = waits(context(queue, job), "approve", timeout=3600)
+        queue.wait(job.lease, raised.name, raised.until)
+    # Waiting since an hour ago, as if nobody answered.
+    conn.execute(
+        "UPDATE leaseq.jobs SET waiting_since = now() - interval '1 hour' WHERE id = %s",
+        (ids[0],),
+    )
+    assert value("leaseq_queue_signal_waiting_jobs", "approvals") == 2
+    scheduled = metrics.registry.get_sample_value(
+        "leaseq_queue_jobs", {"queue": "approvals", "state": "scheduled"}
+    )
+    assert scheduled == 2
+    age = value("leaseq_queue_oldest_signal_wait_age_seconds", "approvals")
+    assert age is not None and 3600 <= age < 3600 + BOUND * 10
+    assert value("leaseq_queue_signal_waiting_jobs", "mail") == 0
+    assert value("leaseq_queue_oldest_signal_wait_age_seconds", "mail") == 0
+
+    queue.signal(ids[0], "approve")  # claimable now: it waits no more once claimed
+    assert len(queue.claim(["approvals"], "w1")) == 1
+    assert value("leaseq_queue_signal_waiting_jobs", "approvals") == 1
+    age = value("leaseq_queue_oldest_signal_wait_age_seconds", "approvals")
+    assert age is not None and age < 3600
+
+
+@pytest.mark.slow
+def test_the_signal_wait_metrics_read_only_their_index_at_two_million_jobs(
+    database_url: str,
+) -> None:
+    """queue_signal_waits (the operator's scrape, `leaseq status`) at 2,000,000 jobs, 1,000
+    of them waiting for a signal in 10 queues: no sequential scan of jobs, and a few dozen
+    buffers (the partial index, not the table)."""
+    statement = statements.load()["queue_signal_waits"]
+    with psycopg.connect(database_url, autocommit=True) as c:
+        c.execute(
+            "INSERT INTO leaseq.jobs (queue, job_type, payload, status, available_at,"
+            " finished_at) SELECT 'q' || (g % 10), 't', '{}', s, now(),"
+            " CASE WHEN s = 'succeeded' THEN now() END FROM generate_series(1, 2000000) g,"
+            " LATERAL (SELECT (CASE WHEN g % 3 = 0 THEN 'pending' ELSE 'succeeded'"
+            " END)::leaseq.job_status AS s) x"
+        )
+        c.execute(
+            "UPDATE leaseq.jobs SET waiting_for = 'approve', waiting_since = now(),"
+            " available_at = now() + interval '1 day'"
+            " WHERE id IN (SELECT id FROM leaseq.jobs WHERE status = 'pending' LIMIT 1000)"
+        )
+        c.execute("VACUUM ANALYZE leaseq.jobs")
+        row = c.execute(
+            b"EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) " + statement.query,
+            {"queues": None, "now": None},
+        ).fetchone()
+    assert row is not None
+    plan = (row[0] if isinstance(row[0], list) else json.loads(row[0]))[0]["Plan"]
+
+    def nodes(node: dict[str, Any]) -> list[dict[str, Any]]:
+        return [node, *(n for child in node.get("Plans", []) for n in nodes(child))]
+
+    scanned = {
+        n.get("Index Name") or n["Node Type"] for n in nodes(plan) if "Scan" in n["Node Type"]
+    }
+    assert scanned <= {"jobs_signal_wait_idx", "Result Scan", "CTE Scan"}, scanned
+    buffers = plan.get("Shared Hit Blocks", 0) + plan.get("Shared Read Blocks", 0)
+    print(f"queue_signal_waits at 2,000,000 jobs: {buffers} buffers, {scanned}")
+    assert buffers < 200, buffers

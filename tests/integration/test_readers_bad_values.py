@@ -120,6 +120,11 @@ def test_queue_metrics_stay_for_every_queue(
         got = value(name, queue=BAD)
         assert got is not None and got < 1e12, (name, got)
     assert value("leaseq_queue_claimable_jobs", queue=GOOD) == 1
+    # Its three jobs wait for a signal since -infinity, infinity and a year past 9999: all
+    # counted, and none adds an age (no number of seconds, or none yet).
+    assert value("leaseq_queue_signal_waiting_jobs", queue=BAD) == 3
+    assert value("leaseq_queue_oldest_signal_wait_age_seconds", queue=BAD) == 0
+    assert value("leaseq_queue_signal_waiting_jobs", queue=GOOD) == 0
     assert value("leaseq_schedule_late_seconds") == 0
 
 

@@ -101,8 +101,9 @@ def nap(payload: dict[str, Any], ctx: JobContext) -> dict[str, Any]:
 
 @registry.job("approval")
 def approval(payload: dict[str, Any], ctx: JobContext) -> dict[str, Any]:
-    """A step, a wait for the signal ``approve`` (``payload['timeout']`` seconds, an hour by
-    default), and a note per call of the code after the wait."""
+    """A step, a wait for the signal ``approve`` (the seconds in the folder's file ``timeout``,
+    else ``payload['timeout']``, an hour by default), and a note per call of the code after
+    the wait."""
     folder = Path(payload["dir"])
 
     def draft() -> str:
@@ -110,7 +111,10 @@ def approval(payload: dict[str, Any], ctx: JobContext) -> dict[str, Any]:
         return "draft"
 
     written = ctx.step("draft", draft)
-    decision = ctx.wait_for("approve", timeout=payload.get("timeout", 3600))
+    # A file "timeout" in the folder overrides the payload's (a test retrying the job sets it).
+    override = folder / "timeout"
+    timeout = float(override.read_text()) if override.exists() else payload.get("timeout", 3600)
+    decision = ctx.wait_for("approve", timeout=timeout)
     _note(folder, "after.calls", f"{ctx.worker_id} {ctx.attempt}")
     return {"draft": written, "decision": decision}
 

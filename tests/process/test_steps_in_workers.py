@@ -11,6 +11,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
+from datetime import datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -236,3 +237,34 @@ def test_a_wait_past_its_deadline_raises_in_the_handler_and_the_job_dies_once(
     assert [x.outcome for x in queue.attempts(a)] == ["released", "failed"]
     assert lines(tmp_path / "draft.calls") == ["w-a 1"]
     assert lines(tmp_path / "after.calls") == []
+
+
+def test_retrying_a_job_that_died_waiting_waits_afresh_and_takes_a_later_signal(
+    queue: leaseq.Queue, spawn_worker: Spawn, tmp_path: Path
+) -> None:
+    """A job dead of WaitTimedOut, retried: its next attempt waits again with a new deadline
+    (the timed-out one is withdrawn by the retry) and a signal sent after the retry reaches
+    it; the step before the wait is not run again."""
+    spawn_worker("w-a", app=APP, concurrency=1)
+    a = queue.enqueue("q", "approval", {"dir": str(tmp_path), "timeout": 1}).job_id
+    wait_for(lambda: queue.get(a).status == "dead", "A to time out", 60)
+    with pytest.raises(leaseq.JobStateError):
+        queue.signal(a, "approve", "too late")  # a dead job refuses signals
+
+    (tmp_path / "timeout").write_text("3600")  # the retried wait must outlive a slow machine
+    queue.retry_dead(a)
+    waiting = wait_for(
+        lambda: (j := queue.get(a)).waiting_for == "approve" and j, "A to wait again", 60
+    )
+    assert waiting.status == "pending" and waiting.last_error_code == "WaitTimedOut"
+    deadline = next(s for s in queue.steps(a) if s.name == "leaseq.wait-1")
+    assert deadline.resolved_by == "retry" and deadline.finished_at is not None
+    assert waiting.waiting_since is not None
+    assert datetime.fromisoformat(deadline.result) - waiting.waiting_since > timedelta(minutes=30)
+
+    assert queue.signal(a, "approve", {"ok": "late"}).stored
+    done = wait_for(lambda: (j := queue.get(a)).status == "succeeded" and j, "A to finish", 60)
+    assert done.result == {"draft": "draft", "decision": {"ok": "late"}}
+    assert [x.outcome for x in queue.attempts(a)] == ["released", "failed", "released", "succeeded"]
+    assert lines(tmp_path / "draft.calls") == ["w-a 1"]
+    assert len(lines(tmp_path / "after.calls")) == 1

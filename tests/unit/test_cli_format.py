@@ -42,8 +42,41 @@ def test_a_duration_in_m_is_refused_as_ambiguous(text: str) -> None:
 def test_bad_arguments_are_refused() -> None:
     with pytest.raises(argparse.ArgumentTypeError, match="not a duration"):
         duration("soon")
-    with pytest.raises(argparse.ArgumentTypeError, match="not valid JSON"):
+    with pytest.raises(argparse.ArgumentTypeError, match="is not JSON"):
         json_argument("{oops")
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["enqueue", "ocr", "scan", "--payload"],
+        ["schedules", "add", "n", "0 3 * * *", "--queue", "q", "--job-type", "t", "--payload"],
+        ["signal", "7", "approved", "--payload"],
+    ],
+)
+@pytest.mark.parametrize(
+    ("text", "complaint"),
+    [
+        ("{paid", "argument --payload: is not JSON (Expecting property name"),
+        # Deeper than Python's parser recurses: RecursionError, not a traceback.
+        ("[" * 100_000, "argument --payload: nests too deeply to be read"),
+    ],
+    ids=["not-json", "too-deep"],
+)
+def test_every_json_argument_refuses_bad_json_naming_it(
+    command: list[str],
+    text: str,
+    complaint: str,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.delenv("LEASEQ_DATABASE_URL", raising=False)
+    with pytest.raises(SystemExit) as exited:
+        main([*command, text])
+    assert exited.value.code == 2
+    err = capsys.readouterr().err
+    assert complaint in err
+    assert "Traceback" not in err
 
 
 @pytest.mark.parametrize(

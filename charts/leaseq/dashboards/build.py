@@ -183,6 +183,23 @@ def build() -> dashboard.Dashboard:
         )
         .with_panel(
             graph(
+                "Jobs waiting for a signal",
+                "Jobs waiting for a signal (ctx.wait_for), holding no worker and counted as"
+                " scheduled, and how long the oldest has waited: rising, nobody answers it.",
+                "short",
+                query(
+                    f"max by (queue) (leaseq_queue_signal_waiting_jobs{{{SEL}}})",
+                    "{{queue}} waiting",
+                ),
+                query(
+                    f"max by (queue) (leaseq_queue_oldest_signal_wait_age_seconds{{{SEL}}}) / 3600",
+                    "{{queue}} oldest wait (hours)",
+                    "B",
+                ),
+            )
+        )
+        .with_panel(
+            graph(
                 "Live workers and jobs in flight",
                 "Registered live workers per queue, and the jobs they are running right now.",
                 "short",

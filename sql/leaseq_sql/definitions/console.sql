@@ -7,8 +7,9 @@
 -- queries/console.sql.
 
 -- Retries dead jobs (at most 1000 per call): each goes back to pending now with a fresh budget
--- of attempts, keeping its id, token and attempt history (as job_retry_dead does), and one
--- audit row names the jobs retried. Returns their ids.
+-- of attempts, keeping its id, token and attempt history (leaseq.retry_dead, as job_retry_dead
+-- does: a wait it died of starts afresh), and one audit row names the jobs retried. Returns
+-- their ids.
 CREATE OR REPLACE FUNCTION leaseq.console_retry_dead(job_ids bigint[], actor text, reason text, filter jsonb DEFAULT NULL)
 RETURNS TABLE (id bigint)
 LANGUAGE plpgsql
@@ -23,13 +24,7 @@ BEGIN
         RAISE EXCEPTION 'at most 1000 jobs per console action, % given', cardinality(job_ids)
             USING ERRCODE = '22023';
     END IF;
-    WITH revived AS (
-        UPDATE leaseq.jobs j
-           SET status = 'pending', available_at = now(), finished_at = NULL, lease_owner = NULL,
-               max_attempts = j.attempt_count + j.max_attempts
-         WHERE j.id = ANY(job_ids) AND j.status = 'dead'
-        RETURNING j.id, j.queue
-    )
+    WITH revived AS (SELECT r.id, r.queue FROM leaseq.retry_dead(job_ids, NULL, NULL) r)
     SELECT coalesce(array_agg(r.id ORDER BY r.id), '{}'), coalesce(array_agg(DISTINCT r.queue), '{}')
       INTO done, queues
       FROM revived r;

@@ -274,6 +274,14 @@ SELECT a.attempt, a.lease_token, a.worker, a.started_at, a.ended_at, a.outcome::
  ORDER BY lease_token
  LIMIT %(limit)s;
 
+-- name: console_job_step_state
+-- A job's status and its step %(name)s (no step columns when it has none; no row when there is no such job): why a resolve settled nothing.
+SELECT j.status, s.name, s.attempt, s.lease_token, s.intended_at, s.finished_at, s.note,
+       s.resolved_by, s.resolved_at, s.resolve_reason
+  FROM leaseq.jobs j
+  LEFT JOIN leaseq.job_steps s ON s.job_id = j.id AND s.name = %(name)s
+ WHERE j.id = %(id)s;
+
 -- name: console_job_steps
 -- A keyset page of a job's durable steps (names after %(after)s, at most %(limit)s, in name order: a range of job_steps' primary key), each with its state (recorded; running: intended under the lease the job still holds; uncertain: an intent of an earlier attempt without an outcome; or not started), its result only when at most %(max_bytes)s bytes as JSON text (else NULL and result_large).
 SELECT s.name, s.attempt, s.intended_at, s.finished_at, s.note,

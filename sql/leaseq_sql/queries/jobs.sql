@@ -364,14 +364,10 @@ SELECT c.id, c.previous_status, c.ancestor
                           coalesce(%(now)s::timestamptz, now())) c;
 
 -- name: job_retry_dead
--- Brings a dead job back to pending now with a fresh budget of attempts, keeping its id, token and attempt history.
+-- Brings a dead job back to pending now with a fresh budget of attempts, keeping its id, token and attempt history; a wait it died of (WaitTimedOut) starts afresh (leaseq.retry_dead, steps.sql).
 WITH revived AS (
-    UPDATE leaseq.jobs j
-       SET status = 'pending', available_at = coalesce(%(now)s::timestamptz, now()),
-           finished_at = NULL, lease_owner = NULL,
-           max_attempts = j.attempt_count + coalesce(%(attempts)s, j.max_attempts)
-     WHERE j.id = %(id)s AND j.status = 'dead'
-    RETURNING j.id, j.queue, j.max_attempts
+    SELECT r.id, r.queue, r.max_attempts
+      FROM leaseq.retry_dead(ARRAY[%(id)s]::bigint[], %(attempts)s, %(now)s::timestamptz) r
 ),
 woke AS (SELECT pg_notify('leaseq_jobs', revived.queue) FROM revived)
 SELECT revived.id, revived.max_attempts, (SELECT count(*) FROM woke) AS notified FROM revived;

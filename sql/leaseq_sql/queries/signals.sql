@@ -76,10 +76,15 @@ SELECT s.name, s.sent_at, s.sent_by, octet_length(s.payload::text) AS bytes
  LIMIT %(limit)s;
 
 -- name: queue_signal_waits
--- Jobs waiting for a signal per queue: a scan of the small jobs_signal_wait_idx only.
-SELECT j.queue, count(*) AS waiting
-  FROM leaseq.jobs j
+-- Jobs waiting for a signal per queue and the age of the oldest wait: a scan of the small jobs_signal_wait_idx (queue, waiting_since) only.
+WITH t AS (SELECT coalesce(%(now)s::timestamptz, now()) AS now)
+SELECT j.queue, count(*) AS waiting,
+       -- Ages only from finite past times: -infinity would be no number of seconds (and
+       -- PostgreSQL before 17 refuses to subtract it), a future time no age at all.
+       extract(epoch FROM t.now - min(j.waiting_since) FILTER (
+           WHERE isfinite(j.waiting_since) AND j.waiting_since <= t.now))::float8 AS oldest_age
+  FROM leaseq.jobs j, t
  WHERE j.status = 'pending' AND j.waiting_for IS NOT NULL
    AND (%(queues)s::text[] IS NULL OR j.queue = ANY(%(queues)s::text[]))
- GROUP BY j.queue
+ GROUP BY j.queue, t.now
  ORDER BY j.queue;

@@ -4,12 +4,13 @@ command opens from its arguments, and its answer (a line of text, or JSON with `
 from __future__ import annotations
 
 import argparse
-import json
 from typing import Any
 
 from leaseq import config as settings
 from leaseq.cli.tables import to_json
+from leaseq.core import validation
 from leaseq.core.db import Conn, connect
+from leaseq.core.errors import InvalidJob
 
 
 def duration(text: str) -> float:
@@ -44,10 +45,12 @@ def seconds(text: str) -> float:
 
 
 def json_argument(text: str) -> Any:
+    """``text`` parsed as JSON (:func:`leaseq.core.validation.json_text`); argparse's error
+    names the argument when it is no JSON or nests too deeply to be read."""
     try:
-        return json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise argparse.ArgumentTypeError(f"not valid JSON: {exc}") from exc
+        return validation.json_text("argument", text)
+    except InvalidJob as exc:
+        raise argparse.ArgumentTypeError(exc.problem) from None
 
 
 def connect_for(args: argparse.Namespace, action: str) -> Conn:

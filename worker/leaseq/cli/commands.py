@@ -54,7 +54,7 @@ def status(args: argparse.Namespace) -> int:
                 workers = registry.list(args.queue or None)
                 unserved = queue.unserved(args.queue or None)
                 waiting = queue.waiting(args.queue or None)
-                signal_waits = queue.signal_waits(args.queue or None)
+                signal_waits = {w.queue: w.waiting for w in queue.signal_waits(args.queue or None)}
                 keys = flow.status(args.queue or None, limit=STATUS_KEYS)
                 blocked = flow.blocked(args.queue or None, limit=STATUS_KEYS)
                 uncertain = queue.uncertain_steps(limit=steps.SHOWN)

@@ -30,8 +30,17 @@ class Actions:
         self.render = render
 
     def _acted(
-        self, request: Request, action: str, asked: list[int], done: list[int], back: str
+        self,
+        request: Request,
+        action: str,
+        asked: list[int],
+        done: list[int],
+        back: str,
+        *,
+        why: str = "",
     ) -> Response:
+        """The answer page of an action: how many of the jobs asked for it took, and ``why``
+        none did when that is known (a step resolve says it as the CLI does)."""
         log.info(
             "console action",
             extra={"actor": request.state.actor, "action": action, "jobs": len(done)},
@@ -48,6 +57,7 @@ class Actions:
                 "mine": mine,
                 "descendants": len(done) - mine,
                 "back": back,
+                "why": why,
             },
         )
 
@@ -92,6 +102,7 @@ class Actions:
             [job_id],
             [job_id] if done else [],
             f"jobs/{job_id}",
+            why="" if done else self.console.step_unsettled(job_id, step),
         )
 
     async def dead_retry(self, request: Request) -> Response:

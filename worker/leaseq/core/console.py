@@ -19,7 +19,13 @@ from leaseq.core import validation
 from leaseq.core._store.console import BulkAction, ConsoleStore, Row
 from leaseq.core.db import Db, transaction
 from leaseq.core.errors import InvalidJob
-from leaseq.core.models import SILENT_AFTER_SECONDS, JobStatus, is_silent
+from leaseq.core.models import (
+    SILENT_AFTER_SECONDS,
+    JobStatus,
+    StepRecord,
+    is_silent,
+    unsettled_reason,
+)
 
 #: Counts stop here: a queue with more shows ``1000+``.
 COUNT_CAP = 1000
@@ -510,6 +516,25 @@ class Console:
             return self._store.console_resolve_step(
                 c, job_id=job_id, step=step, result=result, retry=retry, actor=actor, reason=reason
             )
+
+    def step_unsettled(self, job_id: int, step: str) -> str:
+        """Why :meth:`resolve_step` settled nothing, read now, as the CLI says it: the job
+        does not exist, has no step ``step``, the step is not uncertain, or the job is not
+        dead. ("" when the step could be settled now: it became so meanwhile.)"""
+        with self._tx("console: job step") as c:
+            self._store.console_bounds(c, seconds=self._timeout)
+            row = self._store.console_job_step_state(c, job_id=job_id, name=step)
+        if row is None:
+            return f"job {job_id} does not exist"
+        found = None
+        if row["name"] is not None:
+            found = StepRecord(
+                **{k: row[k] for k in StepRecord.__dataclass_fields__ if k != "result"},
+                result=None,
+            )
+        if found is not None and found.intended and row["status"] == JobStatus.DEAD:
+            return ""
+        return f"job {job_id} {unsettled_reason(step, str(row['status']), found)}"
 
     def job_links(
         self,

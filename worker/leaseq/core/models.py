@@ -501,6 +501,18 @@ class StepRecord:
         return self.finished_at is None and self.lease_token is not None
 
 
+def unsettled_reason(step: str, status: str, found: StepRecord | None) -> str:
+    """Why step ``step`` (``found``; None: the job has none of that name) of an existing job
+    in ``status`` cannot be settled, as a phrase after "job N" (the CLI's error, the
+    console's answer)."""
+    if found is None:
+        return f"has no step {step!r}"
+    if not found.intended:
+        has = "a result" if found.recorded else "no intent"
+        return f"step {step!r} is not uncertain: it has {has}"
+    return f"is {status}, not dead: only a stopped job's uncertain step is settled"
+
+
 @dataclass(frozen=True)
 class Signalled:
     """What :meth:`leaseq.Queue.signal` did: ``stored`` is False when the job already had a
@@ -521,6 +533,17 @@ class SignalRecord:
     sent_at: datetime
     sent_by: str
     bytes: int
+
+
+@dataclass(frozen=True)
+class SignalWaits:
+    """Jobs of a queue waiting for a signal (``ctx.wait_for``): how many, and the seconds
+    since the oldest of them began to wait (None when no wait began at a finite time in the
+    past: a stored ``-infinity`` or a time past now adds no age)."""
+
+    queue: str
+    waiting: int
+    oldest_age: float | None
 
 
 @dataclass(frozen=True)

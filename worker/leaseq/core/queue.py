@@ -86,6 +86,7 @@ from leaseq.core.models import (
     RetryPolicy,
     Signalled,
     SignalRecord,
+    SignalWaits,
     StepRecord,
     StreamItem,
     StreamPage,
@@ -93,6 +94,7 @@ from leaseq.core.models import (
     UnservedWork,
     WaitingOn,
     cancelled_of,
+    unsettled_reason,
 )
 from leaseq.core.redact import redact
 
@@ -224,14 +226,9 @@ def unresolvable(
     if record is None:
         return JobNotFound(job_id)
     named = {s.name: s for s in steps}
-    found = named.get(step)
-    if found is None:
-        why = f"has no step {step!r} (its steps: {', '.join(sorted(named)) or 'none'})"
-    elif not found.intended:
-        has = "a result" if found.recorded else "no intent"
-        why = f"step {step!r} is not uncertain: it has {has}"
-    else:
-        why = f"is {record.status}, not dead: only a stopped job's uncertain step is settled"
+    why = unsettled_reason(step, record.status, named.get(step))
+    if step not in named:
+        why += f" (its steps: {', '.join(sorted(named)) or 'none'})"
     return JobStateError(f"job {job_id} {why}")
 
 
@@ -1116,8 +1113,9 @@ class Queue:
         with borrow(self._db, "list signals") as c:
             return self._store.signal_list(c, job_id, limit=limit)
 
-    def signal_waits(self, queues: Sequence[str] | None = None) -> dict[str, int]:
-        """Jobs waiting for a signal per queue, from a small partial index."""
+    def signal_waits(self, queues: Sequence[str] | None = None) -> list[SignalWaits]:
+        """Jobs waiting for a signal per queue (only queues with some), and the age of each
+        queue's oldest wait, from a small partial index."""
         with borrow(self._db, "stats") as c:
             return self._store.queue_signal_waits(c, queues=queues)
 

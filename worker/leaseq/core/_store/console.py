@@ -97,6 +97,11 @@ class ConsoleStore(Runner):
         params = {"id": job_id, "after": after, "limit": limit, "max_bytes": max_bytes}
         return _rows(self._dicts(conn, "console_job_steps", params, "console: job steps"))
 
+    def console_job_step_state(self, conn: Conn, *, job_id: int, name: str) -> Row | None:
+        params = {"id": job_id, "name": name}
+        rows = self._dicts(conn, "console_job_step_state", params, "console: job step")
+        return dict(rows[0]) if rows else None
+
     def console_job_step_facts(self, conn: Conn, *, job_id: int, cap: int) -> Row:
         params = {"id": job_id, "cap": cap}
         return dict(self._dicts(conn, "console_job_step_facts", params, "console: job steps")[0])

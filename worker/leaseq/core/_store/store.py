@@ -54,6 +54,7 @@ from leaseq.core.models import (
     RetentionRule,
     RetryPolicy,
     SignalRecord,
+    SignalWaits,
     SlotsClaim,
     StepRecord,
     StreamItem,
@@ -697,10 +698,11 @@ class Store(Runner):
         params = {"id": job_id, "limit": limit}
         return self._typed(conn, "signal_list", params, SignalRecord, "list signals")
 
-    def queue_signal_waits(self, conn: Conn, *, queues: Sequence[str] | None) -> dict[str, int]:
-        params = {"queues": None if queues is None else list(queues)}
-        rows = self._dicts(conn, "queue_signal_waits", params, "stats")
-        return {r["queue"]: int(r["waiting"]) for r in rows}
+    def queue_signal_waits(
+        self, conn: Conn, *, queues: Sequence[str] | None, now: datetime | None = None
+    ) -> list[SignalWaits]:
+        params = {"queues": None if queues is None else list(queues), "now": now}
+        return self._typed(conn, "queue_signal_waits", params, SignalWaits, "stats")
 
     def job_back_off(
         self,

@@ -90,7 +90,9 @@ REVOKE ALL ON FUNCTION leaseq.jobs_worker_fence() FROM PUBLIC;
 -- producer: enqueues (INSERT of the job's own columns only, keys and graphs included, always
 --           unfinished) and reads the jobs it enqueued, their attempts, their effects,
 --           their steps, streams and signals; flags (to be woken when they finish), marks as
---           parents and signals only its own jobs; calls leaseq.enqueue, leaseq.job_status,
+--           parents and signals only its own jobs; cancels only its own jobs (with their
+--           descendants of its own) and pipelines, through leaseq.producer_cancel and
+--           leaseq.producer_cancel_pipeline; calls leaseq.enqueue, leaseq.job_status,
 --           leaseq.stream_read and leaseq.signal. Nothing else.
 CREATE OR REPLACE FUNCTION leaseq.apply_grants(worker regrole, operator regrole, producer regrole)
 RETURNS SETOF text
@@ -105,7 +107,7 @@ DECLARE
     jobs_seq text := pg_get_serial_sequence('leaseq.jobs', 'id');
     pipelines_seq text := pg_get_serial_sequence('leaseq.pipelines', 'id');
     graph_cols text := 'id, queue, job_type, payload, priority, max_attempts, available_at, timeout, idempotency_key, created_at, status, deps_left, has_children, pipeline_id, key, enqueued_by';
-    producer_functions text := 'leaseq.enqueue(text, text, jsonb, integer, timestamptz, double precision, integer, double precision, text, text, boolean), leaseq.job_status(bigint), leaseq.stream_read(bigint, bigint, integer)';
+    producer_functions text := 'leaseq.enqueue(text, text, jsonb, integer, timestamptz, double precision, integer, double precision, text, text, boolean), leaseq.job_status(bigint), leaseq.stream_read(bigint, bigint, integer), leaseq.producer_cancel(bigint, text), leaseq.producer_cancel_pipeline(bigint, text)';
     signal_function text := 'leaseq.signal(bigint, text, jsonb)';
     history_functions text := 'leaseq.history_ensure_partitions(integer, timestamptz), leaseq.history_expire_step(timestamptz, integer)';
     flow_functions text := 'leaseq.flow_limit_set(text, text, integer, double precision, double precision, double precision, boolean), leaseq.flow_unblock(text, text), leaseq.flow_repair(integer), leaseq.flow_resume(text, text)';

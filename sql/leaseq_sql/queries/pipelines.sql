@@ -95,10 +95,9 @@ SELECT d.child_id AS job_id, c.job_type, c.status::text AS status, d.after
 SELECT j.id, j.pipeline_id, j.deps_left, j.cancelled_by FROM leaseq.jobs j WHERE j.id = %(id)s;
 
 -- name: pipeline_cancel
--- Cancels every unfinished job of a pipeline (waiting, pending, running: a running holder is fenced from then on, its attempt recorded as cancelled) in one call of leaseq.cancel_jobs; returns how many and how many were running.
+-- Cancels every unfinished job of a pipeline (waiting, pending, running: a running holder is fenced from then on, its attempt recorded as cancelled) as the caller's role may (leaseq.cancel_as_caller: a producer only its own); returns how many and how many were running.
 SELECT count(*) AS cancelled, count(*) FILTER (WHERE c.previous_status = 'running') AS running
-  FROM leaseq.cancel_jobs('{}'::bigint[], %(id)s, NULL, %(reason)s,
-                          coalesce(%(now)s::timestamptz, now())) c;
+  FROM leaseq.cancel_as_caller(NULL, %(id)s::bigint, %(reason)s, coalesce(%(now)s::timestamptz, now())) c;
 
 -- name: pipeline_get
 -- One pipeline's progress: a primary-key lookup.

@@ -1182,7 +1182,9 @@ class Queue:
         step or completion is refused, their handlers see ``ctx.cancelled``; a late
         completion writes nothing and spawns nothing). Each records why (``reason``; its
         descendants "cancelled with ancestor job <id>: <reason>"). A finished job's
-        unfinished descendants are cancelled all the same. Not undone by a retry."""
+        unfinished descendants are cancelled all the same. Not undone by a retry. Under a
+        producer's role only its own jobs, and of the descendants only its own
+        (leaseq.producer_cancel); JobNotFound for another producer's job."""
         with borrow(self._db, "cancel") as c:
             reached = self._store.job_cancel(c, job_id, reason=reason)
             if any(r.job_id == job_id for r in reached):
@@ -1198,7 +1200,8 @@ class Queue:
         """Cancel every unfinished job of a pipeline, in one short transaction: waiting and pending
         ones (sleeping ones too) never run, running ones are fenced (their workers' next call
         is refused and their handlers see ``ctx.cancelled``). Each records why ("cancelled
-        with pipeline <id>: <reason>"). Not undone by a retry."""
+        with pipeline <id>: <reason>"). Not undone by a retry. Under a producer's role only
+        its own pipelines' jobs of its own (leaseq.producer_cancel_pipeline)."""
         with borrow(self._db, "cancel") as c:
             if self._store.pipeline_get(c, pipeline_id) is None:
                 raise JobStateError(f"pipeline {pipeline_id} does not exist; check the id")

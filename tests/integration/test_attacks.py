@@ -508,3 +508,39 @@ def test_a_producer_cancels_no_other_producers_job_or_pipeline_by_any_function(
     assert statuses == [("pending",), ("waiting",)]
     with queue_as(roles, "producer") as p:
         assert leaseq.Queue(p).cancel_pipeline(pipeline, reason="mine").cancelled == 2
+
+
+def test_a_worker_spawns_only_as_the_producer_of_a_running_job(
+    database_url: str, roles: Roles
+) -> None:
+    """A worker's insert into jobs or pipelines names as owner only the producer of a job
+    that runs under an unexpired lease: never a producer none of whose jobs runs."""
+    producer, other = roles.names["producer"], roles.names["producer2"]
+    with queue_as(roles, "producer") as p:
+        leaseq.Queue(p).enqueue("q", "t")
+    with psycopg.connect(database_url) as admin:
+        (pipeline,) = admin.execute(
+            "INSERT INTO leaseq.pipelines (name, total) VALUES ('p', 0) RETURNING id"
+        ).fetchone()  # type: ignore[misc]
+    spawn = (
+        "INSERT INTO leaseq.jobs (queue, job_type, status, pipeline_id, enqueued_by)"
+        " VALUES ('q', 'spawned', 'pending', %s, %s)"
+    )
+    create = "INSERT INTO leaseq.pipelines (name, total, created_by) VALUES ('mine', 1, %s)"
+    with login(roles, "worker") as conn:
+        for who in (producer, other):
+            with pytest.raises(DENIED, match="row-level security"):
+                conn.execute(spawn, [pipeline, who])
+            with pytest.raises(DENIED, match="row-level security"):
+                conn.execute(create, [who])
+    with queue_as(roles, "worker") as w:
+        (held,) = leaseq.Queue(w).claim(["q"], "w1")
+    with login(roles, "worker") as conn:
+        conn.execute(spawn, [pipeline, producer])  # a job of that producer runs now
+        conn.execute(create, [producer])
+        with pytest.raises(DENIED, match="row-level security"):
+            conn.execute(spawn, [pipeline, other])
+    with queue_as(roles, "worker") as w:
+        leaseq.Queue(w).release(held.lease)
+    with login(roles, "worker") as conn, pytest.raises(DENIED, match="row-level security"):
+        conn.execute(spawn, [pipeline, producer])

@@ -72,7 +72,8 @@ REVOKE ALL ON FUNCTION leaseq.jobs_worker_fence() FROM PUBLIC;
 --           registry leaseq.workers; declares
 --           its app's schedules at start-up (through schedule_put and schedule_retire: code
 --           schedules of its own login only; reads the slot records); spawns from a handler (inserts jobs, their edges and
---           pipelines in its completion's transaction, marks parents); the keyed claim reads
+--           pipelines in its completion's transaction, marks parents; the jobs and pipelines
+--           owned by the producer of a job that runs under an unexpired lease); the keyed claim reads
 --           the keys and takes units and rate tokens; may pause its job's key (flow_pause);
 --           writes a durable step's intent and outcome, appends to a job's stream, and
 --           reads a job's signals, only for a job it holds.
@@ -196,6 +197,13 @@ BEGIN
             format('GRANT USAGE ON SEQUENCE %s, %s TO %s', jobs_seq, pipelines_seq, worker),
             -- Only what a fan-out writes: unfinished jobs of a pipeline.
             format('CREATE POLICY leaseq_worker_spawn ON leaseq.jobs FOR INSERT TO %s WITH CHECK (pipeline_id IS NOT NULL AND status::text IN (''waiting'', ''pending''))', worker),
+            -- ... owned by the producer of a job that runs under an unexpired lease (the
+            -- spawner: a completion writes its fan-out before it ends the spawner's attempt),
+            -- so a handler cannot make its jobs visible to a producer none of whose jobs it
+            -- could hold. An uncorrelated IN: one scan of the running jobs' partial index per
+            -- statement (a hashed subplan), however many jobs the fan-out inserts.
+            format('CREATE POLICY leaseq_worker_spawner ON leaseq.jobs AS RESTRICTIVE FOR INSERT TO %s WITH CHECK (enqueued_by IN (SELECT h.enqueued_by FROM leaseq.jobs h WHERE h.status = ''running'' AND h.lease_expires_at > now()))', worker),
+            format('CREATE POLICY leaseq_worker_spawner ON leaseq.pipelines AS RESTRICTIVE FOR INSERT TO %s WITH CHECK (created_by IN (SELECT h.enqueued_by FROM leaseq.jobs h WHERE h.status = ''running'' AND h.lease_expires_at > now()))', worker),
             -- Flow control: the keyed claim reads the keys and takes units and rate tokens.
             format('GRANT SELECT ON leaseq.flow_keys, leaseq.flow_limits, leaseq.flow_aggregates TO %s', worker),
             format('GRANT SELECT, UPDATE (job_id, lease_token, taken_at) ON leaseq.flow_slots TO %s', worker),

@@ -4,7 +4,12 @@
 -- role only) cancel only the caller's jobs, through cancel_jobs with its new owned_by;
 -- job_cancel and pipeline_cancel go through cancel_as_caller, so Queue.cancel works under
 -- every role that may cancel. leaseq.pipeline_outcome runs with the caller's rights.
--- Run `leaseq migrate` with the component roles again: apply_grants grants the new functions.
+-- A worker role's fan-out (apply_grants: leaseq_worker_spawner) must be owned by the producer
+-- of a job that runs under an unexpired lease; the worker writes a fan-out before it
+-- completes the spawner (Queue.complete_many), so older workers' fan-outs are refused under
+-- the worker role: upgrade the workers with this migration.
+-- Run `leaseq migrate` with the component roles again: apply_grants grants the new functions
+-- and policies.
 
 CREATE OR REPLACE FUNCTION leaseq.apply_grants(worker regrole, operator regrole, producer regrole)
  RETURNS SETOF text
@@ -108,6 +113,13 @@ BEGIN
             format('GRANT USAGE ON SEQUENCE %s, %s TO %s', jobs_seq, pipelines_seq, worker),
             -- Only what a fan-out writes: unfinished jobs of a pipeline.
             format('CREATE POLICY leaseq_worker_spawn ON leaseq.jobs FOR INSERT TO %s WITH CHECK (pipeline_id IS NOT NULL AND status::text IN (''waiting'', ''pending''))', worker),
+            -- ... owned by the producer of a job that runs under an unexpired lease (the
+            -- spawner: a completion writes its fan-out before it ends the spawner's attempt),
+            -- so a handler cannot make its jobs visible to a producer none of whose jobs it
+            -- could hold. An uncorrelated IN: one scan of the running jobs' partial index per
+            -- statement (a hashed subplan), however many jobs the fan-out inserts.
+            format('CREATE POLICY leaseq_worker_spawner ON leaseq.jobs AS RESTRICTIVE FOR INSERT TO %s WITH CHECK (enqueued_by IN (SELECT h.enqueued_by FROM leaseq.jobs h WHERE h.status = ''running'' AND h.lease_expires_at > now()))', worker),
+            format('CREATE POLICY leaseq_worker_spawner ON leaseq.pipelines AS RESTRICTIVE FOR INSERT TO %s WITH CHECK (created_by IN (SELECT h.enqueued_by FROM leaseq.jobs h WHERE h.status = ''running'' AND h.lease_expires_at > now()))', worker),
             -- Flow control: the keyed claim reads the keys and takes units and rate tokens.
             format('GRANT SELECT ON leaseq.flow_keys, leaseq.flow_limits, leaseq.flow_aggregates TO %s', worker),
             format('GRANT SELECT, UPDATE (job_id, lease_token, taken_at) ON leaseq.flow_slots TO %s', worker),

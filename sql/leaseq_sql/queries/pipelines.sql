@@ -5,10 +5,11 @@
 -- job_cancel, job_retry_dead...).
 
 -- name: deps_lock_parents
--- Marks existing jobs as parents (has_children) and returns their current status and pipeline; the row lock waits out a completion in flight, so the status read is the one the trigger will see.
+-- Marks existing jobs as parents (has_children) and returns their current status, pipeline and lease (held: running under a lease unexpired at %(now)s, else now); the row lock waits out a completion in flight, so the status read is the one the trigger will see.
 UPDATE leaseq.jobs j SET has_children = true
  WHERE j.id = ANY(%(ids)s::bigint[])
-RETURNING j.id, j.status::text AS status, j.pipeline_id, j.queue;
+RETURNING j.id, j.status::text AS status, j.pipeline_id, j.queue, j.lease_owner, j.lease_token,
+          (j.status = 'running' AND j.lease_expires_at > coalesce(%(now)s::timestamptz, now())) AS held;
 
 -- name: job_ids_reserve
 -- Reserves %(n)s job ids from the jobs' identity sequence, so a graph's edges can name its jobs before they are inserted.

@@ -11,6 +11,7 @@ the reproductions of issue 46 (each fails on the schema of 128adfe).
 
 from __future__ import annotations
 
+import contextlib
 import threading
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
@@ -470,3 +471,76 @@ def test_a_worker_login_writes_only_its_own_registry_rows(database_url: str, rol
         assert conn.execute("DELETE FROM leaseq.workers").rowcount == 0
         assert conn.execute("UPDATE leaseq.workers SET in_flight = 99").rowcount == 0
         assert conn.execute("SELECT count(*) FROM leaseq.workers").fetchone() == (1,)
+
+
+def test_a_producer_cancels_no_other_producers_job_or_pipeline_by_any_function(
+    database_url: str, roles: Roles
+) -> None:
+    """Producer B names producer A's job and pipeline to every cancelling function; nothing
+    of A's changes. No other component's login may run the producer's functions."""
+    with queue_as(roles, "producer") as p:
+        g = leaseq.Graph("a's")
+        first = g.add("q", "first", name="first")
+        g.add("q", "second", name="second", after=[first])
+        made = leaseq.Queue(p).enqueue_graph(g)
+    job, pipeline = made["first"], made.pipeline_id
+    tries = [
+        ("SELECT * FROM leaseq.producer_cancel(%s, 'mine now')", job),
+        ("SELECT * FROM leaseq.producer_cancel_pipeline(%s, 'mine now')", pipeline),
+        ("SELECT * FROM leaseq.cancel_as_caller(%s, NULL, 'mine now', now())", job),
+        ("SELECT * FROM leaseq.cancel_as_caller(NULL, %s, 'mine now', now())", pipeline),
+        ("SELECT * FROM leaseq.cancel_jobs(ARRAY[%s]::bigint[], NULL, NULL, 'x', now())", job),
+        ("SELECT * FROM leaseq.cancel_jobs('{}', %s, NULL, 'x', now(), NULL)", pipeline),
+    ]
+    with login(roles, "producer2") as conn:
+        for statement, target in tries:
+            with contextlib.suppress(DENIED):
+                assert conn.execute(statement, [target]).fetchall() == [], statement
+    for who in ("worker", "operator", "console"):
+        with login(roles, who) as conn:
+            for statement, target in tries[:2]:
+                with pytest.raises(DENIED):
+                    conn.execute(statement, [target])
+    with psycopg.connect(database_url) as admin:
+        statuses = admin.execute(
+            "SELECT status::text FROM leaseq.jobs WHERE pipeline_id = %s ORDER BY id", [pipeline]
+        ).fetchall()
+    assert statuses == [("pending",), ("waiting",)]
+    with queue_as(roles, "producer") as p:
+        assert leaseq.Queue(p).cancel_pipeline(pipeline, reason="mine").cancelled == 2
+
+
+def test_a_worker_spawns_only_as_the_producer_of_a_running_job(
+    database_url: str, roles: Roles
+) -> None:
+    """A worker's insert into jobs or pipelines names as owner only the producer of a job
+    that runs under an unexpired lease: never a producer none of whose jobs runs."""
+    producer, other = roles.names["producer"], roles.names["producer2"]
+    with queue_as(roles, "producer") as p:
+        leaseq.Queue(p).enqueue("q", "t")
+    with psycopg.connect(database_url) as admin:
+        (pipeline,) = admin.execute(
+            "INSERT INTO leaseq.pipelines (name, total) VALUES ('p', 0) RETURNING id"
+        ).fetchone()  # type: ignore[misc]
+    spawn = (
+        "INSERT INTO leaseq.jobs (queue, job_type, status, pipeline_id, enqueued_by)"
+        " VALUES ('q', 'spawned', 'pending', %s, %s)"
+    )
+    create = "INSERT INTO leaseq.pipelines (name, total, created_by) VALUES ('mine', 1, %s)"
+    with login(roles, "worker") as conn:
+        for who in (producer, other):
+            with pytest.raises(DENIED, match="row-level security"):
+                conn.execute(spawn, [pipeline, who])
+            with pytest.raises(DENIED, match="row-level security"):
+                conn.execute(create, [who])
+    with queue_as(roles, "worker") as w:
+        (held,) = leaseq.Queue(w).claim(["q"], "w1")
+    with login(roles, "worker") as conn:
+        conn.execute(spawn, [pipeline, producer])  # a job of that producer runs now
+        conn.execute(create, [producer])
+        with pytest.raises(DENIED, match="row-level security"):
+            conn.execute(spawn, [pipeline, other])
+    with queue_as(roles, "worker") as w:
+        leaseq.Queue(w).release(held.lease)
+    with login(roles, "worker") as conn, pytest.raises(DENIED, match="row-level security"):
+        conn.execute(spawn, [pipeline, producer])

@@ -194,7 +194,7 @@ def test_a_completion_that_commits_while_the_cancel_waits_loses_its_spawns(
             lambda: (
                 conn.execute(
                     "SELECT count(*) FROM pg_stat_activity"
-                    " WHERE wait_event_type = 'Lock' AND query LIKE '%%cancel_jobs%%'"
+                    " WHERE wait_event_type = 'Lock' AND query LIKE '%%cancel_as_caller%%'"
                 ).fetchone()
                 == (1,)
             ),
@@ -233,9 +233,63 @@ def test_the_cli_says_how_many_were_cancelled_pending_and_running(
     )
 
 
-def test_the_operator_cancels_a_producers_root_with_what_workers_spawned_a_producer_cannot(
-    roles: Roles,
+@pytest.mark.parametrize("kind", ["sync", "async"])
+def test_a_producer_cancels_its_own_root_with_what_workers_spawned_for_it(
+    roles: Roles, kind: str
 ) -> None:
+    """A producer's role cancels its own job and what a worker's fan-out spawned under it (the
+    spawns are its own: a fan-out is written under the spawning job's owner), and its own
+    pipelines; the same calls as the operator's (Queue.cancel, cancel_pipeline)."""
+    face = Face(kind, roles.urls["producer"])
+    try:
+        with as_role(roles, "worker") as w:
+            worker = leaseq.Queue(w)
+            root = face.call("enqueue", "q", "root").job_id
+            (job,) = worker.claim(["q"], "w", job_types=["root"])
+            g = Graph("spawned")
+            g.add("q", "page", name="page")
+            g.add("q", "other", name="other")
+            assert isinstance(worker.complete_many([job.lease], spawns=[g])[0], leaseq.Completed)
+            (page,) = worker.claim(["q"], "w", job_types=["page"])
+            done = face.call("cancel", page.id, reason=REASON)
+            assert done == leaseq.Cancelled(page.id, True, "running", running=1)
+            assert worker.get(page.id).last_error == REASON
+            assert worker.heartbeat(page.lease).job_status == "cancelled"
+            pipeline_id = face.call("pipeline_of", page.id)
+            done = face.call("cancel_pipeline", pipeline_id, reason=REASON)
+            assert (done.cancelled, done.pending, done.running) == (1, 1, 0)
+            assert face.call("cancel", root) == leaseq.Cancelled(root, False, "succeeded")
+            with pytest.raises(leaseq.JobNotFound):
+                face.call("cancel", 10**12)
+            with pytest.raises(leaseq.InvalidJob, match="reason"):
+                face.call("cancel", root, reason="x" * 2001)
+    finally:
+        face.close()
+
+
+def test_a_producers_cancel_leaves_descendants_of_another_owner(roles: Roles) -> None:
+    """A job of another owner under a producer's job (edges the worker's role may write: it
+    may wire any edge) is neither cancelled nor walked through: that owner, or the
+    operator, cancels it."""
+    with as_role(roles, "producer") as a, as_role(roles, "producer2") as b:
+        mine, deep = (leaseq.Queue(a).enqueue("q", t).job_id for t in ("mine", "deep"))
+        theirs = leaseq.Queue(b).enqueue("q", "theirs").job_id
+        with as_role(roles, "worker") as w:
+            w.execute(
+                "INSERT INTO leaseq.job_deps (parent_id, child_id, after, counted)"
+                " VALUES (%s, %s, 'succeeded', false), (%s, %s, 'succeeded', false)",
+                (mine, theirs, theirs, deep),
+            )
+        done = leaseq.Queue(a).cancel(mine, reason=REASON)
+        assert done == leaseq.Cancelled(mine, True, "pending")
+        assert leaseq.Queue(b).get(theirs).status == "pending"
+        assert leaseq.Queue(a).get(deep).status == "pending"
+        done = leaseq.Queue(b).cancel(theirs)
+        assert done == leaseq.Cancelled(theirs, True, "pending")
+        assert leaseq.Queue(a).get(deep).status == "pending"
+
+
+def test_the_operator_cancels_a_producers_root_with_what_workers_spawned(roles: Roles) -> None:
     with as_role(roles, "producer") as p, as_role(roles, "worker") as w:
         producer, worker = leaseq.Queue(p), leaseq.Queue(w)
         root = producer.enqueue("q", "root").job_id
@@ -244,9 +298,9 @@ def test_the_operator_cancels_a_producers_root_with_what_workers_spawned_a_produ
         g.add("q", "page", name="page")
         assert isinstance(worker.complete_many([job.lease], spawns=[g])[0], leaseq.Completed)
         (page,) = worker.claim(["q"], "w", job_types=["page"])
-        # The same rules as before: a producer's role may not cancel, even its own job.
-        with pytest.raises(leaseq.LeaseqError, match="permission denied"):
-            producer.cancel(root, reason=REASON)
+        # Another producer's cancel reaches nothing of it.
+        with as_role(roles, "producer2") as p2, pytest.raises(leaseq.JobNotFound):
+            leaseq.Queue(p2).cancel(root, reason=REASON)
         assert worker.get(page.id).status == "running"
     with as_role(roles, "operator") as o:
         done = leaseq.Queue(o).cancel(root, reason=REASON)

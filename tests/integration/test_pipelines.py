@@ -545,6 +545,78 @@ def test_a_producer_role_waits_for_the_fan_out_a_worker_role_spawned(roles: Role
             ).fetchall() == [(merge.id, "succeeded", {"text": "t t"})]
 
 
+def test_a_producer_role_waits_for_a_pipeline_in_sql_with_one_function(roles: Roles) -> None:
+    """The guide's one-call wait from any language: LISTEN leaseq_done, read
+    leaseq.pipeline_outcome, and while it runs wait for the pipeline's notification (bounded)
+    while a worker finishes it in another thread; then read it again."""
+    with as_role(roles, "producer") as p, as_role(roles, "worker") as w:
+        producer, worker = leaseq.Queue(p), leaseq.Queue(w)
+        split = producer.enqueue("q", "split").job_id
+        (job,) = worker.claim(["q"], "w", job_types=["split"])
+        fan_out = Graph("doc")
+        pages = [fan_out.add("q", "page", name=f"p{n}") for n in range(2)]
+        fan_out.add("q", "merge", name="merge", after=pages)
+        worker.complete_many([job.lease], spawns=[fan_out])
+        pipeline_id = producer.pipeline_of(split)
+        with psycopg.connect(roles.urls["producer"], autocommit=True) as own:
+            own.execute("LISTEN leaseq_done")
+            outcome = own.execute(OUTCOME_SQL, (pipeline_id,)).fetchone()
+            assert outcome == ("running", 3, 0, 0, 0, None, None, None)
+
+            def finish() -> None:
+                for _ in range(2):
+                    (page,) = worker.claim(["q"], "w", job_types=["page"])
+                    worker.complete(page.lease, {"text": "t"})
+                (merge,) = worker.claim(["q"], "w", job_types=["merge"])
+                worker.complete(merge.lease, {"text": "t t"})
+
+            finishing = threading.Thread(target=finish)
+            finishing.start()
+            heard = [
+                n.payload
+                for n in own.notifies(timeout=60, stop_after=1)
+                if n.payload == f"pipeline:{pipeline_id}"
+            ]
+            finishing.join(timeout=60)
+            assert heard == [f"pipeline:{pipeline_id}"]
+            assert own.execute(OUTCOME_SQL, (pipeline_id,)).fetchone() == (
+                "succeeded",
+                3,
+                3,
+                0,
+                0,
+                1,
+                "succeeded",
+                {"text": "t t"},
+            )
+        # Several sinks: no one result, their count; another producer sees no row.
+        g = Graph("two ends")
+        g.add("q", "a", name="a")
+        g.add("q", "b", name="b")
+        made = producer.enqueue_graph(g)
+        producer.cancel_pipeline(made.pipeline_id or 0)
+        with psycopg.connect(roles.urls["producer"]) as own:
+            assert own.execute(OUTCOME_SQL, (made.pipeline_id,)).fetchone() == (
+                "cancelled",
+                2,
+                0,
+                0,
+                2,
+                2,
+                None,
+                None,
+            )
+        with psycopg.connect(roles.urls["producer2"]) as other:
+            assert other.execute(OUTCOME_SQL, (pipeline_id,)).fetchall() == []
+
+
+#: docs/guides/pipelines.md: a pipeline's outcome in one call.
+OUTCOME_SQL = (
+    "SELECT state, total, succeeded, dead, cancelled, sinks, sink_status, result"
+    " FROM leaseq.pipeline_outcome(%s)"
+)
+
+
 #: docs/guides/pipelines.md: a root job's pipeline, from SQL.
 PIPELINE_OF_SQL = (
     "SELECT coalesce(j.pipeline_id, (SELECT c.pipeline_id FROM leaseq.job_deps d JOIN"

@@ -120,8 +120,9 @@ def test_grants_are_idempotent_and_a_replaced_role_keeps_nothing(
         policies = admin.execute("SELECT count(*) FROM pg_policies WHERE schemaname = 'leaseq'")
         # 20 as of migration 0012; migration 0030 added 15 for the tables that got row
         # level security (workers, schedules, job_deps, pipelines, flow_slots), 0033 five
-        # for job_steps, four for job_stream, 0036 four for job_signals
-        assert policies.fetchone() == (48,)
+        # for job_steps, four for job_stream, 0036 four for job_signals, 0040 two for the
+        # worker's fan-out owner (jobs, pipelines)
+        assert policies.fetchone() == (50,)
     with login_roles(database_url) as fresh:
         apply_grants(
             database_url,

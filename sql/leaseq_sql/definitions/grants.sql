@@ -72,7 +72,8 @@ REVOKE ALL ON FUNCTION leaseq.jobs_worker_fence() FROM PUBLIC;
 --           registry leaseq.workers; declares
 --           its app's schedules at start-up (through schedule_put and schedule_retire: code
 --           schedules of its own login only; reads the slot records); spawns from a handler (inserts jobs, their edges and
---           pipelines in its completion's transaction, marks parents); the keyed claim reads
+--           pipelines in its completion's transaction, marks parents; the jobs and pipelines
+--           owned by the producer of a job that runs under an unexpired lease); the keyed claim reads
 --           the keys and takes units and rate tokens; may pause its job's key (flow_pause);
 --           writes a durable step's intent and outcome, appends to a job's stream, and
 --           reads a job's signals, only for a job it holds.
@@ -90,7 +91,9 @@ REVOKE ALL ON FUNCTION leaseq.jobs_worker_fence() FROM PUBLIC;
 -- producer: enqueues (INSERT of the job's own columns only, keys and graphs included, always
 --           unfinished) and reads the jobs it enqueued, their attempts, their effects,
 --           their steps, streams and signals; flags (to be woken when they finish), marks as
---           parents and signals only its own jobs; calls leaseq.enqueue, leaseq.job_status,
+--           parents and signals only its own jobs; cancels only its own jobs (with their
+--           descendants of its own) and pipelines, through leaseq.producer_cancel and
+--           leaseq.producer_cancel_pipeline; calls leaseq.enqueue, leaseq.job_status,
 --           leaseq.stream_read and leaseq.signal. Nothing else.
 CREATE OR REPLACE FUNCTION leaseq.apply_grants(worker regrole, operator regrole, producer regrole)
 RETURNS SETOF text
@@ -105,7 +108,7 @@ DECLARE
     jobs_seq text := pg_get_serial_sequence('leaseq.jobs', 'id');
     pipelines_seq text := pg_get_serial_sequence('leaseq.pipelines', 'id');
     graph_cols text := 'id, queue, job_type, payload, priority, max_attempts, available_at, timeout, idempotency_key, created_at, status, deps_left, has_children, pipeline_id, key, enqueued_by';
-    producer_functions text := 'leaseq.enqueue(text, text, jsonb, integer, timestamptz, double precision, integer, double precision, text, text, boolean), leaseq.job_status(bigint), leaseq.stream_read(bigint, bigint, integer)';
+    producer_functions text := 'leaseq.enqueue(text, text, jsonb, integer, timestamptz, double precision, integer, double precision, text, text, boolean), leaseq.job_status(bigint), leaseq.stream_read(bigint, bigint, integer), leaseq.producer_cancel(bigint, text), leaseq.producer_cancel_pipeline(bigint, text)';
     signal_function text := 'leaseq.signal(bigint, text, jsonb)';
     history_functions text := 'leaseq.history_ensure_partitions(integer, timestamptz), leaseq.history_expire_step(timestamptz, integer)';
     flow_functions text := 'leaseq.flow_limit_set(text, text, integer, double precision, double precision, double precision, boolean), leaseq.flow_unblock(text, text), leaseq.flow_repair(integer), leaseq.flow_resume(text, text)';
@@ -194,6 +197,13 @@ BEGIN
             format('GRANT USAGE ON SEQUENCE %s, %s TO %s', jobs_seq, pipelines_seq, worker),
             -- Only what a fan-out writes: unfinished jobs of a pipeline.
             format('CREATE POLICY leaseq_worker_spawn ON leaseq.jobs FOR INSERT TO %s WITH CHECK (pipeline_id IS NOT NULL AND status::text IN (''waiting'', ''pending''))', worker),
+            -- ... owned by the producer of a job that runs under an unexpired lease (the
+            -- spawner: a completion writes its fan-out before it ends the spawner's attempt),
+            -- so a handler cannot make its jobs visible to a producer none of whose jobs it
+            -- could hold. An uncorrelated IN: one scan of the running jobs' partial index per
+            -- statement (a hashed subplan), however many jobs the fan-out inserts.
+            format('CREATE POLICY leaseq_worker_spawner ON leaseq.jobs AS RESTRICTIVE FOR INSERT TO %s WITH CHECK (enqueued_by IN (SELECT h.enqueued_by FROM leaseq.jobs h WHERE h.status = ''running'' AND h.lease_expires_at > now()))', worker),
+            format('CREATE POLICY leaseq_worker_spawner ON leaseq.pipelines AS RESTRICTIVE FOR INSERT TO %s WITH CHECK (created_by IN (SELECT h.enqueued_by FROM leaseq.jobs h WHERE h.status = ''running'' AND h.lease_expires_at > now()))', worker),
             -- Flow control: the keyed claim reads the keys and takes units and rate tokens.
             format('GRANT SELECT ON leaseq.flow_keys, leaseq.flow_limits, leaseq.flow_aggregates TO %s', worker),
             format('GRANT SELECT, UPDATE (job_id, lease_token, taken_at) ON leaseq.flow_slots TO %s', worker),

@@ -4,8 +4,10 @@
 -- pipeline, or with children, changes status and was or is finished; leaseq.cancel_jobs, the
 -- one cancel of jobs with their descendants, or of a pipeline. Set off by: every completion,
 -- failure, reap and cancel in queries/jobs.sql and queries/pipelines.sql (job_cancel and
--- pipeline_cancel call cancel_jobs), and console_cancel and console_cancel_pipeline
--- (console.sql).
+-- pipeline_cancel call cancel_as_caller, which calls cancel_jobs or a producer's function),
+-- producer_cancel and producer_cancel_pipeline (a producer's own jobs, from any language),
+-- console_cancel and console_cancel_pipeline (console.sql); leaseq.pipeline_outcome, one
+-- read of a pipeline's outcome for a waiting producer (docs/guides/pipelines.md).
 
 -- What a pipeline does when one of its jobs, or a job with children, changes status and was
 -- or is finished: counts it, tells the producers waiting for the pipeline when it finished
@@ -121,10 +123,14 @@ REVOKE ALL ON FUNCTION leaseq.pipeline_changed(leaseq.jobs, leaseq.jobs) FROM PU
 -- in id order; a completion that committed while a pass waited for its row lock may have
 -- spawned jobs that pass could not see, so a second pass runs (a new snapshot), and a third
 -- if the second found any. It runs with its caller's rights: who may not update a
--- job (row level security, grants) cannot cancel it. Returns each job cancelled, its
--- previous status and the job named whose cancel reached it (NULL for a pipeline's).
+-- job (row level security, grants) cannot cancel it. Given owned_by, only that login's
+-- jobs (enqueued_by) are cancelled, and the walk goes on only through them: a descendant of
+-- another owner, and what is reached only through it, is left as it is (a producer's cancel,
+-- producer_cancel). Returns each job cancelled, its previous status and the job named whose
+-- cancel reached it (NULL for a pipeline's).
 CREATE OR REPLACE FUNCTION leaseq.cancel_jobs(job_ids bigint[], pipeline bigint, actor text,
-                                              reason text, at timestamptz)
+                                              reason text, at timestamptz,
+                                              owned_by text DEFAULT NULL)
 RETURNS TABLE (id bigint, previous_status text, ancestor bigint)
 LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
@@ -141,6 +147,8 @@ BEGIN
             SELECT r, r FROM unnest(job_ids) AS r
             UNION
             SELECT d.child_id, tree.root FROM tree JOIN leaseq.job_deps d ON d.parent_id = tree.id
+             WHERE owned_by IS NULL
+                OR EXISTS (SELECT 1 FROM leaseq.jobs o WHERE o.id = d.child_id AND o.enqueued_by = owned_by)
         ),
         target AS (
             -- A job under two of the jobs named is cancelled with the first.
@@ -162,6 +170,7 @@ BEGIN
                         ELSE 'ANCESTOR_CANCELLED' END AS code
               FROM leaseq.jobs j JOIN target ON target.id = j.id
              WHERE j.status IN ('waiting', 'pending', 'running')
+               AND (owned_by IS NULL OR j.enqueued_by = owned_by)
              ORDER BY j.id
                FOR UPDATE OF j
         ),
@@ -190,4 +199,134 @@ BEGIN
         EXIT WHEN (found_now = 0 AND passes >= 2) OR passes = 3;
     END LOOP;
 END
+$fn$;
+
+-- Cancels a job (with its descendants) or a pipeline as the caller may: a role that may
+-- change a job's status (the owner, the operator's; a worker's is held by its fence) through
+-- cancel_jobs with its own rights, any other through the producer's functions below, which
+-- reach only the caller's own jobs (the console's role and any other is refused there: it
+-- may not execute them). The one cancel of job_cancel and pipeline_cancel (queries), so
+-- Queue.cancel and Queue.cancel_pipeline work under every role that may cancel. `at` is used
+-- only on the first path (a producer's cancel happens now).
+CREATE OR REPLACE FUNCTION leaseq.cancel_as_caller(job_id bigint, pipeline bigint, reason text,
+                                                   at timestamptz)
+RETURNS TABLE (id bigint, previous_status text, ancestor bigint)
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+BEGIN
+    IF has_column_privilege('leaseq.jobs', 'status', 'UPDATE') THEN
+        RETURN QUERY SELECT c.id, c.previous_status, c.ancestor
+                       FROM leaseq.cancel_jobs(CASE WHEN job_id IS NULL THEN '{}'::bigint[] ELSE ARRAY[job_id] END,
+                                               pipeline, NULL, reason, at) c;
+    ELSIF pipeline IS NOT NULL THEN
+        RETURN QUERY SELECT c.id, c.previous_status, c.ancestor
+                       FROM leaseq.producer_cancel_pipeline(pipeline, reason) c;
+    ELSE
+        RETURN QUERY SELECT c.id, c.previous_status, c.ancestor
+                       FROM leaseq.producer_cancel(job_id, reason) c;
+    END IF;
+END
+$fn$;
+
+-- A producer cancels its own job, as its login (the role it SET ROLE to, else its session's
+-- login: the enqueued_by its jobs are written with): the job if it has not finished, and its
+-- unfinished descendants that are its own too (cancel_jobs with owned_by: the walk stops at
+-- a job of another owner, which that owner or the operator cancels). A job that is not the
+-- caller's cancels nothing and returns nothing, as one that does not exist (worded so it
+-- does not tell whether another role's job has this id). A reason of more than 2000
+-- characters is refused (invalid_parameter_value, COLUMN reason): it is written on every job
+-- reached. SECURITY DEFINER: the producer's role may not change a job's status itself.
+CREATE OR REPLACE FUNCTION leaseq.producer_cancel(job_id bigint, reason text DEFAULT NULL)
+RETURNS TABLE (id bigint, previous_status text, ancestor bigint)
+LANGUAGE plpgsql
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+#variable_conflict use_column
+DECLARE
+    caller text := coalesce(nullif(current_setting('role'), 'none'), session_user);
+BEGIN
+    IF length(reason) > 2000 THEN
+        RAISE EXCEPTION 'invalid reason: is % characters long; the limit is 2000; nothing was cancelled', length(reason)
+            USING ERRCODE = 'invalid_parameter_value', COLUMN = 'reason',
+                  DETAIL = format('is %s characters long; the limit is 2000', length(reason));
+    END IF;
+    IF NOT EXISTS (SELECT 1 FROM leaseq.jobs j WHERE j.id = producer_cancel.job_id AND j.enqueued_by = caller) THEN
+        RETURN;
+    END IF;
+    RETURN QUERY SELECT c.id, c.previous_status, c.ancestor
+                   FROM leaseq.cancel_jobs(ARRAY[producer_cancel.job_id], NULL, NULL, reason, now(), caller) c;
+END
+$fn$;
+
+REVOKE ALL ON FUNCTION leaseq.producer_cancel(bigint, text) FROM PUBLIC;
+
+-- A producer cancels its own pipeline (created_by its login, as producer_cancel reads it:
+-- a graph it enqueued, or a fan-out of its jobs): every unfinished job of it that is its own
+-- ("cancelled with pipeline N: <reason>"). A pipeline that is not the caller's cancels
+-- nothing and returns nothing. The same reason limit as producer_cancel. SECURITY DEFINER.
+CREATE OR REPLACE FUNCTION leaseq.producer_cancel_pipeline(pipeline_id bigint, reason text DEFAULT NULL)
+RETURNS TABLE (id bigint, previous_status text, ancestor bigint)
+LANGUAGE plpgsql
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+#variable_conflict use_column
+DECLARE
+    caller text := coalesce(nullif(current_setting('role'), 'none'), session_user);
+BEGIN
+    IF length(reason) > 2000 THEN
+        RAISE EXCEPTION 'invalid reason: is % characters long; the limit is 2000; nothing was cancelled', length(reason)
+            USING ERRCODE = 'invalid_parameter_value', COLUMN = 'reason',
+                  DETAIL = format('is %s characters long; the limit is 2000', length(reason));
+    END IF;
+    IF NOT EXISTS (SELECT 1 FROM leaseq.pipelines p WHERE p.id = producer_cancel_pipeline.pipeline_id AND p.created_by = caller) THEN
+        RETURN;
+    END IF;
+    RETURN QUERY SELECT c.id, c.previous_status, c.ancestor
+                   FROM leaseq.cancel_jobs('{}'::bigint[], producer_cancel_pipeline.pipeline_id, NULL, reason, now(), caller) c;
+END
+$fn$;
+
+REVOKE ALL ON FUNCTION leaseq.producer_cancel_pipeline(bigint, text) FROM PUBLIC;
+
+-- One read of a pipeline's outcome, for a producer waiting for it from any language: its
+-- state (running until every job finished, then succeeded, failed when a job is dead, or
+-- cancelled), counters and finish time, how many sinks it has (its jobs no other job waits
+-- for, once finished; counted up to 1000: 1000 means 1000 or more) and, when it has exactly
+-- one, that sink's id, status, result and last error. No row for a pipeline the caller
+-- cannot see: it runs with the caller's rights (row level security shows a producer only
+-- its own pipelines and jobs). Wait with it: LISTEN leaseq_done, call it, and while state is
+-- running wait for the notification 'pipeline:<id>' (sent by the transaction that finishes
+-- the pipeline), then call it again (docs/guides/pipelines.md).
+CREATE OR REPLACE FUNCTION leaseq.pipeline_outcome(pipeline_id bigint)
+RETURNS TABLE (state text, total integer, succeeded integer, dead integer, cancelled integer,
+               finished_at timestamptz, sinks integer, sink_id bigint, sink_status text,
+               result jsonb, last_error text)
+LANGUAGE sql
+STABLE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+    SELECT CASE WHEN p.finished_at IS NULL THEN 'running'
+                WHEN p.dead > 0 THEN 'failed'
+                WHEN p.cancelled > 0 THEN 'cancelled'
+                ELSE 'succeeded' END,
+           p.total, p.succeeded, p.dead, p.cancelled, p.finished_at,
+           CASE WHEN p.finished_at IS NOT NULL THEN s.n::integer END,
+           one.id, one.status::text, one.result, one.last_error
+      FROM leaseq.pipelines p
+     -- Sinks are read only once the pipeline has finished: a wake-up before is one
+     -- primary-key lookup.
+     CROSS JOIN LATERAL (
+           SELECT count(*) AS n FROM (SELECT 1 FROM leaseq.jobs j
+                                       WHERE p.finished_at IS NOT NULL AND j.pipeline_id = p.id
+                                         AND NOT j.has_children
+                                       LIMIT 1000) k) s
+      LEFT JOIN LATERAL (
+           SELECT j.id, j.status, j.result, j.last_error FROM leaseq.jobs j
+            WHERE j.pipeline_id = p.id AND NOT j.has_children
+            ORDER BY j.id DESC LIMIT 1) one
+        ON s.n = 1
+     WHERE p.id = pipeline_outcome.pipeline_id
 $fn$;

@@ -358,10 +358,9 @@ SELECT a.outcome::text AS outcome, j.status::text AS status, j.available_at,
  WHERE a.job_id = %(id)s AND a.lease_token = %(token)s;
 
 -- name: job_cancel
--- Cancels a job (waiting, pending or running: a running holder is fenced from then on) with every unfinished descendant, in one call of leaseq.cancel_jobs; returns each job cancelled, its previous status and the job named (ancestor).
+-- Cancels a job (waiting, pending or running: a running holder is fenced from then on) with every unfinished descendant, as the caller's role may (leaseq.cancel_as_caller: a producer only its own); returns each job cancelled, its previous status and the job named (ancestor).
 SELECT c.id, c.previous_status, c.ancestor
-  FROM leaseq.cancel_jobs(ARRAY[%(id)s]::bigint[], NULL, NULL, %(reason)s,
-                          coalesce(%(now)s::timestamptz, now())) c;
+  FROM leaseq.cancel_as_caller(%(id)s::bigint, NULL, %(reason)s, coalesce(%(now)s::timestamptz, now())) c;
 
 -- name: job_retry_dead
 -- Brings a dead job back to pending now with a fresh budget of attempts, keeping its id, token and attempt history; a wait it died of (WaitTimedOut) starts afresh (leaseq.retry_dead, steps.sql).

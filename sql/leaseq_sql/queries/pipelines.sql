@@ -5,10 +5,11 @@
 -- job_cancel, job_retry_dead...).
 
 -- name: deps_lock_parents
--- Marks existing jobs as parents (has_children) and returns their current status and pipeline; the row lock waits out a completion in flight, so the status read is the one the trigger will see.
+-- Marks existing jobs as parents (has_children) and returns their current status, pipeline and lease (held: running under a lease unexpired at %(now)s, else now); the row lock waits out a completion in flight, so the status read is the one the trigger will see.
 UPDATE leaseq.jobs j SET has_children = true
  WHERE j.id = ANY(%(ids)s::bigint[])
-RETURNING j.id, j.status::text AS status, j.pipeline_id, j.queue;
+RETURNING j.id, j.status::text AS status, j.pipeline_id, j.queue, j.lease_owner, j.lease_token,
+          (j.status = 'running' AND j.lease_expires_at > coalesce(%(now)s::timestamptz, now())) AS held;
 
 -- name: job_ids_reserve
 -- Reserves %(n)s job ids from the jobs' identity sequence, so a graph's edges can name its jobs before they are inserted.
@@ -95,10 +96,9 @@ SELECT d.child_id AS job_id, c.job_type, c.status::text AS status, d.after
 SELECT j.id, j.pipeline_id, j.deps_left, j.cancelled_by FROM leaseq.jobs j WHERE j.id = %(id)s;
 
 -- name: pipeline_cancel
--- Cancels every unfinished job of a pipeline (waiting, pending, running: a running holder is fenced from then on, its attempt recorded as cancelled) in one call of leaseq.cancel_jobs; returns how many and how many were running.
+-- Cancels every unfinished job of a pipeline (waiting, pending, running: a running holder is fenced from then on, its attempt recorded as cancelled) as the caller's role may (leaseq.cancel_as_caller: a producer only its own); returns how many and how many were running.
 SELECT count(*) AS cancelled, count(*) FILTER (WHERE c.previous_status = 'running') AS running
-  FROM leaseq.cancel_jobs('{}'::bigint[], %(id)s, NULL, %(reason)s,
-                          coalesce(%(now)s::timestamptz, now())) c;
+  FROM leaseq.cancel_as_caller(NULL, %(id)s::bigint, %(reason)s, coalesce(%(now)s::timestamptz, now())) c;
 
 -- name: pipeline_get
 -- One pipeline's progress: a primary-key lookup.

@@ -326,6 +326,16 @@ def write_plan(
     return GraphEnqueued(pipeline_id, {n.name: i for n, i in zip(plan.nodes, ids, strict=True)})
 
 
+def _holds(row: DictRow, lease: Lease) -> bool:
+    """Whether the locked row of a job (deps_lock_parents) is held by ``lease`` at the
+    completion's time: what job_complete checks, so it will apply."""
+    return (
+        bool(row["held"])
+        and row["lease_owner"] == lease.owner
+        and (row["lease_token"] == lease.token)
+    )
+
+
 class Queue:
     """The queue API over one connection or a pool. Thread-safe when given a pool."""
 
@@ -853,7 +863,9 @@ class Queue:
         ``spawns``: per lease, a graph of new jobs (a fan-out and its aggregating job) written
         in the same transaction, only if that lease's completion applied: a crash can neither
         lose nor double them, and a stale completion adds nothing. They join the completing
-        job's pipeline (or a new one named after the graph)."""
+        job's pipeline (or a new one named after the graph), and are written before the
+        completion, while the job still runs under the lease (the worker role's policy
+        admits a fan-out only then), after its row is locked and found held."""
         count = len(leases)
         plans = [None if g is None else checked_plan(g) for g in (spawns or [None] * count)]
         if len(plans) != count:
@@ -887,10 +899,25 @@ class Queue:
 
         def settle(c: Conn, repeat: bool) -> list[Completed | Fenced]:
             spawners = [lease.job_id for lease, plan in zip(leases, plans, strict=True) if plan]
+            spawned: set[int] = set()
             if spawners:
                 # Marked while still held (the flag alone; a fenced one stays childless in
-                # effect): the spawner is the met parent of its fan-out's roots.
-                self._store.deps_lock_parents(c, sorted(spawners))
+                # effect): the spawner is the met parent of its fan-out's roots. The row lock
+                # keeps what the lock read until commit, so a spawner held now (this lease,
+                # unexpired at the completion's time) is one job_complete applies: its
+                # fan-out is written first, while it still runs, which the worker role's
+                # policy asks (a fan-out belongs to the producer of a job that runs).
+                locked = {r["id"]: r for r in self._store.deps_lock_parents(
+                    c, sorted(spawners), now=now)}  # fmt: skip
+                for lease, plan in zip(leases, plans, strict=True):
+                    row = locked.get(lease.job_id)
+                    if plan is None or row is None or not _holds(row, lease):
+                        continue
+                    links = self._store.job_links(c, lease.job_id, limit=0)
+                    mine = links.pipeline_id if links else None
+                    target = NEW_PIPELINE if mine is None else mine
+                    write_plan(self._store, c, plan, target, now, spawner=lease.job_id)
+                    spawned.add(lease.job_id)
             done = self._store.job_complete(
                 c,
                 leases,
@@ -900,13 +927,12 @@ class Queue:
                 notes=[r.note for r in stored],
                 now=now,
             )
-            for lease, plan in zip(leases, plans, strict=True):
-                if plan is not None and lease.job_id in done:
-                    # Applied: this completion is the one that spawns (in its transaction).
-                    links = self._store.job_links(c, lease.job_id, limit=0)
-                    mine = links.pipeline_id if links else None
-                    target = NEW_PIPELINE if mine is None else mine
-                    write_plan(self._store, c, plan, target, now, spawner=lease.job_id)
+            if not spawned <= done.keys():
+                # Cannot happen under the row locks; never commit a fan-out without its spawner.
+                raise LeaseqError(
+                    f"jobs {sorted(spawned - done.keys())} were held when locked but their "
+                    "completion was refused; nothing was written"
+                )
             answers: list[Completed | Fenced] = []
             for lease, key in zip(leases, effect_keys, strict=True):
                 row = done.get(lease.job_id)
@@ -1180,7 +1206,9 @@ class Queue:
         step or completion is refused, their handlers see ``ctx.cancelled``; a late
         completion writes nothing and spawns nothing). Each records why (``reason``; its
         descendants "cancelled with ancestor job <id>: <reason>"). A finished job's
-        unfinished descendants are cancelled all the same. Not undone by a retry."""
+        unfinished descendants are cancelled all the same. Not undone by a retry. Under a
+        producer's role only its own jobs, and of the descendants only its own
+        (leaseq.producer_cancel); JobNotFound for another producer's job."""
         with borrow(self._db, "cancel") as c:
             reached = self._store.job_cancel(c, job_id, reason=reason)
             if any(r.job_id == job_id for r in reached):
@@ -1196,7 +1224,8 @@ class Queue:
         """Cancel every unfinished job of a pipeline, in one short transaction: waiting and pending
         ones (sleeping ones too) never run, running ones are fenced (their workers' next call
         is refused and their handlers see ``ctx.cancelled``). Each records why ("cancelled
-        with pipeline <id>: <reason>"). Not undone by a retry."""
+        with pipeline <id>: <reason>"). Not undone by a retry. Under a producer's role only
+        its own pipelines' jobs of its own (leaseq.producer_cancel_pipeline)."""
         with borrow(self._db, "cancel") as c:
             if self._store.pipeline_get(c, pipeline_id) is None:
                 raise JobStateError(f"pipeline {pipeline_id} does not exist; check the id")

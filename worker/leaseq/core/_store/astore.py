@@ -163,7 +163,8 @@ class AsyncStore:
     # -- pipelines (sql/queries/pipelines.sql), as in Store ------------------------------
 
     async def deps_lock_parents(self, conn: AsyncConn, ids: Sequence[int]) -> list[DictRow]:
-        return await self._dicts(conn, "deps_lock_parents", {"ids": list(ids)}, "enqueue")
+        params = {"ids": list(ids), "now": None}
+        return await self._dicts(conn, "deps_lock_parents", params, "enqueue")
 
     async def job_ids_reserve(self, conn: AsyncConn, n: int) -> list[int]:
         rows = await self._dicts(conn, "job_ids_reserve", {"n": n}, "enqueue")

@@ -1201,9 +1201,13 @@ class Store(Runner):
 
     # -- pipelines (sql/queries/pipelines.sql) ------------------------------------------
 
-    def deps_lock_parents(self, conn: Conn, ids: Sequence[int]) -> list[DictRow]:
-        """Existing parents, marked and row-locked: ``id``, ``status``, ``pipeline_id``."""
-        return self._dicts(conn, "deps_lock_parents", {"ids": list(ids)}, "enqueue")
+    def deps_lock_parents(
+        self, conn: Conn, ids: Sequence[int], *, now: datetime | None = None
+    ) -> list[DictRow]:
+        """Existing parents, marked and row-locked: ``id``, ``status``, ``pipeline_id``,
+        ``queue``, ``lease_owner``, ``lease_token`` and ``held`` (running under a lease
+        unexpired at ``now``)."""
+        return self._dicts(conn, "deps_lock_parents", {"ids": list(ids), "now": now}, "enqueue")
 
     def job_ids_reserve(self, conn: Conn, n: int) -> list[int]:
         rows = self._dicts(conn, "job_ids_reserve", {"n": n}, "enqueue")

@@ -32,6 +32,12 @@ LINES: tuple[tuple[str, str, str], ...] = (
 )
 
 
+def _rate(amount: float, cost_ms: float, spec: str = ",.0f") -> str:
+    """``amount / cost_ms`` formatted, or a dash when the cost was too small to measure (a
+    smoke-size run can see no CPU tick at all)."""
+    return format(amount / cost_ms, spec) if cost_ms > 0 else "-"
+
+
 def _cell(rows: Sequence[dict[str, str]], column: str) -> str:
     """Each round's value, in round order ("a / b"): the spread is the machine's noise."""
     values = [r.get(column, "") for r in rows]
@@ -134,29 +140,29 @@ def paper_table(folder: Path, cores: Sequence[int] = (2, 8, 32)) -> str:
         "| per server core, if CPU alone bound it | on paper |",
         "|---|---|",
         f"| jobs/s, enqueued 1,000 per call, claimed 16 per statement ({job:.3f} ms each) "
-        f"| {1000 / job:,.0f} |",
-        f"| jobs/s, each also moved to history ({whole:.3f} ms each) | {1000 / whole:,.0f} |",
-        f"| jobs/s with a limit of 4 per key ({keyed:.3f} ms each) | {1000 / keyed:,.0f} |",
+        f"| {_rate(1000, job)} |",
+        f"| jobs/s, each also moved to history ({whole:.3f} ms each) | {_rate(1000, whole)} |",
+        f"| jobs/s with a limit of 4 per key ({keyed:.3f} ms each) | {_rate(1000, keyed)} |",
         f"| running leases renewed every {HEARTBEAT_SECONDS:g} s ({renewal:.4f} ms per "
-        f"renewal at {big:,} leases) | {HEARTBEAT_SECONDS * 1000 / renewal:,.0f} |",
+        f"renewal at {big:,} leases) | {_rate(HEARTBEAT_SECONDS * 1000, renewal)} |",
         f"| idle workers ({worker:.3f} ms per worker-second, polling every 1 s) "
-        f"| {1000 / worker:,.0f} |",
-        f"| schedule slots fired per second ({fire:.3f} ms each) | {1000 / fire:,.0f} |",
-        f"| jobs moved to history per second ({moved:.3f} ms each) | {1000 / moved:,.0f} |",
+        f"| {_rate(1000, worker)} |",
+        f"| schedule slots fired per second ({fire:.3f} ms each) | {_rate(1000, fire)} |",
+        f"| jobs moved to history per second ({moved:.3f} ms each) | {_rate(1000, moved)} |",
     ]
     lines += [
         "",
         "| primary cores (on paper, 70% busy) | " + " | ".join(str(c) for c in cores) + " |",
         "|---|" + "---|" * len(cores),
-        "| jobs/s | " + " | ".join(f"{0.7 * c * 1000 / job:,.0f}" for c in cores) + " |",
+        "| jobs/s | " + " | ".join(_rate(0.7 * c * 1000, job) for c in cores) + " |",
         "| jobs/s, each also moved to history | "
-        + " | ".join(f"{0.7 * c * 1000 / whole:,.0f}" for c in cores)
+        + " | ".join(_rate(0.7 * c * 1000, whole) for c in cores)
         + " |",
         f"| WAL at those jobs/s, MB/s ({job_wal:,.0f} bytes per job) | "
-        + " | ".join(f"{0.7 * c * 1000 / job * job_wal / 1e6:,.1f}" for c in cores)
+        + " | ".join(_rate(0.7 * c * 1000 * job_wal / 1e6, job, ",.1f") for c in cores)
         + " |",
         "| running leases | "
-        + " | ".join(f"{0.7 * c * HEARTBEAT_SECONDS * 1000 / renewal:,.0f}" for c in cores)
+        + " | ".join(_rate(0.7 * c * HEARTBEAT_SECONDS * 1000, renewal) for c in cores)
         + " |",
     ]
     return "\n".join(lines) + "\n"

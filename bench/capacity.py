@@ -55,7 +55,7 @@ import psycopg
 import leaseq
 from bench import capacity_tables, lease_renewal
 from bench.context import Context
-from bench.env import reset_leaseq, scratch_database
+from bench.env import reset_flow, scratch_database
 from bench.gang import Signals, process_cpu_seconds, run_gang, server_cpu_meter, wait_reaped
 from bench.runtime import running_workers
 from bench.stats import percentile
@@ -206,12 +206,10 @@ def _enqueue(url: str, jobs: int, keys: int | None = None) -> None:
 
 
 def _reset(url: str) -> None:
-    reset_leaseq(url)
+    reset_flow(url)
     with psycopg.connect(url, autocommit=True) as conn:
         conn.execute(
-            "TRUNCATE leaseq.flow_keys, leaseq.flow_slots, leaseq.flow_limits,"
-            " leaseq.flow_buckets, leaseq.flow_aggregates, leaseq.schedules,"
-            " leaseq.schedule_slots, leaseq.workers, leaseq.job_history,"
+            "TRUNCATE leaseq.schedules, leaseq.schedule_slots, leaseq.workers, leaseq.job_history,"
             " leaseq.job_attempt_history, leaseq.job_ledger, leaseq.history_counts"
         )
 

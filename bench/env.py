@@ -105,3 +105,13 @@ def reset_leaseq(url: str) -> None:
             " leaseq.job_stream, leaseq.job_signals"
             " RESTART IDENTITY"
         )
+
+
+def reset_flow(url: str) -> None:
+    """:func:`reset_leaseq`, and empty the flow-control tables too (keys, units, limits)."""
+    reset_leaseq(url)
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute(
+            "TRUNCATE leaseq.flow_keys, leaseq.flow_slots, leaseq.flow_limits,"
+            " leaseq.flow_buckets, leaseq.flow_aggregates"
+        )

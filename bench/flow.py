@@ -37,7 +37,7 @@ import psycopg
 
 import leaseq
 from bench.context import Context
-from bench.env import reset_leaseq, scratch_database
+from bench.env import reset_flow, scratch_database
 from bench.gang import server_cpu_meter, wait_reaped
 from leaseq.runtime.claims import ClaimPlanner
 from leaseq_operator.config import REAP_INTERVAL, VACUUM_DEAD_TUPLES
@@ -46,15 +46,6 @@ NAME = "flow"
 QUEUE = "bench"
 #: Seconds one drain may take before its claimers stop waiting for each other.
 DRAIN_TIMEOUT = 600.0
-
-
-def _reset(url: str) -> None:
-    reset_leaseq(url)
-    with psycopg.connect(url, autocommit=True) as conn:
-        conn.execute(
-            "TRUNCATE leaseq.flow_keys, leaseq.flow_slots, leaseq.flow_limits,"
-            " leaseq.flow_buckets, leaseq.flow_aggregates"
-        )
 
 
 def _enqueue(url: str, jobs: int, keys: int | None, limit: int | None) -> None:
@@ -151,7 +142,7 @@ def claim_rows(
     server = server_cpu_meter(url)
 
     def measure(keys: int | None, limit: int | None, rnd: int, total: int) -> Drained:
-        _reset(url)
+        reset_flow(url)
         _enqueue(url, total, keys, limit)
         run = _drain(url, 4, jobs, server)
         ctx.log(f"flow claim round {rnd}: keys={keys} limit={limit}: {run.rate:.0f} jobs/s")
@@ -196,7 +187,7 @@ def _lone_statements(
     """``jobs`` claims of one job, each followed by its completion, on one connection with
     the commit's flush off: the median wall time of a claim and of a completion (µs), the
     first tenth left out (the session's plans being prepared)."""
-    _reset(url)
+    reset_flow(url)
     _enqueue(url, max(jobs, keys or 0), keys, limit)
     claims, completes = [], []
     with leaseq.connect(url, action="bench") as conn:
@@ -317,7 +308,7 @@ def _hot_process(url: str, threads: int, job_seconds: float, owner: str) -> None
 
 def hot_key_row(url: str, jobs: int, job_seconds: float, ctx: Context) -> dict[str, Any]:
     limit, processes, threads = 40, 4, 10
-    _reset(url)
+    reset_flow(url)
     with leaseq.connect(url, action="bench") as conn:
         leaseq.FlowControl(conn).set_limit(QUEUE, "hot", max_running=limit)
         leaseq.Queue(conn).enqueue_many(leaseq.JobSpec(QUEUE, "t", key="hot") for _ in range(jobs))
@@ -365,7 +356,7 @@ def explain_rows(url: str, backlog: int) -> list[dict[str, Any]]:
     a worker uses while its queues have no rate, and job_claim_keyed) with a saturated key
     (``backlog`` pending, walked first) and a free key: the saturated key's slot probe finds
     nothing, so its job probe never runs (the jobs index scan runs once, for the free key)."""
-    _reset(url)
+    reset_flow(url)
     with leaseq.connect(url, action="bench") as conn:
         flow = leaseq.FlowControl(conn)
         flow.set_limit(QUEUE, "a-saturated", max_running=1)

@@ -41,7 +41,7 @@ BEGIN
         RETURN NEW;
     END IF;
     IF NOT ((OLD.status = 'pending' AND NEW.status = 'running'
-             AND NEW.lease_token = leaseq.lease_token_next(OLD.lease_token))
+             AND NEW.lease_token = leaseq.lease_token_next(OLD.lease_token, leaseq.lease_epoch()))
             OR (OLD.status = 'running' AND OLD.lease_expires_at > now()
                 AND (NEW.lease_token = OLD.lease_token
                      OR (NEW.status = 'pending' AND NEW.lease_token = OLD.lease_token + 1)))) THEN

@@ -88,7 +88,7 @@ spent AS (
 -- snapshot cannot see at the old address, and a limit of 2 then ran 3 jobs at once.
 taken AS (
     UPDATE leaseq.flow_slots s
-       SET job_id = c.id, lease_token = leaseq.lease_token_next(c.lease_token), taken_at = coalesce(%(now)s::timestamptz, now())
+       SET job_id = c.id, lease_token = leaseq.lease_token_next(c.lease_token, (SELECT leaseq.lease_epoch())), taken_at = coalesce(%(now)s::timestamptz, now())
       FROM candidate c
      -- Arrays, not only a join: an index scan whatever the plan.
      WHERE s.queue = ANY (ARRAY(SELECT x.queue FROM candidate x WHERE x.slot IS NOT NULL))
@@ -106,7 +106,7 @@ claimed AS (
            -- Whatever it waited for (ctx.wait_for) is over: it runs.
            waiting_for = NULL, waiting_since = NULL,
            attempt_count = j.attempt_count + 1,
-           lease_token = leaseq.lease_token_next(j.lease_token),
+           lease_token = leaseq.lease_token_next(j.lease_token, (SELECT leaseq.lease_epoch())),
            lease_owner = %(owner)s,
            claim_id = %(claim_id)s,
            -- The moment the claim holds its unit (its locks are taken before any row is
@@ -192,7 +192,7 @@ candidate AS (
 -- shared: keyed_taken
 taken AS (
     UPDATE leaseq.flow_slots s
-       SET job_id = c.id, lease_token = leaseq.lease_token_next(c.lease_token), taken_at = coalesce(%(now)s::timestamptz, now())
+       SET job_id = c.id, lease_token = leaseq.lease_token_next(c.lease_token, (SELECT leaseq.lease_epoch())), taken_at = coalesce(%(now)s::timestamptz, now())
       FROM candidate c
      WHERE s.queue = ANY (ARRAY(SELECT x.queue FROM candidate x WHERE x.slot IS NOT NULL))
        AND s.key = ANY (ARRAY(SELECT x.key FROM candidate x WHERE x.slot IS NOT NULL))
@@ -208,7 +208,7 @@ claimed AS (
            -- Whatever it waited for (ctx.wait_for) is over: it runs.
            waiting_for = NULL, waiting_since = NULL,
            attempt_count = j.attempt_count + 1,
-           lease_token = leaseq.lease_token_next(j.lease_token),
+           lease_token = leaseq.lease_token_next(j.lease_token, (SELECT leaseq.lease_epoch())),
            lease_owner = %(owner)s,
            claim_id = %(claim_id)s,
            started_at = coalesce(%(now)s::timestamptz, clock_timestamp()),
@@ -272,7 +272,7 @@ claimed AS (
            -- Whatever it waited for (ctx.wait_for) is over: it runs.
            waiting_for = NULL, waiting_since = NULL,
            attempt_count = j.attempt_count + 1,
-           lease_token = leaseq.lease_token_next(j.lease_token),
+           lease_token = leaseq.lease_token_next(j.lease_token, (SELECT leaseq.lease_epoch())),
            lease_owner = %(owner)s,
            claim_id = %(claim_id)s,
            started_at = coalesce(%(now)s::timestamptz, clock_timestamp()),

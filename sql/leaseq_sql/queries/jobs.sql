@@ -60,7 +60,7 @@ claimed AS (
            -- Whatever it waited for (ctx.wait_for) is over: it runs.
            waiting_for = NULL, waiting_since = NULL,
            attempt_count = j.attempt_count + 1,
-           lease_token = leaseq.lease_token_next(j.lease_token),
+           lease_token = leaseq.lease_token_next(j.lease_token, (SELECT leaseq.lease_epoch())),
            lease_owner = %(owner)s,
            claim_id = %(claim_id)s,
            started_at = t.now,

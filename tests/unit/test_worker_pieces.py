@@ -128,29 +128,6 @@ def test_registry_registers_by_job_type_and_runs_hooks_in_order() -> None:
         reg.job("x", progress_timeout=0)
 
 
-class _AsyncCall:
-    async def __call__(self, payload: Any, ctx: JobContext) -> None:
-        return None
-
-
-async def _async_handler(payload: Any, ctx: JobContext) -> None:
-    return None
-
-
-async def _async_batch(payloads: list[Any], ctxs: list[JobContext]) -> list[Any]:
-    return []
-
-
-def test_an_async_handler_is_refused_at_registration() -> None:
-    reg = Registry()
-    for handler in (_async_handler, _AsyncCall()):
-        with pytest.raises(ConfigError, match="'llm' is an async function"):
-            reg.job("llm")(handler)
-    with pytest.raises(ConfigError, match="'embed' is an async function"):
-        reg.batch("embed", max_batch=4, max_wait=0.1)(_async_batch)
-    assert reg.job_types == []
-
-
 @pytest.mark.parametrize(
     ("path", "message"),
     [

@@ -64,6 +64,8 @@ class JobContext:
         self._stop = Latch()
         self._lock = threading.Lock()
         self._reason: StopReason | None = None
+        # Called once the attempt is given up: cancels an async handler's coroutine.
+        self._on_stop: list[Callable[[], object]] = []
         self._progress: Any = None
         self._progress_version = 0
         self._progress_at = time.monotonic()
@@ -200,6 +202,21 @@ class JobContext:
         the intent is withdrawn (the step did not happen) and the exception goes on. When the
         lease is lost nothing is recorded and :class:`Interrupted` is raised."""
         return self._step_runner().run(name, fn, args, kwargs, reconcile, idempotent)
+
+    async def step_async(
+        self,
+        name: str,
+        fn: Callable[..., Any],
+        *args: Any,
+        reconcile: Callable[[Intent], Any] | None = None,
+        idempotent: bool = False,
+        **kwargs: Any,
+    ) -> Any:
+        """:meth:`step` for an ``async def`` handler: ``fn`` and ``reconcile`` may be
+        ``async def`` functions (or return awaitables), which are awaited here. The step is
+        recorded as :meth:`step` records it, its intent committed before ``fn`` runs; each
+        record is one short statement, run on the handler loop's thread."""
+        return await self._step_runner().run_async(name, fn, args, kwargs, reconcile, idempotent)
 
     def _step_runner(self) -> Steps:
         if self._steps is None:
@@ -435,7 +452,18 @@ class JobContext:
                 self._reason is StopReason.LEASE_LOST and reason is StopReason.CANCELLED
             ):
                 self._reason = reason
+            calls, self._on_stop = self._on_stop, []
         self._stop.set()
+        for call in calls:
+            call()
+
+    def on_stop(self, call: Callable[[], object]) -> None:
+        """Call ``call`` once, when the attempt is given up (at once if it was already)."""
+        with self._lock:
+            if self._reason is None:
+                self._on_stop.append(call)
+                return
+        call()
 
     def pending_progress(self) -> tuple[Any, int]:
         """The latest progress value and its version, for the heartbeat to send."""

@@ -31,6 +31,7 @@ from leaseq.runtime.context import (
     StopReason,
     Waiting,
 )
+from leaseq.runtime.handler_loop import awaited
 from leaseq.runtime.inflight import InFlight
 from leaseq.runtime.registry import ExceptionTypes, batch_results
 
@@ -129,7 +130,9 @@ def run_handler(attempt: InFlight) -> HandlerOutcome:
         return _no_handler(attempt)
     try:
         with handler_running():
-            value = job_type.handler(attempt.job.payload, attempt.context)
+            value = awaited(
+                job_type.handler(attempt.job.payload, attempt.context), (attempt.context,)
+            )
     except Exception as exc:
         if not isinstance(exc, Interrupted | PermanentError):
             log.warning("handler raised %r", exc, extra=attempt.fields(), exc_info=True)
@@ -166,10 +169,11 @@ def _run_unit(attempts: list[InFlight]) -> list[HandlerOutcome]:
     started = time.monotonic()
     assert job_type.batch is not None, "only batch types batch"
     try:
+        contexts = [a.context for a in attempts]
         with handler_running():
             values = batch_results(
-                job_type.batch.handler(
-                    [a.job.payload for a in attempts], [a.context for a in attempts]
+                awaited(
+                    job_type.batch.handler([a.job.payload for a in attempts], contexts), contexts
                 ),
                 len(attempts),
             )

@@ -13,6 +13,11 @@
         ...
         return {"pages": 12}                     # stored as the job's result and effect
 
+    @registry.job("summarise")
+    async def summarise(payload, ctx):            # async handlers share one event loop
+        answer = await ctx.step_async("llm", ask_model, payload["text"])   # JSON, memoized
+        return {"summary": answer["summary"]}
+
     @registry.batch("embed", max_batch=32, max_wait=0.02)
     def embed(payloads, ctxs):
         vectors = MODEL["m"].encode([p["text"] for p in payloads])   # one model call
@@ -27,7 +32,6 @@
 from __future__ import annotations
 
 import importlib
-import inspect
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -114,22 +118,6 @@ def _exception_types(where: str, types: Iterable[type[Exception]]) -> ExceptionT
     return found
 
 
-def _synchronous(job_type: str, handler: Callable[..., Any]) -> None:
-    """Raise ConfigError for an ``async def`` handler: slots call handlers and store what they
-    return, so a coroutine function's jobs would all fail with a coroutine as their result."""
-    call = getattr(handler, "__call__", None)  # noqa: B004 (a callable object's own method)
-    if (
-        inspect.iscoroutinefunction(handler)
-        or inspect.isasyncgenfunction(handler)
-        or (not inspect.isfunction(handler) and inspect.iscoroutinefunction(call))
-    ):
-        raise ConfigError(
-            f"the handler of {job_type!r} is an async function; leaseq runs handlers as plain "
-            "functions on worker threads or child processes: register a def (it may call "
-            "asyncio.run on its own coroutine)"
-        )
-
-
 class Registry:
     """Job types a worker can run, and hooks to run once per process before the first claim.
 
@@ -160,7 +148,6 @@ class Registry:
         kinds = self._permanent + _exception_types(repr(job_type), permanent)
 
         def register(handler: Handler) -> Handler:
-            _synchronous(job_type, handler)
             self._types[job_type] = JobType(job_type, handler, progress_timeout, permanent=kinds)
             return handler
 
@@ -194,7 +181,6 @@ class Registry:
         kinds = self._permanent + _exception_types(repr(job_type), permanent)
 
         def register(handler: BatchHandler) -> BatchHandler:
-            _synchronous(job_type, handler)
             batching = Batching(max_batch, float(max_wait), handler)
             self._types[job_type] = JobType(
                 job_type, _batch_of_one(handler), progress_timeout, batching, kinds

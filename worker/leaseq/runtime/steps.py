@@ -13,10 +13,12 @@ from __future__ import annotations
 
 import contextlib
 import enum
+import inspect
 import json
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator, Iterator
 from dataclasses import dataclass
 from datetime import datetime
+from functools import partial
 from typing import Any, Protocol
 
 from leaseq.core.errors import InvalidJob, LeaseqError
@@ -139,6 +141,44 @@ class Steps:
         idempotent: bool,
     ) -> Any:
         """The step's recorded result: recorded before, reconciled, or ``fn``'s now."""
+        plan = self._plan(name, partial(fn, *args, **kwargs), reconcile, idempotent)
+        done, got = _advance(plan, None, None)
+        while not done:
+            done, got = _advance(plan, *_called(got))
+        return got
+
+    async def run_async(
+        self,
+        name: str,
+        fn: Callable[..., Any],
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        reconcile: Callable[[Intent], Any] | None,
+        idempotent: bool,
+    ) -> Any:
+        """:meth:`run`, awaiting what ``fn`` or ``reconcile`` return when it is awaitable."""
+        plan = self._plan(name, partial(fn, *args, **kwargs), reconcile, idempotent)
+        done, got = _advance(plan, None, None)
+        while not done:
+            value, error = _called(got)
+            if error is None and inspect.isawaitable(value):
+                try:
+                    value = await value
+                except Exception as exc:
+                    value, error = None, exc
+            done, got = _advance(plan, value, error)
+        return got
+
+    def _plan(
+        self,
+        name: str,
+        fn: Callable[[], Any],
+        reconcile: Callable[[Intent], Any] | None,
+        idempotent: bool,
+    ) -> Generator[Callable[[], Any], Any, Any]:
+        """The step, written once for :meth:`run` and :meth:`run_async`: it yields each call
+        of the handler's code (the check, the function), is sent what the call returned or
+        thrown what it raised, and returns the step's result."""
         self._check_name(name)
         record = self._known().get(name)
         if record is not None and record.recorded:
@@ -153,7 +193,7 @@ class Steps:
             if reconcile is not None:
                 try:
                     with self._running(name):
-                        found = reconcile(intent)
+                        found = yield partial(reconcile, intent)
                 except NotDone:
                     pass
                 else:
@@ -162,7 +202,7 @@ class Steps:
             self._fenced(StepOp.INTEND, (name, seen), name, "commit its intent")
         try:
             with self._running(name):
-                result = fn(*args, **kwargs)
+                result = yield fn
         except Exception:
             # The function said it did not finish: a later attempt runs it afresh.
             self._call(StepOp.WITHDRAW, (name,))
@@ -218,6 +258,25 @@ class Steps:
             yield
         finally:
             self.current = None
+
+
+def _advance(
+    plan: Generator[Callable[[], Any], Any, Any], value: Any, error: Exception | None
+) -> tuple[bool, Any]:
+    """Send ``value`` (or throw ``error``) into a step's plan: (False, the next call it asks
+    for) or (True, the step's result)."""
+    try:
+        return False, plan.send(value) if error is None else plan.throw(error)
+    except StopIteration as done:
+        return True, done.value
+
+
+def _called(call: Callable[[], Any]) -> tuple[Any, Exception | None]:
+    """What ``call()`` returned, or the exception it raised (to throw into a step's plan)."""
+    try:
+        return call(), None
+    except Exception as exc:
+        return None, exc
 
 
 def _intent(job_id: int, record: StepRecord | None) -> Intent | None:

@@ -197,3 +197,55 @@ def test_each_member_of_a_batch_has_its_own_steps(
     members = [context(queue, job) for job in queue.claim(["q"], "w1", limit=2)]
     assert [m.step("embed", lambda n: n * 10, m.payload["n"]) for m in members] == [10, 20]
     assert [[s.result for s in queue.steps(i)] for i in ids] == [[10], [20]]
+
+
+def test_a_plain_step_refuses_an_async_function_and_leaves_no_intent(
+    queue: leaseq.Queue, conn: leaseq.core.db.Conn
+) -> None:
+    job_id = queue.enqueue("q", "t").job_id
+    ctx = context(queue, claim_one(queue))
+
+    async def call() -> str:
+        return "never run"
+
+    with pytest.raises(leaseq.InvalidJob, match=r"step 'call'.*await ctx.step_async"):
+        ctx.step("call", call)
+    # The intent was withdrawn: the step is neither recorded nor uncertain.
+    [step] = queue.steps(job_id)
+    assert (step.name, step.recorded, step.intended) == ("call", False, False)
+
+
+def test_step_async_awaits_the_function_and_the_check(
+    queue: leaseq.Queue, conn: leaseq.core.db.Conn
+) -> None:
+    queue.enqueue("q", "t")
+    first = context(queue, claim_one(queue))
+
+    async def fetch(n: int) -> dict[str, int]:
+        await asyncio.sleep(0)
+        return {"n": n}
+
+    assert asyncio.run(first.step_async("fetch", fetch, 7)) == {"n": 7}
+    effects: list[str] = []
+    crash_in(first, "charge", effects)
+
+    second = context(queue, take_over(queue, conn, "w2"))
+    checked: list[str] = []
+
+    async def check(intent: leaseq.Intent) -> dict[str, str]:
+        await asyncio.sleep(0)
+        checked.append(intent.key)
+        if intent.key not in effects:
+            raise leaseq.NotDone
+        return {"charged": intent.key}
+
+    async def charge_again() -> None:
+        pytest.fail("the charge ran again")
+
+    async def steps() -> tuple[object, object]:
+        memo = await second.step_async("fetch", pytest.fail)  # recorded: not called
+        charged = await second.step_async("charge", charge_again, reconcile=check)
+        return memo, charged
+
+    assert asyncio.run(steps()) == ({"n": 7}, {"charged": effects[0]})
+    assert checked == effects

@@ -144,7 +144,10 @@ class Steps:
         plan = self._plan(name, partial(fn, *args, **kwargs), reconcile, idempotent)
         done, got = _advance(plan, None, None)
         while not done:
-            done, got = _advance(plan, *_called(got))
+            value, error = _called(got)
+            if error is None and inspect.isawaitable(value):
+                value, error = None, _not_awaited(name, value)
+            done, got = _advance(plan, value, error)
         return got
 
     async def run_async(
@@ -269,6 +272,19 @@ def _advance(
         return False, plan.send(value) if error is None else plan.throw(error)
     except StopIteration as done:
         return True, done.value
+
+
+def _not_awaited(name: str, value: Any) -> InvalidJob:
+    """The error for a plain ``ctx.step`` whose function or check returned an awaitable
+    (an ``async def``): it cannot be awaited there, so it is closed unrun."""
+    close = getattr(value, "close", None)
+    if callable(close):
+        close()
+    return InvalidJob(
+        f"step {name!r}",
+        "its function returned an awaitable; in an async def handler use "
+        "`await ctx.step_async(...)`",
+    )
 
 
 def _called(call: Callable[[], Any]) -> tuple[Any, Exception | None]:

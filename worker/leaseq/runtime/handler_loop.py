@@ -22,6 +22,9 @@ from leaseq.core.waiters import handler_running
 from leaseq.runtime.context import JobContext
 from leaseq.runtime.handler_errors import Interrupted
 
+#: What plain handlers return most: skips ``inspect.isawaitable``'s checks on every job.
+_PLAIN = frozenset({type(None), dict, list, str, int, float, bool})
+
 _lock = threading.Lock()
 _loop: asyncio.AbstractEventLoop | None = None
 
@@ -31,7 +34,7 @@ def awaited(value: Any, contexts: Sequence[JobContext]) -> Any:
     awaited on the process's handler loop, this thread waiting. Cancelled once any of
     ``contexts`` (the attempts it serves) is given up; then :class:`Interrupted` is raised
     here. The awaitable's own exception is raised here, with its traceback."""
-    if not inspect.isawaitable(value):
+    if type(value) in _PLAIN or not inspect.isawaitable(value):
         return value
     future = asyncio.run_coroutine_threadsafe(_in_handler(value), _handler_loop())
     for context in contexts:

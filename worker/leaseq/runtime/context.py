@@ -9,6 +9,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
 from datetime import datetime, timedelta
+from functools import partial
 from typing import Any, Protocol, TypeVar
 
 from leaseq.core import validation
@@ -201,7 +202,8 @@ class JobContext:
         job goes to dead until ``leaseq steps resolve`` settles the step. If ``fn`` raises,
         the intent is withdrawn (the step did not happen) and the exception goes on. When the
         lease is lost nothing is recorded and :class:`Interrupted` is raised."""
-        return self._step_runner().run(name, fn, args, kwargs, reconcile, idempotent)
+        call = partial(fn, *args, **kwargs)
+        return self._step_runner().run(name, call, reconcile, idempotent)
 
     async def step_async(
         self,
@@ -216,7 +218,8 @@ class JobContext:
         ``async def`` functions (or return awaitables), which are awaited here. The step is
         recorded as :meth:`step` records it, its intent committed before ``fn`` runs; each
         record is one short statement, run on the handler loop's thread."""
-        return await self._step_runner().run_async(name, fn, args, kwargs, reconcile, idempotent)
+        call = partial(fn, *args, **kwargs)
+        return await self._step_runner().run_async(name, call, reconcile, idempotent)
 
     def _step_runner(self) -> Steps:
         if self._steps is None:

@@ -15,10 +15,9 @@ import contextlib
 import enum
 import inspect
 import json
-from collections.abc import Callable, Generator, Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import datetime
-from functools import partial
 from typing import Any, Protocol
 
 from leaseq.core.errors import InvalidJob, LeaseqError
@@ -134,54 +133,42 @@ class Steps:
     def run(
         self,
         name: str,
-        fn: Callable[..., Any],
-        args: tuple[Any, ...],
-        kwargs: dict[str, Any],
+        fn: Callable[[], Any],
         reconcile: Callable[[Intent], Any] | None,
         idempotent: bool,
     ) -> Any:
-        """The step's recorded result: recorded before, reconciled, or ``fn``'s now."""
-        plan = self._plan(name, partial(fn, *args, **kwargs), reconcile, idempotent)
-        done, got = _advance(plan, None, None)
-        while not done:
-            value, error = _called(got)
-            if error is None and inspect.isawaitable(value):
-                value, error = None, _not_awaited(name, value)
-            done, got = _advance(plan, value, error)
-        return got
+        """The step's recorded result: recorded before, reconciled, or ``fn()``'s now. A
+        function or check that returns an awaitable is refused (:class:`InvalidJob`)."""
+        step = self._step(name, fn, reconcile, idempotent, awaiting=False)
+        try:
+            # Told not to await, the step never suspends: it ends within this one send.
+            step.send(None)
+        except StopIteration as done:
+            return done.value
+        step.close()
+        raise LeaseqError(f"step {name!r} suspended without awaiting")
 
     async def run_async(
-        self,
-        name: str,
-        fn: Callable[..., Any],
-        args: tuple[Any, ...],
-        kwargs: dict[str, Any],
-        reconcile: Callable[[Intent], Any] | None,
-        idempotent: bool,
-    ) -> Any:
-        """:meth:`run`, awaiting what ``fn`` or ``reconcile`` return when it is awaitable."""
-        plan = self._plan(name, partial(fn, *args, **kwargs), reconcile, idempotent)
-        done, got = _advance(plan, None, None)
-        while not done:
-            value, error = _called(got)
-            if error is None and inspect.isawaitable(value):
-                try:
-                    value = await value
-                except Exception as exc:
-                    value, error = None, exc
-            done, got = _advance(plan, value, error)
-        return got
-
-    def _plan(
         self,
         name: str,
         fn: Callable[[], Any],
         reconcile: Callable[[Intent], Any] | None,
         idempotent: bool,
-    ) -> Generator[Callable[[], Any], Any, Any]:
-        """The step, written once for :meth:`run` and :meth:`run_async`: it yields each call
-        of the handler's code (the check, the function), is sent what the call returned or
-        thrown what it raised, and returns the step's result."""
+    ) -> Any:
+        """:meth:`run`, awaiting what ``fn`` or ``reconcile`` return when it is awaitable."""
+        return await self._step(name, fn, reconcile, idempotent, awaiting=True)
+
+    async def _step(
+        self,
+        name: str,
+        fn: Callable[[], Any],
+        reconcile: Callable[[Intent], Any] | None,
+        idempotent: bool,
+        *,
+        awaiting: bool,
+    ) -> Any:
+        """The step, written once for :meth:`run` and :meth:`run_async`; it awaits only
+        what the handler's code returns, and only when ``awaiting``."""
         self._check_name(name)
         record = self._known().get(name)
         if record is not None and record.recorded:
@@ -196,7 +183,7 @@ class Steps:
             if reconcile is not None:
                 try:
                     with self._running(name):
-                        found = yield partial(reconcile, intent)
+                        found = await _value(name, reconcile(intent), awaiting)
                 except NotDone:
                     pass
                 else:
@@ -205,7 +192,7 @@ class Steps:
             self._fenced(StepOp.INTEND, (name, seen), name, "commit its intent")
         try:
             with self._running(name):
-                result = yield fn
+                result = await _value(name, fn(), awaiting)
         except Exception:
             # The function said it did not finish: a later attempt runs it afresh.
             self._call(StepOp.WITHDRAW, (name,))
@@ -263,36 +250,21 @@ class Steps:
             self.current = None
 
 
-def _advance(
-    plan: Generator[Callable[[], Any], Any, Any], value: Any, error: Exception | None
-) -> tuple[bool, Any]:
-    """Send ``value`` (or throw ``error``) into a step's plan: (False, the next call it asks
-    for) or (True, the step's result)."""
-    try:
-        return False, plan.send(value) if error is None else plan.throw(error)
-    except StopIteration as done:
-        return True, done.value
-
-
-def _not_awaited(name: str, value: Any) -> InvalidJob:
-    """The error for a plain ``ctx.step`` whose function or check returned an awaitable
-    (an ``async def``): it cannot be awaited there, so it is closed unrun."""
+async def _value(name: str, value: Any, awaiting: bool) -> Any:
+    """``value``, awaited when it is awaitable and ``awaiting``; an awaitable that may not
+    be awaited (a plain ``ctx.step`` given an ``async def``) is closed unrun and refused."""
+    if not inspect.isawaitable(value):
+        return value
+    if awaiting:
+        return await value
     close = getattr(value, "close", None)
     if callable(close):
         close()
-    return InvalidJob(
+    raise InvalidJob(
         f"step {name!r}",
         "its function returned an awaitable; in an async def handler use "
         "`await ctx.step_async(...)`",
     )
-
-
-def _called(call: Callable[[], Any]) -> tuple[Any, Exception | None]:
-    """What ``call()`` returned, or the exception it raised (to throw into a step's plan)."""
-    try:
-        return call(), None
-    except Exception as exc:
-        return None, exc
 
 
 def _intent(job_id: int, record: StepRecord | None) -> Intent | None:

@@ -83,3 +83,14 @@ async def quick(payload: Any, ctx: JobContext) -> str:
 async def embed(payloads: list[dict[str, Any]], ctxs: list[JobContext]) -> list[Any]:
     await asyncio.sleep(0)
     return [{"x": p["x"], "batch": len(payloads)} for p in payloads]
+
+
+@registry.batch("gated_batch", max_batch=2, max_wait=5.0)
+async def gated_batch(payloads: list[dict[str, Any]], ctxs: list[JobContext]) -> list[Any]:
+    """Wait (at most a minute) until the file ``payload['gate']`` exists."""
+    gate = Path(payloads[0]["gate"])
+    for _ in range(1200):
+        if gate.exists():
+            return [{"batch": len(payloads)} for _ in payloads]
+        await asyncio.sleep(0.05)
+    raise TimeoutError("the gate never opened")

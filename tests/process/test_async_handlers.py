@@ -78,3 +78,22 @@ def test_a_cancelled_async_job_is_cancelled_at_its_await_and_frees_its_slot(
     if isolation == "thread":
         # The coroutine itself was cancelled (a child process is killed instead).
         wait_for(lambda: (tmp_path / "cancelled").exists(), "the coroutine to be cancelled", 30)
+
+
+def test_cancelling_one_job_of_an_async_batch_leaves_the_others_running(
+    queue: leaseq.Queue, spawn_worker: Callable[..., WorkerProcess], tmp_path: Path
+) -> None:
+    gate = tmp_path / "gate"
+    # Both pending before the worker starts: one claim takes both into one batch.
+    one, two = (queue.enqueue("q", "gated_batch", {"gate": str(gate)}).job_id for _ in "ab")
+    worker = spawn_worker("w-1", app=APP, concurrency=1)
+    wait_for(lambda: queue.get(two).status == "running" == queue.get(one).status, "the batch", 60)
+    queue.cancel(one)
+    # The worker sees the cancel at its next renewal and gives that attempt up.
+    seen = f"job cancelled: handler told to stop job_id={one} "
+    wait_for(lambda: seen in worker.log.read_text(errors="replace"), "the cancel seen", 30)
+    gate.touch()
+    wait_for(lambda: queue.get(two).finished_at, "the other job to finish", 60)
+    other = queue.get(two)
+    assert (other.status, other.attempt_count, other.result) == ("succeeded", 1, {"batch": 2})
+    assert queue.get(one).status == "cancelled"

@@ -15,7 +15,7 @@ import asyncio
 import concurrent.futures
 import inspect
 import threading
-from collections.abc import Awaitable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 from leaseq.core.waiters import handler_running
@@ -31,18 +31,37 @@ _loop: asyncio.AbstractEventLoop | None = None
 
 def awaited(value: Any, contexts: Sequence[JobContext]) -> Any:
     """``value``, or what it comes to if it is awaitable (a handler declared ``async def``):
-    awaited on the process's handler loop, this thread waiting. Cancelled once any of
+    awaited on the process's handler loop, this thread waiting. Cancelled once every one of
     ``contexts`` (the attempts it serves) is given up; then :class:`Interrupted` is raised
     here. The awaitable's own exception is raised here, with its traceback."""
     if type(value) in _PLAIN or not inspect.isawaitable(value):
         return value
     future = asyncio.run_coroutine_threadsafe(_in_handler(value), _handler_loop())
+    # A batch's coroutine serves every attempt of it: one attempt given up (its job
+    # cancelled, say) must not cost the others their work, so it is cancelled with the last.
+    last = _Countdown(len(contexts), future.cancel)
     for context in contexts:
-        context.on_stop(future.cancel)
+        context.on_stop(last.one)
     try:
         return future.result()
     except concurrent.futures.CancelledError:
         raise Interrupted("stopped: the attempt was given up") from None
+
+
+class _Countdown:
+    """Calls ``call`` on the ``count``-th call of :meth:`one`, from whichever thread."""
+
+    def __init__(self, count: int, call: Callable[[], object]) -> None:
+        self._left = count
+        self._call = call
+        self._lock = threading.Lock()
+
+    def one(self) -> None:
+        with self._lock:
+            self._left -= 1
+            last = self._left == 0
+        if last:
+            self._call()
 
 
 async def _in_handler(awaitable: Awaitable[Any]) -> Any:

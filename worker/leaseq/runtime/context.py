@@ -455,8 +455,9 @@ class JobContext:
                 self._reason is StopReason.LEASE_LOST and reason is StopReason.CANCELLED
             ):
                 self._reason = reason
+            # Set under the lock: whoever sees a reason (on_stop) sees should_stop too.
+            self._stop.set()
             calls, self._on_stop = self._on_stop, []
-        self._stop.set()
         for call in calls:
             call()
 

@@ -15,7 +15,7 @@ import asyncio
 import concurrent.futures
 import inspect
 import threading
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Sequence
 from typing import Any
 
 from leaseq.core.waiters import handler_running
@@ -37,31 +37,19 @@ def awaited(value: Any, contexts: Sequence[JobContext]) -> Any:
     if type(value) in _PLAIN or not inspect.isawaitable(value):
         return value
     future = asyncio.run_coroutine_threadsafe(_in_handler(value), _handler_loop())
-    # A batch's coroutine serves every attempt of it: one attempt given up (its job
-    # cancelled, say) must not cost the others their work, so it is cancelled with the last.
-    last = _Countdown(len(contexts), future.cancel)
+
+    def cancel_once_all_stopped() -> None:
+        # A batch's coroutine serves every attempt of it: one attempt given up (its job
+        # cancelled, say) must not cost the others their work, so it goes with the last.
+        if all(context.should_stop for context in contexts):
+            future.cancel()
+
     for context in contexts:
-        context.on_stop(last.one)
+        context.on_stop(cancel_once_all_stopped)
     try:
         return future.result()
     except concurrent.futures.CancelledError:
         raise Interrupted("stopped: the attempt was given up") from None
-
-
-class _Countdown:
-    """Calls ``call`` on the ``count``-th call of :meth:`one`, from whichever thread."""
-
-    def __init__(self, count: int, call: Callable[[], object]) -> None:
-        self._left = count
-        self._call = call
-        self._lock = threading.Lock()
-
-    def one(self) -> None:
-        with self._lock:
-            self._left -= 1
-            last = self._left == 0
-        if last:
-            self._call()
 
 
 async def _in_handler(awaitable: Awaitable[Any]) -> Any:

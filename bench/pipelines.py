@@ -1,7 +1,8 @@
 """Scenario 9 (issue 23): pipelines. Numbers only, on a real PostgreSQL.
 
 - ``fan_out``: 1 -> N. A graph of N page jobs and their merge enqueued in one transaction
-  (``enqueue_graph``), and the same fan-out spawned by a running job in its completion's
+  (``enqueue_graph``), that graph cancelled by its pipeline's id (``cancel_pipeline``, one
+  transaction), and the same fan-out spawned by a running job in its completion's
   transaction (``complete_many(spawns=...)``): seconds and jobs per second.
 - ``fan_in``: N -> 1. N claimed parents of one merge are completed by 4 threads in batches of
   20 (the worker's group commit); every completion decrements the merge's count under its row
@@ -82,7 +83,7 @@ def fan_out(url: str, n: int) -> list[dict[str, Any]]:
         pages = [graph.add("fo", "page", {"i": i}, name=f"p{i}") for i in range(n)]
         graph.add("fo", "merge", name="merge", after=pages)
         t0 = time.perf_counter()
-        queue.enqueue_graph(graph)
+        made = queue.enqueue_graph(graph)
         took = time.perf_counter() - t0
         rows.append(
             {
@@ -90,6 +91,17 @@ def fan_out(url: str, n: int) -> list[dict[str, Any]]:
                 "jobs": n + 1,
                 "seconds": round(took, 3),
                 "jobs_per_s": round((n + 1) / took),
+            }
+        )
+        t0 = time.perf_counter()
+        cancelled = queue.cancel_pipeline(made.pipeline_id).cancelled
+        took = time.perf_counter() - t0
+        rows.append(
+            {
+                "case": "cancel_pipeline",
+                "jobs": cancelled,
+                "seconds": round(took, 3),
+                "jobs_per_s": round(cancelled / took),
             }
         )
         splitter = queue.enqueue("fo2", "split").job_id

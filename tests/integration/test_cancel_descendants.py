@@ -168,6 +168,42 @@ def test_ten_thousand_descendants_are_cancelled_in_one_call(
     assert all(isinstance(queue.complete(c.lease), leaseq.Fenced) for c in claimed)
 
 
+@pytest.mark.parametrize("when", list(leaseq.After))
+def test_a_cancel_writes_its_pipeline_and_merge_once_however_many_jobs_it_ends(
+    database_url: str, when: leaseq.After
+) -> None:
+    """A pipeline of 2,000 pages and a merge after them all (met when each page succeeded, or
+    finished), cancelled in one transaction: the pipeline's row is written once (its count
+    at commit), not once per job, and the merge once (by the cancel), not once per page;
+    each rewrite of one row in a transaction walks every version the earlier ones left, so
+    per-job writes made a large cancel quadratic."""
+    with leaseq.connect(database_url, action="test") as conn:
+        queue = leaseq.Queue(conn)
+        g = Graph("wide")
+        pages = [g.add("q", "page", {"i": i}, name=f"p{i}") for i in range(2000)]
+        g.add("q", "merge", name="merge", after=pages, when=when)
+        made = queue.enqueue_graph(g)
+        conn.execute("BEGIN")
+        done = queue.cancel_pipeline(made.pipeline_id, reason=REASON)
+        conn.execute("SET CONSTRAINTS ALL IMMEDIATE")  # the count due at commit, now
+        writes = dict(
+            conn.execute(
+                "SELECT relname, n_tup_upd FROM pg_stat_xact_user_tables"
+                " WHERE schemaname = 'leaseq' AND relname IN ('jobs', 'pipelines')"
+            ).fetchall()
+        )
+        conn.execute("COMMIT")
+    assert done.cancelled == 2001
+    assert writes == {"jobs": 2001, "pipelines": 1}
+    with leaseq.connect(database_url, action="test") as conn:
+        progress = leaseq.Queue(conn).pipeline(made.pipeline_id)
+    assert (progress.total, progress.cancelled, progress.finished_at is not None) == (
+        2001,
+        2001,
+        True,
+    )
+
+
 def test_a_completion_that_commits_while_the_cancel_waits_loses_its_spawns(
     queue: leaseq.Queue, database_url: str, conn: leaseq.core.db.Conn
 ) -> None:

@@ -58,6 +58,11 @@ async def steps(payload: dict[str, Any], ctx: JobContext) -> dict[str, Any]:
     return {"a": a, "b": b}
 
 
+@registry.job("one_step")
+async def one_step(payload: dict[str, Any], ctx: JobContext) -> int:
+    return int(await ctx.step_async("double", lambda: 2 * payload["x"]))
+
+
 @registry.job("refuse")
 async def refuse(payload: dict[str, Any], ctx: JobContext) -> None:
     await asyncio.sleep(0)

@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
+import psycopg
 import pytest
 
 import leaseq
@@ -58,6 +59,37 @@ def test_async_steps_errors_and_batches(
     for x, i in enumerate(embeds):
         job = queue.get(i)
         assert (job.status, job.result["x"]) == ("succeeded", x)
+
+
+def test_a_step_whose_statement_waits_does_not_hold_up_the_other_async_jobs(
+    queue: leaseq.Queue,
+    conn: leaseq.core.db.Conn,
+    database_url: str,
+    spawn_worker: Callable[..., WorkerProcess],
+) -> None:
+    """One loop runs every async job of a worker: a step's statement that waits (here for a
+    lock on the steps' table) waits off that loop, and another job runs to its end
+    meanwhile. Had the statement run on the loop's thread, the other job could end only
+    after the statement did."""
+
+    def intent_waits() -> bool:
+        row = conn.execute(
+            "SELECT count(*) FROM pg_locks"
+            " WHERE relation = 'leaseq.job_steps'::regclass AND NOT granted"
+        ).fetchone()
+        return row is not None and row[0] > 0
+
+    spawn_worker("w-1", app=APP, concurrency=2)
+    with psycopg.connect(database_url) as blocker:
+        blocker.execute("LOCK TABLE leaseq.job_steps IN EXCLUSIVE MODE")
+        stepped = queue.enqueue("q", "one_step", {"x": 21}).job_id
+        wait_for(intent_waits, "the step's intent to wait for the lock", 60)
+        other = queue.enqueue("q", "quick").job_id
+        wait_for(lambda: queue.get(other).status == "succeeded", "the other job to end", 60)
+        assert intent_waits()  # it ended while the step's statement still waited
+        assert queue.get(stepped).status == "running"
+    wait_for(lambda: queue.get(stepped).status == "succeeded", "the step's job to end", 60)
+    assert queue.get(stepped).result == 42
 
 
 @pytest.mark.parametrize("isolation", ["thread", "process"])

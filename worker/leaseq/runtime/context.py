@@ -217,7 +217,8 @@ class JobContext:
         """:meth:`step` for an ``async def`` handler: ``fn`` and ``reconcile`` may be
         ``async def`` functions (or return awaitables), which are awaited here. The step is
         recorded as :meth:`step` records it, its intent committed before ``fn`` runs; each
-        record is one short statement, run on the handler loop's thread."""
+        record is one short statement, made on a thread of the loop's executor, so one that
+        waits holds up no other job on the loop."""
         call = partial(fn, *args, **kwargs)
         return await self._step_runner().run_async(name, call, reconcile, idempotent)
 

@@ -11,19 +11,22 @@ same key (``idempotent=True``), or stops the job as uncertain for an operator to
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import enum
 import inspect
 import json
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Coroutine, Iterator
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar, cast
 
 from leaseq.core.errors import InvalidJob, LeaseqError
 from leaseq.core.models import Lease, StepRecord
 from leaseq.core.validation import MAX_STEP_NAME
 from leaseq.runtime.handler_errors import Interrupted, PermanentError
+
+T = TypeVar("T")
 
 
 class NotDone(Exception):
@@ -139,14 +142,7 @@ class Steps:
     ) -> Any:
         """The step's recorded result: recorded before, reconciled, or ``fn()``'s now. A
         function or check that returns an awaitable is refused (:class:`InvalidJob`)."""
-        step = self._step(name, fn, reconcile, idempotent, awaiting=False)
-        try:
-            # Told not to await, the step never suspends: it ends within this one send.
-            step.send(None)
-        except StopIteration as done:
-            return done.value
-        step.close()
-        raise LeaseqError(f"step {name!r} suspended without awaiting")
+        return _now(self._step(name, fn, reconcile, idempotent, awaiting=False))
 
     async def run_async(
         self,
@@ -170,7 +166,7 @@ class Steps:
         """The step, written once for :meth:`run` and :meth:`run_async`; it awaits only
         what the handler's code returns, and only when ``awaiting``."""
         self._check_name(name)
-        record = self._known().get(name)
+        record = (await self._known(awaiting)).get(name)
         if record is not None and record.recorded:
             return record.result
         seen = record.lease_token if record is not None else None
@@ -179,7 +175,7 @@ class Steps:
             if reconcile is None and not idempotent:
                 raise StepUncertain(self._job_id, intent)
             # This attempt takes the uncertain step over before finding out.
-            self._fenced(StepOp.INTEND, (name, seen), name, "take over its intent")
+            await self._fenced(StepOp.INTEND, (name, seen), name, "take over its intent", awaiting)
             if reconcile is not None:
                 try:
                     with self._running(name):
@@ -187,21 +183,30 @@ class Steps:
                 except NotDone:
                     pass
                 else:
-                    return self._record(name, found)
+                    return await self._record(name, found, awaiting)
         else:
-            self._fenced(StepOp.INTEND, (name, seen), name, "commit its intent")
+            await self._fenced(StepOp.INTEND, (name, seen), name, "commit its intent", awaiting)
         try:
             with self._running(name):
                 result = await _value(name, fn(), awaiting)
         except Exception:
             # The function said it did not finish: a later attempt runs it afresh.
-            self._call(StepOp.WITHDRAW, (name,))
+            await self._store(StepOp.WITHDRAW, (name,), awaiting)
             raise
-        return self._record(name, result)
+        return await self._record(name, result, awaiting)
+
+    async def _store(self, op: StepOp, args: tuple[Any, ...], awaiting: bool) -> Any:
+        """One store call. Awaited, it runs on a thread of the loop's executor: an async
+        handler's loop serves every async job of the worker, and a statement that waits
+        (a lock, PostgreSQL unreachable and retried) must not stop the others."""
+        if awaiting:
+            return await asyncio.to_thread(self._call, op, args)
+        return self._call(op, args)
 
     def recorded(self, name: str) -> StepRecord | None:
         """Step ``name``'s record if it has an outcome (it does not count as run)."""
-        record = self._known().get(name)
+        records = _now(self._known(awaiting=False))
+        record = records.get(name)
         return record if record is not None and record.recorded else None
 
     def _check_name(self, name: str) -> None:
@@ -216,26 +221,28 @@ class Steps:
             )
         self._ran.add(name)
 
-    def _known(self) -> dict[str, StepRecord]:
+    async def _known(self, awaiting: bool) -> dict[str, StepRecord]:
         if self._records is None:
-            rows: list[StepRecord] | None = self._call(StepOp.LIST, ())
+            rows: list[StepRecord] | None = await self._store(StepOp.LIST, (), awaiting)
             if rows is None:
                 raise Interrupted("stopped while the job's steps could not be read")
             self._records = {r.name: r for r in rows}
         return self._records
 
-    def _record(self, name: str, result: Any) -> Any:
+    async def _record(self, name: str, result: Any, awaiting: bool) -> Any:
         # What a later attempt gets back: the JSON value (a tuple comes back a list). A value
         # that is not JSON leaves the intent without a result: the step is uncertain.
         try:
             value = json.loads(json.dumps(result, allow_nan=False))
         except (TypeError, ValueError) as exc:
             raise InvalidJob(f"step {name!r} result", f"is not JSON-serialisable ({exc})") from exc
-        self._fenced(StepOp.RECORD, (name, value), name, "record its result")
+        await self._fenced(StepOp.RECORD, (name, value), name, "record its result", awaiting)
         return value
 
-    def _fenced(self, op: StepOp, args: tuple[Any, ...], name: str, what: str) -> None:
-        if not self._call(op, args):
+    async def _fenced(
+        self, op: StepOp, args: tuple[Any, ...], name: str, what: str, awaiting: bool
+    ) -> None:
+        if not await self._store(op, args, awaiting):
             message = f"lease lost: step {name!r} could not {what}"
             self._lease_lost(message)
             raise Interrupted(message)
@@ -248,6 +255,17 @@ class Steps:
             yield
         finally:
             self.current = None
+
+
+def _now(coroutine: Coroutine[Any, Any, T]) -> T:
+    """The result of a coroutine told not to await (``awaiting=False``): it never suspends,
+    so it ends within one send."""
+    try:
+        coroutine.send(None)
+    except StopIteration as done:
+        return cast("T", done.value)
+    coroutine.close()
+    raise LeaseqError("a step suspended without awaiting")
 
 
 async def _value(name: str, value: Any, awaiting: bool) -> Any:

@@ -303,6 +303,25 @@ def test_a_producer_cancels_its_own_root_with_what_workers_spawned_for_it(
         face.close()
 
 
+def test_a_reason_over_2000_characters_is_refused_whoever_cancels(
+    face: Face, queue: leaseq.Queue
+) -> None:
+    """The reason is written on every job a cancel reaches: one over 2,000 characters is
+    refused under the owner's role as under a producer's, and nothing is cancelled."""
+    job = queue.enqueue("q", "t").job_id
+    g = Graph("two")
+    g.add("q", "a", name="a")
+    g.add("q", "b", name="b", after=["a"])
+    pipeline_id = queue.enqueue_graph(g).pipeline_id
+    with pytest.raises(leaseq.InvalidJob, match=r"reason.*2001 characters"):
+        face.call("cancel", job, reason="x" * 2001)
+    with pytest.raises(leaseq.InvalidJob, match=r"reason.*2001 characters"):
+        face.call("cancel_pipeline", pipeline_id, reason="x" * 2001)
+    assert queue.get(job).status == "pending"
+    assert queue.pipeline(pipeline_id).cancelled == 0
+    assert face.call("cancel", job, reason="x" * 2000).cancelled
+
+
 def test_a_producers_cancel_leaves_descendants_of_another_owner(roles: Roles) -> None:
     """A job of another owner under a producer's job (edges the worker's role may write: it
     may wire any edge) is neither cancelled nor walked through: that owner, or the

@@ -185,7 +185,9 @@ CREATE CONSTRAINT TRIGGER pipeline_uncounted_count AFTER INSERT ON leaseq.pipeli
 -- jobs (enqueued_by) are cancelled, and the walk goes on only through them: a descendant of
 -- another owner, and what is reached only through it, is left as it is (a producer's cancel,
 -- producer_cancel). Returns each job cancelled, its previous status and the job named whose
--- cancel reached it (NULL for a pipeline's).
+-- cancel reached it (NULL for a pipeline's). A reason of more than 2000 characters is
+-- refused (invalid_parameter_value, COLUMN reason), whoever cancels: it is written on every
+-- job reached.
 CREATE OR REPLACE FUNCTION leaseq.cancel_jobs(job_ids bigint[], pipeline bigint, actor text,
                                               reason text, at timestamptz,
                                               owned_by text DEFAULT NULL)
@@ -198,6 +200,11 @@ DECLARE
     passes integer := 0;
     found_now bigint;
 BEGIN
+    IF length(reason) > 2000 THEN
+        RAISE EXCEPTION 'invalid reason: is % characters long; the limit is 2000; nothing was cancelled', length(reason)
+            USING ERRCODE = 'invalid_parameter_value', COLUMN = 'reason',
+                  DETAIL = format('is %s characters long; the limit is 2000', length(reason));
+    END IF;
     LOOP
         passes := passes + 1;
         RETURN QUERY
@@ -292,9 +299,8 @@ $fn$;
 -- unfinished descendants that are its own too (cancel_jobs with owned_by: the walk stops at
 -- a job of another owner, which that owner or the operator cancels). A job that is not the
 -- caller's cancels nothing and returns nothing, as one that does not exist (worded so it
--- does not tell whether another role's job has this id). A reason of more than 2000
--- characters is refused (invalid_parameter_value, COLUMN reason): it is written on every job
--- reached. SECURITY DEFINER: the producer's role may not change a job's status itself.
+-- does not tell whether another role's job has this id). SECURITY DEFINER: the producer's
+-- role may not change a job's status itself.
 CREATE OR REPLACE FUNCTION leaseq.producer_cancel(job_id bigint, reason text DEFAULT NULL)
 RETURNS TABLE (id bigint, previous_status text, ancestor bigint)
 LANGUAGE plpgsql
@@ -305,11 +311,6 @@ AS $fn$
 DECLARE
     caller text := coalesce(nullif(current_setting('role'), 'none'), session_user);
 BEGIN
-    IF length(reason) > 2000 THEN
-        RAISE EXCEPTION 'invalid reason: is % characters long; the limit is 2000; nothing was cancelled', length(reason)
-            USING ERRCODE = 'invalid_parameter_value', COLUMN = 'reason',
-                  DETAIL = format('is %s characters long; the limit is 2000', length(reason));
-    END IF;
     IF NOT EXISTS (SELECT 1 FROM leaseq.jobs j WHERE j.id = producer_cancel.job_id AND j.enqueued_by = caller) THEN
         RETURN;
     END IF;
@@ -323,7 +324,7 @@ REVOKE ALL ON FUNCTION leaseq.producer_cancel(bigint, text) FROM PUBLIC;
 -- A producer cancels its own pipeline (created_by its login, as producer_cancel reads it:
 -- a graph it enqueued, or a fan-out of its jobs): every unfinished job of it that is its own
 -- ("cancelled with pipeline N: <reason>"). A pipeline that is not the caller's cancels
--- nothing and returns nothing. The same reason limit as producer_cancel. SECURITY DEFINER.
+-- nothing and returns nothing. SECURITY DEFINER.
 CREATE OR REPLACE FUNCTION leaseq.producer_cancel_pipeline(pipeline_id bigint, reason text DEFAULT NULL)
 RETURNS TABLE (id bigint, previous_status text, ancestor bigint)
 LANGUAGE plpgsql
@@ -334,11 +335,6 @@ AS $fn$
 DECLARE
     caller text := coalesce(nullif(current_setting('role'), 'none'), session_user);
 BEGIN
-    IF length(reason) > 2000 THEN
-        RAISE EXCEPTION 'invalid reason: is % characters long; the limit is 2000; nothing was cancelled', length(reason)
-            USING ERRCODE = 'invalid_parameter_value', COLUMN = 'reason',
-                  DETAIL = format('is %s characters long; the limit is 2000', length(reason));
-    END IF;
     IF NOT EXISTS (SELECT 1 FROM leaseq.pipelines p WHERE p.id = producer_cancel_pipeline.pipeline_id AND p.created_by = caller) THEN
         RETURN;
     END IF;

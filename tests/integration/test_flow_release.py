@@ -181,3 +181,59 @@ def test_short_attempts_are_charged_in_expectation_and_rarely_rewrite_the_key(
         charged = _vtimes(conn)["a"]
         assert 0.8 < charged < 3.2, charged
         assert rewrites() - before < 120
+
+
+def _active(conn: leaseq.core.db.Conn) -> dict[str, bool]:
+    rows = conn.execute("SELECT key, active FROM leaseq.flow_keys WHERE queue = %s", (Q,))
+    return {str(k): bool(a) for k, a in rows.fetchall()}
+
+
+def test_a_key_whose_jobs_ended_without_running_goes_idle_at_the_sweep(
+    database_url: str,
+) -> None:
+    """Only a key's last running job deactivates it when it ends: a key whose pending jobs
+    were cancelled, or whose only job waits for a parent, stayed active, and claims walked it.
+    The reaper's sweep deactivates those, and leaves a key with a pending or a running job;
+    the next job of an idle key activates it again."""
+    with leaseq.connect(database_url, action="test") as conn:
+        flow = leaseq.FlowControl(conn)
+        flow.set_limit(Q, "limited", max_running=2)
+        q = leaseq.Queue(conn)
+        for key in ("gone", "limited"):
+            for _ in range(3):
+                q.cancel(q.enqueue(Q, "t", key=key).job_id)
+        q.enqueue(Q, "t", key="ready")
+        running = q.enqueue(Q, "t", key="busy").job_id
+        (job,) = q.claim([Q], "w", limit=1, job_types=["t"])
+        assert job.id == running
+        parent = q.enqueue(Q, "parent").job_id
+        g = leaseq.Graph("after")
+        g.add(Q, "t", key="after", after=[parent])
+        q.enqueue_graph(g)
+        assert all(_active(conn).values())
+
+        assert flow.settle() == {Q: 3}
+        assert _active(conn) == {
+            "gone": False, "limited": False, "after": False, "ready": True, "busy": True,
+        }  # fmt: skip
+        assert flow.settle() == {}
+        again = q.enqueue(Q, "t", key="gone").job_id
+        assert _active(conn)["gone"]
+        assert {c.id for c in q.claim([Q], "w", limit=10, job_types=["t"])} >= {again}
+
+
+def test_the_sweep_skips_a_key_an_uncommitted_enqueue_holds(database_url: str) -> None:
+    """An enqueue in flight holds its key's row until it commits: the sweep skips the key
+    (it never waits for a key's row: a lock timeout here would say it did), and the job,
+    once committed, is claimable."""
+    with leaseq.connect(database_url, action="test") as conn:
+        conn.execute("SET lock_timeout = '10s'")
+        q = leaseq.Queue(conn)
+        q.cancel(q.enqueue(Q, "t", key="k").job_id)
+        with leaseq.connect(database_url, action="test") as other:
+            other.execute("BEGIN")
+            job = leaseq.Queue(other).enqueue(Q, "t", key="k").job_id
+            assert leaseq.FlowControl(conn).settle() == {}
+            other.execute("COMMIT")
+        assert _active(conn) == {"k": True}
+        assert [c.id for c in q.claim([Q], "w", limit=10)] == [job]

@@ -190,3 +190,14 @@ def test_the_leader_forgets_workers_that_went_silent(
         )
     _leading(pool, "op-a").run_once(now=db_now)
     assert [w.worker_id for w in leaseq.Workers(pool).list()] == ["alive"]
+
+
+def test_a_pass_deactivates_the_keys_whose_jobs_ended_without_running(
+    pool: ConnectionPool[leaseq.core.db.Conn], pooled: leaseq.Queue
+) -> None:
+    pooled.cancel(pooled.enqueue("ocr", "extract", key="tenant").job_id)
+    reaper = _reaper(pool, _lease(pool, "r1", ttl=15), interval=60, flow=leaseq.FlowControl(pool))
+    assert reaper.run_once().locked
+    with pool.connection() as conn:
+        row = conn.execute("SELECT active FROM leaseq.flow_keys WHERE key = 'tenant'").fetchone()
+    assert row == (False,)

@@ -383,10 +383,69 @@ BEGIN
 END
 $fn$;
 
+-- The reaper's sweep of idle keys. Only a key's last running job deactivates it when it
+-- ends (jobs_on_status), so a key whose jobs ended without running (cancelled while pending,
+-- or waiting and cancelled by a cascade) stayed active, and first in turn (never charged
+-- again): every claim of its queue walked it and probed its jobs. Looks at each queue's
+-- first `batch` active keys in turn order (where claims start); each with no pending job
+-- and none running is locked (a key a release holds is skipped) and checked again by a new
+-- statement under the lock, as the release's last job checks: an enqueue that committed
+-- since is seen, and one still in flight waits for the lock and activates the key again.
+-- A key whose jobs all wait for their parents goes idle too; the first that becomes
+-- pending activates it. Returns the keys deactivated per queue.
+CREATE OR REPLACE FUNCTION leaseq.flow_settle(batch integer)
+RETURNS TABLE (queue text, settled bigint)
+LANGUAGE plpgsql
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    c record;
+    done integer;
+    queues text[] := ARRAY[]::text[];
+BEGIN
+    FOR c IN
+        -- Each queue with an active key (flow_keys_turn_idx, one probe per queue), then its
+        -- first keys in turn.
+        WITH RECURSIVE qs (q) AS (
+            (SELECT f.queue FROM leaseq.flow_keys f WHERE f.active ORDER BY f.queue LIMIT 1)
+            UNION ALL
+            SELECT (SELECT f.queue FROM leaseq.flow_keys f
+                     WHERE f.active AND f.queue > qs.q ORDER BY f.queue LIMIT 1)
+              FROM qs WHERE qs.q IS NOT NULL
+        )
+        SELECT k.queue, k.key FROM qs
+         CROSS JOIN LATERAL (SELECT f.queue, f.key FROM leaseq.flow_keys f
+                              WHERE f.active AND f.queue = qs.q
+                              ORDER BY f.vtime, f.key LIMIT batch) k
+         WHERE qs.q IS NOT NULL
+           AND NOT leaseq.flow_key_pending(k.queue, k.key)
+           AND NOT EXISTS (SELECT 1 FROM leaseq.jobs j
+                            WHERE j.status = 'running' AND j.key IS NOT NULL
+                              AND j.queue = k.queue AND j.key = k.key)
+    LOOP
+        PERFORM 1 FROM leaseq.flow_keys f
+          WHERE (f.queue, f.key) = (c.queue, c.key) FOR UPDATE SKIP LOCKED;
+        CONTINUE WHEN NOT FOUND;
+        UPDATE leaseq.flow_keys f SET active = false
+         WHERE (f.queue, f.key) = (c.queue, c.key) AND f.active
+           AND NOT leaseq.flow_key_pending(c.queue, c.key)
+           AND NOT EXISTS (SELECT 1 FROM leaseq.jobs j
+                            WHERE j.status = 'running' AND j.key IS NOT NULL
+                              AND j.queue = c.queue AND j.key = c.key);
+        GET DIAGNOSTICS done = ROW_COUNT;
+        IF done > 0 THEN
+            queues := queues || c.queue;
+        END IF;
+    END LOOP;
+    RETURN QUERY SELECT u.q, count(*) FROM unnest(queues) AS u(q) GROUP BY u.q;
+END
+$fn$;
+
 REVOKE ALL ON FUNCTION leaseq.flow_promote(text, text), leaseq.flow_unblock(text, text),
     leaseq.flow_limit_set(text, text, integer, double precision, double precision, double precision, boolean),
     leaseq.flow_pause(text, text, timestamptz), leaseq.flow_resume(text, text),
-    leaseq.flow_repair(integer) FROM PUBLIC;
+    leaseq.flow_repair(integer), leaseq.flow_settle(integer) FROM PUBLIC;
 
 -- The one status trigger's function: each branch is what one of the six triggers before
 -- migration 26 did, tested in its own condition. SECURITY DEFINER: it changes tables the

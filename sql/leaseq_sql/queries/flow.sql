@@ -320,6 +320,10 @@ SELECT l.queue, l.key_pattern, l.max_running, l.weight, l.per_second, l.burst, l
 -- The reaper's check: frees up to %(batch)s slots whose holder is not a running attempt with the same token (each re-checked under its lock); returns the slots freed per queue.
 SELECT r.queue, r.repaired FROM leaseq.flow_repair(%(batch)s) r ORDER BY r.queue;
 
+-- name: flow_settle
+-- The reaper's sweep: deactivates the idle keys (no pending job, none running) among each queue's first %(batch)s active keys in turn order (each re-checked under its lock); returns the keys deactivated per queue.
+SELECT s.queue, s.settled FROM leaseq.flow_settle(%(batch)s) s ORDER BY s.queue;
+
 -- name: flow_repairs_total
 -- Slots the reaper's check has freed so far, per queue (expected 0).
 SELECT f.queue, f.repaired FROM leaseq.flow_repairs f ORDER BY f.queue;

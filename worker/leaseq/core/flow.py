@@ -26,6 +26,8 @@ Guarantees (migration 11 says how):
   (:meth:`FlowControl.unblock`).
 * **Fair shares**: keys with work are served in order of the seconds their jobs ran divided
   by their weight; a key back from idle starts level with the least-served active key.
+  A key whose jobs ended without running (cancelled while pending) goes idle at the
+  reaper's next pass (:meth:`FlowControl.settle`), so claims stop walking it.
 """
 
 from __future__ import annotations
@@ -50,6 +52,8 @@ from leaseq.core.models import SILENT_AFTER_SECONDS
 
 #: Slots one repair pass checks at most.
 REPAIR_BATCH = 1000
+#: Active keys per queue the reaper's sweep looks at, from the front of the turn order.
+SETTLE_BATCH = 100
 
 
 class FlowControl:
@@ -223,6 +227,14 @@ class FlowControl:
         with transaction(self._db, "repair flow slots") as c:
             rows = self._store.flow_repair(c, batch=batch)
         return {r["queue"]: int(r["repaired"]) for r in rows}
+
+    def settle(self, *, batch: int = SETTLE_BATCH) -> dict[str, int]:
+        """The reaper's sweep: deactivate the keys with no pending job and none running among
+        each queue's first ``batch`` active keys in turn order (a key whose jobs were
+        cancelled before they ran). Returns the keys deactivated per queue."""
+        with transaction(self._db, "settle idle flow keys") as c:
+            rows = self._store.flow_settle(c, batch=batch)
+        return {r["queue"]: int(r["settled"]) for r in rows}
 
     def repairs_total(self) -> dict[str, int]:
         """Slots repaired so far, per queue."""

@@ -160,8 +160,9 @@ class Reaper:
     schedules: Schedules | None = None
     #: Called with each schedule tick's outcome, or None when the tick failed.
     on_ticked: Callable[[Tick | None], None] = lambda tick: None
-    #: Flow control's check after every pass: every held unit of a limit belongs to a
-    #: running attempt with the same token; others are freed and counted (expected: none).
+    #: Flow control's duties after every pass: idle keys are deactivated, and every held
+    #: unit of a limit belongs to a running attempt with the same token; others are freed
+    #: and counted (expected: none).
     flow: FlowControl | None = None
     on_repaired: Callable[[dict[str, int]], None] = lambda repaired: None
     #: Stop for good when the database refuses a privilege, instead of retrying: for a
@@ -219,6 +220,17 @@ class Reaper:
     def _repair_flow(self) -> None:
         if self.flow is None:
             return
+        try:
+            settled = self.flow.settle()
+        except LeaseqError as exc:  # a duty's failure must not stop the reaper's others
+            log.warning("flow-control sweep of idle keys failed: %s", exc)
+        else:
+            if settled:
+                log.info(
+                    "%d idle flow key(s) deactivated (their jobs ended without running)",
+                    sum(settled.values()),
+                    extra={"settled": settled},
+                )
         try:
             repaired = self.flow.repair()
         except LeaseqError as exc:  # a duty's failure must not stop the reaper's others

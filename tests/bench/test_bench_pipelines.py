@@ -18,8 +18,11 @@ def test_tiny_pipelines_run_reports_every_table(server_url: str, tmp_path: Path)
     assert rates["chains_parent_of_own_child"]["children_ready"] == 30
     assert [r["case"] for r in tables["pipelines_fan_out"]] == [
         "enqueue_graph",
+        "cancel_pipeline",
         "spawn_in_completion",
     ]
+    cancelled = {r["case"]: r for r in tables["pipelines_fan_out"]}["cancel_pipeline"]
+    assert cancelled["jobs"] == 31  # the graph's 30 pages and its merge
     assert tables["pipelines_unblock"][0]["samples"] == 3
     recorder = ctx.recorder(pipelines.NAME)
     for name, rows in tables.items():

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Iterator
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 
 import psycopg
 import pytest
@@ -212,11 +212,11 @@ def test_a_key_whose_jobs_ended_without_running_goes_idle_at_the_sweep(
         q.enqueue_graph(g)
         assert all(_active(conn).values())
 
-        assert flow.settle() == {Q: 3}
+        assert flow.settle(ahead=10) == {Q: leaseq.KeysSettled(idle=3, asleep=0, woken=0)}
         assert _active(conn) == {
             "gone": False, "limited": False, "after": False, "ready": True, "busy": True,
         }  # fmt: skip
-        assert flow.settle() == {}
+        assert flow.settle(ahead=10) == {}
         again = q.enqueue(Q, "t", key="gone").job_id
         assert _active(conn)["gone"]
         assert {c.id for c in q.claim([Q], "w", limit=10, job_types=["t"])} >= {again}
@@ -233,7 +233,62 @@ def test_the_sweep_skips_a_key_an_uncommitted_enqueue_holds(database_url: str) -
         with leaseq.connect(database_url, action="test") as other:
             other.execute("BEGIN")
             job = leaseq.Queue(other).enqueue(Q, "t", key="k").job_id
-            assert leaseq.FlowControl(conn).settle() == {}
+            assert leaseq.FlowControl(conn).settle(ahead=10) == {}
             other.execute("COMMIT")
         assert _active(conn) == {"k": True}
         assert [c.id for c in q.claim([Q], "w", limit=10)] == [job]
+
+
+def _asleep(conn: leaseq.core.db.Conn) -> dict[str, bool]:
+    rows = conn.execute(
+        "SELECT key, next_at IS NOT NULL FROM leaseq.flow_keys WHERE queue = %s", (Q,)
+    )
+    return {str(k): bool(a) for k, a in rows.fetchall()}
+
+
+def test_a_key_whose_jobs_are_all_due_later_sleeps_out_of_the_turn(database_url: str) -> None:
+    """A key with nothing ready for a while (a job due in 100 s) leaves the turn the claims
+    walk until shortly before its job is due: the sweep puts it to sleep, and wakes it once
+    the job is within ``ahead``; a key with a job due within twice ``ahead`` stays in turn,
+    and an enqueue of a ready job wakes a sleeping key at once."""
+    with leaseq.connect(database_url, action="test") as conn:
+        flow = leaseq.FlowControl(conn)
+        q = leaseq.Queue(conn)
+        q.enqueue(Q, "t", key="later", delay=100)
+        q.enqueue(Q, "t", key="soon", delay=15)
+        q.enqueue(Q, "t", key="now")
+        settled = {Q: leaseq.KeysSettled(idle=0, asleep=1, woken=0)}
+        assert flow.settle(ahead=10) == settled  # "soon" is due within 20 s
+        assert _asleep(conn) == {"later": True, "soon": False, "now": False}
+        assert flow.settle(ahead=10) == {}  # asleep: not in the turn any more
+        woken = {Q: leaseq.KeysSettled(idle=0, asleep=0, woken=1)}
+        assert flow.settle(ahead=120) == woken  # within 120 s of its job
+        assert _asleep(conn) == {"later": False, "soon": False, "now": False}
+        assert flow.settle(ahead=10) == settled
+        ready = q.enqueue(Q, "t", key="later").job_id  # a ready job wakes it
+        assert _asleep(conn)["later"] is False
+        assert ready in {c.id for c in q.claim([Q], "w", limit=10)}
+
+
+def test_a_signal_and_a_resume_wake_a_sleeping_key(database_url: str) -> None:
+    """A job waiting for a signal until tomorrow, and a ready job of a key paused for an
+    hour, sleep; the signal makes its job claimable at once and wakes its key, as the
+    resume does its key."""
+    with leaseq.connect(database_url, action="test") as conn:
+        flow = leaseq.FlowControl(conn)
+        q = leaseq.Queue(conn)
+        waiting = q.enqueue(Q, "t", key="waits").job_id
+        (held,) = q.claim([Q], "w", limit=10)
+        until = datetime.now(UTC) + timedelta(days=1)
+        assert isinstance(q.wait(held.lease, "approve", until), leaseq.Released)
+        paused = q.enqueue(Q, "t", key="paused").job_id
+        assert flow.pause(Q, "paused", datetime.now(UTC) + timedelta(hours=1)) is not None
+        assert flow.settle(ahead=10) == {Q: leaseq.KeysSettled(idle=0, asleep=2, woken=0)}
+        assert q.claim([Q], "w", limit=10) == []
+
+        q.signal(waiting, "approve", {"ok": True})
+        assert _asleep(conn) == {"waits": False, "paused": True}
+        assert [c.id for c in q.claim([Q], "w", limit=10)] == [waiting]
+        assert flow.resume(Q, "paused")
+        assert _asleep(conn)["paused"] is False
+        assert [c.id for c in q.claim([Q], "w", limit=10)] == [paused]

@@ -192,12 +192,20 @@ def test_the_leader_forgets_workers_that_went_silent(
     assert [w.worker_id for w in leaseq.Workers(pool).list()] == ["alive"]
 
 
-def test_a_pass_deactivates_the_keys_whose_jobs_ended_without_running(
+def test_a_pass_takes_every_key_with_nothing_to_claim_out_of_the_turn(
     pool: ConnectionPool[leaseq.core.db.Conn], pooled: leaseq.Queue
 ) -> None:
-    pooled.cancel(pooled.enqueue("ocr", "extract", key="tenant").job_id)
+    """More than one sweep's batch: 250 keys whose jobs are due in an hour all sleep after
+    one pass, and a key whose job was cancelled is deactivated."""
+    pooled.cancel(pooled.enqueue("ocr", "extract", key="cancelled").job_id)
+    pooled.enqueue_many(
+        leaseq.JobSpec("ocr", "extract", None, key=f"later-{i}", delay=3600) for i in range(250)
+    )
     reaper = _reaper(pool, _lease(pool, "r1", ttl=15), interval=60, flow=leaseq.FlowControl(pool))
     assert reaper.run_once().locked
     with pool.connection() as conn:
-        row = conn.execute("SELECT active FROM leaseq.flow_keys WHERE key = 'tenant'").fetchone()
-    assert row == (False,)
+        rows = conn.execute(
+            "SELECT active, next_at IS NOT NULL, count(*) FROM leaseq.flow_keys"
+            " GROUP BY 1, 2 ORDER BY 1, 2"
+        ).fetchall()
+    assert rows == [(False, False, 1), (True, True, 250)]

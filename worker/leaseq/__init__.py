@@ -26,7 +26,13 @@ from leaseq.core.errors import (
     WaitTimedOut,
 )
 from leaseq.core.flow import FlowControl
-from leaseq.core.flow_models import BlockedAggregate, FlowKeyStatus, FlowLimit, FlowQueueSummary
+from leaseq.core.flow_models import (
+    BlockedAggregate,
+    FlowKeyStatus,
+    FlowLimit,
+    FlowQueueSummary,
+    KeysSettled,
+)
 from leaseq.core.graph import INHERIT, Dep, Graph, Node
 from leaseq.core.leadership import Leadership
 from leaseq.core.models import (
@@ -156,6 +162,7 @@ __all__ = [
     "JobSpec",
     "JobStateError",
     "JobStatus",
+    "KeysSettled",
     "LeaderTerm",
     "Leadership",
     "Lease",

@@ -77,8 +77,9 @@ AS $fn$
 DECLARE
     found_status text;
     found_queue text;
+    found_key text;
 BEGIN
-    SELECT j.status::text, j.queue INTO found_status, found_queue
+    SELECT j.status::text, j.queue, j.key INTO found_status, found_queue, found_key
       FROM leaseq.jobs j WHERE j.id = NEW.job_id FOR UPDATE;
     IF found_status IN ('succeeded', 'dead', 'cancelled') THEN
         RAISE EXCEPTION 'job % has finished (%): a signal can no longer reach it; nothing was written',
@@ -88,6 +89,10 @@ BEGIN
      WHERE j.id = NEW.job_id AND j.status = 'pending' AND j.waiting_for = NEW.name
        AND j.available_at > now();
     IF FOUND THEN
+        -- Its key may sleep until the wait's deadline (flow_settle): in turn again now.
+        UPDATE leaseq.flow_keys f SET next_at = NULL
+         WHERE found_key IS NOT NULL AND f.queue = found_queue AND f.key = found_key
+           AND f.next_at IS NOT NULL;
         PERFORM pg_notify('leaseq_jobs', found_queue);
     END IF;
     RETURN NULL;

@@ -57,7 +57,7 @@ WITH candidate AS (
                        FOR UPDATE SKIP LOCKED
                 ) r
             ) j
-           WHERE k.queue = q.queue AND k.active
+           WHERE k.queue = q.queue AND k.active AND k.next_at IS NULL
              AND (k.paused_until IS NULL OR k.paused_until <= coalesce(%(now)s::timestamptz, now()))
              AND (k.max_running IS NULL OR s.slots IS NOT NULL)
              AND (NOT k.rated OR r.allows >= 1)
@@ -177,7 +177,7 @@ candidate AS (
                        FOR UPDATE SKIP LOCKED
                 ) r
             ) z
-           WHERE k.queue = q.queue AND k.active
+           WHERE k.queue = q.queue AND k.active AND k.next_at IS NULL
              -- A key's rate, read with this claim's snapshot: a rated key is never claimed
              -- here, whatever flow_limits showed.
              AND NOT k.rated
@@ -254,7 +254,7 @@ candidate AS (
                  LIMIT %(limit)s
                    FOR UPDATE SKIP LOCKED
             ) j
-           WHERE k.queue = q.queue AND k.active
+           WHERE k.queue = q.queue AND k.active AND k.next_at IS NULL
              -- A key's own limit, read with this claim's snapshot as job_claim_keyed reads it:
              -- a limited key is never claimed here, whatever flow_limits showed.
              AND k.max_running IS NULL AND NOT k.rated
@@ -321,8 +321,8 @@ SELECT l.queue, l.key_pattern, l.max_running, l.weight, l.per_second, l.burst, l
 SELECT r.queue, r.repaired FROM leaseq.flow_repair(%(batch)s) r ORDER BY r.queue;
 
 -- name: flow_settle
--- The reaper's sweep: deactivates the idle keys (no pending job, none running) among each queue's first %(batch)s active keys in turn order (each re-checked under its lock); returns the keys deactivated per queue.
-SELECT s.queue, s.settled FROM leaseq.flow_settle(%(batch)s) s ORDER BY s.queue;
+-- The reaper's sweep: wakes the sleeping keys whose next job is due within %(ahead)s seconds; of each queue's first %(batch)s keys in turn, deactivates the idle ones (no pending job, none running) and puts to sleep those with none running and no job due within twice that (each re-checked under its lock); returns per queue the keys deactivated, put to sleep and woken.
+SELECT s.queue, s.settled, s.slept, s.woken FROM leaseq.flow_settle(%(batch)s, %(ahead)s) s ORDER BY s.queue;
 
 -- name: flow_repairs_total
 -- Slots the reaper's check has freed so far, per queue (expected 0).

@@ -27,7 +27,8 @@ Guarantees (migration 11 says how):
 * **Fair shares**: keys with work are served in order of the seconds their jobs ran divided
   by their weight; a key back from idle starts level with the least-served active key.
   A key whose jobs ended without running (cancelled while pending) goes idle at the
-  reaper's next pass (:meth:`FlowControl.settle`), so claims stop walking it.
+  reaper's next pass (:meth:`FlowControl.settle`), and one whose jobs are all due later
+  sleeps until shortly before the first is due, so claims do not walk them.
 """
 
 from __future__ import annotations
@@ -47,6 +48,7 @@ from leaseq.core.flow_models import (
     FlowLimit,
     FlowQueueSummary,
     Keep,
+    KeysSettled,
 )
 from leaseq.core.models import SILENT_AFTER_SECONDS
 
@@ -228,13 +230,20 @@ class FlowControl:
             rows = self._store.flow_repair(c, batch=batch)
         return {r["queue"]: int(r["repaired"]) for r in rows}
 
-    def settle(self, *, batch: int = SETTLE_BATCH) -> dict[str, int]:
-        """The reaper's sweep: deactivate the keys with no pending job and none running among
-        each queue's first ``batch`` active keys in turn order (a key whose jobs were
-        cancelled before they ran). Returns the keys deactivated per queue."""
-        with transaction(self._db, "settle idle flow keys") as c:
-            rows = self._store.flow_settle(c, batch=batch)
-        return {r["queue"]: int(r["settled"]) for r in rows}
+    def settle(self, *, ahead: float, batch: int = SETTLE_BATCH) -> dict[str, KeysSettled]:
+        """The reaper's sweep of the keys claims walk first: wake the sleeping keys whose next
+        job is due within ``ahead`` seconds; of each queue's first ``batch`` keys in turn,
+        deactivate those with no pending job and none running (their jobs were cancelled
+        before they ran), and put to sleep those with none running and no job due within
+        ``2 * ahead`` seconds (delayed, sleeping, waiting for a signal, backing off), until
+        their first job is due. Returns what it did per queue."""
+        validation.non_negative("ahead", ahead)
+        with transaction(self._db, "settle flow keys") as c:
+            rows = self._store.flow_settle(c, batch=batch, ahead=ahead)
+        return {
+            r["queue"]: KeysSettled(int(r["settled"]), int(r["slept"]), int(r["woken"]))
+            for r in rows
+        }
 
     def repairs_total(self) -> dict[str, int]:
         """Slots repaired so far, per queue."""

@@ -69,3 +69,16 @@ class FlowQueueSummary:
     claimable: int
     saturated_keys: int
     blocked: int
+
+
+@dataclass(frozen=True)
+class KeysSettled:
+    """What one sweep of a queue's keys did (:meth:`leaseq.FlowControl.settle`): keys
+    deactivated (no job left), put to sleep until their next job is due, and woken."""
+
+    idle: int
+    asleep: int
+    woken: int
+
+    def __bool__(self) -> bool:
+        return bool(self.idle or self.asleep or self.woken)

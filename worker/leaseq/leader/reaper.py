@@ -48,7 +48,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 from leaseq.core.errors import LeaseqError, PermissionDenied
-from leaseq.core.flow import FlowControl
+from leaseq.core.flow import SETTLE_BATCH, FlowControl
 from leaseq.core.leadership import Leadership
 from leaseq.core.models import Reaped
 from leaseq.core.queue import Queue
@@ -61,6 +61,8 @@ log = logging.getLogger("leaseq.leader.reaper")
 
 LEASE_NAME = "reaper"
 REAP_BATCH = 1000
+#: Sweeps of the keys' turn one pass may run while each takes a whole batch out of it.
+SETTLE_SWEEPS = 100
 # Registry rows of workers silent this long are removed (ten times the operator's 60 s
 # liveness horizon for leaseq_queue_workers, so a slow worker is never forgotten).
 FORGET_WORKERS_AFTER = 600.0
@@ -160,9 +162,10 @@ class Reaper:
     schedules: Schedules | None = None
     #: Called with each schedule tick's outcome, or None when the tick failed.
     on_ticked: Callable[[Tick | None], None] = lambda tick: None
-    #: Flow control's duties after every pass: idle keys are deactivated, and every held
-    #: unit of a limit belongs to a running attempt with the same token; others are freed
-    #: and counted (expected: none).
+    #: Flow control's duties after every pass: idle keys are deactivated, keys whose jobs
+    #: are all due later sleep until shortly before, and every held unit of a limit
+    #: belongs to a running attempt with the same token; others are freed and counted
+    #: (expected: none).
     flow: FlowControl | None = None
     on_repaired: Callable[[dict[str, int]], None] = lambda repaired: None
     #: Stop for good when the database refuses a privilege, instead of retrying: for a
@@ -220,17 +223,7 @@ class Reaper:
     def _repair_flow(self) -> None:
         if self.flow is None:
             return
-        try:
-            settled = self.flow.settle()
-        except LeaseqError as exc:  # a duty's failure must not stop the reaper's others
-            log.warning("flow-control sweep of idle keys failed: %s", exc)
-        else:
-            if settled:
-                log.info(
-                    "%d idle flow key(s) deactivated (their jobs ended without running)",
-                    sum(settled.values()),
-                    extra={"settled": settled},
-                )
+        self._settle_keys(self.flow)
         try:
             repaired = self.flow.repair()
         except LeaseqError as exc:  # a duty's failure must not stop the reaper's others
@@ -244,6 +237,25 @@ class Reaper:
                 extra={"repaired": repaired},
             )
         self.on_repaired(repaired)
+
+    def _settle_keys(self, flow: FlowControl) -> None:
+        """Sweep the front of each queue's turn (:meth:`FlowControl.settle`), again while a
+        sweep took every key it looked at out of a queue's turn (a cancel of 10,000 keys'
+        jobs is cleared in one pass, in short transactions), at most SETTLE_SWEEPS times."""
+        idle = 0
+        for _ in range(SETTLE_SWEEPS):
+            try:
+                # Woken three passes ahead of their next job: a late pass or two still
+                # wakes them before it is due.
+                settled = flow.settle(ahead=3 * self.interval, batch=SETTLE_BATCH)
+            except LeaseqError as exc:  # a duty's failure must not stop the reaper's others
+                log.warning("flow-control sweep of keys failed: %s", exc)
+                break
+            idle += sum(s.idle for s in settled.values())
+            if all(s.idle + s.asleep < SETTLE_BATCH for s in settled.values()):
+                break
+        if idle:
+            log.info("%d idle flow key(s) deactivated (their jobs ended without running)", idle)
 
     def _tick_schedules(self, now: datetime | None) -> None:
         if self.schedules is None:

@@ -51,8 +51,10 @@ class FlowStore(Runner):
     def flow_repair(self, conn: Conn, *, batch: int) -> list[DictRow]:
         return self._dicts(conn, "flow_repair", {"batch": batch}, "repair flow slots")
 
-    def flow_settle(self, conn: Conn, *, batch: int) -> list[DictRow]:
-        return self._dicts(conn, "flow_settle", {"batch": batch}, "settle idle flow keys")
+    def flow_settle(self, conn: Conn, *, batch: int, ahead: float) -> list[DictRow]:
+        return self._dicts(
+            conn, "flow_settle", {"batch": batch, "ahead": ahead}, "settle flow keys"
+        )
 
     def flow_repairs_total(self, conn: Conn) -> list[DictRow]:
         return self._dicts(conn, "flow_repairs_total", {}, "read flow repairs")

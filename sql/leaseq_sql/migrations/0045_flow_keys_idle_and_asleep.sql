@@ -1,9 +1,21 @@
--- leaseq schema: the reaper deactivates flow keys whose jobs ended without running.
+-- leaseq schema: the reaper takes keys with nothing to claim out of the claims' turn.
 -- Only a key's last running job deactivated its key, so a key whose pending jobs were all
--- cancelled stayed active, first in its queue's turn (never charged again), and every claim
--- of the queue walked it and probed its jobs. leaseq.flow_settle, run by the reaper after
--- each pass, deactivates the idle ones among each queue's first active keys; the operator's
--- role may execute it (apply_grants).
+-- cancelled stayed active; and a key whose only jobs are due later (delayed, sleeping,
+-- waiting for a signal, backing off, paused) stayed in the turn. Such keys stay first in
+-- their queue's turn (never charged again), and every claim of the queue walked them and
+-- probed their jobs: 10,000 keys with a job due tomorrow made a keyed claim take 18.7 ms
+-- instead of 0.66. leaseq.flow_settle, run by the reaper after each pass, deactivates the
+-- idle keys among each queue's first keys in turn and puts those whose jobs are all due
+-- later to sleep (flow_keys.next_at: out of flow_keys_turn_idx) until three passes before
+-- the first is due; an enqueue, a signal to a waiting job and a resume wake a key at once.
+-- The operator's role may execute it (apply_grants).
+
+-- A key whose jobs are all due later sleeps until its first is due (next_at), out of the
+-- turn that claims walk; the reaper wakes it shortly before (flow_settle).
+ALTER TABLE leaseq.flow_keys ADD COLUMN next_at timestamptz;
+DROP INDEX leaseq.flow_keys_turn_idx;
+CREATE INDEX flow_keys_turn_idx ON leaseq.flow_keys (queue, vtime, key) WHERE active AND next_at IS NULL;
+CREATE INDEX flow_keys_sleep_idx ON leaseq.flow_keys (next_at) WHERE next_at IS NOT NULL;
 
 CREATE OR REPLACE FUNCTION leaseq.apply_grants(worker regrole, operator regrole, producer regrole)
  RETURNS SETOF text
@@ -21,7 +33,7 @@ DECLARE
     producer_functions text := 'leaseq.enqueue(text, text, jsonb, integer, timestamptz, double precision, integer, double precision, text, text, boolean), leaseq.job_status(bigint), leaseq.stream_read(bigint, bigint, integer), leaseq.producer_cancel(bigint, text), leaseq.producer_cancel_pipeline(bigint, text)';
     signal_function text := 'leaseq.signal(bigint, text, jsonb)';
     history_functions text := 'leaseq.history_ensure_partitions(integer, timestamptz), leaseq.history_expire_step(timestamptz, integer)';
-    flow_functions text := 'leaseq.flow_limit_set(text, text, integer, double precision, double precision, double precision, boolean), leaseq.flow_unblock(text, text), leaseq.flow_repair(integer), leaseq.flow_settle(integer), leaseq.flow_resume(text, text)';
+    flow_functions text := 'leaseq.flow_limit_set(text, text, integer, double precision, double precision, double precision, boolean), leaseq.flow_unblock(text, text), leaseq.flow_repair(integer), leaseq.flow_settle(integer, double precision), leaseq.flow_resume(text, text)';
     schedule_functions text := 'leaseq.schedule_put(text, text, text, text, text, jsonb, integer, integer, leaseq.schedule_overlap, double precision, leaseq.schedule_origin, text, timestamptz), leaseq.schedule_retire(text, text[], timestamptz)';
     maintain boolean := current_setting('server_version_num')::int >= 170000;
     r regrole;
@@ -245,8 +257,47 @@ END
 $function$
 ;
 
-CREATE OR REPLACE FUNCTION leaseq.flow_settle(batch integer)
- RETURNS TABLE(queue text, settled bigint)
+CREATE OR REPLACE FUNCTION leaseq.flow_activate(q text, k text)
+ RETURNS void
+ LANGUAGE plpgsql
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+DECLARE
+    floor_vtime double precision;
+    inserted boolean;
+BEGIN
+    SELECT min(f.vtime) INTO floor_vtime FROM leaseq.flow_keys f
+     WHERE f.queue = q AND f.active AND f.next_at IS NULL;
+    INSERT INTO leaseq.flow_keys AS f (queue, key, vtime, active)
+    VALUES (q, k, coalesce(floor_vtime, 0), true)
+    ON CONFLICT (queue, key) DO UPDATE
+       SET active = true, next_at = NULL, vtime = greatest(f.vtime, coalesce(floor_vtime, f.vtime))
+     WHERE NOT f.active OR f.next_at IS NOT NULL
+    RETURNING (f.xmax = 0) INTO inserted;
+    IF inserted THEN
+        PERFORM leaseq.flow_apply(q, k);
+    END IF;
+END
+$function$
+;
+
+CREATE OR REPLACE FUNCTION leaseq.flow_resume(q text, k text)
+ RETURNS boolean
+ LANGUAGE sql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+    WITH resumed AS (
+        UPDATE leaseq.flow_keys f SET paused_until = NULL, next_at = NULL
+         WHERE f.queue = q AND f.key = k AND f.paused_until IS NOT NULL
+        RETURNING 1
+    )
+    SELECT EXISTS (SELECT 1 FROM resumed)
+$function$
+;
+
+CREATE OR REPLACE FUNCTION leaseq.flow_settle(batch integer, ahead double precision)
+ RETURNS TABLE(queue text, settled bigint, slept bigint, woken bigint)
  LANGUAGE plpgsql
  SECURITY DEFINER
  SET search_path TO 'pg_catalog', 'pg_temp'
@@ -254,44 +305,119 @@ AS $function$
 DECLARE
     c record;
     done integer;
-    queues text[] := ARRAY[]::text[];
+    wake_by timestamptz := now() + make_interval(secs => ahead);
+    sleep_past timestamptz := now() + make_interval(secs => 2 * ahead);
+    queues text[];
+    kinds text[];
 BEGIN
+    WITH woke AS (
+        UPDATE leaseq.flow_keys f SET next_at = NULL
+         WHERE f.next_at IS NOT NULL AND f.next_at <= wake_by
+        RETURNING f.queue
+    )
+    SELECT coalesce(array_agg(woke.queue), '{}'), coalesce(array_agg('woken'::text), '{}')
+      INTO queues, kinds FROM woke;
     FOR c IN
-        -- Each queue with an active key (flow_keys_turn_idx, one probe per queue), then its
+        -- Each queue with a key in turn (flow_keys_turn_idx, one probe per queue), then its
         -- first keys in turn.
         WITH RECURSIVE qs (q) AS (
-            (SELECT f.queue FROM leaseq.flow_keys f WHERE f.active ORDER BY f.queue LIMIT 1)
+            (SELECT f.queue FROM leaseq.flow_keys f
+              WHERE f.active AND f.next_at IS NULL ORDER BY f.queue LIMIT 1)
             UNION ALL
             SELECT (SELECT f.queue FROM leaseq.flow_keys f
-                     WHERE f.active AND f.queue > qs.q ORDER BY f.queue LIMIT 1)
+                     WHERE f.active AND f.next_at IS NULL AND f.queue > qs.q
+                     ORDER BY f.queue LIMIT 1)
               FROM qs WHERE qs.q IS NOT NULL
         )
-        SELECT k.queue, k.key FROM qs
-         CROSS JOIN LATERAL (SELECT f.queue, f.key FROM leaseq.flow_keys f
-                              WHERE f.active AND f.queue = qs.q
+        SELECT k.queue, k.key, k.paused_until,
+               leaseq.flow_key_pending(k.queue, k.key) AS pending,
+               EXISTS (SELECT 1 FROM leaseq.jobs j
+                        WHERE j.status = 'running' AND j.key IS NOT NULL
+                          AND j.queue = k.queue AND j.key = k.key) AS running,
+               EXISTS (SELECT 1 FROM leaseq.jobs j
+                        WHERE j.status = 'pending' AND j.key IS NOT NULL AND j.ordering_waiting
+                          AND j.queue = k.queue AND j.key = k.key) AS ordered,
+               (SELECT min(j.available_at) FROM leaseq.jobs j
+                 WHERE j.status = 'pending' AND j.key IS NOT NULL AND NOT j.ordering_waiting
+                   AND j.queue = k.queue AND j.key = k.key) AS first_at
+          FROM qs
+         CROSS JOIN LATERAL (SELECT f.queue, f.key, f.paused_until FROM leaseq.flow_keys f
+                              WHERE f.active AND f.next_at IS NULL AND f.queue = qs.q
                               ORDER BY f.vtime, f.key LIMIT batch) k
          WHERE qs.q IS NOT NULL
-           AND NOT leaseq.flow_key_pending(k.queue, k.key)
-           AND NOT EXISTS (SELECT 1 FROM leaseq.jobs j
-                            WHERE j.status = 'running' AND j.key IS NOT NULL
-                              AND j.queue = k.queue AND j.key = k.key)
     LOOP
+        CONTINUE WHEN c.running;
+        CONTINUE WHEN c.pending AND (c.ordered OR c.first_at IS NULL
+                                     OR greatest(c.first_at, c.paused_until) <= sleep_past);
         PERFORM 1 FROM leaseq.flow_keys f
           WHERE (f.queue, f.key) = (c.queue, c.key) FOR UPDATE SKIP LOCKED;
         CONTINUE WHEN NOT FOUND;
-        UPDATE leaseq.flow_keys f SET active = false
-         WHERE (f.queue, f.key) = (c.queue, c.key) AND f.active
-           AND NOT leaseq.flow_key_pending(c.queue, c.key)
-           AND NOT EXISTS (SELECT 1 FROM leaseq.jobs j
-                            WHERE j.status = 'running' AND j.key IS NOT NULL
-                              AND j.queue = c.queue AND j.key = c.key);
+        IF NOT c.pending THEN
+            UPDATE leaseq.flow_keys f SET active = false
+             WHERE (f.queue, f.key) = (c.queue, c.key) AND f.active
+               AND NOT leaseq.flow_key_pending(c.queue, c.key)
+               AND NOT EXISTS (SELECT 1 FROM leaseq.jobs j
+                                WHERE j.status = 'running' AND j.key IS NOT NULL
+                                  AND j.queue = c.queue AND j.key = c.key);
+        ELSE
+            UPDATE leaseq.flow_keys f SET next_at = greatest(f.paused_until, s.first_at)
+              FROM (SELECT min(j.available_at) AS first_at FROM leaseq.jobs j
+                     WHERE j.status = 'pending' AND j.key IS NOT NULL AND NOT j.ordering_waiting
+                       AND j.queue = c.queue AND j.key = c.key) s
+             WHERE (f.queue, f.key) = (c.queue, c.key) AND f.active AND f.next_at IS NULL
+               AND s.first_at IS NOT NULL
+               AND greatest(f.paused_until, s.first_at) > sleep_past
+               AND NOT EXISTS (SELECT 1 FROM leaseq.jobs j
+                                WHERE j.status = 'running' AND j.key IS NOT NULL
+                                  AND j.queue = c.queue AND j.key = c.key)
+               AND NOT EXISTS (SELECT 1 FROM leaseq.jobs j
+                                WHERE j.status = 'pending' AND j.key IS NOT NULL
+                                  AND j.ordering_waiting
+                                  AND j.queue = c.queue AND j.key = c.key);
+        END IF;
         GET DIAGNOSTICS done = ROW_COUNT;
         IF done > 0 THEN
             queues := queues || c.queue;
+            kinds := kinds || CASE WHEN c.pending THEN 'slept' ELSE 'settled' END;
         END IF;
     END LOOP;
-    RETURN QUERY SELECT u.q, count(*) FROM unnest(queues) AS u(q) GROUP BY u.q;
+    RETURN QUERY
+    SELECT u.q, count(*) FILTER (WHERE u.kind = 'settled'), count(*) FILTER (WHERE u.kind = 'slept'),
+           count(*) FILTER (WHERE u.kind = 'woken')
+      FROM unnest(queues, kinds) AS u(q, kind) GROUP BY u.q;
 END
 $function$
 ;
-REVOKE ALL ON FUNCTION leaseq.flow_settle(integer) FROM PUBLIC;
+REVOKE ALL ON FUNCTION leaseq.flow_settle(integer,double precision) FROM PUBLIC;
+
+CREATE OR REPLACE FUNCTION leaseq.job_signals_wake()
+ RETURNS trigger
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+DECLARE
+    found_status text;
+    found_queue text;
+    found_key text;
+BEGIN
+    SELECT j.status::text, j.queue, j.key INTO found_status, found_queue, found_key
+      FROM leaseq.jobs j WHERE j.id = NEW.job_id FOR UPDATE;
+    IF found_status IN ('succeeded', 'dead', 'cancelled') THEN
+        RAISE EXCEPTION 'job % has finished (%): a signal can no longer reach it; nothing was written',
+            NEW.job_id, found_status USING ERRCODE = 'object_not_in_prerequisite_state';
+    END IF;
+    UPDATE leaseq.jobs j SET available_at = now()
+     WHERE j.id = NEW.job_id AND j.status = 'pending' AND j.waiting_for = NEW.name
+       AND j.available_at > now();
+    IF FOUND THEN
+        -- Its key may sleep until the wait's deadline (flow_settle): in turn again now.
+        UPDATE leaseq.flow_keys f SET next_at = NULL
+         WHERE found_key IS NOT NULL AND f.queue = found_queue AND f.key = found_key
+           AND f.next_at IS NOT NULL;
+        PERFORM pg_notify('leaseq_jobs', found_queue);
+    END IF;
+    RETURN NULL;
+END
+$function$
+;

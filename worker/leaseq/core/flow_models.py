@@ -79,6 +79,3 @@ class KeysSettled:
     idle: int
     asleep: int
     woken: int
-
-    def __bool__(self) -> bool:
-        return bool(self.idle or self.asleep or self.woken)

@@ -1,6 +1,6 @@
 -- leaseq's present tense: pipelines (a job waits for its parents).
 --
--- Covers: leaseq.pipeline_changed, called by jobs_on_status (flow.sql) when a job of a
+-- Covers: leaseq.pipeline_count, a pipeline's counts; leaseq.pipeline_changed, called by jobs_on_status (flow.sql) when a job of a
 -- pipeline, or with children, changes status and was or is finished; leaseq.cancel_jobs, the
 -- one cancel of jobs with their descendants, or of a pipeline. Set off by: every completion,
 -- failure, reap and cancel in queries/jobs.sql and queries/pipelines.sql (job_cancel and
@@ -10,6 +10,39 @@
 -- read of a pipeline's outcome for a waiting producer (docs/guides/pipelines.md);
 -- leaseq.pipeline_count_cancels, which counts a transaction's cancelled jobs into their
 -- pipelines at its commit (set off by pipeline_changed's rows in leaseq.pipeline_uncounted).
+
+-- Adds to a pipeline's counts (each delta -1, 0 or more) and sets its finish time: `at` once
+-- every job of it has finished, else none. Tells the producers waiting for it when it
+-- finished (NOTIFY leaseq_done 'pipeline:<id>', one per finished pipeline, whoever waits:
+-- Queue.wait_pipeline listens on the waiters' channel). A completion that spawns grows the
+-- pipeline again later in its transaction: the waiter reads the row and waits on.
+CREATE OR REPLACE FUNCTION leaseq.pipeline_count(pipeline bigint, succeeded integer,
+                                                 dead integer, cancelled integer,
+                                                 at timestamptz)
+RETURNS void
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    done_at timestamptz;
+BEGIN
+    UPDATE leaseq.pipelines p
+       SET succeeded = p.succeeded + pipeline_count.succeeded,
+           dead = p.dead + pipeline_count.dead,
+           cancelled = p.cancelled + pipeline_count.cancelled,
+           finished_at = CASE
+               WHEN p.succeeded + p.dead + p.cancelled + pipeline_count.succeeded
+                    + pipeline_count.dead + pipeline_count.cancelled = p.total
+               THEN at END
+     WHERE p.id = pipeline
+    RETURNING p.finished_at INTO done_at;
+    IF done_at IS NOT NULL THEN
+        PERFORM pg_notify('leaseq_done', 'pipeline:' || pipeline);
+    END IF;
+END
+$fn$;
+
+REVOKE ALL ON FUNCTION leaseq.pipeline_count(bigint, integer, integer, integer, timestamptz) FROM PUBLIC;
 
 -- What a pipeline does when one of its jobs, or a job with children, changes status and was
 -- or is finished: counts it, tells the producers waiting for the pipeline when it finished
@@ -26,7 +59,6 @@ DECLARE
     at timestamptz := coalesce(new_job.finished_at, now());
     root bigint := coalesce(new_job.cancelled_by, new_job.id);
     woken text;
-    done_at timestamptz;
 BEGIN
     IF new_job.pipeline_id IS NOT NULL AND NOT was_finished AND new_job.status::text = 'cancelled'
        AND new_job.last_error_code IN ('CANCELLED', 'ANCESTOR_CANCELLED', 'PIPELINE_CANCELLED') THEN
@@ -37,21 +69,12 @@ BEGIN
         INSERT INTO leaseq.pipeline_uncounted (job_id, pipeline_id, at)
         VALUES (new_job.id, new_job.pipeline_id, at);
     ELSIF new_job.pipeline_id IS NOT NULL AND (was_finished OR is_finished) THEN
-        UPDATE leaseq.pipelines p
-           SET succeeded = p.succeeded + (new_job.status::text = 'succeeded')::int - (old_job.status::text = 'succeeded')::int,
-               dead = p.dead + (new_job.status::text = 'dead')::int - (old_job.status::text = 'dead')::int,
-               cancelled = p.cancelled + (new_job.status::text = 'cancelled')::int - (old_job.status::text = 'cancelled')::int,
-               finished_at = CASE
-                   WHEN p.succeeded + p.dead + p.cancelled + is_finished::int - was_finished::int = p.total
-                   THEN at END
-         WHERE p.id = new_job.pipeline_id
-        RETURNING p.finished_at INTO done_at;
-        IF done_at IS NOT NULL THEN
-            -- One per finished pipeline, whoever waits (Queue.wait_pipeline listens on the
-            -- waiters' channel). A completion that spawns grows the pipeline again later in
-            -- its transaction: the waiter reads the row and waits on.
-            PERFORM pg_notify('leaseq_done', 'pipeline:' || new_job.pipeline_id);
-        END IF;
+        PERFORM leaseq.pipeline_count(
+            new_job.pipeline_id,
+            (new_job.status::text = 'succeeded')::int - (old_job.status::text = 'succeeded')::int,
+            (new_job.status::text = 'dead')::int - (old_job.status::text = 'dead')::int,
+            (new_job.status::text = 'cancelled')::int - (old_job.status::text = 'cancelled')::int,
+            at);
     END IF;
     IF NOT new_job.has_children THEN
         RETURN;
@@ -137,7 +160,6 @@ SET search_path = pg_catalog, pg_temp
 AS $fn$
 DECLARE
     c record;
-    done_at timestamptz;
 BEGIN
     IF NOT EXISTS (SELECT 1 FROM leaseq.pipeline_uncounted u WHERE u.job_id = NEW.job_id) THEN
         RETURN NULL;
@@ -147,14 +169,7 @@ BEGIN
         SELECT g.pipeline_id, count(*)::int AS n, max(g.at) AS at
           FROM gone g GROUP BY g.pipeline_id ORDER BY g.pipeline_id
     LOOP
-        UPDATE leaseq.pipelines p
-           SET cancelled = p.cancelled + c.n,
-               finished_at = CASE WHEN p.succeeded + p.dead + p.cancelled + c.n = p.total THEN c.at END
-         WHERE p.id = c.pipeline_id
-        RETURNING p.finished_at INTO done_at;
-        IF done_at IS NOT NULL THEN
-            PERFORM pg_notify('leaseq_done', 'pipeline:' || c.pipeline_id);
-        END IF;
+        PERFORM leaseq.pipeline_count(c.pipeline_id, 0, 0, c.n, c.at);
     END LOOP;
     RETURN NULL;
 END

@@ -16,7 +16,7 @@ import pytest
 
 import leaseq
 from leaseq.core._store import statements
-from support.plans import generic, scans
+from support.plans import generic, scans, writes
 
 BACKLOG = 5000
 
@@ -69,7 +69,7 @@ def test_a_keys_running_jobs_are_counted_from_its_own_index(database_url: str) -
     (queue, job_type), which statistics taken before any job ran show empty, and a plan on
     it reads every running job of the queue once per key."""
     queue = leaseq.Queue(leaseq.connect(database_url, action="test"))
-    queue.enqueue_many([leaseq.JobSpec("small", "t", key=f"k{n}") for n in range(3000)])
+    queue.enqueue_many([leaseq.JobSpec("small", "t", key=f"k{n}") for n in range(1000)])
     c = psycopg.connect(database_url, autocommit=True)
     c.execute("ANALYZE leaseq.jobs")
     # Key "u": 2 plain jobs and an aggregate of 3 (its head runs, 2 wait their turn).
@@ -105,3 +105,59 @@ def test_a_keys_running_jobs_are_counted_from_its_own_index(database_url: str) -
         assert cur.description is not None
         column = [d.name for d in cur.description].index("running")
         assert [r[column] for r in cur.fetchall()] == [3], name
+
+
+@pytest.mark.parametrize(
+    ("claim", "rate", "table"),
+    [
+        ("job_claim_keyed", None, "flow_slots"),
+        ("job_claim_keyed_slots", None, "flow_slots"),
+        ("job_claim_keyed", 100.0, "flow_slots"),
+        ("job_claim_keyed", 100.0, "flow_buckets"),
+    ],
+)
+def test_a_limited_keys_claim_takes_its_unit_by_index(
+    database_url: str, claim: str, rate: float | None, table: str
+) -> None:
+    """The claim writes the units (and buckets) it locked by their ids. By (queue, key,
+    slot), three arrays, PostgreSQL 15's generic plan costed an index scan as one descent
+    per combination of their elements and read the whole of leaseq.flow_slots at every
+    claim instead (4,000 rows at 1,000 limited keys; PostgreSQL 18 used the index). It fails
+    with those statements on PostgreSQL 15, which CI's second integration run uses."""
+    conn = leaseq.connect(database_url, action="test")
+    leaseq.FlowControl(conn).set_limit("q", "k*", max_running=4, per_second=rate, burst=rate)
+    leaseq.Queue(conn).enqueue_many([leaseq.JobSpec("q", "t", key=f"k{n}") for n in range(1000)])
+    c = psycopg.connect(database_url, autocommit=True)
+    c.execute("ANALYZE leaseq.jobs, leaseq.flow_keys, leaseq.flow_slots, leaseq.flow_buckets")
+    assert c.execute(f"SELECT count(*) FROM leaseq.{table}").fetchone() == (
+        1000 if table == "flow_buckets" else 4000,
+    )
+    query, names = generic(statements.load()[claim].query)
+    c.execute("SET plan_cache_mode = force_generic_plan")
+    c.execute(f"PREPARE claim AS {query}")
+    values = {
+        "queues": (["q"], "text[]"),
+        "job_types": (None, "text[]"),
+        "owner": ("probe", "text"),
+        "limit": (1, "int"),
+        "lease_seconds": (30.0, "float8"),
+        "claim_id": (None, "uuid"),
+        "now": (None, "timestamptz"),
+    }
+    args = ", ".join(f"%s::{values[name][1]}" for name in names)
+    with c.transaction(force_rollback=True):
+        row = (
+            psycopg.ClientCursor(c)
+            .execute(
+                f"EXPLAIN (ANALYZE, FORMAT JSON) EXECUTE claim({args})",
+                [values[name][0] for name in names],
+            )
+            .fetchone()
+        )
+    assert row is not None
+    plan = row[0][0]["Plan"]
+    assert any(n.get("Relation Name") == "jobs" for n in writes(plan)), "nothing claimed"
+    on_table = [s for s in scans(plan) if s.get("Relation Name") == table]
+    assert on_table, f"the claim read no row of {table}"
+    assert all(s["Node Type"] != "Seq Scan" for s in on_table), on_table
+    assert all(s["Actual Rows"] <= 1 for s in on_table), on_table

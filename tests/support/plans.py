@@ -30,3 +30,12 @@ def scans(node: dict[str, Any]) -> list[dict[str, Any]]:
     for child in node.get("Plans", []):
         found.extend(scans(child))
     return found
+
+
+def writes(node: dict[str, Any]) -> list[dict[str, Any]]:
+    """Every node of an analyzed JSON plan tree that wrote rows (a ModifyTable with rows
+    out), depth first."""
+    found = [node] if node["Node Type"] == "ModifyTable" and node["Actual Rows"] else []
+    for child in node.get("Plans", []):
+        found.extend(writes(child))
+    return found

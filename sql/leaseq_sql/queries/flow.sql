@@ -12,17 +12,17 @@
 -- Now is coalesce(%(now)s, now()) wherever it is needed, not a CTE joined into every part:
 -- the generic plan has fewer nodes to set up at every claim (57 before, 44 now).
 WITH candidate AS (
-    SELECT c.id, c.queue, c.key, c.slot, c.lease_token, c.rated
+    SELECT c.id, c.queue, c.key, c.slot, c.bucket, c.lease_token, c.rated
       FROM unnest(%(queues)s::text[]) AS q(queue)
       CROSS JOIN LATERAL (
-          SELECT k.queue, k.key, s.slots[j.n] AS slot, j.id, j.lease_token, k.rated
+          SELECT k.queue, k.key, s.slots[j.n] AS slot, r.bucket, j.id, j.lease_token, k.rated
             FROM leaseq.flow_keys k
             -- shared: keyed_slots
-            -- A limited key's free slots, locked, at most %(limit)s (NULL for an unlimited
-            -- key). The slots first: a saturated key's pending rows are never read.
+            -- A limited key's free slots (their ids), locked, at most %(limit)s (NULL for an
+            -- unlimited key). The slots first: a saturated key's pending rows are never read.
             CROSS JOIN LATERAL (
-                SELECT array_agg(x.slot) AS slots FROM (
-                    SELECT x.slot FROM leaseq.flow_slots x
+                SELECT array_agg(x.id) AS slots FROM (
+                    SELECT x.id FROM leaseq.flow_slots x
                      WHERE k.max_running IS NOT NULL
                        AND x.queue = k.queue AND x.key = k.key AND x.job_id IS NULL AND NOT x.retired
                      LIMIT %(limit)s
@@ -30,10 +30,10 @@ WITH candidate AS (
                 ) x
             ) s
             -- end shared: keyed_slots
-            -- A rate-limited key's bucket, locked: the starts it allows now (a bucket last
-            -- filled at -infinity is full, one at infinity gains nothing).
+            -- A rate-limited key's bucket, locked: its id and the starts it allows now (a
+            -- bucket last filled at -infinity is full, one at infinity gains nothing).
             LEFT JOIN LATERAL (
-                SELECT floor(least(b.burst, b.tokens + b.per_second
+                SELECT b.id AS bucket, floor(least(b.burst, b.tokens + b.per_second
                                    * greatest(CASE WHEN isfinite(b.tokens_at) THEN extract(epoch FROM coalesce(%(now)s::timestamptz, now()) - b.tokens_at)
                                                  WHEN b.tokens_at < 'epoch' THEN 'Infinity' END, 0)))::int AS allows
                   FROM leaseq.flow_buckets b
@@ -72,29 +72,29 @@ spent AS (
                                    * greatest(CASE WHEN isfinite(b.tokens_at) THEN extract(epoch FROM coalesce(%(now)s::timestamptz, now()) - b.tokens_at)
                                                  WHEN b.tokens_at < 'epoch' THEN 'Infinity' END, 0)) - c.n,
            tokens_at = greatest(b.tokens_at, coalesce(%(now)s::timestamptz, now()))
-      FROM (SELECT x.queue, x.key, count(*) AS n FROM candidate x WHERE x.rated
-             GROUP BY x.queue, x.key) c
-     -- Arrays, not only a join: the generic plan cannot see how few candidates there are
+      FROM (SELECT x.bucket, count(*) AS n FROM candidate x WHERE x.rated GROUP BY x.bucket) c
+     -- An array, not only a join: the generic plan cannot see how few candidates there are
      -- and would hash-join a sequential scan of the table; this is an index scan either way.
-     WHERE b.queue = ANY (ARRAY(SELECT x.queue FROM candidate x WHERE x.rated))
-       AND b.key = ANY (ARRAY(SELECT x.key FROM candidate x WHERE x.rated))
-       AND b.queue = c.queue AND b.key = c.key
+     -- One array of ids (migration 47), not two of queue and key, which PostgreSQL 15
+     -- costed as a descent per pair and scanned the whole table instead.
+     WHERE b.id = ANY (ARRAY(SELECT x.bucket FROM candidate x WHERE x.rated))
+       AND b.id = c.bucket
     RETURNING b.key
 ),
 -- shared: keyed_taken
--- The slots given to their candidates, each by its key and number with the job's new token.
--- By key and number, not by the row's address (ctid) the claim locked: a free slot updated
--- and committed after the statement's snapshot is locked in its new version, which the
--- snapshot cannot see at the old address, and a limit of 2 then ran 3 jobs at once.
+-- The slots given to their candidates, each by its id (migration 47) with the job's new token.
+-- By id, not by the row's address (ctid) the claim locked: a free slot updated and committed
+-- after the statement's snapshot is locked in its new version, which the snapshot cannot see
+-- at the old address, and a limit of 2 then ran 3 jobs at once.
 taken AS (
     UPDATE leaseq.flow_slots s
        SET job_id = c.id, lease_token = leaseq.lease_token_next(c.lease_token, (SELECT leaseq.lease_epoch())), taken_at = coalesce(%(now)s::timestamptz, now())
       FROM candidate c
-     -- Arrays, not only a join: an index scan whatever the plan.
-     WHERE s.queue = ANY (ARRAY(SELECT x.queue FROM candidate x WHERE x.slot IS NOT NULL))
-       AND s.key = ANY (ARRAY(SELECT x.key FROM candidate x WHERE x.slot IS NOT NULL))
-       AND s.slot = ANY (ARRAY(SELECT x.slot FROM candidate x WHERE x.slot IS NOT NULL))
-       AND c.slot IS NOT NULL AND s.queue = c.queue AND s.key = c.key AND s.slot = c.slot
+     -- An array, not only a join: an index scan whatever the plan. One array of ids, not
+     -- three of queue, key and number: PostgreSQL 15's generic plan costed those as a
+     -- descent per combination of their elements and scanned the whole table instead.
+     WHERE s.id = ANY (ARRAY(SELECT x.slot FROM candidate x WHERE x.slot IS NOT NULL))
+       AND s.id = c.slot
     RETURNING s.job_id
 ),
 -- end shared: keyed_taken
@@ -151,8 +151,8 @@ candidate AS (
             FROM leaseq.flow_keys k
             -- shared: keyed_slots
             CROSS JOIN LATERAL (
-                SELECT array_agg(x.slot) AS slots FROM (
-                    SELECT x.slot FROM leaseq.flow_slots x
+                SELECT array_agg(x.id) AS slots FROM (
+                    SELECT x.id FROM leaseq.flow_slots x
                      WHERE k.max_running IS NOT NULL
                        AND x.queue = k.queue AND x.key = k.key AND x.job_id IS NULL AND NOT x.retired
                      LIMIT %(limit)s
@@ -194,10 +194,8 @@ taken AS (
     UPDATE leaseq.flow_slots s
        SET job_id = c.id, lease_token = leaseq.lease_token_next(c.lease_token, (SELECT leaseq.lease_epoch())), taken_at = coalesce(%(now)s::timestamptz, now())
       FROM candidate c
-     WHERE s.queue = ANY (ARRAY(SELECT x.queue FROM candidate x WHERE x.slot IS NOT NULL))
-       AND s.key = ANY (ARRAY(SELECT x.key FROM candidate x WHERE x.slot IS NOT NULL))
-       AND s.slot = ANY (ARRAY(SELECT x.slot FROM candidate x WHERE x.slot IS NOT NULL))
-       AND c.slot IS NOT NULL AND s.queue = c.queue AND s.key = c.key AND s.slot = c.slot
+     WHERE s.id = ANY (ARRAY(SELECT x.slot FROM candidate x WHERE x.slot IS NOT NULL))
+       AND s.id = c.slot
     RETURNING s.job_id
 ),
 -- end shared: keyed_taken

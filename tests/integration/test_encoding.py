@@ -16,6 +16,7 @@ from psycopg.conninfo import make_conninfo
 from psycopg.types.json import Jsonb
 
 import leaseq
+from leaseq.core._store.store import Store
 from leaseq.core.schema import known_migrations
 
 
@@ -116,3 +117,12 @@ def test_a_worker_session_reads_back_each_payload_as_stored(
     assert job.payload == payload
     row = conn.execute("SELECT (' ' || %s::jsonb::text || ' ')::json", [Jsonb(payload)])
     assert row.fetchone() == (payload,)
+
+
+def test_the_server_reports_its_version_and_encoding(conn: leaseq.core.db.Conn) -> None:
+    # What leaseq's refusal of an old server or a wrong encoding reads (the rule itself is
+    # tested in tests/unit/test_server_refusal.py: no server older than 15 runs here).
+    version_num, version, encoding = Store().migration_server(conn)
+    assert version_num == conn.info.server_version
+    assert version.startswith(str(version_num // 10000))
+    assert encoding == "UTF8"

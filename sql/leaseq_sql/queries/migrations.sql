@@ -29,9 +29,11 @@ INSERT INTO leaseq.schema_migrations (version, name) VALUES (%(version)s, %(name
 -- Whether the leaseq.schema_migrations table exists.
 SELECT to_regclass('leaseq.schema_migrations') IS NOT NULL AS present;
 
--- name: migration_server_encoding
--- The database's character encoding (leaseq needs UTF8: with SQL_ASCII every text value reads back as bytes).
-SELECT current_setting('server_encoding') AS encoding;
+-- name: migration_server
+-- The server's version (leaseq needs PostgreSQL 15 or later) and the database's character encoding (leaseq needs UTF8: with SQL_ASCII every text value reads back as bytes).
+SELECT current_setting('server_version_num')::int AS version_num,
+       current_setting('server_version') AS version,
+       current_setting('server_encoding') AS encoding;
 
 -- name: grants_apply
 -- Grants each component's database role exactly its privileges on leaseq's objects (revoking everything first; NULL: no role); returns every statement run.

@@ -229,6 +229,10 @@ class WrongEncoding(DatabaseError):
     """The database is not UTF8: text (job types, payloads) would come back as bytes."""
 
 
+class ServerTooOld(DatabaseError):
+    """The PostgreSQL server is older than the oldest leaseq's schema runs on."""
+
+
 class SchemaTooNew(DatabaseError):
     """The database was migrated by a newer leaseq than this one."""
 

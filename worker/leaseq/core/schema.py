@@ -11,7 +11,14 @@ from importlib import resources
 from leaseq.core._store.console import ConsoleStore
 from leaseq.core._store.store import Store
 from leaseq.core.db import Conn, Db, borrow
-from leaseq.core.errors import ConfigError, SchemaNotReady, SchemaTooNew, WrongEncoding
+from leaseq.core.errors import (
+    ConfigError,
+    DatabaseError,
+    SchemaNotReady,
+    SchemaTooNew,
+    ServerTooOld,
+    WrongEncoding,
+)
 
 log = logging.getLogger("leaseq.migrate")
 
@@ -94,15 +101,34 @@ def _refuse_newer(applied: dict[int, str]) -> None:
         )
 
 
-def _require_utf8(conn: Conn, store: Store) -> None:
-    encoding = store.migration_server_encoding(conn)
+#: The oldest PostgreSQL leaseq's schema runs on (server_version_num): its views check the
+#: reader's own privileges and row policies (security_invoker), which PostgreSQL 15 added.
+OLDEST_SERVER = 150000
+
+
+def server_refusal(version_num: int, version: str, encoding: str) -> DatabaseError | None:
+    """Why leaseq cannot use a server of this version and a database of this encoding, or
+    None when it can."""
+    if version_num < OLDEST_SERVER:
+        return ServerTooOld(
+            f"this server runs PostgreSQL {version}; leaseq needs PostgreSQL 15 or later (its "
+            "views check the reader's own privileges, security_invoker, which 15 added). "
+            "Upgrade the server or point leaseq at a newer one. Nothing was changed."
+        )
     if encoding != "UTF8":
-        raise WrongEncoding(
+        return WrongEncoding(
             f"the database's encoding is {encoding}; leaseq needs UTF8 (with {encoding} every "
             "text value, job types included, reads back as bytes, so no handler would ever "
             "match). Create the database with ENCODING 'UTF8' TEMPLATE template0. Nothing was "
             "changed."
         )
+    return None
+
+
+def _require_server(conn: Conn, store: Store) -> None:
+    refusal = server_refusal(*store.migration_server(conn))
+    if refusal is not None:
+        raise refusal
 
 
 def _refuse_a_second_console_role(conn: Conn, role: str) -> None:
@@ -136,7 +162,9 @@ class Schema:
         them). ``console``, when given, grants the web console's role its privileges the
         same way (after the components'); naming a role other than the registered console
         role raises :class:`ConfigError`, granting nothing, unless ``console.replace``.
-        Refuses, changing nothing, a database migrated by a newer leaseq. A given connection
+        Refuses, changing nothing, a database migrated by a newer leaseq, one not in UTF8
+        (:class:`WrongEncoding`) and a server older than PostgreSQL 15
+        (:class:`ServerTooOld`). A given connection
         must be in autocommit mode and not used by anyone else meanwhile.
         """
         with borrow(self._db, "migrate") as conn:
@@ -146,7 +174,7 @@ class Schema:
         self, conn: Conn, roles: ComponentRoles, console: ConsoleRole | None
     ) -> MigrationReport:
         store = self._store
-        _require_utf8(conn, store)
+        _require_server(conn, store)
         store.migration_lock(conn)
         try:
             with conn.transaction():
@@ -183,10 +211,11 @@ class Schema:
 
     def check(self) -> int:
         """The database's schema version if it is exactly this code's; raises
-        :class:`WrongEncoding` (not UTF8), :class:`SchemaNotReady` (none, or older) or
+        :class:`ServerTooOld` (before PostgreSQL 15), :class:`WrongEncoding` (not UTF8),
+        :class:`SchemaNotReady` (none, or older) or
         :class:`SchemaTooNew` otherwise."""
         with borrow(self._db, "check schema") as conn:
-            _require_utf8(conn, self._store)
+            _require_server(conn, self._store)
             if not self._store.migration_schema_exists(conn):
                 raise SchemaNotReady(
                     "this database has no leaseq schema; "

@@ -1136,10 +1136,16 @@ class Store(Runner):
     def migration_schema_exists(self, conn: Conn) -> bool:
         return bool(self._dicts(conn, "migration_schema_exists", {}, "migrate")[0]["present"])
 
-    def migration_server_encoding(self, conn: Conn) -> str:
-        value = self._dicts(conn, "migration_server_encoding", {}, "migrate")[0]["encoding"]
-        # On SQL_ASCII, the very answer comes back as bytes.
-        return value.decode("ascii") if isinstance(value, bytes) else str(value)
+    def migration_server(self, conn: Conn) -> tuple[int, str, str]:
+        """The server's version number (150004 for 15.4), its version as it reports it, and
+        the database's encoding."""
+        row = self._dicts(conn, "migration_server", {}, "migrate")[0]
+        # On SQL_ASCII, the very answers come back as bytes.
+        version, encoding = (
+            value.decode("ascii") if isinstance(value, bytes) else str(value)
+            for value in (row["version"], row["encoding"])
+        )
+        return int(row["version_num"]), version, encoding
 
     def migration_applied(self, conn: Conn) -> dict[int, str]:
         rows = self._dicts(conn, "migration_applied", {}, "migrate")

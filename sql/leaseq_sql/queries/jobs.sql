@@ -503,10 +503,21 @@ SELECT r.idempotency_key, r.job_id, r.produced_by, r.produced_at, r.result, r.qu
  LIMIT 2;
 
 -- name: claim_dead_tuples
--- Dead row versions by the statistics system (what VACUUM would clean up) in each table whose index a claim walks from its head: leaseq.jobs (the claim index) and leaseq.flow_keys (the keyed claim's turn order, where keys that went idle leave dead entries).
-SELECT t.name AS table_name, coalesce(s.n_dead_tup, 0) AS dead_tuples
+-- Dead row versions by the statistics system (what VACUUM would clean up) in each table whose index a claim walks from its head: leaseq.jobs (the claim index) and leaseq.flow_keys (the keyed claim's turn order, where keys that went idle leave dead entries); whether this session's role may VACUUM it, and the role.
+-- May VACUUM: as (a member of) the table's owner or the database's owner, or, from
+-- PostgreSQL 17, with MAINTAIN on the table. Anyone else's VACUUM only warns and skips the
+-- table (checked on PostgreSQL 15 and 18: a database owner's VACUUM runs on both, without
+-- MAINTAIN). CASE: MAINTAIN is no privilege before 17, and must not be asked about there.
+SELECT t.name AS table_name, coalesce(s.n_dead_tup, 0) AS dead_tuples,
+       pg_has_role(c.relowner, 'USAGE')
+       OR (SELECT pg_has_role(d.datdba, 'USAGE') FROM pg_database d
+            WHERE d.datname = current_database())
+       OR CASE WHEN current_setting('server_version_num')::int >= 170000
+               THEN has_table_privilege(c.oid, 'MAINTAIN') ELSE false END AS may_vacuum,
+       current_user AS role
   FROM (VALUES ('jobs'), ('flow_keys')) AS t(name)
-  LEFT JOIN pg_stat_user_tables s ON s.schemaname = 'leaseq' AND s.relname = t.name;
+  JOIN pg_class c ON c.relnamespace = 'leaseq'::regnamespace AND c.relname = t.name
+  LEFT JOIN pg_stat_user_tables s ON s.relid = c.oid;
 
 -- name: flow_keys_vacuum
 -- Vacuums leaseq.flow_keys including its indexes (the keyed claim's turn index), skipping it when another vacuum holds it; outside any transaction.

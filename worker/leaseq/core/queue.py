@@ -60,6 +60,7 @@ from leaseq.core.models import (
     Cancelled,
     ClaimedJob,
     ClaimRequest,
+    ClaimTable,
     Completed,
     EffectRecord,
     Enqueued,
@@ -351,6 +352,8 @@ class Queue:
         # Claim calls whose answer was lost, by owner (see :meth:`claim`).
         self._lost_claims: dict[str, list[UUID]] = {}
         self._lock = threading.Lock()
+        # Tables this role was found unable to VACUUM (said once, at WARNING).
+        self._unvacuumable: set[ClaimTable] = set()
 
     @staticmethod
     def tune_worker_session(conn: Conn) -> None:
@@ -1187,17 +1190,38 @@ class Queue:
         through them until VACUUM removes them. Autovacuum wakes at most once per
         ``autovacuum_naptime`` (a minute by default), so under steady churn a head grows to
         tens of thousands of dead entries; the reaper calls this every pass to keep it short.
-        Needs each table's owner (or MAINTAIN); otherwise PostgreSQL only warns."""
+        Needs the table's owner or the database's (or, from PostgreSQL 17, MAINTAIN, which
+        migrating with an operator role grants it): a table this role may not vacuum is
+        skipped, and said once at WARNING (PostgreSQL itself would only warn, skip it and let
+        this method report what it never did); autovacuum still cleans it."""
         validation.at_least("min_dead_tuples", min_dead_tuples, 1)
         vacuumed = 0
         with borrow(self._db, "vacuum") as c:
-            for table, dead in self._store.claim_dead_tuples(c).items():
+            role, tables = self._store.claim_dead_tuples(c)
+            for table, (dead, may) in tables.items():
                 if dead < min_dead_tuples:
+                    continue
+                if not may:
+                    self._cannot_vacuum(table, role, dead)
                     continue
                 self._store.vacuum(c, table)
                 log.info("vacuumed leaseq.%s (%d dead row versions)", table, dead)
                 vacuumed += dead
         return vacuumed or None
+
+    def _cannot_vacuum(self, table: ClaimTable, role: str, dead: int) -> None:
+        level = logging.DEBUG if table in self._unvacuumable else logging.WARNING
+        self._unvacuumable.add(table)
+        log.log(
+            level,
+            "cannot VACUUM leaseq.%s as role %s (%d dead row versions): PostgreSQL lets only "
+            "the table's owner, the database's owner or, from PostgreSQL 17, a role with "
+            "MAINTAIN on it do that; autovacuum still does. Run the leader as the owner, or "
+            "on PostgreSQL 17 or later migrate with --operator-role, which grants it MAINTAIN",
+            table,
+            role,
+            dead,
+        )
 
     def cancel(self, job_id: int, *, reason: str | None = None) -> Cancelled:
         """Cancel a job (waiting, pending or running) with every unfinished descendant (the

@@ -925,10 +925,15 @@ class Store(Runner):
             "read effect",
         )
 
-    def claim_dead_tuples(self, conn: Conn) -> dict[ClaimTable, int]:
-        """Dead row versions per table that a claim walks from its head."""
+    def claim_dead_tuples(self, conn: Conn) -> tuple[str, dict[ClaimTable, tuple[int, bool]]]:
+        """This session's role, and per table that a claim walks from its head its dead row
+        versions and whether that role may VACUUM it."""
         rows = self._dicts(conn, "claim_dead_tuples", {}, "vacuum")
-        return {ClaimTable(r["table_name"]): int(r["dead_tuples"]) for r in rows}
+        role = str(rows[0]["role"]) if rows else ""
+        return role, {
+            ClaimTable(r["table_name"]): (int(r["dead_tuples"]), bool(r["may_vacuum"]))
+            for r in rows
+        }
 
     def vacuum(self, conn: Conn, table: ClaimTable) -> None:
         """VACUUM needs a connection in autocommit mode outside any transaction."""

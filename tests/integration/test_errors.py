@@ -44,7 +44,7 @@ def test_unknown_job_ids_are_reported(queue: leaseq.Queue) -> None:
         queue.get(424242)
     with pytest.raises(leaseq.JobNotFound):
         queue.retry_dead(424242)
-    ghost = Lease(424242, "w", 1, 1, datetime.now().astimezone())
+    ghost = Lease(424242, "w", 1, 1, datetime.now().astimezone(), b"")
     with pytest.raises(leaseq.JobNotFound):
         queue.complete(ghost)
 

@@ -32,7 +32,7 @@ class Clock:
 def attempt(job_id: int, queue: str) -> InFlight:
     now = datetime.now(UTC)
     job = ClaimedJob(
-        job_id, queue, "unit", None, 100, 1, 5, Lease(job_id, "w-1", 3, 1, now), now, None,
+        job_id, queue, "unit", None, 100, 1, 5, Lease(job_id, "w-1", 3, 1, now, b""), now, None,
         None, None,
     )  # fmt: skip
     ctx = JobContext(job, None, "w-1", threading.Event())  # type: ignore[arg-type]

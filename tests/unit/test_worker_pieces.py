@@ -156,7 +156,7 @@ def claimed(timeout: float | None = None, key: str | None = None) -> ClaimedJob:
         priority=100,
         attempt=2,
         max_attempts=5,
-        lease=Lease(7, "w", 11, 2, now),
+        lease=Lease(7, "w", 11, 2, now, b""),
         lease_expires_at=now,
         timeout_seconds=timeout,
         idempotency_key=key,

@@ -161,7 +161,7 @@ BEGIN
         stmts := stmts || ARRAY[
             format('GRANT USAGE ON SCHEMA leaseq TO %s', worker),
             format('GRANT SELECT ON leaseq.schema_migrations, leaseq.jobs, leaseq.job_view, leaseq.job_attempts, leaseq.job_results, leaseq.workers TO %s', worker),
-            format('GRANT UPDATE (status, waiting_for, waiting_since, attempt_count, lease_token, lease_owner, started_at, heartbeat_at, lease_expires_at, progress, checkpoint, claim_id, finished_at, result, available_at, last_error, last_error_code) ON leaseq.jobs TO %s', worker),
+            format('GRANT UPDATE (status, waiting_for, waiting_since, attempt_count, lease_token, lease_owner, started_at, heartbeat_at, lease_expires_at, progress, checkpoint, claim_id, lease_digest, finished_at, result, available_at, last_error, last_error_code) ON leaseq.jobs TO %s', worker),
             format('GRANT INSERT ON leaseq.job_attempts, leaseq.job_results TO %s', worker),
             format('GRANT UPDATE (outcome, ended_at, error) ON leaseq.job_attempts TO %s', worker),
             -- The registry is the workers' own table: whatever a worker reports about itself.

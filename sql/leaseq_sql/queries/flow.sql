@@ -109,6 +109,8 @@ claimed AS (
            lease_token = leaseq.lease_token_next(j.lease_token, (SELECT leaseq.lease_epoch())),
            lease_owner = %(owner)s,
            claim_id = %(claim_id)s,
+           -- Only the digest of the lease's secret, sha256(claim secret || id) (leaseq.core.capability).
+           lease_digest = sha256(sha256(%(claim_secret)s::bytea || int8send(j.id))),
            -- The moment the claim holds its unit (its locks are taken before any row is
            -- updated), not the transaction's start: the attempts of one key never overlap
            -- beyond its limit, even for a claim that started before the unit was given back.
@@ -209,6 +211,8 @@ claimed AS (
            lease_token = leaseq.lease_token_next(j.lease_token, (SELECT leaseq.lease_epoch())),
            lease_owner = %(owner)s,
            claim_id = %(claim_id)s,
+           -- Only the digest of the lease's secret, sha256(claim secret || id) (leaseq.core.capability).
+           lease_digest = sha256(sha256(%(claim_secret)s::bytea || int8send(j.id))),
            started_at = coalesce(%(now)s::timestamptz, clock_timestamp()),
            heartbeat_at = coalesce(%(now)s::timestamptz, now()),
            lease_expires_at = coalesce(%(now)s::timestamptz, now())
@@ -273,6 +277,8 @@ claimed AS (
            lease_token = leaseq.lease_token_next(j.lease_token, (SELECT leaseq.lease_epoch())),
            lease_owner = %(owner)s,
            claim_id = %(claim_id)s,
+           -- Only the digest of the lease's secret, sha256(claim secret || id) (leaseq.core.capability).
+           lease_digest = sha256(sha256(%(claim_secret)s::bytea || int8send(j.id))),
            started_at = coalesce(%(now)s::timestamptz, clock_timestamp()),
            heartbeat_at = coalesce(%(now)s::timestamptz, now()),
            lease_expires_at = coalesce(%(now)s::timestamptz, now())
@@ -452,7 +458,8 @@ released AS (
      -- naming status = 'running' lets the planner pick jobs_running_idx over the primary
      -- key when the statistics predate the running jobs (test_fenced_plans.py).
      WHERE j.id = %(id)s AND j.lease_owner = %(owner)s
-       AND j.lease_token = %(token)s AND j.lease_expires_at > t.now
+       AND j.lease_token = %(token)s AND j.lease_digest = sha256(%(secret)s::bytea)
+       AND j.lease_expires_at > t.now
     RETURNING j.id, j.queue, j.key, j.available_at, j.attempt_count + 1 AS attempt
 ),
 paused AS (

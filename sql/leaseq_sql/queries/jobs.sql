@@ -63,6 +63,8 @@ claimed AS (
            lease_token = leaseq.lease_token_next(j.lease_token, (SELECT leaseq.lease_epoch())),
            lease_owner = %(owner)s,
            claim_id = %(claim_id)s,
+           -- Only the digest of the lease's secret, sha256(claim secret || id) (leaseq.core.capability).
+           lease_digest = sha256(sha256(%(claim_secret)s::bytea || int8send(j.id))),
            started_at = t.now,
            heartbeat_at = t.now,
            lease_expires_at = t.now + least(make_interval(secs => %(lease_seconds)s),
@@ -79,13 +81,18 @@ claimed AS (
 SELECT * FROM claimed ORDER BY priority, available_at, id;
 
 -- name: job_claim_recover
--- The jobs the given claim calls (%(claim_ids)s) took and the owner still holds, in the claim's shape: the answer to claims whose reply was lost with their connection.
+-- The jobs the given claim calls (%(claim_ids)s, each with its claim secret in %(claim_secrets)s, hex) took and the owner still holds, in the claim's shape with the claim's id: the answer to claims whose reply was lost with their connection.
+-- A claim's id is readable by every worker; only its secret matches the digests it wrote.
 SELECT j.id, j.queue, j.job_type, j.payload, j.priority, j.available_at, j.attempt_count,
        j.max_attempts, j.lease_token, j.lease_expires_at, j.started_at,
-       extract(epoch FROM j.timeout)::float8 AS timeout_seconds, j.idempotency_key, j.checkpoint
+       extract(epoch FROM j.timeout)::float8 AS timeout_seconds, j.idempotency_key, j.checkpoint,
+       j.claim_id
   FROM leaseq.jobs j
+  JOIN unnest(%(claim_ids)s::uuid[], %(claim_secrets)s::text[]) AS c(claim_id, secret)
+    ON c.claim_id = j.claim_id
  WHERE j.status = 'running' AND j.lease_owner = %(owner)s
    AND j.claim_id = ANY(%(claim_ids)s::uuid[])
+   AND j.lease_digest = sha256(sha256(decode(c.secret, 'hex') || int8send(j.id)))
  ORDER BY j.priority, j.available_at, j.id;
 
 -- name: job_heartbeat
@@ -100,7 +107,8 @@ UPDATE leaseq.jobs j
        progress = coalesce(%(progress)s::jsonb, j.progress)
   FROM (SELECT coalesce(%(now)s::timestamptz, now()) AS now) t
  WHERE j.id = %(id)s AND j.lease_owner = %(owner)s
-   AND j.lease_token = %(token)s AND j.lease_expires_at > t.now
+   AND j.lease_token = %(token)s AND j.lease_digest = sha256(%(secret)s::bytea)
+   AND j.lease_expires_at > t.now
 RETURNING j.lease_expires_at;
 
 -- name: job_heartbeat_many
@@ -111,12 +119,14 @@ UPDATE leaseq.jobs j
                                 coalesce(j.started_at + least(j.timeout, interval '100 years'), 'infinity')),
        progress = coalesce(r.progress, j.progress)
   FROM (SELECT coalesce(%(now)s::timestamptz, now()) AS now) t,
-       unnest(%(ids)s::bigint[], %(owners)s::text[], %(tokens)s::bigint[], %(progresses)s::jsonb[])
-           AS r(id, owner, token, progress)
+       unnest(%(ids)s::bigint[], %(owners)s::text[], %(tokens)s::bigint[], %(secrets)s::text[],
+              %(progresses)s::jsonb[])
+           AS r(id, owner, token, secret, progress)
  -- The ids as an array too: a probe of the primary key whatever the plan (joined only, a
  -- small table's generic plan hashed a scan of all of it).
  WHERE j.id = ANY (%(ids)s::bigint[])
    AND j.id = r.id AND j.lease_owner = r.owner AND j.lease_token = r.token
+   AND j.lease_digest = sha256(decode(r.secret, 'hex'))
    AND j.lease_expires_at > t.now
 RETURNING j.id, j.lease_expires_at;
 
@@ -125,6 +135,7 @@ RETURNING j.id, j.lease_expires_at;
 UPDATE leaseq.jobs
    SET checkpoint = %(checkpoint)s
  WHERE id = %(id)s AND lease_owner = %(owner)s AND lease_token = %(token)s
+   AND lease_digest = sha256(%(secret)s::bytea)
    AND lease_expires_at > coalesce(%(now)s::timestamptz, now())
 RETURNING id;
 
@@ -132,11 +143,11 @@ RETURNING id;
 -- Marks held jobs succeeded (one or a batch, each fenced by its own owner and token), writes an effect for each job with a key (the one given, else its idempotency key; a key another job's effect holds writes nothing, and the attempt's note says so; a job without a key has its result in its own row only) within the job's queue and type, and records each attempt (with its note, e.g. what was cut from the result), in one statement.
 WITH t AS (SELECT coalesce(%(now)s::timestamptz, now()) AS now),
 req AS (
-    SELECT r.id, r.owner, r.token, r.result, r.effect_key, r.progress, r.note
+    SELECT r.id, r.owner, r.token, r.secret, r.result, r.effect_key, r.progress, r.note
       FROM unnest(%(ids)s::bigint[], %(owners)s::text[], %(tokens)s::bigint[],
-                  %(results)s::jsonb[], %(effect_keys)s::text[], %(progresses)s::jsonb[],
-                  %(notes)s::text[])
-           AS r(id, owner, token, result, effect_key, progress, note)
+                  %(secrets)s::text[], %(results)s::jsonb[], %(effect_keys)s::text[],
+                  %(progresses)s::jsonb[], %(notes)s::text[])
+           AS r(id, owner, token, secret, result, effect_key, progress, note)
 ),
 done AS (
     UPDATE leaseq.jobs j
@@ -146,7 +157,8 @@ done AS (
      -- As in job_heartbeat_many: the primary key whatever the plan.
      WHERE j.id = ANY (%(ids)s::bigint[])
        AND j.id = req.id AND j.lease_owner = req.owner
-       AND j.lease_token = req.token AND j.lease_expires_at > t.now
+       AND j.lease_token = req.token AND j.lease_digest = sha256(decode(req.secret, 'hex'))
+       AND j.lease_expires_at > t.now
     RETURNING j.id, j.queue, j.job_type, j.attempt_count, j.lease_token, j.lease_owner,
               j.started_at, j.finished_at,
               coalesce(req.effect_key, j.idempotency_key) AS effect_key,
@@ -196,7 +208,8 @@ failed AS (
            last_error_code = %(error_code)s
       FROM t
      WHERE j.id = %(id)s AND j.lease_owner = %(owner)s
-       AND j.lease_token = %(token)s AND j.lease_expires_at > t.now
+       AND j.lease_token = %(token)s AND j.lease_digest = sha256(%(secret)s::bytea)
+       AND j.lease_expires_at > t.now
     RETURNING j.id, j.status, j.available_at, j.attempt_count, j.lease_token, j.started_at
 ),
 attempt AS (
@@ -228,7 +241,8 @@ released AS (
            started_at = NULL, heartbeat_at = NULL
       FROM t
      WHERE j.id = %(id)s AND j.lease_owner = %(owner)s
-       AND j.lease_token = %(token)s AND j.lease_expires_at > t.now
+       AND j.lease_token = %(token)s AND j.lease_digest = sha256(%(secret)s::bytea)
+       AND j.lease_expires_at > t.now
     RETURNING j.id, j.queue, j.status, j.available_at,
               j.attempt_count + CASE WHEN %(shutdown)s THEN 1 ELSE 0 END AS attempt
 ),
@@ -256,7 +270,8 @@ slept AS (
            started_at = NULL, heartbeat_at = NULL
       FROM t
      WHERE j.id = %(id)s AND j.lease_owner = %(owner)s
-       AND j.lease_token = %(token)s AND j.lease_expires_at > t.now
+       AND j.lease_token = %(token)s AND j.lease_digest = sha256(%(secret)s::bytea)
+       AND j.lease_expires_at > t.now
     RETURNING j.id, j.available_at, j.attempt_count + 1 AS attempt
 ),
 attempt AS (
@@ -269,8 +284,12 @@ SELECT s.id, 'pending' AS status, s.available_at FROM slept s;
 
 -- name: job_record_fenced
 -- Records that a worker call was refused because the caller no longer holds the lease (a reaped attempt becomes fenced; a cancelled or finished one keeps its outcome); returns the job's status (NULL when the job does not exist).
+-- At the job's current token only a caller with the lease's secret is recorded: anyone else
+-- could otherwise write the holder's attempt row first (its completion would then collide).
 WITH job AS (
-    SELECT j.id, j.status, j.lease_token, j.lease_expires_at FROM leaseq.jobs j WHERE j.id = %(id)s
+    SELECT j.id, j.status, j.lease_token, j.lease_expires_at,
+           coalesce(j.lease_digest = sha256(%(secret)s::bytea), false) AS proven
+      FROM leaseq.jobs j WHERE j.id = %(id)s
 ),
 refusal AS (
     SELECT job.id, t.at,
@@ -282,6 +301,7 @@ refusal AS (
                      || job.status || ', token ' || job.lease_token || ')'
            END AS error
       FROM job, (SELECT coalesce(%(now)s::timestamptz, now()) AS at) t
+     WHERE job.proven OR job.lease_token <> %(token)s::bigint
 ),
 -- A plain UPDATE, not ON CONFLICT DO UPDATE: under the worker role's row policy an attempt
 -- that is not lease_expired is skipped here instead of raising. A cancelled attempt stays

@@ -9,6 +9,7 @@
 UPDATE leaseq.jobs j SET has_children = true
  WHERE j.id = ANY(%(ids)s::bigint[])
 RETURNING j.id, j.status::text AS status, j.pipeline_id, j.queue, j.lease_owner, j.lease_token,
+          j.lease_digest,
           (j.status = 'running' AND j.lease_expires_at > coalesce(%(now)s::timestamptz, now())) AS held;
 
 -- name: job_ids_reserve

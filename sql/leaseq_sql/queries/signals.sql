@@ -14,6 +14,7 @@ SELECT s.stored, s.waiting FROM leaseq.signal(%(id)s, %(name)s, %(payload)s) s;
 WITH held AS (
     SELECT j.id FROM leaseq.jobs j
      WHERE j.id = %(id)s AND j.lease_owner = %(owner)s AND j.lease_token = %(token)s
+       AND j.lease_digest = sha256(%(secret)s::bytea)
        AND j.lease_expires_at > coalesce(%(now)s::timestamptz, now())
 )
 SELECT s.job_id IS NOT NULL AS found, s.payload
@@ -24,6 +25,7 @@ SELECT s.job_id IS NOT NULL AS found, s.payload
 -- Locks the row of a job the caller holds, the first statement of its hand-back to wait for a signal (job_wait follows in the same transaction); no row when the lease is not held.
 SELECT j.id FROM leaseq.jobs j
  WHERE j.id = %(id)s AND j.lease_owner = %(owner)s AND j.lease_token = %(token)s
+   AND j.lease_digest = sha256(%(secret)s::bytea)
    AND j.lease_expires_at > coalesce(%(now)s::timestamptz, now())
    FOR UPDATE;
 
@@ -45,7 +47,8 @@ waited AS (
            started_at = NULL, heartbeat_at = NULL
       FROM t, sent
      WHERE j.id = %(id)s AND j.lease_owner = %(owner)s
-       AND j.lease_token = %(token)s AND j.lease_expires_at > t.now
+       AND j.lease_token = %(token)s AND j.lease_digest = sha256(%(secret)s::bytea)
+       AND j.lease_expires_at > t.now
     RETURNING j.id, j.queue, j.available_at, j.attempt_count + 1 AS attempt, sent.there
 ),
 attempt AS (

@@ -19,6 +19,7 @@ WITH t AS (SELECT coalesce(%(now)s::timestamptz, now()) AS now),
 held AS (
     SELECT j.id, j.attempt_count, j.lease_token FROM leaseq.jobs j, t
      WHERE j.id = %(id)s AND j.lease_owner = %(owner)s AND j.lease_token = %(token)s
+       AND j.lease_digest = sha256(%(secret)s::bytea)
        AND j.lease_expires_at > t.now
        FOR SHARE OF j
 )
@@ -36,6 +37,7 @@ WITH t AS (SELECT coalesce(%(now)s::timestamptz, now()) AS now),
 held AS (
     SELECT j.id FROM leaseq.jobs j, t
      WHERE j.id = %(id)s AND j.lease_owner = %(owner)s AND j.lease_token = %(token)s
+       AND j.lease_digest = sha256(%(secret)s::bytea)
        AND j.lease_expires_at > t.now
        FOR SHARE OF j
 )
@@ -51,6 +53,7 @@ RETURNING s.finished_at;
 WITH held AS (
     SELECT j.id FROM leaseq.jobs j
      WHERE j.id = %(id)s AND j.lease_owner = %(owner)s AND j.lease_token = %(token)s
+       AND j.lease_digest = sha256(%(secret)s::bytea)
        AND j.lease_expires_at > coalesce(%(now)s::timestamptz, now())
        FOR SHARE OF j
 )

@@ -6,6 +6,7 @@
 WITH held AS (
     SELECT j.id FROM leaseq.jobs j
      WHERE j.id = %(id)s AND j.lease_owner = %(owner)s AND j.lease_token = %(token)s
+       AND j.lease_digest = sha256(%(secret)s::bytea)
        AND j.lease_expires_at > coalesce(%(now)s::timestamptz, now())
        FOR SHARE OF j
 ),

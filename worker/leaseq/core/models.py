@@ -112,8 +112,11 @@ class RetryPolicy:
 class Lease:
     """Proof of ownership of one attempt: every worker-side call carries it.
 
-    A call succeeds only while ``owner`` and ``token`` are the job's current ones and the
-    lease has not expired in database time.
+    A call succeeds only while ``owner`` and ``token`` are the job's current ones, the lease
+    has not expired in database time, and ``secret`` is the one its claim minted
+    (:mod:`leaseq.core.capability`: the database keeps only its digest). The token orders
+    executions; the secret proves which one this is. It is never printed (no repr) and a
+    process-isolation child gets none: its supervisor makes its calls.
     """
 
     job_id: int
@@ -121,6 +124,7 @@ class Lease:
     token: int
     attempt: int
     started_at: datetime
+    secret: bytes = field(repr=False)
 
 
 @dataclass(frozen=True)
@@ -160,6 +164,8 @@ class ClaimRequest:
     claim_id: UUID
     job_types: list[str] | None
     now: datetime | None
+    #: The call's claim secret (:mod:`leaseq.core.capability`); never printed.
+    secret: bytes = field(repr=False)
 
 
 @dataclass(frozen=True)

@@ -31,7 +31,7 @@ import psycopg
 from psycopg.conninfo import make_conninfo
 from psycopg.rows import DictRow
 
-from leaseq.core import bounded, validation, waiters
+from leaseq.core import bounded, capability, validation, waiters
 from leaseq.core._store.store import Store, graph_rows, pipeline_of
 from leaseq.core.claims import ClaimPlan, Claims, keyless_then_keyed
 from leaseq.core.db import Conn, Db, borrow, replaceable, transaction
@@ -334,6 +334,7 @@ def _holds(row: DictRow, lease: Lease) -> bool:
         bool(row["held"])
         and row["lease_owner"] == lease.owner
         and (row["lease_token"] == lease.token)
+        and row["lease_digest"] == capability.digest(lease.secret)
     )
 
 
@@ -350,7 +351,8 @@ class Queue:
         self.retry = retry or RetryPolicy()
         self._store = Store()
         # Claim calls whose answer was lost, by owner (see :meth:`claim`).
-        self._lost_claims: dict[str, list[UUID]] = {}
+        #: By owner: the ids and secrets of claim calls whose answer was lost.
+        self._lost_claims: dict[str, dict[UUID, bytes]] = {}
         self._lock = threading.Lock()
         # Tables this role was found unable to VACUUM (said once, at WARNING).
         self._unvacuumable: set[ClaimTable] = set()
@@ -595,15 +597,16 @@ class Queue:
             for job_type in job_types:
                 validation.name("job_type", job_type)
         with self._lock:
-            lost = self._lost_claims.pop(owner, [])
+            lost = self._lost_claims.pop(owner, {})
         claim_id = uuid4()
         types = None if job_types is None else list(job_types)
-        request = ClaimRequest(list(queues), owner, lease_seconds, claim_id, types, now)
+        secret = capability.claim_secret()
+        request = ClaimRequest(list(queues), owner, lease_seconds, claim_id, types, now, secret)
 
         def run(c: Conn, repeat: bool) -> list[ClaimedJob]:
-            ids = [*lost, claim_id] if repeat else lost
+            ids = {**lost, claim_id: secret} if repeat else lost
             if ids:
-                found = self._store.job_claim_recover(c, owner=owner, claim_ids=ids)
+                found = self._store.job_claim_recover(c, owner=owner, claims=ids)
                 if found:
                     log.info("recovered %d job(s) claimed by a call whose answer was lost",
                              len(found), extra={"worker": owner})  # fmt: skip
@@ -615,14 +618,15 @@ class Queue:
         try:
             return self._write("claim", run)
         except DatabaseUnavailable:
-            self._remember_lost(owner, [*lost, claim_id])
+            self._remember_lost(owner, {**lost, claim_id: secret})
             raise
 
-    def _remember_lost(self, owner: str, claim_ids: list[UUID]) -> None:
+    def _remember_lost(self, owner: str, claims: dict[UUID, bytes]) -> None:
         with self._lock:
-            kept = self._lost_claims.setdefault(owner, [])
-            kept.extend(i for i in claim_ids if i not in kept)
-            del kept[:-MAX_LOST_CLAIMS]
+            kept = self._lost_claims.setdefault(owner, {})
+            kept.update(claims)
+            for old in list(kept)[:-MAX_LOST_CLAIMS]:
+                del kept[old]
 
     def _write(self, action: str, run: Callable[[Conn, bool], T]) -> T:
         """``run(conn, repeat)`` for a fenced write; on a pool, once more on a fresh

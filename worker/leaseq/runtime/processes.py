@@ -21,6 +21,7 @@ from __future__ import annotations
 import collections
 import contextlib
 import ctypes
+import dataclasses
 import logging
 import math
 import multiprocessing
@@ -37,6 +38,7 @@ from typing import Any
 from leaseq._orphans import SUPERVISOR_ENV
 from leaseq.core.backoff import Backoff
 from leaseq.core.errors import LeaseqError
+from leaseq.core.models import ClaimedJob
 from leaseq.runtime import child
 from leaseq.runtime.child import ChildSpec, Msg
 from leaseq.runtime.context import StopReason
@@ -106,6 +108,12 @@ def _zombie_children(parent: str, only: int | None = None) -> list[int]:
         if state == "Z" and ppid == parent:
             found.append(pid)
     return found
+
+
+def without_secret(job: ClaimedJob) -> ClaimedJob:
+    """``job`` as a child receives it: without its lease's secret. The supervisor makes
+    every call under the lease, so a handler's process never holds a secret at all."""
+    return dataclasses.replace(job, lease=dataclasses.replace(job.lease, secret=b""))
 
 
 class ChildStartupFailed(LeaseqError):
@@ -263,7 +271,7 @@ class _Slot:
             self.killed = set()
         draining = any(a.context.draining for a in attempts)
         until = current.guard(attempts)
-        current.send(Msg.RUN, [a.job for a in attempts], draining)
+        current.send(Msg.RUN, [without_secret(a.job) for a in attempts], draining)
         outcomes: list[HandlerOutcome] | None = None
         started = time.monotonic()
         stopped: set[int] = set()

@@ -18,7 +18,7 @@ import psycopg
 from psycopg.rows import DictRow, dict_row
 from psycopg.types.json import Jsonb, set_json_loads
 
-from leaseq.core import moments
+from leaseq.core import capability, moments
 from leaseq.core._store.runner import Conn, Params, Runner
 from leaseq.core.errors import InvalidGraph, translate
 from leaseq.core.graph import INHERIT, Plan
@@ -131,7 +131,15 @@ def _nulls_as_null(values: list[Any]) -> list[Any] | None:
     return None if values.count(None) == len(values) else values
 
 
-def _claimed(rows: list[DictRow], owner: str) -> list[ClaimedJob]:
+def _hex_array(secrets: Sequence[bytes]) -> str:
+    """Lease secrets as one text[] input literal of their hex (the statements decode it)."""
+    return "{" + ",".join([s.hex() for s in secrets]) + "}"
+
+
+def _claimed(rows: list[DictRow], owner: str, claims: Mapping[UUID, bytes]) -> list[ClaimedJob]:
+    """The claim's rows as leased jobs; each lease's secret derived from the claim secret of
+    the call that took it (``claims``, by claim id; rows without a claim id are one call's)."""
+    one = next(iter(claims.values())) if len(claims) == 1 else None
     return [
         ClaimedJob(
             id=r["id"],
@@ -141,7 +149,14 @@ def _claimed(rows: list[DictRow], owner: str) -> list[ClaimedJob]:
             priority=r["priority"],
             attempt=r["attempt_count"],
             max_attempts=r["max_attempts"],
-            lease=Lease(r["id"], owner, r["lease_token"], r["attempt_count"], r["started_at"]),
+            lease=Lease(
+                r["id"],
+                owner,
+                r["lease_token"],
+                r["attempt_count"],
+                r["started_at"],
+                capability.job_secret(one or claims[r["claim_id"]], r["id"]),
+            ),
             lease_expires_at=r["lease_expires_at"],
             timeout_seconds=r["timeout_seconds"],
             idempotency_key=r["idempotency_key"],
@@ -149,6 +164,11 @@ def _claimed(rows: list[DictRow], owner: str) -> list[ClaimedJob]:
         )
         for r in rows
     ]
+
+
+def _leased(rows: list[DictRow], request: ClaimRequest) -> list[ClaimedJob]:
+    """The rows of one claim call (``request``) as leased jobs."""
+    return _claimed(rows, request.owner, {request.claim_id: request.secret})
 
 
 def enqueue_params(jobs: Sequence[Params], now: datetime | None) -> list[dict[str, Any]]:
@@ -294,40 +314,45 @@ class Store(Runner):
             "limit": limit,
             "lease_seconds": request.lease_seconds,
             "claim_id": request.claim_id,
+            "claim_secret": request.secret,
             "now": request.now,
         }
         return self._dicts(conn, name, params, "claim")
 
     def job_claim(self, conn: Conn, request: ClaimRequest, limit: int) -> list[ClaimedJob]:
         """The keyless jobs leased, at most ``limit``."""
-        return _claimed(self._claim(conn, "job_claim", request, limit), request.owner)
+        return _leased(self._claim(conn, "job_claim", request, limit), request)
 
     def job_claim_keyed_open(self, conn: Conn, request: ClaimRequest, limit: int) -> OpenClaim:
         """The keyed jobs leased from queues with no limit or rate set, at most ``limit``,
         and whether the queues have one (then none)."""
         rows = self._claim(conn, "job_claim_keyed_open", request, limit)
-        jobs = _claimed([r for r in rows if r["id"] is not None], request.owner)
+        jobs = _leased([r for r in rows if r["id"] is not None], request)
         return OpenClaim(jobs, limited=rows[0]["limited"], rated=rows[0]["rated"])
 
     def job_claim_keyed_slots(self, conn: Conn, request: ClaimRequest, limit: int) -> SlotsClaim:
         """The keyed jobs leased from queues with no rate set, each key within its limit, at
         most ``limit``, and whether the queues have a rate (then none)."""
         rows = self._claim(conn, "job_claim_keyed_slots", request, limit)
-        jobs = _claimed([r for r in rows if r["id"] is not None], request.owner)
+        jobs = _leased([r for r in rows if r["id"] is not None], request)
         return SlotsClaim(jobs, rated=rows[0]["rated"])
 
     def job_claim_keyed(self, conn: Conn, request: ClaimRequest, limit: int) -> list[ClaimedJob]:
         """The keyed jobs leased, each key within its limit and rate, at most ``limit``."""
-        return _claimed(self._claim(conn, "job_claim_keyed", request, limit), request.owner)
+        return _leased(self._claim(conn, "job_claim_keyed", request, limit), request)
 
     def job_claim_recover(
-        self, conn: Conn, *, owner: str, claim_ids: Sequence[UUID]
+        self, conn: Conn, *, owner: str, claims: Mapping[UUID, bytes]
     ) -> list[ClaimedJob]:
-        """The jobs the claim calls ``claim_ids`` took and ``owner`` still holds."""
-        rows = self._dicts(
-            conn, "job_claim_recover", {"owner": owner, "claim_ids": list(claim_ids)}, "claim"
-        )
-        return _claimed(rows, owner)
+        """The jobs the claim calls ``claims`` (their ids and secrets) took and ``owner``
+        still holds."""
+        params = {
+            "owner": owner,
+            "claim_ids": list(claims),
+            "claim_secrets": [secret.hex() for secret in claims.values()],
+        }
+        rows = self._dicts(conn, "job_claim_recover", params, "claim")
+        return _claimed(rows, owner, claims)
 
     def job_heartbeat(
         self,
@@ -346,6 +371,7 @@ class Store(Runner):
                 "id": lease.job_id,
                 "owner": lease.owner,
                 "token": lease.token,
+                "secret": lease.secret,
                 "lease_seconds": lease_seconds,
                 "progress": json_param(progress),
                 "now": now,
@@ -371,6 +397,7 @@ class Store(Runner):
                 "ids": [lease.job_id for lease in leases],
                 "owners": [lease.owner for lease in leases],
                 "tokens": [lease.token for lease in leases],
+                "secrets": _hex_array([lease.secret for lease in leases]),
                 "progresses": [json_param(p) for p in progresses],
                 "lease_seconds": lease_seconds,
                 "now": now,
@@ -390,6 +417,7 @@ class Store(Runner):
                 "id": lease.job_id,
                 "owner": lease.owner,
                 "token": lease.token,
+                "secret": lease.secret,
                 "checkpoint": json_param(checkpoint),
                 "now": now,
             },
@@ -412,6 +440,7 @@ class Store(Runner):
                 "id": lease.job_id,
                 "owner": lease.owner,
                 "token": lease.token,
+                "secret": lease.secret,
                 "name": name,
                 "now": params.pop("now", None),
                 **params,
@@ -513,6 +542,7 @@ class Store(Runner):
                 "id": lease.job_id,
                 "owner": lease.owner,
                 "token": lease.token,
+                "secret": lease.secret,
                 "value": Jsonb(value),
                 "cap": cap,
                 "now": now,
@@ -547,6 +577,7 @@ class Store(Runner):
                 "ids": _bigint_array([lease.job_id for lease in leases]),
                 "owners": _text_array([lease.owner for lease in leases]),
                 "tokens": _bigint_array([lease.token for lease in leases]),
+                "secrets": _hex_array([lease.secret for lease in leases]),
                 "results": _nulls_as_null([json_param(r) for r in results]),
                 "effect_keys": _nulls_as_null(list(effect_keys)),
                 "progresses": _nulls_as_null([json_param(p) for p in progresses]),
@@ -578,6 +609,7 @@ class Store(Runner):
                 "id": lease.job_id,
                 "owner": lease.owner,
                 "token": lease.token,
+                "secret": lease.secret,
                 "error": error,
                 "error_code": error_code,
                 "traceback": traceback,
@@ -609,6 +641,7 @@ class Store(Runner):
                 "id": lease.job_id,
                 "owner": lease.owner,
                 "token": lease.token,
+                "secret": lease.secret,
                 "started_at": lease.started_at,
                 "reason": reason,
                 "shutdown": shutdown,
@@ -631,6 +664,7 @@ class Store(Runner):
                 "id": lease.job_id,
                 "owner": lease.owner,
                 "token": lease.token,
+                "secret": lease.secret,
                 "started_at": lease.started_at,
                 "until": until,
                 "now": now,
@@ -641,7 +675,13 @@ class Store(Runner):
 
     def job_wait_lock(self, conn: Conn, lease: Lease, *, now: datetime | None = None) -> bool:
         """Locks the held job's row (the hand-back's first statement); False when fenced."""
-        params = {"id": lease.job_id, "owner": lease.owner, "token": lease.token, "now": now}
+        params = {
+            "id": lease.job_id,
+            "owner": lease.owner,
+            "token": lease.token,
+            "secret": lease.secret,
+            "now": now,
+        }
         return bool(self._dicts(conn, "job_wait_lock", params, "wait"))
 
     def job_wait(
@@ -661,6 +701,7 @@ class Store(Runner):
                 "id": lease.job_id,
                 "owner": lease.owner,
                 "token": lease.token,
+                "secret": lease.secret,
                 "started_at": lease.started_at,
                 "name": name,
                 "until": until,
@@ -678,6 +719,7 @@ class Store(Runner):
             "id": lease.job_id,
             "owner": lease.owner,
             "token": lease.token,
+            "secret": lease.secret,
             "name": name,
             "now": now,
         }
@@ -721,6 +763,7 @@ class Store(Runner):
                 "id": lease.job_id,
                 "owner": lease.owner,
                 "token": lease.token,
+                "secret": lease.secret,
                 "started_at": lease.started_at,
                 "seconds": seconds,
                 "reason": reason,
@@ -752,6 +795,7 @@ class Store(Runner):
                 "id": lease.job_id,
                 "owner": lease.owner,
                 "token": lease.token,
+                "secret": lease.secret,
                 "attempt": lease.attempt,
                 "started_at": lease.started_at,
                 "call": call,

@@ -1,0 +1,167 @@
+"""A lease is a capability: the token every login can read is not enough to act under it.
+
+Each test plays an attacker that read the real owner and token of a job another worker holds
+(``leaseq.jobs`` is readable by every worker login) and calls leaseq's own worker API with
+them and a secret of its own. Every call must be refused, write nothing, and leave the
+holder's lease working. Breaking the check in any one statement fails the test that calls
+it (the holder's job would change, or the forged call would answer as applied).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+from collections.abc import Callable
+from datetime import timedelta
+from typing import Any
+
+import psycopg
+import pytest
+
+import leaseq
+from leaseq.core import capability
+from leaseq.runtime.processes import without_secret
+from support.dbtime import claim_one, db_now
+
+
+def forged(lease: leaseq.Lease) -> leaseq.Lease:
+    """``lease`` with everything a reader of leaseq.jobs knows, and a secret of its own."""
+    return dataclasses.replace(lease, secret=capability.claim_secret())
+
+
+def snapshot(database_url: str, job_id: int) -> tuple[Any, ...]:
+    """Everything a worker call could have changed about the job."""
+    with psycopg.connect(database_url) as c:
+        row = c.execute(
+            "SELECT j.status::text, j.lease_token, j.lease_expires_at, j.heartbeat_at,"
+            " j.progress, j.checkpoint, j.result, j.available_at, j.attempt_count,"
+            " (SELECT count(*) FROM leaseq.job_attempts a WHERE a.job_id = j.id),"
+            " (SELECT count(*) FROM leaseq.job_steps s WHERE s.job_id = j.id),"
+            " (SELECT count(*) FROM leaseq.job_stream s WHERE s.job_id = j.id),"
+            " (SELECT count(*) FROM leaseq.job_results r WHERE r.job_id = j.id)"
+            " FROM leaseq.jobs j WHERE j.id = %s",
+            [job_id],
+        ).fetchone()
+    assert row is not None
+    return tuple(row)
+
+
+FENCED = (leaseq.Fenced,)
+
+#: Each worker call under a lease, and whether its answer says it was refused.
+CALLS: dict[str, Callable[[leaseq.Queue, leaseq.Lease], bool]] = {
+    "heartbeat": lambda q, lease: q.heartbeat(lease).status is leaseq.HeartbeatStatus.LOST,
+    "heartbeat_many": lambda q, lease: (
+        q.heartbeat_many([lease])[0].status is leaseq.HeartbeatStatus.LOST
+    ),
+    "checkpoint": lambda q, lease: q.checkpoint(lease, {"forged": True}) is False,
+    "complete": lambda q, lease: isinstance(
+        q.complete(lease, {"forged": True}, effect_key="forged"), FENCED
+    ),
+    "fail": lambda q, lease: isinstance(q.fail(lease, "forged", retryable=False), FENCED),
+    "release": lambda q, lease: isinstance(q.release(lease, reason="forged"), FENCED),
+    "back_off": lambda q, lease: isinstance(q.back_off(lease, 60, reason="forged"), FENCED),
+    "sleep": lambda q, lease: isinstance(
+        q.sleep(lease, lease.started_at + timedelta(hours=1)), FENCED
+    ),
+    "wait": lambda q, lease: isinstance(
+        q.wait(lease, "approval", lease.started_at + timedelta(hours=1)), FENCED
+    ),
+    "step_intend": lambda q, lease: q.step_intend(lease, "charge", seen_token=None) is False,
+    "step_record": lambda q, lease: q.step_record(lease, "charge", {"forged": True}) is False,
+    "step_withdraw": lambda q, lease: q.step_withdraw(lease, "charge") is False,
+    "emit": lambda q, lease: q.emit(lease, {"forged": True}) is None,
+    "signal_read": lambda q, lease: q.signal_read(lease, "approval") is None,
+}
+
+
+@pytest.mark.parametrize("call", sorted(CALLS))
+def test_the_real_token_without_the_secret_is_refused(
+    queue: leaseq.Queue, database_url: str, call: str
+) -> None:
+    queue.enqueue("q", "t", idempotency_key="forged")
+    held = claim_one(queue, "worker-b")
+    before = snapshot(database_url, held.id)
+    attacker = forged(held.lease)
+    assert (attacker.owner, attacker.token) == (held.lease.owner, held.lease.token)
+
+    if call == "step_record":
+        # A step the holder intended: the forger tries to write its outcome.
+        assert queue.step_intend(held.lease, "charge", seen_token=None)
+        before = snapshot(database_url, held.id)
+    assert CALLS[call](queue, attacker), f"{call} with a forged secret was not refused"
+    assert snapshot(database_url, held.id) == before, f"{call} changed the job"
+
+    # The holder's lease still works, and its completion is the one recorded.
+    assert queue.heartbeat(held.lease).status is leaseq.HeartbeatStatus.RENEWED
+    done = queue.complete(held.lease, {"real": True})
+    assert isinstance(done, leaseq.Completed)
+    assert queue.get(held.id).result == {"real": True}
+
+
+def test_a_claim_keeps_only_the_digest_of_each_jobs_own_secret(
+    queue: leaseq.Queue, database_url: str
+) -> None:
+    for _ in range(3):
+        queue.enqueue("q", "t")
+    jobs = queue.claim(["q"], "w", limit=3)
+    secrets = [job.lease.secret for job in jobs]
+    assert len(set(secrets)) == 3 and all(len(s) == 32 for s in secrets)
+    with psycopg.connect(database_url) as c:
+        rows = dict(c.execute("SELECT id, lease_digest FROM leaseq.jobs").fetchall())
+        whole = str(c.execute("SELECT array_agg(j::text) FROM leaseq.jobs j").fetchone())
+    for job in jobs:
+        assert rows[job.id] == hashlib.sha256(job.lease.secret).digest()
+        assert job.lease.secret.hex() not in whole
+    assert "secret" not in repr(jobs[0].lease) and jobs[0].lease.secret.hex() not in repr(jobs)
+
+
+def test_a_keyed_claim_mints_a_secret_too(queue: leaseq.Queue) -> None:
+    queue.enqueue("q", "t", key="tenant-a")
+    held = claim_one(queue, "worker-b")
+    assert isinstance(queue.complete(forged(held.lease)), leaseq.Fenced)
+    assert isinstance(queue.complete(held.lease), leaseq.Completed)
+
+
+def test_a_lost_claim_is_recovered_only_with_its_secret(
+    queue: leaseq.Queue, database_url: str
+) -> None:
+    queue.enqueue("q", "t")
+    held = claim_one(queue, "worker-b")
+    with psycopg.connect(database_url) as c:
+        row = c.execute("SELECT claim_id FROM leaseq.jobs WHERE id = %s", [held.id]).fetchone()
+    assert row is not None
+    claim_id = row[0]
+    store = queue._store
+    with leaseq.connect(database_url, action="test") as conn:
+        stolen = store.job_claim_recover(
+            conn, owner="worker-b", claims={claim_id: capability.claim_secret()}
+        )
+    assert stolen == []
+    assert isinstance(queue.complete(held.lease), leaseq.Completed)
+
+
+def test_a_process_child_gets_no_secret(queue: leaseq.Queue) -> None:
+    queue.enqueue("q", "t")
+    held = claim_one(queue)
+    sent = without_secret(held)
+    assert sent.lease.secret == b""
+    assert dataclasses.replace(sent, lease=held.lease) == held
+    assert isinstance(queue.complete(sent.lease), leaseq.Fenced)
+    assert isinstance(queue.complete(held.lease), leaseq.Completed)
+
+
+def test_a_failover_reissue_does_not_take_the_old_secret(
+    queue: leaseq.Queue, conn: leaseq.core.db.Conn
+) -> None:
+    # A reclaim of the same job (the reaper gave it back) at a later token: the former
+    # holder's secret is not the new lease's, whatever the token.
+    now = db_now(conn)
+    queue.enqueue("q", "t", now=now)
+    first = claim_one(queue, "worker-a", lease_seconds=5, now=now)
+    later = now + timedelta(seconds=10)
+    queue.reap(now=later)
+    second = claim_one(queue, "worker-a", lease_seconds=60, now=later)
+    stale = dataclasses.replace(first.lease, token=second.lease.token)
+    assert isinstance(queue.complete(stale, now=later), leaseq.Fenced)
+    assert isinstance(queue.complete(second.lease, now=later), leaseq.Completed)

@@ -375,6 +375,7 @@ def explain_rows(url: str, backlog: int) -> list[dict[str, Any]]:
             "limit": 4,
             "lease_seconds": 30.0,
             "claim_id": "00000000-0000-0000-0000-000000000000",
+            "claim_secret": b"s" * 32,
             "now": None,
         }
         conn.execute("SET plan_cache_mode = force_generic_plan")

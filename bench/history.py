@@ -39,6 +39,7 @@ CLAIM_PARAMS = {
     "limit": 1,
     "lease_seconds": 30.0,
     "claim_id": None,
+    "claim_secret": b"s" * 32,
     "job_types": None,  # every type (a worker passes the types its registry serves)
     "now": None,
 }

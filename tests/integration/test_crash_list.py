@@ -251,6 +251,7 @@ def test_claim_plan_uses_the_partial_index_under_history(conn: leaseq.core.db.Co
             "limit": 1,
             "lease_seconds": 30,
             "claim_id": None,
+            "claim_secret": b"s" * 32,
             "job_types": job_types,
             "now": None,
         }

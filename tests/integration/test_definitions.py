@@ -86,11 +86,9 @@ BREAKS = [
     (
         "a column grant",
         "grants.sql",
-        "progress, checkpoint, claim_id, lease_digest, finished_at, result, available_at, last_error,"
-        " last_error_code) ON leaseq.jobs",
-        "progress, checkpoint, claim_id, lease_digest, finished_at, result, available_at, last_error)"
-        " ON leaseq.jobs",
-        "privileges on leaseq.jobs.last_error_code",
+        "heartbeat_at, lease_expires_at, claim_id, lease_digest) ON leaseq.jobs",
+        "heartbeat_at, lease_expires_at, claim_id) ON leaseq.jobs",
+        "privileges on leaseq.jobs.lease_digest",
     ),
     (
         "a function's PUBLIC EXECUTE",

@@ -43,6 +43,7 @@ def test_the_keyed_claim_reads_one_row_of_a_backlogged_key(database_url: str, cl
         "limit": (1, "int"),
         "lease_seconds": (30.0, "float8"),
         "claim_id": (None, "uuid"),
+        "claim_secret": (b"s" * 32, "bytea"),
         "now": (None, "timestamptz"),
     }
     args = ", ".join(f"%s::{values[name][1]}" for name in names)
@@ -142,6 +143,7 @@ def test_a_limited_keys_claim_takes_its_unit_by_index(
         "limit": (1, "int"),
         "lease_seconds": (30.0, "float8"),
         "claim_id": (None, "uuid"),
+        "claim_secret": (b"s" * 32, "bytea"),
         "now": (None, "timestamptz"),
     }
     args = ", ".join(f"%s::{values[name][1]}" for name in names)

@@ -401,7 +401,8 @@ def test_retention_command_shows_and_changes_the_rules(
 def test_history_tables_keep_every_column_of_the_hot_tables(
     conn: Conn, hot: str, history: str
 ) -> None:
-    """A column added to a hot table but not to its history would be dropped by the mover."""
+    """A column added to a hot table but not to its history would be dropped by the mover;
+    only a live lease's digest is not history's (it proves nothing once the job finished)."""
     missing = conn.execute(
         "SELECT column_name FROM information_schema.columns"
         " WHERE table_schema = 'leaseq' AND table_name = %s"
@@ -409,4 +410,4 @@ def test_history_tables_keep_every_column_of_the_hot_tables(
         " WHERE table_schema = 'leaseq' AND table_name = %s",
         (hot, history),
     ).fetchall()
-    assert missing == []
+    assert [c for (c,) in missing if (hot, c) != ("jobs", "lease_digest")] == []

@@ -171,27 +171,28 @@ def blocked_on_a_lock(conn: leaseq.core.db.Conn, pid: int) -> bool:
 def test_a_signal_sent_while_the_hand_back_holds_the_row_wakes_the_job(
     queue: leaseq.Queue, conn: leaseq.core.db.Conn, database_url: str
 ) -> None:
-    """The hand-back locks first and is held open there; the signal waits for it, then
-    finds the job waiting for it and wakes it."""
+    """The hand-back (leaseq.lease_wait: the row locked, then the signal looked for) is
+    held open before its commit; the signal waits for its lock, then finds the job waiting
+    for it and wakes it."""
     job_id = queue.enqueue("q", "t").job_id
     job = claim_one(queue)
     until = waits(context(queue, job), "approve", timeout=3600).until
     named = statements.load()
     params = {
         "id": job_id, "owner": job.lease.owner, "token": job.lease.token, "now": None,
+        "secret": job.lease.secret,
         "started_at": job.lease.started_at, "name": "approve", "until": until,
     }  # fmt: skip
     with (
         psycopg.connect(database_url) as hand_back,
         leaseq.connect(database_url, action="test") as sender,
     ):
-        assert hand_back.execute(named["job_wait_lock"].query, params).fetchall()
+        [row] = hand_back.execute(named["job_wait"].query, params).fetchall()
         sent: list[leaseq.Signalled] = []
         thread = threading.Thread(target=lambda: sent.append(leaseq.Queue(sender).signal(
             job_id, "approve", "yes")))  # fmt: skip
         thread.start()
         poll(lambda: blocked_on_a_lock(conn, sender.info.backend_pid), "the signal to block")
-        [row] = hand_back.execute(named["job_wait"].query, params).fetchall()
         hand_back.commit()
         thread.join(BOUND)
     assert sent == [leaseq.Signalled(job_id, "approve", stored=True, waiting=True)]

@@ -21,6 +21,7 @@ def claim_buffers(conn: leaseq.core.db.Conn, statement: str = "job_claim") -> in
         "limit": 1,
         "lease_seconds": 30,
         "claim_id": None,
+        "claim_secret": b"s" * 32,
         "job_types": None,
         "now": None,
     }

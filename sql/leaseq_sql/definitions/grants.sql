@@ -22,12 +22,12 @@ ALTER TABLE leaseq.job_signals ENABLE ROW LEVEL SECURITY;
 
 -- The worker role's fence on leaseq.jobs, fired for the worker's role and its members only
 -- (apply_grants creates its trigger, leaseq_worker_fence; the owner, the other roles and the
--- SECURITY DEFINER functions never fire it). A worker changes a job only by claiming it
--- (pending to running, the token the next, leaseq.lease_token_next), or while the job runs under an unexpired lease
--- (database time): keeping the token (heartbeat, progress, checkpoint, completion, failure)
--- or giving it back to pending with the token one more (release, back-off); or by marking it
--- as a parent (has_children, a fan-out). Anything else, e.g. a pending job made succeeded
--- with a forged result, is refused. A start time it writes is finite and within 3650 days.
+-- SECURITY DEFINER functions never fire it). A worker changes a job directly only by
+-- claiming it (pending to running, the token the next, leaseq.lease_token_next) or by
+-- marking it as a parent (has_children, a fan-out). Everything a running attempt changes
+-- goes through the worker's door (definitions/lease.sql), which checks the lease's secret:
+-- a running job changed directly, e.g. settled with a forged result under a token read from
+-- the table, is refused.
 CREATE OR REPLACE FUNCTION leaseq.jobs_worker_fence()
 RETURNS trigger
 LANGUAGE plpgsql
@@ -40,19 +40,11 @@ BEGIN
     IF marked IS NOT DISTINCT FROM NEW THEN
         RETURN NEW;
     END IF;
-    IF NOT ((OLD.status = 'pending' AND NEW.status = 'running'
-             AND NEW.lease_token = leaseq.lease_token_next(OLD.lease_token, leaseq.lease_epoch()))
-            OR (OLD.status = 'running' AND OLD.lease_expires_at > now()
-                AND (NEW.lease_token = OLD.lease_token
-                     OR (NEW.status = 'pending' AND NEW.lease_token = OLD.lease_token + 1)))) THEN
-        RAISE EXCEPTION 'a worker may change job % only by claiming it or while it holds its lease; it is % with token %',
+    IF NOT (OLD.status = 'pending' AND NEW.status = 'running'
+            AND NEW.lease_token = leaseq.lease_token_next(OLD.lease_token, leaseq.lease_epoch())) THEN
+        RAISE EXCEPTION 'a worker may change job % only by claiming it (a running attempt writes through the leaseq.lease_* functions, with its lease''s secret); it is % with token %',
             OLD.id, OLD.status, OLD.lease_token
             USING ERRCODE = 'insufficient_privilege';
-    END IF;
-    IF NEW.available_at IS DISTINCT FROM OLD.available_at
-       AND NOT (isfinite(NEW.available_at) AND NEW.available_at <= now() + interval '3650 days') THEN
-        RAISE EXCEPTION 'invalid run_at: must be a finite time within 3650 days of now, got %; nothing was written', NEW.available_at
-            USING ERRCODE = 'invalid_parameter_value', COLUMN = 'run_at';
     END IF;
     RETURN NEW;
 END
@@ -66,17 +58,16 @@ REVOKE ALL ON FUNCTION leaseq.jobs_worker_fence() FROM PUBLIC;
 -- one transaction. A NULL role leaves that component without a role. Returns every
 -- statement it ran, in order. Only the owner of leaseq's tables may run it.
 --
--- worker:   reads jobs, attempts, effects; updates only unfinished jobs (pending, running)
---           and only the lease, progress, outcome columns; records attempts (and may turn a
---           lease_expired/cancelled attempt into fenced); inserts effects; writes the
+-- worker:   reads jobs, attempts, effects; claims pending jobs (the lease columns only);
+--           changes a running job, its attempt, effect, steps and stream, and reads its
+--           signals, only through the worker's door (definitions/lease.sql: EXECUTE on the
+--           lease_* functions, each checking the lease's secret); writes the
 --           registry leaseq.workers; declares
 --           its app's schedules at start-up (through schedule_put and schedule_retire: code
 --           schedules of its own login only; reads the slot records); spawns from a handler (inserts jobs, their edges and
 --           pipelines in its completion's transaction, marks parents; the jobs and pipelines
 --           owned by the producer of a job that runs under an unexpired lease); the keyed claim reads
---           the keys and takes units and rate tokens; may pause its job's key (flow_pause);
---           writes a durable step's intent and outcome, appends to a job's stream, and
---           reads a job's signals, only for a job it holds.
+--           the keys and takes units and rate tokens; may pause its job's key (flow_pause).
 --           No DELETE on jobs or attempts (cannot prune), no DDL.
 -- operator: reaps, cancels, retries dead jobs, prunes (deletes finished jobs, their attempts
 --           and edges), reads stats, holds the leader lease, forgets stale workers;
@@ -113,6 +104,7 @@ DECLARE
     history_functions text := 'leaseq.history_ensure_partitions(integer, timestamptz), leaseq.history_expire_step(timestamptz, integer)';
     flow_functions text := 'leaseq.flow_limit_set(text, text, integer, double precision, double precision, double precision, boolean), leaseq.flow_unblock(text, text), leaseq.flow_repair(integer), leaseq.flow_settle(integer, double precision), leaseq.flow_resume(text, text)';
     schedule_functions text := 'leaseq.schedule_put(text, text, text, text, text, jsonb, integer, integer, leaseq.schedule_overlap, double precision, leaseq.schedule_origin, text, timestamptz), leaseq.schedule_retire(text, text[], timestamptz)';
+    lease_functions text := 'leaseq.lease_heartbeat(bigint, text, bigint, bytea, double precision, jsonb, timestamptz), leaseq.lease_heartbeat_many(bigint[], text[], bigint[], bytea[], jsonb[], double precision, timestamptz), leaseq.lease_checkpoint(bigint, text, bigint, bytea, jsonb, timestamptz), leaseq.lease_complete(bigint[], text[], bigint[], bytea[], jsonb[], text[], jsonb[], text[], timestamptz), leaseq.lease_fail(bigint, text, bigint, bytea, text, text, text, boolean, leaseq.attempt_outcome, double precision, double precision, timestamptz), leaseq.lease_release(bigint, text, bigint, bytea, timestamptz, text, boolean, double precision, double precision, timestamptz), leaseq.lease_back_off(bigint, text, bigint, bytea, timestamptz, double precision, text, timestamptz), leaseq.lease_sleep(bigint, text, bigint, bytea, timestamptz, timestamptz, timestamptz), leaseq.lease_wait(bigint, text, bigint, bytea, timestamptz, text, timestamptz, timestamptz), leaseq.lease_refused(bigint, text, bigint, bytea, integer, timestamptz, text, timestamptz), leaseq.lease_step_intend(bigint, text, bigint, bytea, text, bigint, timestamptz), leaseq.lease_step_record(bigint, text, bigint, bytea, text, jsonb, text, timestamptz), leaseq.lease_step_withdraw(bigint, text, bigint, bytea, text, timestamptz), leaseq.lease_emit(bigint, text, bigint, bytea, jsonb, integer, timestamptz), leaseq.lease_signal(bigint, text, bigint, bytea, text, timestamptz)';
     maintain boolean := current_setting('server_version_num')::int >= 170000;
     r regrole;
     stmt text;
@@ -145,7 +137,8 @@ BEGIN
             format('REVOKE ALL ON FUNCTION %s FROM %s', signal_function, r),
             format('REVOKE ALL ON FUNCTION %s FROM %s', history_functions, r),
             format('REVOKE ALL ON FUNCTION %s, leaseq.flow_pause(text, text, timestamptz) FROM %s', flow_functions, r),
-            format('REVOKE ALL ON FUNCTION %s FROM %s', schedule_functions, r)];
+            format('REVOKE ALL ON FUNCTION %s FROM %s', schedule_functions, r),
+            format('REVOKE ALL ON FUNCTION %s FROM %s', lease_functions, r)];
     END LOOP;
     FOR pol IN
         SELECT p.policyname, p.tablename FROM pg_policies p
@@ -161,9 +154,10 @@ BEGIN
         stmts := stmts || ARRAY[
             format('GRANT USAGE ON SCHEMA leaseq TO %s', worker),
             format('GRANT SELECT ON leaseq.schema_migrations, leaseq.jobs, leaseq.job_view, leaseq.job_attempts, leaseq.job_results, leaseq.workers TO %s', worker),
-            format('GRANT UPDATE (status, waiting_for, waiting_since, attempt_count, lease_token, lease_owner, started_at, heartbeat_at, lease_expires_at, progress, checkpoint, claim_id, lease_digest, finished_at, result, available_at, last_error, last_error_code) ON leaseq.jobs TO %s', worker),
-            format('GRANT INSERT ON leaseq.job_attempts, leaseq.job_results TO %s', worker),
-            format('GRANT UPDATE (outcome, ended_at, error) ON leaseq.job_attempts TO %s', worker),
+            -- A claim's columns; everything else a running attempt writes goes through the
+            -- worker's door, which checks the lease's secret.
+            format('GRANT UPDATE (status, waiting_for, waiting_since, attempt_count, lease_token, lease_owner, started_at, heartbeat_at, lease_expires_at, claim_id, lease_digest) ON leaseq.jobs TO %s', worker),
+            format('GRANT EXECUTE ON FUNCTION %s TO %s', lease_functions, worker),
             -- The registry is the workers' own table: whatever a worker reports about itself.
             format('GRANT INSERT, UPDATE, DELETE ON leaseq.workers TO %s', worker),
             format('CREATE POLICY leaseq_worker_read ON leaseq.workers FOR SELECT TO %s USING (true)', worker),
@@ -171,14 +165,7 @@ BEGIN
             format('CREATE POLICY leaseq_worker_read ON leaseq.jobs FOR SELECT TO %s USING (true)', worker),
             format('CREATE POLICY leaseq_worker_unfinished ON leaseq.jobs FOR UPDATE TO %s USING (status IN (''pending'', ''running'')) WITH CHECK (true)', worker),
             format('CREATE POLICY leaseq_worker_read ON leaseq.job_attempts FOR SELECT TO %s USING (true)', worker),
-            -- An attempt of a job at its current token (the statement's snapshot: the one
-            -- that ends it).
-            format('CREATE POLICY leaseq_worker_record ON leaseq.job_attempts FOR INSERT TO %s WITH CHECK (EXISTS (SELECT 1 FROM leaseq.jobs j WHERE j.id = job_attempts.job_id AND j.lease_token = job_attempts.lease_token))', worker),
-            format('CREATE POLICY leaseq_worker_fence ON leaseq.job_attempts FOR UPDATE TO %s USING (outcome IN (''lease_expired'', ''cancelled'')) WITH CHECK (outcome = ''fenced'')', worker),
             format('CREATE POLICY leaseq_worker_read ON leaseq.job_results FOR SELECT TO %s USING (true)', worker),
-            -- An effect only of a job that runs (in the completion's snapshot), in its
-            -- queue and type: no effect written ahead of the job that owns its key.
-            format('CREATE POLICY leaseq_worker_effect ON leaseq.job_results FOR INSERT TO %s WITH CHECK (EXISTS (SELECT 1 FROM leaseq.jobs j WHERE j.id = job_results.job_id AND j.status = ''running'' AND j.queue = job_results.queue AND j.job_type = job_results.job_type))', worker),
             format('CREATE TRIGGER leaseq_worker_fence BEFORE UPDATE ON leaseq.jobs FOR EACH ROW WHEN (pg_has_role(%L, ''MEMBER'') AND NOT pg_has_role(%L, ''USAGE'')) EXECUTE FUNCTION leaseq.jobs_worker_fence()', worker::text, owner_oid::regrole::text),
             -- Schedules declared in code, upserted at start-up.
             -- Declared only through schedule_put and schedule_retire (schedules.sql): code
@@ -213,19 +200,11 @@ BEGIN
             format('CREATE POLICY leaseq_worker_take ON leaseq.flow_slots FOR UPDATE TO %s USING (job_id IS NULL) WITH CHECK (job_id IS NOT NULL)', worker),
             format('GRANT SELECT, UPDATE (tokens, tokens_at) ON leaseq.flow_buckets TO %s', worker),
             format('GRANT EXECUTE ON FUNCTION leaseq.flow_pause(text, text, timestamptz) TO %s', worker),
-            -- Durable steps: an intent or an outcome only of a job it holds (running, under
-            -- an unexpired lease), at that lease's token (or no token: an intent withdrawn).
-            format('GRANT SELECT, INSERT, UPDATE (attempt, lease_token, intended_at, finished_at, result, note) ON leaseq.job_steps TO %s', worker),
+            -- Durable steps and streams: read (a step's record, ctx.step); written only
+            -- through the worker's door. Signals: read only through it (lease_signal).
+            format('GRANT SELECT ON leaseq.job_steps, leaseq.job_stream TO %s', worker),
             format('CREATE POLICY leaseq_worker_read ON leaseq.job_steps FOR SELECT TO %s USING (true)', worker),
-            format('CREATE POLICY leaseq_worker_intend ON leaseq.job_steps FOR INSERT TO %s WITH CHECK (EXISTS (SELECT 1 FROM leaseq.jobs j WHERE j.id = job_steps.job_id AND j.status = ''running'' AND j.lease_expires_at > now() AND j.lease_token = job_steps.lease_token))', worker),
-            format('CREATE POLICY leaseq_worker_held ON leaseq.job_steps FOR UPDATE TO %s USING (EXISTS (SELECT 1 FROM leaseq.jobs j WHERE j.id = job_steps.job_id AND j.status = ''running'' AND j.lease_expires_at > now())) WITH CHECK (EXISTS (SELECT 1 FROM leaseq.jobs j WHERE j.id = job_steps.job_id AND j.status = ''running'' AND j.lease_expires_at > now() AND (job_steps.lease_token IS NULL OR j.lease_token = job_steps.lease_token)))', worker),
-            -- Streams: items only of a job it holds, appended (never changed).
-            format('GRANT SELECT, INSERT ON leaseq.job_stream TO %s', worker),
-            format('CREATE POLICY leaseq_worker_read ON leaseq.job_stream FOR SELECT TO %s USING (true)', worker),
-            format('CREATE POLICY leaseq_worker_emit ON leaseq.job_stream FOR INSERT TO %s WITH CHECK (EXISTS (SELECT 1 FROM leaseq.jobs j WHERE j.id = job_stream.job_id AND j.status = ''running'' AND j.lease_expires_at > now()))', worker),
-            -- Signals: read only those of a job it holds (ctx.wait_for); never sends one.
-            format('GRANT SELECT ON leaseq.job_signals TO %s', worker),
-            format('CREATE POLICY leaseq_worker_held ON leaseq.job_signals FOR SELECT TO %s USING (EXISTS (SELECT 1 FROM leaseq.jobs j WHERE j.id = job_signals.job_id AND j.status = ''running'' AND j.lease_expires_at > now()))', worker)];
+            format('CREATE POLICY leaseq_worker_read ON leaseq.job_stream FOR SELECT TO %s USING (true)', worker)];
         INSERT INTO leaseq.component_roles VALUES ('worker', worker);
     END IF;
 

@@ -443,33 +443,7 @@ SELECT leaseq.flow_pause(%(queue)s, %(key)s, %(until)s) AS paused_until;
 SELECT leaseq.flow_resume(%(queue)s, %(key)s) AS resumed;
 
 -- name: job_back_off
--- A handler told to back off (HTTP 429, Retry-After): hands a held job back without spending an attempt, not before %(seconds)s from now, and pauses its key (if any) until then, in one statement; token bumped; the attempt is recorded as released.
-WITH t AS (SELECT coalesce(%(now)s::timestamptz, now()) AS now),
-released AS (
-    UPDATE leaseq.jobs j
-       SET status = 'pending',
-           available_at = greatest(j.available_at, t.now + make_interval(secs => %(seconds)s)),
-           attempt_count = j.attempt_count - 1,
-           last_error = %(reason)s, last_error_code = 'BACK_OFF',
-           lease_token = j.lease_token + 1, lease_expires_at = NULL,
-           started_at = NULL, heartbeat_at = NULL
-      FROM t
-     -- No status: a lease exists only while a job runs (jobs_lease_only_while_running), and
-     -- naming status = 'running' lets the planner pick jobs_running_idx over the primary
-     -- key when the statistics predate the running jobs (test_fenced_plans.py).
-     WHERE j.id = %(id)s AND j.lease_owner = %(owner)s
-       AND j.lease_token = %(token)s AND j.lease_digest = sha256(%(secret)s::bytea)
-       AND j.lease_expires_at > t.now
-    RETURNING j.id, j.queue, j.key, j.available_at, j.attempt_count + 1 AS attempt
-),
-paused AS (
-    SELECT leaseq.flow_pause(r.queue, r.key, r.available_at) AS until
-      FROM released r WHERE r.key IS NOT NULL
-),
-attempt AS (
-    INSERT INTO leaseq.job_attempts (job_id, attempt, lease_token, worker, started_at, ended_at, outcome, error)
-    SELECT r.id, r.attempt, %(token)s, %(owner)s, %(started_at)s, t.now, 'released', %(reason)s
-      FROM released r, t
-)
-SELECT r.id, 'pending' AS status, r.available_at, (SELECT max(p.until) FROM paused p) AS paused_until
-  FROM released r;
+-- A handler told to back off (HTTP 429, Retry-After): hands a held job back without spending an attempt, not before %(seconds)s from now, and pauses its key (if any) until then, in one statement (leaseq.lease_back_off); token bumped; the attempt is recorded as released.
+SELECT b.id, b.status, b.available_at, b.paused_until
+  FROM leaseq.lease_back_off(%(id)s, %(owner)s, %(token)s, %(secret)s, %(started_at)s::timestamptz,
+                             %(seconds)s, %(reason)s, %(now)s::timestamptz) b;

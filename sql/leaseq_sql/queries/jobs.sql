@@ -2,9 +2,10 @@
 -- Each block: `-- name: NAME`, one line saying what it does, then the statement.
 -- Time-dependent statements take %(now)s: NULL means database time (always, in production).
 --
--- The fenced statements (heartbeat, checkpoint, complete, fail, release) hold a lease when
--- owner, token and an unexpired lease_expires_at match, and say nothing of the status: a
--- lease exists only while a job runs (CHECK jobs_lease_only_while_running, migration 0014).
+-- The fenced statements (heartbeat, checkpoint, complete, fail, release, sleep) call the
+-- worker's door, definitions/lease.sql: each holds a lease when owner, token, the lease's
+-- secret and an unexpired lease_expires_at match, and says nothing of the status: a lease
+-- exists only while a job runs (CHECK jobs_lease_only_while_running, migration 0014).
 -- Naming status = 'running' would let the planner prefer the partial jobs_running_idx over
 -- the primary key whenever the statistics predate the running jobs (test_fenced_plans.py).
 
@@ -81,251 +82,71 @@ claimed AS (
 SELECT * FROM claimed ORDER BY priority, available_at, id;
 
 -- name: job_claim_recover
--- The jobs the given claim calls (%(claim_ids)s, each with its claim secret in %(claim_secrets)s, hex) took and the owner still holds, in the claim's shape with the claim's id: the answer to claims whose reply was lost with their connection.
+-- The jobs the given claim calls (%(claim_ids)s, each with its claim secret in %(claim_secrets)s) took and the owner still holds, in the claim's shape with the claim's id: the answer to claims whose reply was lost with their connection.
 -- A claim's id is readable by every worker; only its secret matches the digests it wrote.
 SELECT j.id, j.queue, j.job_type, j.payload, j.priority, j.available_at, j.attempt_count,
        j.max_attempts, j.lease_token, j.lease_expires_at, j.started_at,
        extract(epoch FROM j.timeout)::float8 AS timeout_seconds, j.idempotency_key, j.checkpoint,
        j.claim_id
   FROM leaseq.jobs j
-  JOIN unnest(%(claim_ids)s::uuid[], %(claim_secrets)s::text[]) AS c(claim_id, secret)
+  JOIN unnest(%(claim_ids)s::uuid[], %(claim_secrets)s::bytea[]) AS c(claim_id, secret)
     ON c.claim_id = j.claim_id
  WHERE j.status = 'running' AND j.lease_owner = %(owner)s
    AND j.claim_id = ANY(%(claim_ids)s::uuid[])
-   AND j.lease_digest = sha256(sha256(decode(c.secret, 'hex') || int8send(j.id)))
+   AND j.lease_digest = sha256(sha256(c.secret || int8send(j.id)))
  ORDER BY j.priority, j.available_at, j.id;
 
 -- name: job_heartbeat
--- Extends a held lease (capped at started_at + timeout, the job's max runtime) and stores progress; no row when the lease is not held.
--- A max runtime counts as at most 100 years: one of millions of years (a row written by the
--- owner) added to a start would pass the last timestamp ("timestamp out of range") and fail
--- the heartbeat of every lease renewed with it; job_heartbeat_many and job_reap do the same.
-UPDATE leaseq.jobs j
-   SET heartbeat_at = t.now,
-       lease_expires_at = least(t.now + make_interval(secs => %(lease_seconds)s),
-                                coalesce(j.started_at + least(j.timeout, interval '100 years'), 'infinity')),
-       progress = coalesce(%(progress)s::jsonb, j.progress)
-  FROM (SELECT coalesce(%(now)s::timestamptz, now()) AS now) t
- WHERE j.id = %(id)s AND j.lease_owner = %(owner)s
-   AND j.lease_token = %(token)s AND j.lease_digest = sha256(%(secret)s::bytea)
-   AND j.lease_expires_at > t.now
-RETURNING j.lease_expires_at;
+-- Extends a held lease (capped at started_at + timeout, the job's max runtime) and stores progress through leaseq.lease_heartbeat (definitions/lease.sql); no row when the lease is not held.
+SELECT h.lease_expires_at
+  FROM leaseq.lease_heartbeat(%(id)s, %(owner)s, %(token)s, %(secret)s, %(lease_seconds)s,
+                              %(progress)s::jsonb, %(now)s::timestamptz) h;
 
 -- name: job_heartbeat_many
--- Extends many held leases in one statement, each fenced by its own owner and token and capped as job_heartbeat caps it, storing each one's progress; returns the ids and new lease ends of those still held (a missing id's lease is lost).
-UPDATE leaseq.jobs j
-   SET heartbeat_at = t.now,
-       lease_expires_at = least(t.now + make_interval(secs => %(lease_seconds)s),
-                                coalesce(j.started_at + least(j.timeout, interval '100 years'), 'infinity')),
-       progress = coalesce(r.progress, j.progress)
-  FROM (SELECT coalesce(%(now)s::timestamptz, now()) AS now) t,
-       unnest(%(ids)s::bigint[], %(owners)s::text[], %(tokens)s::bigint[], %(secrets)s::text[],
-              %(progresses)s::jsonb[])
-           AS r(id, owner, token, secret, progress)
- -- The ids as an array too: a probe of the primary key whatever the plan (joined only, a
- -- small table's generic plan hashed a scan of all of it).
- WHERE j.id = ANY (%(ids)s::bigint[])
-   AND j.id = r.id AND j.lease_owner = r.owner AND j.lease_token = r.token
-   AND j.lease_digest = sha256(decode(r.secret, 'hex'))
-   AND j.lease_expires_at > t.now
-RETURNING j.id, j.lease_expires_at;
+-- Extends many held leases in one statement (leaseq.lease_heartbeat_many), each fenced by its own owner, token and secret, storing each one's progress; returns the ids and new lease ends of those still held (a missing id's lease is lost).
+SELECT h.id, h.lease_expires_at
+  FROM leaseq.lease_heartbeat_many(%(ids)s::bigint[], %(owners)s::text[], %(tokens)s::bigint[],
+                                   %(secrets)s::bytea[], %(progresses)s::jsonb[],
+                                   %(lease_seconds)s, %(now)s::timestamptz) h;
 
 -- name: job_checkpoint
--- Stores durable handler state for the next attempt, only for the current lease holder.
-UPDATE leaseq.jobs
-   SET checkpoint = %(checkpoint)s
- WHERE id = %(id)s AND lease_owner = %(owner)s AND lease_token = %(token)s
-   AND lease_digest = sha256(%(secret)s::bytea)
-   AND lease_expires_at > coalesce(%(now)s::timestamptz, now())
-RETURNING id;
+-- Stores durable handler state for the next attempt, only for the current lease holder (leaseq.lease_checkpoint).
+SELECT c.id
+  FROM leaseq.lease_checkpoint(%(id)s, %(owner)s, %(token)s, %(secret)s, %(checkpoint)s::jsonb,
+                               %(now)s::timestamptz) c;
 
 -- name: job_complete
--- Marks held jobs succeeded (one or a batch, each fenced by its own owner and token), writes an effect for each job with a key (the one given, else its idempotency key; a key another job's effect holds writes nothing, and the attempt's note says so; a job without a key has its result in its own row only) within the job's queue and type, and records each attempt (with its note, e.g. what was cut from the result), in one statement.
-WITH t AS (SELECT coalesce(%(now)s::timestamptz, now()) AS now),
-req AS (
-    SELECT r.id, r.owner, r.token, r.secret, r.result, r.effect_key, r.progress, r.note
-      FROM unnest(%(ids)s::bigint[], %(owners)s::text[], %(tokens)s::bigint[],
-                  %(secrets)s::text[], %(results)s::jsonb[], %(effect_keys)s::text[],
-                  %(progresses)s::jsonb[], %(notes)s::text[])
-           AS r(id, owner, token, secret, result, effect_key, progress, note)
-),
-done AS (
-    UPDATE leaseq.jobs j
-       SET status = 'succeeded', finished_at = t.now, lease_expires_at = NULL,
-           result = req.result, progress = coalesce(req.progress, j.progress)
-      FROM t, req
-     -- As in job_heartbeat_many: the primary key whatever the plan.
-     WHERE j.id = ANY (%(ids)s::bigint[])
-       AND j.id = req.id AND j.lease_owner = req.owner
-       AND j.lease_token = req.token AND j.lease_digest = sha256(decode(req.secret, 'hex'))
-       AND j.lease_expires_at > t.now
-    RETURNING j.id, j.queue, j.job_type, j.attempt_count, j.lease_token, j.lease_owner,
-              j.started_at, j.finished_at,
-              coalesce(req.effect_key, j.idempotency_key) AS effect_key,
-              req.result, req.note
-),
-effect AS (
-    INSERT INTO leaseq.job_results (queue, job_type, idempotency_key, job_id, produced_by,
-                                    produced_at, result)
-    SELECT done.queue, done.job_type, done.effect_key, done.id, done.lease_owner,
-           done.finished_at, coalesce(done.result, 'null'::jsonb)
-      FROM done
-     WHERE done.effect_key IS NOT NULL
-    ON CONFLICT (queue, job_type, idempotency_key) DO NOTHING
-    RETURNING job_id
-),
--- A key another job's effect holds drops this one: the attempt says so, so it is not silent.
-attempt AS (
-    INSERT INTO leaseq.job_attempts (job_id, attempt, lease_token, worker, started_at, ended_at, outcome, error)
-    SELECT done.id, done.attempt_count, done.lease_token, done.lease_owner, done.started_at,
-           done.finished_at, 'succeeded',
-           CASE WHEN done.effect_key IS NOT NULL
-                 AND NOT EXISTS (SELECT 1 FROM effect e WHERE e.job_id = done.id)
-                THEN concat_ws('; ', done.note, 'effect not written: its key is held by another job''s effect (keys are per queue and job type, shared by every producer)')
-                ELSE done.note END
-      FROM done
-)
-SELECT done.id, done.effect_key,
-       EXISTS (SELECT 1 FROM effect e WHERE e.job_id = done.id) AS effect_written
-  FROM done;
+-- Marks held jobs succeeded (one or a batch, each fenced by its own owner, token and secret), writes an effect for each job with a key within the job's queue and type, and records each attempt, in one statement (leaseq.lease_complete, definitions/lease.sql).
+SELECT c.id, c.effect_key, c.effect_written
+  FROM leaseq.lease_complete(%(ids)s::bigint[], %(owners)s::text[], %(tokens)s::bigint[],
+                             %(secrets)s::bytea[], %(results)s::jsonb[], %(effect_keys)s::text[],
+                             %(progresses)s::jsonb[], %(notes)s::text[], %(now)s::timestamptz) c;
 
 -- name: job_fail
--- Ends a held attempt with an error: back to pending after backoff if retryable with attempts left, else dead; records the attempt with its traceback, if any.
-WITH t AS (SELECT coalesce(%(now)s::timestamptz, now()) AS now),
-failed AS (
-    UPDATE leaseq.jobs j
-       SET status = CASE WHEN %(retryable)s AND j.attempt_count < j.max_attempts
-                         THEN 'pending' ELSE 'dead' END::leaseq.job_status,
-           available_at = CASE WHEN %(retryable)s AND j.attempt_count < j.max_attempts
-                               THEN t.now + leaseq.retry_delay(j.attempt_count, %(backoff_base)s, %(backoff_cap)s)
-                               ELSE j.available_at END,
-           finished_at = CASE WHEN %(retryable)s AND j.attempt_count < j.max_attempts
-                              THEN NULL ELSE t.now END,
-           lease_owner = CASE WHEN %(retryable)s AND j.attempt_count < j.max_attempts
-                              THEN NULL ELSE j.lease_owner END,
-           lease_expires_at = NULL,
-           last_error = %(error)s,
-           last_error_code = %(error_code)s
-      FROM t
-     WHERE j.id = %(id)s AND j.lease_owner = %(owner)s
-       AND j.lease_token = %(token)s AND j.lease_digest = sha256(%(secret)s::bytea)
-       AND j.lease_expires_at > t.now
-    RETURNING j.id, j.status, j.available_at, j.attempt_count, j.lease_token, j.started_at
-),
-attempt AS (
-    INSERT INTO leaseq.job_attempts (job_id, attempt, lease_token, worker, started_at, ended_at, outcome, error,
-                                     traceback)
-    SELECT failed.id, failed.attempt_count, failed.lease_token, %(owner)s, failed.started_at, t.now,
-           %(outcome)s::leaseq.attempt_outcome, %(error)s, %(traceback)s
-      FROM failed, t
-)
-SELECT failed.id, failed.status::text AS status, failed.available_at FROM failed;
+-- Ends a held attempt with an error (leaseq.lease_fail): back to pending after backoff if retryable with attempts left, else dead; records the attempt with its traceback, if any.
+SELECT f.id, f.status, f.available_at
+  FROM leaseq.lease_fail(%(id)s, %(owner)s, %(token)s, %(secret)s, %(error)s, %(error_code)s,
+                         %(traceback)s, %(retryable)s, %(outcome)s::leaseq.attempt_outcome,
+                         %(backoff_base)s, %(backoff_cap)s, %(now)s::timestamptz) f;
 
 -- name: job_release
--- Gives a held job back, keeping its place in the queue. A shutdown release (%(shutdown)s) does not count the attempt; any other (a handler raising Interrupted) counts it: retried after backoff, or dead when attempts are used up. Token bumped; wakes listeners.
-WITH t AS (SELECT coalesce(%(now)s::timestamptz, now()) AS now),
-released AS (
-    UPDATE leaseq.jobs j
-       SET status = CASE WHEN NOT %(shutdown)s AND j.attempt_count >= j.max_attempts
-                         THEN 'dead' ELSE 'pending' END::leaseq.job_status,
-           available_at = CASE WHEN %(shutdown)s OR j.attempt_count >= j.max_attempts
-                               THEN j.available_at
-                               ELSE greatest(j.available_at,
-                                             t.now + leaseq.retry_delay(j.attempt_count, %(backoff_base)s, %(backoff_cap)s)) END,
-           attempt_count = j.attempt_count - CASE WHEN %(shutdown)s THEN 1 ELSE 0 END,
-           finished_at = CASE WHEN NOT %(shutdown)s AND j.attempt_count >= j.max_attempts THEN t.now END,
-           lease_owner = CASE WHEN NOT %(shutdown)s AND j.attempt_count >= j.max_attempts THEN j.lease_owner END,
-           last_error = CASE WHEN %(shutdown)s THEN j.last_error ELSE %(reason)s END,
-           last_error_code = CASE WHEN %(shutdown)s THEN j.last_error_code ELSE 'INTERRUPTED' END,
-           lease_token = j.lease_token + 1, lease_expires_at = NULL,
-           started_at = NULL, heartbeat_at = NULL
-      FROM t
-     WHERE j.id = %(id)s AND j.lease_owner = %(owner)s
-       AND j.lease_token = %(token)s AND j.lease_digest = sha256(%(secret)s::bytea)
-       AND j.lease_expires_at > t.now
-    RETURNING j.id, j.queue, j.status, j.available_at,
-              j.attempt_count + CASE WHEN %(shutdown)s THEN 1 ELSE 0 END AS attempt
-),
-attempt AS (
-    INSERT INTO leaseq.job_attempts (job_id, attempt, lease_token, worker, started_at, ended_at, outcome, error)
-    SELECT released.id, released.attempt, %(token)s, %(owner)s, %(started_at)s, t.now,
-           CASE WHEN %(shutdown)s THEN 'released' ELSE 'interrupted' END::leaseq.attempt_outcome,
-           %(reason)s
-      FROM released, t
-),
-woke AS (SELECT pg_notify('leaseq_jobs', released.queue) FROM released WHERE released.status = 'pending')
-SELECT released.id, released.status::text AS status, released.available_at,
-       (SELECT count(*) FROM woke) AS notified
-  FROM released;
+-- Gives a held job back, keeping its place in the queue (leaseq.lease_release). A shutdown release (%(shutdown)s) does not count the attempt; any other (a handler raising Interrupted) counts it: retried after backoff, or dead when attempts are used up. Token bumped; wakes listeners.
+SELECT r.id, r.status, r.available_at, r.notified
+  FROM leaseq.lease_release(%(id)s, %(owner)s, %(token)s, %(secret)s, %(started_at)s::timestamptz,
+                            %(reason)s, %(shutdown)s, %(backoff_base)s, %(backoff_cap)s,
+                            %(now)s::timestamptz) r;
 
 -- name: job_sleep
--- A handler sleeping durably (ctx.sleep): hands a held job back without spending an attempt, claimable again at %(until)s (database time; at once if that has passed), in one statement; token bumped, its key's unit given back by the status trigger; the attempt is recorded as released with the wake time.
-WITH t AS (SELECT coalesce(%(now)s::timestamptz, now()) AS now),
-slept AS (
-    UPDATE leaseq.jobs j
-       SET status = 'pending',
-           available_at = greatest(t.now, %(until)s::timestamptz),
-           attempt_count = j.attempt_count - 1,
-           lease_token = j.lease_token + 1, lease_expires_at = NULL,
-           started_at = NULL, heartbeat_at = NULL
-      FROM t
-     WHERE j.id = %(id)s AND j.lease_owner = %(owner)s
-       AND j.lease_token = %(token)s AND j.lease_digest = sha256(%(secret)s::bytea)
-       AND j.lease_expires_at > t.now
-    RETURNING j.id, j.available_at, j.attempt_count + 1 AS attempt
-),
-attempt AS (
-    INSERT INTO leaseq.job_attempts (job_id, attempt, lease_token, worker, started_at, ended_at, outcome, error)
-    SELECT s.id, s.attempt, %(token)s, %(owner)s, %(started_at)s, t.now, 'released',
-           'sleeping until ' || s.available_at
-      FROM slept s, t
-)
-SELECT s.id, 'pending' AS status, s.available_at FROM slept s;
+-- A handler sleeping durably (ctx.sleep): hands a held job back without spending an attempt, claimable again at %(until)s (leaseq.lease_sleep); token bumped; the attempt is recorded as released with the wake time.
+SELECT s.id, s.status, s.available_at
+  FROM leaseq.lease_sleep(%(id)s, %(owner)s, %(token)s, %(secret)s, %(started_at)s::timestamptz,
+                          %(until)s::timestamptz, %(now)s::timestamptz) s;
 
 -- name: job_record_fenced
--- Records that a worker call was refused because the caller no longer holds the lease (a reaped attempt becomes fenced; a cancelled or finished one keeps its outcome); returns the job's status (NULL when the job does not exist).
--- At the job's current token only a caller with the lease's secret is recorded: anyone else
--- could otherwise write the holder's attempt row first (its completion would then collide).
-WITH job AS (
-    SELECT j.id, j.status, j.lease_token, j.lease_expires_at,
-           coalesce(j.lease_digest = sha256(%(secret)s::bytea), false) AS proven
-      FROM leaseq.jobs j WHERE j.id = %(id)s
-),
-refusal AS (
-    SELECT job.id, t.at,
-           %(call)s::text || ' refused: ' ||
-           CASE WHEN job.status = 'running' AND job.lease_token = %(token)s::bigint
-                THEN 'the lease of token ' || job.lease_token || ' expired at '
-                     || job.lease_expires_at || ' (job is running, not reaped yet)'
-                ELSE 'lease token ' || %(token)s::bigint || ' is not current (job is '
-                     || job.status || ', token ' || job.lease_token || ')'
-           END AS error
-      FROM job, (SELECT coalesce(%(now)s::timestamptz, now()) AS at) t
-     WHERE job.proven OR job.lease_token <> %(token)s::bigint
-),
--- A plain UPDATE, not ON CONFLICT DO UPDATE: under the worker role's row policy an attempt
--- that is not lease_expired is skipped here instead of raising. A cancelled attempt stays
--- cancelled: its worker hearing so is the cancellation working, not a fault. The attempt
--- ended when the reaper took it: its end time stays (a later one would show the attempt
--- holding its key's unit after the reaper gave it back); the error says when the call came.
-refenced AS (
-    UPDATE leaseq.job_attempts a
-       SET outcome = 'fenced',
-           error = refusal.error || ' at ' || refusal.at || ' after ' || a.outcome::text
-      FROM refusal
-     WHERE a.job_id = refusal.id AND a.lease_token = %(token)s
-       AND a.outcome = 'lease_expired'
-    RETURNING a.job_id
-),
-inserted AS (
-    INSERT INTO leaseq.job_attempts (job_id, attempt, lease_token, worker, started_at, ended_at, outcome, error)
-    SELECT refusal.id, %(attempt)s, %(token)s, %(owner)s, %(started_at)s, refusal.at, 'fenced', refusal.error
-      FROM refusal
-    ON CONFLICT (job_id, lease_token) DO NOTHING
-    RETURNING job_id
-)
-SELECT (SELECT job.status FROM job) AS status,
-       (SELECT count(*) FROM refenced) + (SELECT count(*) FROM inserted) AS recorded;
+-- Records that a worker call was refused because the caller no longer holds the lease (leaseq.lease_refused: a reaped attempt becomes fenced; a cancelled or finished one keeps its outcome; at the current token only the secret's holder is recorded); returns the job's status (NULL when the job does not exist).
+SELECT r.status, r.recorded
+  FROM leaseq.lease_refused(%(id)s, %(owner)s, %(token)s, %(secret)s, %(attempt)s,
+                            %(started_at)s::timestamptz, %(call)s, %(now)s::timestamptz) r;
 
 -- name: job_reap
 -- Returns up to %(limit)s running jobs whose lease has expired to pending in their old place (the expired lease was the backoff), or dead when attempts are exhausted; records each attempt and which reaper (%(reaper)s) took it.

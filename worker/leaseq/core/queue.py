@@ -1088,21 +1088,16 @@ class Queue:
         """Hand the job back to wait for signal ``name``, without spending an attempt: what a
         handler's ``ctx.wait_for`` ends its attempt with. The job is claimable again at
         ``until`` (database time), or as soon as the signal is sent, or at once if it was
-        sent already; meanwhile it holds nothing and shows what it waits for. One short
-        transaction: the job's row is locked before the signal is looked for, so a signal
-        sent at any moment is never missed (queries/signals.sql)."""
+        sent already; meanwhile it holds nothing and shows what it waits for. One call of
+        leaseq.lease_wait: the job's row is locked before the signal is looked for, so a
+        signal sent at any moment is never missed (definitions/lease.sql)."""
         validation.signal_name("name", name)
         validation.wake_time("until", until, datetime.now(UTC))
 
         def run(c: Conn, repeat: bool) -> Released | Fenced:
-            with c.transaction():
-                held = self._store.job_wait_lock(c, lease, now=now)
-                row = (
-                    self._store.job_wait(c, lease, name=name, until=until, now=now)
-                    if held
-                    else None
-                )
-            row = row or self._ended(c, lease, repeat, {AttemptOutcome.RELEASED})
+            row = self._store.job_wait(c, lease, name=name, until=until, now=now) or self._ended(
+                c, lease, repeat, {AttemptOutcome.RELEASED}
+            )
             if row is None:
                 return self._fenced(c, lease, Call.RELEASE, now)
             log.info("job waiting for signal %r until %s", name, row["available_at"],

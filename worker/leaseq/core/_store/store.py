@@ -131,9 +131,10 @@ def _nulls_as_null(values: list[Any]) -> list[Any] | None:
     return None if values.count(None) == len(values) else values
 
 
-def _hex_array(secrets: Sequence[bytes]) -> str:
-    """Lease secrets as one text[] input literal of their hex (the statements decode it)."""
-    return "{" + ",".join([s.hex() for s in secrets]) + "}"
+def _bytea_array(values: Sequence[bytes]) -> str:
+    """``values`` as one bytea[] input literal: each element double-quoted hex, its
+    backslash escaped (PostgreSQL's array input syntax), as _bigint_array for its speed."""
+    return "{" + ",".join(['"\\\\x' + v.hex() + '"' for v in values]) + "}"
 
 
 def _claimed(rows: list[DictRow], owner: str, claims: Mapping[UUID, bytes]) -> list[ClaimedJob]:
@@ -349,7 +350,7 @@ class Store(Runner):
         params = {
             "owner": owner,
             "claim_ids": list(claims),
-            "claim_secrets": [secret.hex() for secret in claims.values()],
+            "claim_secrets": list(claims.values()),
         }
         rows = self._dicts(conn, "job_claim_recover", params, "claim")
         return _claimed(rows, owner, claims)
@@ -397,7 +398,7 @@ class Store(Runner):
                 "ids": [lease.job_id for lease in leases],
                 "owners": [lease.owner for lease in leases],
                 "tokens": [lease.token for lease in leases],
-                "secrets": _hex_array([lease.secret for lease in leases]),
+                "secrets": _bytea_array([lease.secret for lease in leases]),
                 "progresses": [json_param(p) for p in progresses],
                 "lease_seconds": lease_seconds,
                 "now": now,
@@ -577,7 +578,7 @@ class Store(Runner):
                 "ids": _bigint_array([lease.job_id for lease in leases]),
                 "owners": _text_array([lease.owner for lease in leases]),
                 "tokens": _bigint_array([lease.token for lease in leases]),
-                "secrets": _hex_array([lease.secret for lease in leases]),
+                "secrets": _bytea_array([lease.secret for lease in leases]),
                 "results": _nulls_as_null([json_param(r) for r in results]),
                 "effect_keys": _nulls_as_null(list(effect_keys)),
                 "progresses": _nulls_as_null([json_param(p) for p in progresses]),
@@ -672,17 +673,6 @@ class Store(Runner):
             "sleep",
         )
         return rows[0] if rows else None
-
-    def job_wait_lock(self, conn: Conn, lease: Lease, *, now: datetime | None = None) -> bool:
-        """Locks the held job's row (the hand-back's first statement); False when fenced."""
-        params = {
-            "id": lease.job_id,
-            "owner": lease.owner,
-            "token": lease.token,
-            "secret": lease.secret,
-            "now": now,
-        }
-        return bool(self._dicts(conn, "job_wait_lock", params, "wait"))
 
     def job_wait(
         self,

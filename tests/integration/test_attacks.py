@@ -12,6 +12,7 @@ the reproductions of issue 46 (each fails on the schema of 128adfe).
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import threading
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
@@ -25,23 +26,27 @@ from psycopg.types.json import Jsonb
 import leaseq
 from leaseq.runtime.context import JobContext
 from support import threat_model
+from support.polling import wait_for
 from support.roles import Roles, login_roles, migrate_granting_all
 
 DENIED = pg_errors.InsufficientPrivilege
-LOGINS = ("worker", "operator", "producer", "producer2", "console")
+LOGINS = ("worker", "worker2", "operator", "producer", "producer2", "console")
+#: The second login of a role: a member of the first's role, holding exactly its rights.
+SECOND = {"worker2": "worker", "producer2": "producer"}
 
 
 @pytest.fixture
 def roles(database_url: str) -> Iterator[Roles]:
-    with login_roles(database_url, "producer2", "console") as made:
+    with login_roles(database_url, *SECOND, "console") as made:
         names = made.names
         migrate_granting_all(database_url, made)
         with psycopg.connect(database_url, autocommit=True) as admin:
-            admin.execute(
-                sql.SQL("GRANT {} TO {}").format(
-                    sql.Identifier(names["producer"]), sql.Identifier(names["producer2"])
+            for second, first in SECOND.items():
+                admin.execute(
+                    sql.SQL("GRANT {} TO {}").format(
+                        sql.Identifier(names[first]), sql.Identifier(names[second])
+                    )
                 )
-            )
         yield made
 
 
@@ -152,7 +157,7 @@ def declared(component: str, relation: str, privilege: str, column: str) -> bool
 def test_each_login_holds_exactly_the_declared_privileges(
     database_url: str, roles: Roles, who: str
 ) -> None:
-    component = "producer" if who == "producer2" else who
+    component = SECOND.get(who, who)
     with psycopg.connect(database_url) as admin:
         tried = attempts(admin)
     wrong = []
@@ -542,3 +547,164 @@ def test_a_worker_spawns_only_as_the_producer_of_a_running_job(
         leaseq.Queue(w).release(held.lease)
     with login(roles, "worker") as conn, pytest.raises(DENIED, match="row-level security"):
         conn.execute(spawn, [pipeline, producer])
+
+
+# -- two logins of the worker role (issue 59): worker A against worker B's lease ----------------
+#
+# Worker A ("worker2") reads what any worker login reads: the real owner, token and digest of
+# the job worker B ("worker") holds, and its claim's id. It tries every write a running
+# attempt makes, directly and through the worker's door (the lease_* functions). Each must
+# be refused, and B's handler must then run, record and complete as if A were not there.
+
+
+def held_by_b(roles: Roles) -> tuple[leaseq.ClaimedJob, tuple[str, int, bytes]]:
+    """A job of producer's that worker B holds, and what worker A reads of its lease."""
+    with queue_as(roles, "producer") as p:
+        leaseq.Queue(p).enqueue("q", "bill", idempotency_key="invoice-99")
+    with queue_as(roles, "worker") as w:
+        [job] = leaseq.Queue(w).claim(["q"], "worker-b")
+    with login(roles, "worker2") as a:
+        row = a.execute(
+            "SELECT lease_owner, lease_token, lease_digest FROM leaseq.jobs WHERE id = %s",
+            [job.id],
+        ).fetchone()
+    assert row is not None and row[1] == job.lease.token
+    return job, (str(row[0]), int(str(row[1])), bytes(row[2]))  # type: ignore[arg-type]
+
+
+DIRECT_FORGERIES = [
+    "INSERT INTO leaseq.job_steps (job_id, name, attempt, lease_token, intended_at, finished_at,"
+    " result) VALUES (%(id)s, 'refund', 1, %(token)s, now(), now(), '{\"note\": \"FORGED\"}')",
+    "UPDATE leaseq.job_steps SET lease_token = NULL, result = NULL WHERE job_id = %(id)s",
+    "INSERT INTO leaseq.job_stream (job_id, seq, value) VALUES (%(id)s, 10000, '\"FORGED\"')",
+    "INSERT INTO leaseq.job_attempts (job_id, attempt, lease_token, worker, started_at, outcome)"
+    " VALUES (%(id)s, 1, %(token)s, 'worker-a', now(), 'fenced')",
+    "INSERT INTO leaseq.job_results (queue, job_type, idempotency_key, job_id, produced_by,"
+    " produced_at, result) VALUES ('q', 'bill', 'invoice-99', %(id)s, 'worker-a', now(), '1')",
+    "UPDATE leaseq.jobs SET status = 'succeeded', finished_at = now(), lease_expires_at = NULL,"
+    ' result = \'{"paid": "FORGED"}\' WHERE id = %(id)s AND lease_token = %(token)s',
+    "UPDATE leaseq.jobs SET lease_expires_at = 'infinity' WHERE id = %(id)s",
+    "UPDATE leaseq.jobs SET lease_digest = sha256('mine') WHERE id = %(id)s",
+    "SELECT payload FROM leaseq.job_signals WHERE job_id = %(id)s",
+]
+
+
+@pytest.mark.parametrize("statement", DIRECT_FORGERIES)
+def test_7_a_worker_writes_nothing_of_another_workers_lease_directly(
+    database_url: str, roles: Roles, statement: str
+) -> None:
+    job, (_, token, _) = held_by_b(roles)
+    with login(roles, "worker2") as a, pytest.raises(DENIED):
+        a.execute(statement, {"id": job.id, "token": token})
+    b_completes_as_if_alone(database_url, roles, job)
+
+
+def b_completes_as_if_alone(database_url: str, roles: Roles, job: leaseq.ClaimedJob) -> None:
+    """Worker B's handler runs its steps (their functions run), emits from offset 1, and
+    completes with its effect; nothing of A's is in the job's tables."""
+    ran: list[str] = []
+    with queue_as(roles, "worker") as w:
+        ctx = JobContext(job, leaseq.Queue(w), "worker-b", threading.Event())
+        assert ctx.step("charge", lambda: ran.append("charge") or {"charged": 1}) == {"charged": 1}
+        assert ctx.step("refund", lambda: ran.append("refund") or {"refunded": True}) == {
+            "refunded": True
+        }
+        assert ctx.emit("page-1") == 1
+        done = leaseq.Queue(w).complete(job.lease, {"paid": "real"})
+    assert ran == ["charge", "refund"]
+    assert isinstance(done, leaseq.Completed) and done.effect_written
+    with psycopg.connect(database_url) as admin:
+        found = admin.execute(
+            "SELECT (SELECT result FROM leaseq.jobs WHERE id = %(id)s),"
+            " (SELECT array_agg(worker || ':' || outcome ORDER BY lease_token)"
+            "    FROM leaseq.job_attempts WHERE job_id = %(id)s),"
+            " (SELECT result FROM leaseq.job_results WHERE idempotency_key = 'invoice-99'),"
+            " (SELECT count(*) FROM leaseq.job_stream WHERE job_id = %(id)s)",
+            {"id": job.id},
+        ).fetchone()
+    assert found == ({"paid": "real"}, ["worker-b:succeeded"], {"paid": "real"}, 1)
+
+
+DOOR = {
+    "lease_heartbeat": "SELECT * FROM leaseq.lease_heartbeat(%(id)s, %(owner)s, %(token)s,"
+    " %(secret)s, 86400, '\"FORGED\"', NULL)",
+    "lease_complete": "SELECT * FROM leaseq.lease_complete(ARRAY[%(id)s::bigint],"
+    " ARRAY[%(owner)s], ARRAY[%(token)s::bigint], ARRAY[%(secret)s::bytea],"
+    " ARRAY['{\"paid\": \"FORGED\"}'::jsonb], ARRAY['invoice-99'], NULL, NULL, NULL)",
+    "lease_fail": "SELECT * FROM leaseq.lease_fail(%(id)s, %(owner)s, %(token)s, %(secret)s,"
+    " 'FORGED', NULL, NULL, false, 'failed', 1, 2, NULL)",
+    "lease_release": "SELECT * FROM leaseq.lease_release(%(id)s, %(owner)s, %(token)s,"
+    " %(secret)s, now(), 'FORGED', true, 1, 2, NULL)",
+    "lease_sleep": "SELECT * FROM leaseq.lease_sleep(%(id)s, %(owner)s, %(token)s, %(secret)s,"
+    " now(), now() + interval '1 day', NULL)",
+    "lease_refused": "SELECT * FROM leaseq.lease_refused(%(id)s, %(owner)s, %(token)s,"
+    " %(secret)s, 1, now(), 'complete', NULL)",
+    "lease_step_intend": "SELECT * FROM leaseq.lease_step_intend(%(id)s, %(owner)s, %(token)s,"
+    " %(secret)s, 'refund', NULL, NULL)",
+    "lease_emit": "SELECT * FROM leaseq.lease_emit(%(id)s, %(owner)s, %(token)s, %(secret)s,"
+    " '\"FORGED\"', 2147483647, NULL)",
+    "lease_signal": "SELECT * FROM leaseq.lease_signal(%(id)s, %(owner)s, %(token)s, %(secret)s,"
+    " 'approval', NULL)",
+}
+
+
+@pytest.mark.parametrize("secret", ["digest", "guess"])
+@pytest.mark.parametrize("function", sorted(DOOR))
+def test_7_the_door_takes_another_workers_token_for_nothing(
+    database_url: str, roles: Roles, function: str, secret: str
+) -> None:
+    """With B's real owner and token, and for secret the digest A can read or one it made
+    up, each function answers as for a lease not held and writes nothing."""
+    job, (owner, token, digest) = held_by_b(roles)
+    params = {
+        "id": job.id,
+        "owner": owner,
+        "token": token,
+        "secret": digest if secret == "digest" else bytes(32),
+    }
+    with login(roles, "worker2") as a:
+        rows = a.execute(DOOR[function], params).fetchall()
+    # The refusal record answers with the job's status and records nothing; an emit says
+    # the lease is not held.
+    refused = {"lease_refused": [("running", 0)], "lease_emit": [(False, None)]}
+    assert rows == refused.get(function, [])
+    b_completes_as_if_alone(database_url, roles, job)
+
+
+def test_7_a_worker_takes_no_lease_of_another_through_the_api(
+    database_url: str, roles: Roles
+) -> None:
+    """leaseq's own worker API with B's real owner and token: every call is fenced."""
+    job, (owner, token, _) = held_by_b(roles)
+    forged = dataclasses.replace(job.lease, owner=owner, token=token, secret=bytes(32))
+    with queue_as(roles, "worker2") as a:
+        q = leaseq.Queue(a)
+        assert q.heartbeat(forged).status is leaseq.HeartbeatStatus.LOST
+        assert q.step_intend(forged, "refund", seen_token=None) is False
+        assert q.emit(forged, "FORGED") is None
+        assert isinstance(q.complete(forged, {"paid": "FORGED"}), leaseq.Fenced)
+        assert isinstance(q.release(forged), leaseq.Fenced)
+    b_completes_as_if_alone(database_url, roles, job)
+
+
+def test_7_a_worker_clock_does_not_revive_an_expired_lease(database_url: str, roles: Roles) -> None:
+    """The door's `now` is the owner's test hook: a worker login passing an early one is
+    held to database time, so its own lease, once expired, stays expired."""
+    with queue_as(roles, "producer") as p:
+        leaseq.Queue(p).enqueue("q", "bill")
+    with queue_as(roles, "worker") as w:
+        [job] = leaseq.Queue(w).claim(["q"], "worker-b", lease_seconds=0.05)
+    with psycopg.connect(database_url, autocommit=True) as admin:
+        wait_for(
+            lambda: (
+                admin.execute(
+                    "SELECT lease_expires_at < now() FROM leaseq.jobs WHERE id = %s", [job.id]
+                ).fetchone()
+                == (True,)
+            ),
+            "the lease to expire in database time",
+        )
+    with queue_as(roles, "worker") as w:
+        early = job.lease.started_at
+        answer = leaseq.Queue(w).complete(job.lease, {"late": True}, now=early)
+    assert isinstance(answer, leaseq.Fenced)

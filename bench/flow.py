@@ -38,6 +38,7 @@ import psycopg
 import leaseq
 from bench.context import Context
 from bench.env import reset_flow, scratch_database
+from bench.explain import function_plans, plan_lines
 from bench.gang import server_cpu_meter, wait_reaped
 from leaseq.runtime.claims import ClaimPlanner
 from leaseq_operator.config import REAP_INTERVAL, VACUUM_DEAD_TUPLES
@@ -381,13 +382,12 @@ def explain_rows(url: str, backlog: int) -> list[dict[str, Any]]:
         conn.execute("SET plan_cache_mode = force_generic_plan")
         rows = []
         for name in ("job_claim_keyed_slots", "job_claim_keyed"):
-            text = statements.load()[name].query.decode()
-            conn.execute("BEGIN")
-            plan = conn.execute(
-                ("EXPLAIN (ANALYZE, BUFFERS, COSTS OFF) " + text).encode(), params
-            ).fetchall()
-            conn.execute("ROLLBACK")
-            rows += [{"statement": name, "line": n, "plan": str(r[0])} for n, r in enumerate(plan)]
+            with conn.transaction(force_rollback=True):
+                [plan] = function_plans(conn, statements.load()[name].query, params, analyze=True)
+            rows += [
+                {"statement": name, "line": n, "plan": line}
+                for n, line in enumerate(plan_lines(plan))
+            ]
     return rows
 
 

@@ -25,6 +25,7 @@ import psycopg
 import leaseq
 from bench.context import Context
 from bench.env import scratch_database
+from bench.explain import CALLS, function_plans
 from bench.gang import Signals, run_gang
 from bench.stats import ms, percentile
 from leaseq.core._store import statements
@@ -101,6 +102,10 @@ def explain(
         plan = row[0][0] if row else {}
         times.append(float(plan["Execution Time"]))
     top = plan["Plan"]
+    if CALLS.search(query):
+        # A call of one of leaseq's functions: its own statement's plan, read as it runs.
+        with conn.transaction(force_rollback=True):
+            [top] = function_plans(conn, query, params, analyze=True)
     return {
         "execution_ms": round(percentile(times, 50), 3),
         "buffers": int(top.get("Shared Hit Blocks", 0)) + int(top.get("Shared Read Blocks", 0)),

@@ -459,8 +459,15 @@ def test_a_worker_cannot_free_a_held_unit_of_a_limit(database_url: str, roles: R
     with queue_as(roles, "worker") as w:
         assert len(leaseq.Queue(w).claim(["q"], "w1", limit=2)) == 1
     with login(roles, "worker") as conn:
-        freed = conn.execute("UPDATE leaseq.flow_slots SET job_id = NULL, lease_token = NULL")
-        assert freed.rowcount == 0
+        # A unit is taken only by a claim (lease_claim_keyed*), and given back only by its
+        # job's transition: no worker login writes one, neither freed nor taken for a job
+        # that does not exist.
+        with pytest.raises(DENIED):
+            conn.execute("UPDATE leaseq.flow_slots SET job_id = NULL, lease_token = NULL")
+        with pytest.raises(DENIED):
+            conn.execute("UPDATE leaseq.flow_slots SET job_id = -1 WHERE job_id IS NULL")
+        with pytest.raises(DENIED):
+            conn.execute("UPDATE leaseq.flow_buckets SET tokens = 1e9")
     with queue_as(roles, "worker") as w:
         assert leaseq.Queue(w).claim(["q"], "w2") == []
 
@@ -708,3 +715,22 @@ def test_7_a_worker_clock_does_not_revive_an_expired_lease(database_url: str, ro
         early = job.lease.started_at
         answer = leaseq.Queue(w).complete(job.lease, {"late": True}, now=early)
     assert isinstance(answer, leaseq.Fenced)
+
+
+def test_7_a_worker_leases_a_job_only_as_the_claims_lease_it(roles: Roles) -> None:
+    """A worker login updates no lease column itself: no claim with an endless lease, its
+    own digest or a token of its choosing, and no pending job taken around the claims."""
+    with queue_as(roles, "producer") as p:
+        pending = leaseq.Queue(p).enqueue("q", "bill").job_id
+    with login(roles, "worker2") as a, pytest.raises(DENIED):
+        a.execute(
+            "UPDATE leaseq.jobs SET status = 'running', lease_owner = 'worker-a',"
+            " lease_token = lease_token + 1, attempt_count = attempt_count + 1,"
+            " started_at = now(), lease_expires_at = 'infinity',"
+            " lease_digest = sha256('mine') WHERE id = %s",
+            [pending],
+        )
+    with queue_as(roles, "worker2") as a:
+        [job] = leaseq.Queue(a).claim(["q"], "worker-a", lease_seconds=30)
+    assert job.id == pending
+    assert (job.lease_expires_at - job.lease.started_at).total_seconds() <= 30

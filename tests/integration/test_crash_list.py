@@ -9,6 +9,7 @@ import psycopg
 import pytest
 
 import leaseq
+from bench.explain import function_plans
 from leaseq.core._store import statements
 from support.claimcheck import Executions, run_claimers
 from support.dbtime import claim_one, db_now
@@ -255,9 +256,8 @@ def test_claim_plan_uses_the_partial_index_under_history(conn: leaseq.core.db.Co
             "job_types": job_types,
             "now": None,
         }
-        row = conn.execute(b"EXPLAIN (FORMAT JSON) " + claim, params).fetchone()
-        assert row is not None
-        plan = str(row[0])
+        with conn.transaction(force_rollback=True):
+            plan = str(function_plans(conn, claim, params))
         assert "'Index Name': 'jobs_claim_idx'" in plan
         assert "'Node Type': 'Seq Scan'" not in plan.replace("'Relation Name': 'unnest'", "")
         assert "Sort" not in plan.split("jobs_claim_idx")[0].split("LockRows")[-1]

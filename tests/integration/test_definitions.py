@@ -86,9 +86,9 @@ BREAKS = [
     (
         "a column grant",
         "grants.sql",
-        "heartbeat_at, lease_expires_at, claim_id, lease_digest) ON leaseq.jobs",
-        "heartbeat_at, lease_expires_at, claim_id) ON leaseq.jobs",
-        "privileges on leaseq.jobs.lease_digest",
+        "last_error, last_error_code, max_attempts) ON leaseq.jobs",
+        "last_error, last_error_code) ON leaseq.jobs",
+        "privileges on leaseq.jobs.max_attempts",
     ),
     (
         "a function's PUBLIC EXECUTE",

@@ -22,7 +22,6 @@ reads one row.
 from __future__ import annotations
 
 import json
-import re
 from typing import Any
 
 import psycopg
@@ -30,6 +29,7 @@ import pytest
 from psycopg.types.json import Jsonb
 
 import leaseq
+from bench.explain import function_plans
 from leaseq.core._store import statements
 from support.plans import scans
 
@@ -95,29 +95,11 @@ def held_params(conn: psycopg.Connection[Any]) -> dict[str, Any]:
     }  # fmt: skip
 
 
-def door_plans(conn: psycopg.Connection[Any], query: bytes, params: dict[str, Any]) -> list[Any]:
-    """The plans of the statements of the door function that ``query`` calls, as
-    auto_explain logs them while it runs (its own statements only: not its triggers')."""
-    match = re.search(rb"leaseq\.(lease_\w+)\(", query)
-    assert match, query
-    own = match.group(1).decode() + "."
-    logged: list[str] = []
-    conn.add_notice_handler(lambda d: logged.append(d.message_primary or ""))
-    conn.execute("LOAD 'auto_explain'")
-    for setting in ("log_min_duration = 0", "log_nested_statements = on", "log_format = json"):
-        conn.execute(f"SET auto_explain.{setting}")
-    conn.execute("SET client_min_messages = log")
-    conn.execute(query, params)
-    conn.execute("SET client_min_messages = notice")
-    plans = [json.loads(m[m.index("{") :]) for m in logged if "plan:" in m]
-    return [p["Plan"] for p in plans if own in p["Query Text"]]
-
-
 @pytest.mark.parametrize("name", FENCED)
 def test_a_fenced_statement_uses_the_primary_key_whatever_the_statistics(
     misled: psycopg.Connection[Any], name: str
 ) -> None:
-    plans = door_plans(misled, statements.load()[name].query, held_params(misled))
+    plans = function_plans(misled, statements.load()[name].query, held_params(misled))
     assert plans, f"{name}: no statement of its function was logged"
     found = [
         (s["Node Type"], s.get("Index Name") or s.get("Relation Name", ""))

@@ -15,10 +15,23 @@ import psycopg
 import pytest
 
 import leaseq
+from bench.explain import function_plans
 from leaseq.core._store import statements
 from support.plans import generic, scans, writes
 
 BACKLOG = 5000
+
+#: A claim's parameters as a worker sends them (one job, every type).
+CLAIM = {
+    "queues": ["q"],
+    "job_types": None,
+    "owner": "probe",
+    "limit": 1,
+    "lease_seconds": 30.0,
+    "claim_id": None,
+    "claim_secret": b"s" * 32,
+    "now": None,
+}
 
 
 @pytest.mark.parametrize(
@@ -32,33 +45,10 @@ def test_the_keyed_claim_reads_one_row_of_a_backlogged_key(database_url: str, cl
     c.execute("ANALYZE leaseq.jobs")
     queue.enqueue_many([leaseq.JobSpec("q", "t", key="hot") for _ in range(BACKLOG)])
     c.execute("ANALYZE leaseq.jobs")
-    # As a worker's session prepares it: a generic plan, kept for every call.
-    query, names = generic(statements.load()[claim].query)
+    # As a worker's session plans it: a generic plan, kept for every call.
     c.execute("SET plan_cache_mode = force_generic_plan")
-    c.execute(f"PREPARE claim AS {query}")
-    values = {
-        "queues": (["q"], "text[]"),
-        "job_types": (None, "text[]"),
-        "owner": ("probe", "text"),
-        "limit": (1, "int"),
-        "lease_seconds": (30.0, "float8"),
-        "claim_id": (None, "uuid"),
-        "claim_secret": (b"s" * 32, "bytea"),
-        "now": (None, "timestamptz"),
-    }
-    args = ", ".join(f"%s::{values[name][1]}" for name in names)
     with c.transaction(force_rollback=True):
-        # Bound on this side: a utility statement's parameters get no types from the server.
-        row = (
-            psycopg.ClientCursor(c)
-            .execute(
-                f"EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) EXECUTE claim({args})",
-                [values[name][0] for name in names],
-            )
-            .fetchone()
-        )
-    assert row is not None
-    plan = row[0][0]["Plan"]
+        [plan] = function_plans(c, statements.load()[claim].query, CLAIM, analyze=True)
     on_jobs = [s for s in scans(plan) if s.get("Index Name", "").startswith("jobs_key")]
     assert [s["Index Name"] for s in on_jobs] == ["jobs_key_claim_idx"], on_jobs
     assert on_jobs[0]["Actual Rows"] == 1, on_jobs  # the key's head, not its backlog
@@ -133,31 +123,9 @@ def test_a_limited_keys_claim_takes_its_unit_by_index(
     assert c.execute(f"SELECT count(*) FROM leaseq.{table}").fetchone() == (
         1000 if table == "flow_buckets" else 4000,
     )
-    query, names = generic(statements.load()[claim].query)
     c.execute("SET plan_cache_mode = force_generic_plan")
-    c.execute(f"PREPARE claim AS {query}")
-    values = {
-        "queues": (["q"], "text[]"),
-        "job_types": (None, "text[]"),
-        "owner": ("probe", "text"),
-        "limit": (1, "int"),
-        "lease_seconds": (30.0, "float8"),
-        "claim_id": (None, "uuid"),
-        "claim_secret": (b"s" * 32, "bytea"),
-        "now": (None, "timestamptz"),
-    }
-    args = ", ".join(f"%s::{values[name][1]}" for name in names)
     with c.transaction(force_rollback=True):
-        row = (
-            psycopg.ClientCursor(c)
-            .execute(
-                f"EXPLAIN (ANALYZE, FORMAT JSON) EXECUTE claim({args})",
-                [values[name][0] for name in names],
-            )
-            .fetchone()
-        )
-    assert row is not None
-    plan = row[0][0]["Plan"]
+        [plan] = function_plans(c, statements.load()[claim].query, CLAIM, analyze=True)
     assert any(n.get("Relation Name") == "jobs" for n in writes(plan)), "nothing claimed"
     on_table = [s for s in scans(plan) if s.get("Relation Name") == table]
     assert on_table, f"the claim read no row of {table}"

@@ -8,13 +8,13 @@ import logging
 import pytest
 
 import leaseq
+from bench.explain import function_plans
 from leaseq.core._store import statements
 from support.roles import login_roles
 
 
 def claim_buffers(conn: leaseq.core.db.Conn, statement: str = "job_claim") -> int:
     """Shared buffers one claim touches (rolled back, so the backlog stays as it is)."""
-    query = b"EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) " + statements.load()[statement].query
     params = {
         "queues": ["q"],
         "owner": "probe",
@@ -26,9 +26,7 @@ def claim_buffers(conn: leaseq.core.db.Conn, statement: str = "job_claim") -> in
         "now": None,
     }
     with conn.transaction(force_rollback=True):
-        row = conn.execute(query, params).fetchone()
-    assert row is not None
-    plan = row[0][0]["Plan"]
+        [plan] = function_plans(conn, statements.load()[statement].query, params, analyze=True)
     return int(plan["Shared Hit Blocks"]) + int(plan["Shared Read Blocks"])
 
 

@@ -20,54 +20,22 @@ ALTER TABLE leaseq.job_steps ENABLE ROW LEVEL SECURITY;
 ALTER TABLE leaseq.job_stream ENABLE ROW LEVEL SECURITY;
 ALTER TABLE leaseq.job_signals ENABLE ROW LEVEL SECURITY;
 
--- The worker role's fence on leaseq.jobs, fired for the worker's role and its members only
--- (apply_grants creates its trigger, leaseq_worker_fence; the owner, the other roles and the
--- SECURITY DEFINER functions never fire it). A worker changes a job directly only by
--- claiming it (pending to running, the token the next, leaseq.lease_token_next) or by
--- marking it as a parent (has_children, a fan-out). Everything a running attempt changes
--- goes through the worker's door (definitions/lease.sql), which checks the lease's secret:
--- a running job changed directly, e.g. settled with a forged result under a token read from
--- the table, is refused.
-CREATE OR REPLACE FUNCTION leaseq.jobs_worker_fence()
-RETURNS trigger
-LANGUAGE plpgsql
-SET search_path = pg_catalog, pg_temp
-AS $fn$
-DECLARE
-    marked leaseq.jobs := OLD;
-BEGIN
-    marked.has_children := NEW.has_children;
-    IF marked IS NOT DISTINCT FROM NEW THEN
-        RETURN NEW;
-    END IF;
-    IF NOT (OLD.status = 'pending' AND NEW.status = 'running'
-            AND NEW.lease_token = leaseq.lease_token_next(OLD.lease_token, leaseq.lease_epoch())) THEN
-        RAISE EXCEPTION 'a worker may change job % only by claiming it (a running attempt writes through the leaseq.lease_* functions, with its lease''s secret); it is % with token %',
-            OLD.id, OLD.status, OLD.lease_token
-            USING ERRCODE = 'insufficient_privilege';
-    END IF;
-    RETURN NEW;
-END
-$fn$;
-
-REVOKE ALL ON FUNCTION leaseq.jobs_worker_fence() FROM PUBLIC;
-
 -- Grants each component's role exactly its privileges on leaseq's objects, and nothing more:
 -- first everything is revoked from the previously registered roles and from the given ones,
 -- and leaseq's policies are dropped; then each role gets its grants and policies. Idempotent,
 -- one transaction. A NULL role leaves that component without a role. Returns every
 -- statement it ran, in order. Only the owner of leaseq's tables may run it.
 --
--- worker:   reads jobs, attempts, effects; claims pending jobs (the lease columns only);
---           changes a running job, its attempt, effect, steps and stream, and reads its
---           signals, only through the worker's door (definitions/lease.sql: EXECUTE on the
---           lease_* functions, each checking the lease's secret); writes the
---           registry leaseq.workers; declares
+-- worker:   reads jobs, attempts, effects; claims a job (taking its key's units and rate
+--           tokens), changes a running job, its attempt, effect, steps and stream, and reads
+--           its signals, only through the worker's door (definitions/claims.sql and lease.sql:
+--           EXECUTE on the lease_* functions; a claim mints the lease's secret, the rest
+--           check it); writes the registry leaseq.workers; declares
 --           its app's schedules at start-up (through schedule_put and schedule_retire: code
 --           schedules of its own login only; reads the slot records); spawns from a handler (inserts jobs, their edges and
 --           pipelines in its completion's transaction, marks parents; the jobs and pipelines
---           owned by the producer of a job that runs under an unexpired lease); the keyed claim reads
---           the keys and takes units and rate tokens; may pause its job's key (flow_pause).
+--           owned by the producer of a job that runs under an unexpired lease); reads the
+--           flow tables; may pause its job's key (flow_pause).
 --           No DELETE on jobs or attempts (cannot prune), no DDL.
 -- operator: reaps, cancels, retries dead jobs, prunes (deletes finished jobs, their attempts
 --           and edges), reads stats, holds the leader lease, forgets stale workers;
@@ -104,7 +72,7 @@ DECLARE
     history_functions text := 'leaseq.history_ensure_partitions(integer, timestamptz), leaseq.history_expire_step(timestamptz, integer)';
     flow_functions text := 'leaseq.flow_limit_set(text, text, integer, double precision, double precision, double precision, boolean), leaseq.flow_unblock(text, text), leaseq.flow_repair(integer), leaseq.flow_settle(integer, double precision), leaseq.flow_resume(text, text)';
     schedule_functions text := 'leaseq.schedule_put(text, text, text, text, text, jsonb, integer, integer, leaseq.schedule_overlap, double precision, leaseq.schedule_origin, text, timestamptz), leaseq.schedule_retire(text, text[], timestamptz)';
-    lease_functions text := 'leaseq.lease_heartbeat(bigint, text, bigint, bytea, double precision, jsonb, timestamptz), leaseq.lease_heartbeat_many(bigint[], text[], bigint[], bytea[], jsonb[], double precision, timestamptz), leaseq.lease_checkpoint(bigint, text, bigint, bytea, jsonb, timestamptz), leaseq.lease_complete(bigint[], text[], bigint[], bytea[], jsonb[], text[], jsonb[], text[], timestamptz), leaseq.lease_fail(bigint, text, bigint, bytea, text, text, text, boolean, leaseq.attempt_outcome, double precision, double precision, timestamptz), leaseq.lease_release(bigint, text, bigint, bytea, timestamptz, text, boolean, double precision, double precision, timestamptz), leaseq.lease_back_off(bigint, text, bigint, bytea, timestamptz, double precision, text, timestamptz), leaseq.lease_sleep(bigint, text, bigint, bytea, timestamptz, timestamptz, timestamptz), leaseq.lease_wait(bigint, text, bigint, bytea, timestamptz, text, timestamptz, timestamptz), leaseq.lease_refused(bigint, text, bigint, bytea, integer, timestamptz, text, timestamptz), leaseq.lease_step_intend(bigint, text, bigint, bytea, text, bigint, timestamptz), leaseq.lease_step_record(bigint, text, bigint, bytea, text, jsonb, text, timestamptz), leaseq.lease_step_withdraw(bigint, text, bigint, bytea, text, timestamptz), leaseq.lease_emit(bigint, text, bigint, bytea, jsonb, integer, timestamptz), leaseq.lease_signal(bigint, text, bigint, bytea, text, timestamptz)';
+    lease_functions text := 'leaseq.lease_claim(text[], text[], text, integer, double precision, uuid, bytea, timestamptz), leaseq.lease_claim_keyed(text[], text[], text, integer, double precision, uuid, bytea, timestamptz), leaseq.lease_claim_keyed_slots(text[], text[], text, integer, double precision, uuid, bytea, timestamptz), leaseq.lease_claim_keyed_open(text[], text[], text, integer, double precision, uuid, bytea, timestamptz), leaseq.lease_heartbeat(bigint, text, bigint, bytea, double precision, jsonb, timestamptz), leaseq.lease_heartbeat_many(bigint[], text[], bigint[], bytea[], jsonb[], double precision, timestamptz), leaseq.lease_checkpoint(bigint, text, bigint, bytea, jsonb, timestamptz), leaseq.lease_complete(bigint[], text[], bigint[], bytea[], jsonb[], text[], jsonb[], text[], timestamptz), leaseq.lease_fail(bigint, text, bigint, bytea, text, text, text, boolean, leaseq.attempt_outcome, double precision, double precision, timestamptz), leaseq.lease_release(bigint, text, bigint, bytea, timestamptz, text, boolean, double precision, double precision, timestamptz), leaseq.lease_back_off(bigint, text, bigint, bytea, timestamptz, double precision, text, timestamptz), leaseq.lease_sleep(bigint, text, bigint, bytea, timestamptz, timestamptz, timestamptz), leaseq.lease_wait(bigint, text, bigint, bytea, timestamptz, text, timestamptz, timestamptz), leaseq.lease_refused(bigint, text, bigint, bytea, integer, timestamptz, text, timestamptz), leaseq.lease_step_intend(bigint, text, bigint, bytea, text, bigint, timestamptz), leaseq.lease_step_record(bigint, text, bigint, bytea, text, jsonb, text, timestamptz), leaseq.lease_step_withdraw(bigint, text, bigint, bytea, text, timestamptz), leaseq.lease_emit(bigint, text, bigint, bytea, jsonb, integer, timestamptz), leaseq.lease_signal(bigint, text, bigint, bytea, text, timestamptz)';
     maintain boolean := current_setting('server_version_num')::int >= 170000;
     r regrole;
     stmt text;
@@ -147,26 +115,24 @@ BEGIN
     LOOP
         stmts := stmts || format('DROP POLICY %I ON leaseq.%I', pol.policyname, pol.tablename);
     END LOOP;
-    stmts := stmts || 'DROP TRIGGER IF EXISTS leaseq_worker_fence ON leaseq.jobs'::text;
     DELETE FROM leaseq.component_roles;
 
     IF worker IS NOT NULL THEN
         stmts := stmts || ARRAY[
             format('GRANT USAGE ON SCHEMA leaseq TO %s', worker),
             format('GRANT SELECT ON leaseq.schema_migrations, leaseq.jobs, leaseq.job_view, leaseq.job_attempts, leaseq.job_results, leaseq.workers TO %s', worker),
-            -- A claim's columns; everything else a running attempt writes goes through the
-            -- worker's door, which checks the lease's secret.
-            format('GRANT UPDATE (status, waiting_for, waiting_since, attempt_count, lease_token, lease_owner, started_at, heartbeat_at, lease_expires_at, claim_id, lease_digest) ON leaseq.jobs TO %s', worker),
+            -- A job is claimed and changed under its lease only through the worker's door
+            -- (the lease_* functions), which mints and checks the lease's secret.
             format('GRANT EXECUTE ON FUNCTION %s TO %s', lease_functions, worker),
             -- The registry is the workers' own table: whatever a worker reports about itself.
             format('GRANT INSERT, UPDATE, DELETE ON leaseq.workers TO %s', worker),
             format('CREATE POLICY leaseq_worker_read ON leaseq.workers FOR SELECT TO %s USING (true)', worker),
             format('CREATE POLICY leaseq_worker_own ON leaseq.workers FOR ALL TO %s USING (registered_by = current_user) WITH CHECK (registered_by = current_user)', worker),
             format('CREATE POLICY leaseq_worker_read ON leaseq.jobs FOR SELECT TO %s USING (true)', worker),
+            -- Only has_children (a fan-out's parent mark) is the worker's to update.
             format('CREATE POLICY leaseq_worker_unfinished ON leaseq.jobs FOR UPDATE TO %s USING (status IN (''pending'', ''running'')) WITH CHECK (true)', worker),
             format('CREATE POLICY leaseq_worker_read ON leaseq.job_attempts FOR SELECT TO %s USING (true)', worker),
             format('CREATE POLICY leaseq_worker_read ON leaseq.job_results FOR SELECT TO %s USING (true)', worker),
-            format('CREATE TRIGGER leaseq_worker_fence BEFORE UPDATE ON leaseq.jobs FOR EACH ROW WHEN (pg_has_role(%L, ''MEMBER'') AND NOT pg_has_role(%L, ''USAGE'')) EXECUTE FUNCTION leaseq.jobs_worker_fence()', worker::text, owner_oid::regrole::text),
             -- Schedules declared in code, upserted at start-up.
             -- Declared only through schedule_put and schedule_retire (schedules.sql): code
             -- schedules of its own login, never a run-time one, a pause or a slot.
@@ -191,14 +157,11 @@ BEGIN
             -- statement (a hashed subplan), however many jobs the fan-out inserts.
             format('CREATE POLICY leaseq_worker_spawner ON leaseq.jobs AS RESTRICTIVE FOR INSERT TO %s WITH CHECK (enqueued_by IN (SELECT h.enqueued_by FROM leaseq.jobs h WHERE h.status = ''running'' AND h.lease_expires_at > now()))', worker),
             format('CREATE POLICY leaseq_worker_spawner ON leaseq.pipelines AS RESTRICTIVE FOR INSERT TO %s WITH CHECK (created_by IN (SELECT h.enqueued_by FROM leaseq.jobs h WHERE h.status = ''running'' AND h.lease_expires_at > now()))', worker),
-            -- Flow control: the keyed claim reads the keys and takes units and rate tokens.
-            format('GRANT SELECT ON leaseq.flow_keys, leaseq.flow_limits, leaseq.flow_aggregates TO %s', worker),
-            format('GRANT SELECT, UPDATE (job_id, lease_token, taken_at) ON leaseq.flow_slots TO %s', worker),
+            -- Flow control: read; a claim (a lease_claim_* function) takes a free unit and
+            -- rate tokens, and only a job's transition (jobs_on_status, as the owner) gives
+            -- a unit back.
+            format('GRANT SELECT ON leaseq.flow_keys, leaseq.flow_limits, leaseq.flow_aggregates, leaseq.flow_slots, leaseq.flow_buckets TO %s', worker),
             format('CREATE POLICY leaseq_worker_read ON leaseq.flow_slots FOR SELECT TO %s USING (true)', worker),
-            -- A claim takes a free unit; only a job's transition (jobs_on_status, as the
-            -- owner) gives one back.
-            format('CREATE POLICY leaseq_worker_take ON leaseq.flow_slots FOR UPDATE TO %s USING (job_id IS NULL) WITH CHECK (job_id IS NOT NULL)', worker),
-            format('GRANT SELECT, UPDATE (tokens, tokens_at) ON leaseq.flow_buckets TO %s', worker),
             format('GRANT EXECUTE ON FUNCTION leaseq.flow_pause(text, text, timestamptz) TO %s', worker),
             -- Durable steps and streams: read (a step's record, ctx.step); written only
             -- through the worker's door. Signals: read only through it (lease_signal).

@@ -4,8 +4,8 @@
 -- leaseq.lease_epoch, leaseq.lease_token_next.
 -- Set off by: job_enqueue and every statement that writes queue, job_type or timeout (the
 -- check); lease_fail and lease_release in lease.sql and job_reap in queries/jobs.sql
--- (retry_delay); job_claim and the keyed claims (lease_token_next, also checked by
--- grants.sql's worker fence); server_identity in queries/workers.sql (lease_epoch).
+-- (retry_delay); the claims in claims.sql (lease_token_next); server_identity in
+-- queries/workers.sql (lease_epoch).
 --
 -- Migrations are the upgrade path and are written from these files; tests/integration/
 -- test_definitions.py proves that the replay of every migration defines exactly what they do.

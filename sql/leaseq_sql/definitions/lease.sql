@@ -7,8 +7,9 @@
 -- signals.sql, steps.sql, streams.sql), run by leaseq.Queue for a worker.
 --
 -- Each function is SECURITY DEFINER, revoked from PUBLIC and granted to the worker role
--- (apply_grants, grants.sql), which has no INSERT or UPDATE of its own on the job's
--- attempts, effects, steps or stream, nor SELECT of its signals. Each takes the lease as
+-- (apply_grants, grants.sql), which has no INSERT or UPDATE of its own on a job (but its
+-- parent mark), its attempts, effects, steps or stream, nor SELECT of its signals; the
+-- claims that lease a job are claims.sql's. Each takes the lease as
 -- (job, holder, token, secret) and acts only while the job runs under that owner and token
 -- on an unexpired lease and sha256(secret) is the digest its claim wrote
 -- (leaseq.core.capability): the token every login can read is not enough. The functions

@@ -8,7 +8,8 @@
 -- time (a worker's `now` is honoured only for the owner's logins). The worker role loses its
 -- INSERT and UPDATE on those tables, its SELECT of job_signals, and its UPDATE of a running
 -- job (the fence trigger now admits only a claim and a parent's mark). A time a job is
--- handed back until is bounded in the functions as the trigger bounded it.
+-- handed back until is bounded in the functions as the trigger bounded it. Migration 50
+-- re-applies the registered roles' grants.
 CREATE OR REPLACE FUNCTION leaseq.apply_grants(worker regrole, operator regrole, producer regrole)
  RETURNS SETOF text
  LANGUAGE plpgsql
@@ -857,14 +858,3 @@ END
 $function$
 ;
 REVOKE ALL ON FUNCTION leaseq.lease_wait(bigint,text,bigint,bytea,timestamp with time zone,text,timestamp with time zone,timestamp with time zone) FROM PUBLIC;
-
--- The roles registered by the last `leaseq migrate` get their new rights now: a migration
--- run that names no roles would otherwise leave its workers without the door.
-SELECT count(*) FROM leaseq.apply_grants(
-    (SELECT r.role_oid::regrole FROM leaseq.component_roles r
-      WHERE r.component = 'worker' AND EXISTS (SELECT 1 FROM pg_roles p WHERE p.oid = r.role_oid)),
-    (SELECT r.role_oid::regrole FROM leaseq.component_roles r
-      WHERE r.component = 'operator' AND EXISTS (SELECT 1 FROM pg_roles p WHERE p.oid = r.role_oid)),
-    (SELECT r.role_oid::regrole FROM leaseq.component_roles r
-      WHERE r.component = 'producer' AND EXISTS (SELECT 1 FROM pg_roles p WHERE p.oid = r.role_oid)))
- WHERE EXISTS (SELECT 1 FROM leaseq.component_roles);

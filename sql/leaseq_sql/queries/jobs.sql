@@ -33,53 +33,10 @@ SELECT j.id, false, 0 FROM leaseq.jobs j
    AND j.queue = %(queue)s AND j.dedup_key = %(dedup_key)s AND j.status IN ('pending', 'running');
 
 -- name: job_claim
--- Leases up to %(limit)s ready jobs from the given queues (of %(job_types)s only, unless NULL) in priority order, skipping rows other claimers hold; bumps attempt and token.
-WITH t AS (SELECT coalesce(%(now)s::timestamptz, now()) AS now),
-candidate AS (
-    SELECT c.id
-      FROM unnest(%(queues)s::text[]) AS q(queue)
-      CROSS JOIN t
-      CROSS JOIN LATERAL (
-          SELECT j.id, j.priority, j.available_at
-            FROM leaseq.jobs j
-           WHERE j.status = 'pending' AND j.queue = q.queue AND j.available_at <= t.now
-             -- Keyed and waiting ordered jobs are claimed by job_claim_keyed (flow.sql).
-             AND j.key IS NULL AND NOT j.ordering_waiting
-             -- A filter on the claim index's scan, not a key of it: the index stays the one
-             -- every claimer walks; jobs of types this worker does not serve are stepped over.
-             AND (%(job_types)s::text[] IS NULL OR j.job_type = ANY(%(job_types)s::text[]))
-           ORDER BY j.priority, j.available_at, j.id
-           LIMIT %(limit)s
-             FOR UPDATE SKIP LOCKED
-      ) c
-     ORDER BY c.priority, c.available_at, c.id
-     LIMIT %(limit)s
-),
-claimed AS (
-    UPDATE leaseq.jobs j
-       SET status = 'running',
-           -- Whatever it waited for (ctx.wait_for) is over: it runs.
-           waiting_for = NULL, waiting_since = NULL,
-           attempt_count = j.attempt_count + 1,
-           lease_token = leaseq.lease_token_next(j.lease_token, (SELECT leaseq.lease_epoch())),
-           lease_owner = %(owner)s,
-           claim_id = %(claim_id)s,
-           -- Only the digest of the lease's secret, sha256(claim secret || id) (leaseq.core.capability).
-           lease_digest = sha256(sha256(%(claim_secret)s::bytea || int8send(j.id))),
-           started_at = t.now,
-           heartbeat_at = t.now,
-           lease_expires_at = t.now + least(make_interval(secs => %(lease_seconds)s),
-                                            coalesce(j.timeout, make_interval(secs => %(lease_seconds)s)))
-      FROM t
-     -- An array, not a join: the generic plan cannot see LIMIT and would hash-join a
-     -- sequential scan of jobs against the candidates; this plan is an index scan either way.
-     WHERE j.id = ANY (ARRAY(SELECT candidate.id FROM candidate))
-    RETURNING j.id, j.queue, j.job_type, j.payload, j.priority, j.available_at, j.attempt_count,
-              j.max_attempts, j.lease_token, j.lease_expires_at, j.started_at,
-              extract(epoch FROM j.timeout)::float8 AS timeout_seconds,
-              j.idempotency_key, j.checkpoint
-)
-SELECT * FROM claimed ORDER BY priority, available_at, id;
+-- Leases up to %(limit)s ready jobs from the given queues (of %(job_types)s only, unless NULL) in priority order, skipping rows other claimers hold (leaseq.lease_claim, definitions/claims.sql); bumps attempt and token.
+SELECT c.*
+  FROM leaseq.lease_claim(%(queues)s::text[], %(job_types)s::text[], %(owner)s, %(limit)s,
+                         %(lease_seconds)s, %(claim_id)s, %(claim_secret)s, %(now)s::timestamptz) c;
 
 -- name: job_claim_recover
 -- The jobs the given claim calls (%(claim_ids)s, each with its claim secret in %(claim_secrets)s) took and the owner still holds, in the claim's shape with the claim's id: the answer to claims whose reply was lost with their connection.

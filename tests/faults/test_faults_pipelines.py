@@ -24,14 +24,14 @@ from support.polling import wait_for
 
 
 def _blocked_by(url: str, locker: psycopg.Connection[Any]) -> list[int]:
-    """Backends waiting for a lock ``locker`` holds, running a completion: job_complete (known
-    by its first lines: pg_stat_activity keeps only the first 1 kB of a query), or the first
-    statement of a fan-out's completion transaction, which marks the spawner a parent."""
+    """Backends waiting for a lock ``locker`` holds, running a completion: job_complete (a
+    call of leaseq.lease_complete), or the first statement of a fan-out's completion
+    transaction, which marks the spawner a parent."""
     pid = locker.info.backend_pid
     with psycopg.connect(url, autocommit=True) as c:
         rows = c.execute(
             "SELECT pid FROM pg_stat_activity WHERE %s = ANY(pg_blocking_pids(pid))"
-            " AND (position('r.effect_key' in query) > 0"
+            " AND (position('leaseq.lease_complete(' in query) > 0"
             " OR position('has_children = true' in query) > 0)",
             (pid,),
         ).fetchall()

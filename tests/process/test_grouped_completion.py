@@ -52,8 +52,8 @@ def blocked_on_lock(database_url: str, worker_id: str) -> bool:
     with psycopg.connect(database_url, autocommit=True) as conn:
         row = conn.execute(
             "SELECT count(*) FROM pg_stat_activity WHERE application_name = %s"
-            # job_complete's opening lines: pg_stat_activity keeps only the first 1 kB of a query.
-            " AND wait_event_type = 'Lock' AND query LIKE '%%r.result, r.effect_key%%'",
+            # job_complete: a call of leaseq.lease_complete.
+            " AND wait_event_type = 'Lock' AND query LIKE '%%leaseq.lease_complete(%%'",
             [f"leaseq worker {worker_id}"],
         ).fetchone()
     return bool(row and row[0])

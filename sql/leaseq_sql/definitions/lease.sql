@@ -1,8 +1,9 @@
 -- leaseq's present tense: the worker's door, everything an attempt may change under its lease.
 --
--- Covers: leaseq.lease_now, leaseq.lease_run_at and the lease_* functions: renewal, checkpoint, completion,
--- failure, release, back-off, sleep, wait, the record of a refused call, a durable step's
--- intent, outcome and withdrawal, a stream item, and the read of a signal.
+-- Covers: leaseq.lease_now, leaseq.lease_owner_session, leaseq.lease_run_at and the lease_*
+-- functions: renewal, checkpoint, completion, failure, release, back-off, sleep, wait, the
+-- record of a refused call, a durable step's intent, outcome and withdrawal, a stream item,
+-- and the read of a signal.
 -- Set off by: the named statements of the same names in queries/ (jobs.sql, flow.sql,
 -- signals.sql, steps.sql, streams.sql), run by leaseq.Queue for a worker.
 --
@@ -16,19 +17,33 @@
 -- are one statement each (lease_wait: a lock, then one), so the plans a worker's session
 -- caches for them are a statement's (tests/integration/test_fenced_plans.py reads them).
 
--- The time a lease function runs at: database time, or `at` when the caller's login owns
--- leaseq's tables (tests move time through `now=`). A worker's clock never decides a lease:
--- a hostile worker passing an early `at` would otherwise revive its expired lease.
-CREATE OR REPLACE FUNCTION leaseq.lease_now(at timestamptz)
-RETURNS timestamptz
+-- Whether this session's login owns leaseq's tables (or is a member of their owner): asked
+-- by leaseq.lease_now only when a caller passes its own time.
+CREATE OR REPLACE FUNCTION leaseq.lease_owner_session()
+RETURNS boolean
 LANGUAGE sql STABLE
 SET search_path = pg_catalog, pg_temp
 AS $$
-    SELECT CASE WHEN at IS NOT NULL
-                 AND pg_has_role(session_user,
-                                 (SELECT c.relowner FROM pg_class c
-                                   WHERE c.oid = 'leaseq.jobs'::regclass), 'USAGE')
-                THEN at ELSE now() END
+    SELECT pg_has_role(session_user,
+                       (SELECT c.relowner FROM pg_class c WHERE c.oid = 'leaseq.jobs'::regclass),
+                       'USAGE')
+$$;
+
+REVOKE ALL ON FUNCTION leaseq.lease_owner_session() FROM PUBLIC;
+
+-- The time a lease function runs at: database time, or `at` when the caller's login owns
+-- leaseq's tables (tests move time through `now=`). A worker's clock never decides a lease:
+-- a hostile worker passing an early `at` would otherwise revive its expired lease. Inlined
+-- into its callers (no SET, no sub-select, every name qualified, as lease_token_next): a
+-- call that passes no time costs a CASE, not a function call (one per claim cost about
+-- 70 us here, a third of an empty claim).
+CREATE OR REPLACE FUNCTION leaseq.lease_now(at timestamptz)
+RETURNS timestamptz
+LANGUAGE sql STABLE
+AS $$
+    SELECT CASE WHEN at IS NULL THEN pg_catalog.now()
+                WHEN leaseq.lease_owner_session() THEN at
+                ELSE pg_catalog.now() END
 $$;
 
 REVOKE ALL ON FUNCTION leaseq.lease_now(timestamptz) FROM PUBLIC;

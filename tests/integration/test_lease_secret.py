@@ -99,21 +99,26 @@ def test_the_real_token_without_the_secret_is_refused(
     assert queue.get(held.id).result == {"real": True}
 
 
-def test_a_claim_keeps_only_the_digest_of_each_jobs_own_secret(
+def test_a_claim_keeps_only_a_digest_of_its_secret_per_job(
     queue: leaseq.Queue, database_url: str
 ) -> None:
     for _ in range(3):
         queue.enqueue("q", "t")
     jobs = queue.claim(["q"], "w", limit=3)
-    secrets = [job.lease.secret for job in jobs]
-    assert len(set(secrets)) == 3 and all(len(s) == 32 for s in secrets)
+    [secret] = {job.lease.secret for job in jobs}  # one per claim call
+    assert len(secret) == 32 and queue.claim(["q"], "w") == []
+    queue.enqueue("q", "t")
+    [later] = queue.claim(["q"], "w")
+    assert later.lease.secret != secret  # and each call its own
     with psycopg.connect(database_url) as c:
         rows = dict(c.execute("SELECT id, lease_digest FROM leaseq.jobs").fetchall())
         whole = str(c.execute("SELECT array_agg(j::text) FROM leaseq.jobs j").fetchone())
-    for job in jobs:
-        assert rows[job.id] == hashlib.sha256(job.lease.secret).digest()
+    for job in [*jobs, later]:
+        id_bytes = job.id.to_bytes(8, "big")
+        assert rows[job.id] == hashlib.sha256(job.lease.secret + id_bytes).digest()
         assert job.lease.secret.hex() not in whole
-    assert "secret" not in repr(jobs[0].lease) and jobs[0].lease.secret.hex() not in repr(jobs)
+    assert len(set(rows.values())) == 4  # a digest per job
+    assert "secret" not in repr(jobs[0].lease) and secret.hex() not in repr(jobs)
 
 
 def test_a_keyed_claim_mints_a_secret_too(queue: leaseq.Queue) -> None:

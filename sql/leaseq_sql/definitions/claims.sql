@@ -69,8 +69,8 @@ BEGIN
                lease_token = leaseq.lease_token_next(j.lease_token, (SELECT leaseq.lease_epoch())),
                lease_owner = lease_claim.holder,
                claim_id = lease_claim.claim_id,
-               -- Only the digest of the lease's secret, sha256(claim secret || id) (leaseq.core.capability).
-               lease_digest = sha256(sha256(lease_claim.claim_secret || int8send(j.id))),
+               -- Only the lease's digest: sha256(the claim's secret || id) (leaseq.core.capability).
+               lease_digest = sha256(lease_claim.claim_secret || int8send(j.id)),
                started_at = claim_now,
                heartbeat_at = claim_now,
                lease_expires_at = claim_now + least(make_interval(secs => lease_claim.lease_seconds),
@@ -208,8 +208,8 @@ BEGIN
                lease_token = leaseq.lease_token_next(j.lease_token, (SELECT leaseq.lease_epoch())),
                lease_owner = lease_claim_keyed.holder,
                claim_id = lease_claim_keyed.claim_id,
-               -- Only the digest of the lease's secret, sha256(claim secret || id) (leaseq.core.capability).
-               lease_digest = sha256(sha256(lease_claim_keyed.claim_secret || int8send(j.id))),
+               -- Only the lease's digest: sha256(the claim's secret || id) (leaseq.core.capability).
+               lease_digest = sha256(lease_claim_keyed.claim_secret || int8send(j.id)),
                -- The moment the claim holds its unit (its locks are taken before any row is
                -- updated), not the transaction's start: the attempts of one key never overlap
                -- beyond its limit, even for a claim that started before the unit was given back.
@@ -335,8 +335,8 @@ BEGIN
                lease_token = leaseq.lease_token_next(j.lease_token, (SELECT leaseq.lease_epoch())),
                lease_owner = lease_claim_keyed_slots.holder,
                claim_id = lease_claim_keyed_slots.claim_id,
-               -- Only the digest of the lease's secret, sha256(claim secret || id) (leaseq.core.capability).
-               lease_digest = sha256(sha256(lease_claim_keyed_slots.claim_secret || int8send(j.id))),
+               -- Only the lease's digest: sha256(the claim's secret || id) (leaseq.core.capability).
+               lease_digest = sha256(lease_claim_keyed_slots.claim_secret || int8send(j.id)),
                started_at = coalesce(claim_start, clock_timestamp()),
                heartbeat_at = claim_now,
                lease_expires_at = claim_now
@@ -425,8 +425,8 @@ BEGIN
                lease_token = leaseq.lease_token_next(j.lease_token, (SELECT leaseq.lease_epoch())),
                lease_owner = lease_claim_keyed_open.holder,
                claim_id = lease_claim_keyed_open.claim_id,
-               -- Only the digest of the lease's secret, sha256(claim secret || id) (leaseq.core.capability).
-               lease_digest = sha256(sha256(lease_claim_keyed_open.claim_secret || int8send(j.id))),
+               -- Only the lease's digest: sha256(the claim's secret || id) (leaseq.core.capability).
+               lease_digest = sha256(lease_claim_keyed_open.claim_secret || int8send(j.id)),
                started_at = coalesce(claim_start, clock_timestamp()),
                heartbeat_at = claim_now,
                lease_expires_at = claim_now

@@ -12,7 +12,7 @@
 -- parent mark), its attempts, effects, steps or stream, nor SELECT of its signals; the
 -- claims that lease a job are claims.sql's. Each takes the lease as
 -- (job, holder, token, secret) and acts only while the job runs under that owner and token
--- on an unexpired lease and sha256(secret) is the digest its claim wrote
+-- on an unexpired lease and sha256(secret || id) is the digest its claim wrote
 -- (leaseq.core.capability): the token every login can read is not enough. The functions
 -- are one statement each (lease_wait: a lock, then one), so the plans a worker's session
 -- caches for them are a statement's (tests/integration/test_fenced_plans.py reads them).
@@ -88,7 +88,7 @@ BEGIN
            progress = coalesce(lease_heartbeat.progress, j.progress)
       FROM (SELECT leaseq.lease_now(lease_heartbeat.at) AS now) t
      WHERE j.id = lease_heartbeat.job AND j.lease_owner = lease_heartbeat.holder
-       AND j.lease_token = lease_heartbeat.token AND j.lease_digest = sha256(lease_heartbeat.secret)
+       AND j.lease_token = lease_heartbeat.token AND j.lease_digest = sha256(lease_heartbeat.secret || int8send(j.id))
        AND j.lease_expires_at > t.now
     RETURNING j.lease_expires_at;
 END
@@ -123,7 +123,7 @@ BEGIN
      -- small table's generic plan hashed a scan of all of it).
      WHERE j.id = ANY (lease_heartbeat_many.jobs)
        AND j.id = r.id AND j.lease_owner = r.holder AND j.lease_token = r.token
-       AND j.lease_digest = sha256(r.secret)
+       AND j.lease_digest = sha256(r.secret || int8send(j.id))
        AND j.lease_expires_at > t.now
     RETURNING j.id, j.lease_expires_at;
 END
@@ -144,7 +144,7 @@ BEGIN
     UPDATE leaseq.jobs j
        SET checkpoint = lease_checkpoint.state
      WHERE j.id = lease_checkpoint.job AND j.lease_owner = lease_checkpoint.holder
-       AND j.lease_token = lease_checkpoint.token AND j.lease_digest = sha256(lease_checkpoint.secret)
+       AND j.lease_token = lease_checkpoint.token AND j.lease_digest = sha256(lease_checkpoint.secret || int8send(j.id))
        AND j.lease_expires_at > leaseq.lease_now(lease_checkpoint.at)
     RETURNING j.id;
 END
@@ -185,7 +185,7 @@ BEGIN
          -- As in lease_heartbeat_many: the primary key whatever the plan.
          WHERE j.id = ANY (lease_complete.jobs)
            AND j.id = req.id AND j.lease_owner = req.holder
-           AND j.lease_token = req.token AND j.lease_digest = sha256(req.secret)
+           AND j.lease_token = req.token AND j.lease_digest = sha256(req.secret || int8send(j.id))
            AND j.lease_expires_at > t.now
         RETURNING j.id, j.queue, j.job_type, j.attempt_count, j.lease_token, j.lease_owner,
                   j.started_at, j.finished_at,
@@ -256,7 +256,7 @@ BEGIN
                last_error_code = lease_fail.error_code
           FROM t
          WHERE j.id = lease_fail.job AND j.lease_owner = lease_fail.holder
-           AND j.lease_token = lease_fail.token AND j.lease_digest = sha256(lease_fail.secret)
+           AND j.lease_token = lease_fail.token AND j.lease_digest = sha256(lease_fail.secret || int8send(j.id))
            AND j.lease_expires_at > t.now
         RETURNING j.id, j.status, j.available_at, j.attempt_count, j.lease_token, j.started_at
     ),
@@ -307,7 +307,7 @@ BEGIN
                started_at = NULL, heartbeat_at = NULL
           FROM t
          WHERE j.id = lease_release.job AND j.lease_owner = lease_release.holder
-           AND j.lease_token = lease_release.token AND j.lease_digest = sha256(lease_release.secret)
+           AND j.lease_token = lease_release.token AND j.lease_digest = sha256(lease_release.secret || int8send(j.id))
            AND j.lease_expires_at > t.now
         RETURNING j.id, j.queue, j.status, j.available_at,
                   j.attempt_count + CASE WHEN lease_release.shutdown THEN 1 ELSE 0 END AS attempt
@@ -357,7 +357,7 @@ BEGIN
          -- naming status = 'running' lets the planner pick jobs_running_idx over the primary
          -- key when the statistics predate the running jobs (test_fenced_plans.py).
          WHERE j.id = lease_back_off.job AND j.lease_owner = lease_back_off.holder
-           AND j.lease_token = lease_back_off.token AND j.lease_digest = sha256(lease_back_off.secret)
+           AND j.lease_token = lease_back_off.token AND j.lease_digest = sha256(lease_back_off.secret || int8send(j.id))
            AND j.lease_expires_at > t.now
         RETURNING j.id, j.queue, j.key, j.available_at, j.attempt_count + 1 AS attempt
     ),
@@ -402,7 +402,7 @@ BEGIN
                started_at = NULL, heartbeat_at = NULL
           FROM t
          WHERE j.id = lease_sleep.job AND j.lease_owner = lease_sleep.holder
-           AND j.lease_token = lease_sleep.token AND j.lease_digest = sha256(lease_sleep.secret)
+           AND j.lease_token = lease_sleep.token AND j.lease_digest = sha256(lease_sleep.secret || int8send(j.id))
            AND j.lease_expires_at > t.now
         RETURNING j.id, j.available_at, j.attempt_count + 1 AS attempt
     ),
@@ -437,7 +437,7 @@ AS $fn$
 BEGIN
     PERFORM FROM leaseq.jobs j
       WHERE j.id = lease_wait.job AND j.lease_owner = lease_wait.holder
-        AND j.lease_token = lease_wait.token AND j.lease_digest = sha256(lease_wait.secret)
+        AND j.lease_token = lease_wait.token AND j.lease_digest = sha256(lease_wait.secret || int8send(j.id))
         AND j.lease_expires_at > leaseq.lease_now(lease_wait.at)
         FOR UPDATE;
     IF NOT FOUND THEN
@@ -460,7 +460,7 @@ BEGIN
                started_at = NULL, heartbeat_at = NULL
           FROM t, sent
          WHERE j.id = lease_wait.job AND j.lease_owner = lease_wait.holder
-           AND j.lease_token = lease_wait.token AND j.lease_digest = sha256(lease_wait.secret)
+           AND j.lease_token = lease_wait.token AND j.lease_digest = sha256(lease_wait.secret || int8send(j.id))
            AND j.lease_expires_at > t.now
         RETURNING j.id, j.queue, j.available_at, j.attempt_count + 1 AS attempt, sent.there
     ),
@@ -499,7 +499,7 @@ BEGIN
     RETURN QUERY
     WITH job AS (
         SELECT j.id, j.status, j.lease_token, j.lease_expires_at,
-               coalesce(j.lease_digest = sha256(lease_refused.secret), false) AS proven
+               coalesce(j.lease_digest = sha256(lease_refused.secret || int8send(j.id)), false) AS proven
           FROM leaseq.jobs j WHERE j.id = lease_refused.job
     ),
     refusal AS (
@@ -563,7 +563,7 @@ BEGIN
         SELECT j.id, j.attempt_count, j.lease_token FROM leaseq.jobs j, t
          WHERE j.id = lease_step_intend.job AND j.lease_owner = lease_step_intend.holder
            AND j.lease_token = lease_step_intend.token
-           AND j.lease_digest = sha256(lease_step_intend.secret)
+           AND j.lease_digest = sha256(lease_step_intend.secret || int8send(j.id))
            AND j.lease_expires_at > t.now
            FOR SHARE OF j
     )
@@ -596,7 +596,7 @@ BEGIN
         SELECT j.id FROM leaseq.jobs j, t
          WHERE j.id = lease_step_record.job AND j.lease_owner = lease_step_record.holder
            AND j.lease_token = lease_step_record.token
-           AND j.lease_digest = sha256(lease_step_record.secret)
+           AND j.lease_digest = sha256(lease_step_record.secret || int8send(j.id))
            AND j.lease_expires_at > t.now
            FOR SHARE OF j
     )
@@ -626,7 +626,7 @@ BEGIN
         SELECT j.id FROM leaseq.jobs j
          WHERE j.id = lease_step_withdraw.job AND j.lease_owner = lease_step_withdraw.holder
            AND j.lease_token = lease_step_withdraw.token
-           AND j.lease_digest = sha256(lease_step_withdraw.secret)
+           AND j.lease_digest = sha256(lease_step_withdraw.secret || int8send(j.id))
            AND j.lease_expires_at > leaseq.lease_now(lease_step_withdraw.at)
            FOR SHARE OF j
     )
@@ -657,7 +657,7 @@ BEGIN
     WITH held AS (
         SELECT j.id FROM leaseq.jobs j
          WHERE j.id = lease_emit.job AND j.lease_owner = lease_emit.holder
-           AND j.lease_token = lease_emit.token AND j.lease_digest = sha256(lease_emit.secret)
+           AND j.lease_token = lease_emit.token AND j.lease_digest = sha256(lease_emit.secret || int8send(j.id))
            AND j.lease_expires_at > leaseq.lease_now(lease_emit.at)
            FOR SHARE OF j
     ),
@@ -695,7 +695,7 @@ BEGIN
     WITH held AS (
         SELECT j.id FROM leaseq.jobs j
          WHERE j.id = lease_signal.job AND j.lease_owner = lease_signal.holder
-           AND j.lease_token = lease_signal.token AND j.lease_digest = sha256(lease_signal.secret)
+           AND j.lease_token = lease_signal.token AND j.lease_digest = sha256(lease_signal.secret || int8send(j.id))
            AND j.lease_expires_at > leaseq.lease_now(lease_signal.at)
     )
     SELECT s.job_id IS NOT NULL, s.payload

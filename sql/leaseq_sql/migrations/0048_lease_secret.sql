@@ -2,7 +2,7 @@
 --
 -- The fencing token orders executions but proves nothing: every worker login reads every
 -- job's token. Each claim now writes the digest of a secret only its claimer knows
--- (sha256 of sha256(claim secret || id), leaseq.core.capability), and every statement a
+-- (sha256(claim secret || id), leaseq.core.capability), and every statement a
 -- worker runs under a lease checks the secret it presents against that digest. The digest
 -- is NULL on rows claimed before this migration: a worker of this version never holds one.
 

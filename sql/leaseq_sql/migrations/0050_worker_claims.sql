@@ -8,7 +8,8 @@
 -- were; the worker role keeps SELECT on those tables and UPDATE of jobs.has_children only,
 -- and the fence trigger, which had nothing left to fence, is dropped with its function.
 -- leaseq.lease_now is inlined into its callers (it asks leaseq.lease_owner_session only
--- when given a time): as a function call it cost a claim about 70 us.
+-- when given a time): as a function call it cost a claim about 70 us. A lease's digest is
+-- sha256(the claim's secret || id), one hash per job at the claim, not two.
 -- The worker role's fence trigger goes with its function: a worker login updates no column
 -- of leaseq.jobs but has_children, so there is nothing left for it to fence.
 DROP TRIGGER IF EXISTS leaseq_worker_fence ON leaseq.jobs;
@@ -238,6 +239,68 @@ $function$
 
 DROP FUNCTION leaseq.jobs_worker_fence();
 
+CREATE OR REPLACE FUNCTION leaseq.lease_back_off(job bigint, holder text, token bigint, secret bytea, started timestamp with time zone, seconds double precision, reason text, at timestamp with time zone)
+ RETURNS TABLE(id bigint, status text, available_at timestamp with time zone, paused_until timestamp with time zone)
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+#variable_conflict use_column
+BEGIN
+    RETURN QUERY
+    WITH t AS (SELECT leaseq.lease_now(lease_back_off.at) AS now),
+    released AS (
+        UPDATE leaseq.jobs j
+           SET status = 'pending',
+               available_at = greatest(j.available_at, leaseq.lease_run_at(t.now + make_interval(secs => lease_back_off.seconds))),
+               attempt_count = j.attempt_count - 1,
+               last_error = lease_back_off.reason, last_error_code = 'BACK_OFF',
+               lease_token = j.lease_token + 1, lease_expires_at = NULL,
+               started_at = NULL, heartbeat_at = NULL
+          FROM t
+         -- No status: a lease exists only while a job runs (jobs_lease_only_while_running), and
+         -- naming status = 'running' lets the planner pick jobs_running_idx over the primary
+         -- key when the statistics predate the running jobs (test_fenced_plans.py).
+         WHERE j.id = lease_back_off.job AND j.lease_owner = lease_back_off.holder
+           AND j.lease_token = lease_back_off.token AND j.lease_digest = sha256(lease_back_off.secret || int8send(j.id))
+           AND j.lease_expires_at > t.now
+        RETURNING j.id, j.queue, j.key, j.available_at, j.attempt_count + 1 AS attempt
+    ),
+    paused AS (
+        SELECT leaseq.flow_pause(r.queue, r.key, r.available_at) AS until
+          FROM released r WHERE r.key IS NOT NULL
+    ),
+    attempt AS (
+        INSERT INTO leaseq.job_attempts (job_id, attempt, lease_token, worker, started_at, ended_at, outcome, error)
+        SELECT r.id, r.attempt, lease_back_off.token, lease_back_off.holder, lease_back_off.started,
+               t.now, 'released', lease_back_off.reason
+          FROM released r, t
+    )
+    SELECT r.id, 'pending'::text, r.available_at, (SELECT max(p.until) FROM paused p)
+      FROM released r;
+END
+$function$
+;
+
+CREATE OR REPLACE FUNCTION leaseq.lease_checkpoint(job bigint, holder text, token bigint, secret bytea, state jsonb, at timestamp with time zone)
+ RETURNS TABLE(id bigint)
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+#variable_conflict use_column
+BEGIN
+    RETURN QUERY
+    UPDATE leaseq.jobs j
+       SET checkpoint = lease_checkpoint.state
+     WHERE j.id = lease_checkpoint.job AND j.lease_owner = lease_checkpoint.holder
+       AND j.lease_token = lease_checkpoint.token AND j.lease_digest = sha256(lease_checkpoint.secret || int8send(j.id))
+       AND j.lease_expires_at > leaseq.lease_now(lease_checkpoint.at)
+    RETURNING j.id;
+END
+$function$
+;
+
 CREATE OR REPLACE FUNCTION leaseq.lease_claim(queues text[], job_types text[], holder text, lim integer, lease_seconds double precision, claim_id uuid, claim_secret bytea, at timestamp with time zone)
  RETURNS TABLE(id bigint, queue text, job_type text, payload jsonb, priority smallint, available_at timestamp with time zone, attempt_count integer, max_attempts integer, lease_token bigint, lease_expires_at timestamp with time zone, started_at timestamp with time zone, timeout_seconds double precision, idempotency_key text, checkpoint jsonb)
  LANGUAGE plpgsql
@@ -278,8 +341,8 @@ BEGIN
                lease_token = leaseq.lease_token_next(j.lease_token, (SELECT leaseq.lease_epoch())),
                lease_owner = lease_claim.holder,
                claim_id = lease_claim.claim_id,
-               -- Only the digest of the lease's secret, sha256(claim secret || id) (leaseq.core.capability).
-               lease_digest = sha256(sha256(lease_claim.claim_secret || int8send(j.id))),
+               -- Only the lease's digest: sha256(the claim's secret || id) (leaseq.core.capability).
+               lease_digest = sha256(lease_claim.claim_secret || int8send(j.id)),
                started_at = claim_now,
                heartbeat_at = claim_now,
                lease_expires_at = claim_now + least(make_interval(secs => lease_claim.lease_seconds),
@@ -408,8 +471,8 @@ BEGIN
                lease_token = leaseq.lease_token_next(j.lease_token, (SELECT leaseq.lease_epoch())),
                lease_owner = lease_claim_keyed.holder,
                claim_id = lease_claim_keyed.claim_id,
-               -- Only the digest of the lease's secret, sha256(claim secret || id) (leaseq.core.capability).
-               lease_digest = sha256(sha256(lease_claim_keyed.claim_secret || int8send(j.id))),
+               -- Only the lease's digest: sha256(the claim's secret || id) (leaseq.core.capability).
+               lease_digest = sha256(lease_claim_keyed.claim_secret || int8send(j.id)),
                -- The moment the claim holds its unit (its locks are taken before any row is
                -- updated), not the transaction's start: the attempts of one key never overlap
                -- beyond its limit, even for a claim that started before the unit was given back.
@@ -485,8 +548,8 @@ BEGIN
                lease_token = leaseq.lease_token_next(j.lease_token, (SELECT leaseq.lease_epoch())),
                lease_owner = lease_claim_keyed_open.holder,
                claim_id = lease_claim_keyed_open.claim_id,
-               -- Only the digest of the lease's secret, sha256(claim secret || id) (leaseq.core.capability).
-               lease_digest = sha256(sha256(lease_claim_keyed_open.claim_secret || int8send(j.id))),
+               -- Only the lease's digest: sha256(the claim's secret || id) (leaseq.core.capability).
+               lease_digest = sha256(lease_claim_keyed_open.claim_secret || int8send(j.id)),
                started_at = coalesce(claim_start, clock_timestamp()),
                heartbeat_at = claim_now,
                lease_expires_at = claim_now
@@ -602,8 +665,8 @@ BEGIN
                lease_token = leaseq.lease_token_next(j.lease_token, (SELECT leaseq.lease_epoch())),
                lease_owner = lease_claim_keyed_slots.holder,
                claim_id = lease_claim_keyed_slots.claim_id,
-               -- Only the digest of the lease's secret, sha256(claim secret || id) (leaseq.core.capability).
-               lease_digest = sha256(sha256(lease_claim_keyed_slots.claim_secret || int8send(j.id))),
+               -- Only the lease's digest: sha256(the claim's secret || id) (leaseq.core.capability).
+               lease_digest = sha256(lease_claim_keyed_slots.claim_secret || int8send(j.id)),
                started_at = coalesce(claim_start, clock_timestamp()),
                heartbeat_at = claim_now,
                lease_expires_at = claim_now
@@ -623,6 +686,200 @@ END
 $function$
 ;
 REVOKE ALL ON FUNCTION leaseq.lease_claim_keyed_slots(text[],text[],text,integer,double precision,uuid,bytea,timestamp with time zone) FROM PUBLIC;
+
+CREATE OR REPLACE FUNCTION leaseq.lease_complete(jobs bigint[], holders text[], tokens bigint[], secrets bytea[], results jsonb[], effect_keys text[], progresses jsonb[], notes text[], at timestamp with time zone)
+ RETURNS TABLE(id bigint, effect_key text, effect_written boolean)
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+#variable_conflict use_column
+BEGIN
+    RETURN QUERY
+    WITH t AS (SELECT leaseq.lease_now(lease_complete.at) AS now),
+    req AS (
+        SELECT r.id, r.holder, r.token, r.secret, r.result, r.effect_key, r.progress, r.note
+          FROM unnest(lease_complete.jobs, lease_complete.holders, lease_complete.tokens,
+                      lease_complete.secrets, lease_complete.results,
+                      lease_complete.effect_keys, lease_complete.progresses,
+                      lease_complete.notes)
+               AS r(id, holder, token, secret, result, effect_key, progress, note)
+    ),
+    done AS (
+        UPDATE leaseq.jobs j
+           SET status = 'succeeded', finished_at = t.now, lease_expires_at = NULL,
+               result = req.result, progress = coalesce(req.progress, j.progress)
+          FROM t, req
+         -- As in lease_heartbeat_many: the primary key whatever the plan.
+         WHERE j.id = ANY (lease_complete.jobs)
+           AND j.id = req.id AND j.lease_owner = req.holder
+           AND j.lease_token = req.token AND j.lease_digest = sha256(req.secret || int8send(j.id))
+           AND j.lease_expires_at > t.now
+        RETURNING j.id, j.queue, j.job_type, j.attempt_count, j.lease_token, j.lease_owner,
+                  j.started_at, j.finished_at,
+                  coalesce(req.effect_key, j.idempotency_key) AS effect_key,
+                  req.result, req.note
+    ),
+    effect AS (
+        INSERT INTO leaseq.job_results (queue, job_type, idempotency_key, job_id, produced_by,
+                                        produced_at, result)
+        SELECT done.queue, done.job_type, done.effect_key, done.id, done.lease_owner,
+               done.finished_at, coalesce(done.result, 'null'::jsonb)
+          FROM done
+         WHERE done.effect_key IS NOT NULL
+        ON CONFLICT (queue, job_type, idempotency_key) DO NOTHING
+        RETURNING job_id
+    ),
+    -- A key another job's effect holds drops this one: the attempt says so, so it is not silent.
+    attempt AS (
+        INSERT INTO leaseq.job_attempts (job_id, attempt, lease_token, worker, started_at, ended_at, outcome, error)
+        SELECT done.id, done.attempt_count, done.lease_token, done.lease_owner, done.started_at,
+               done.finished_at, 'succeeded',
+               CASE WHEN done.effect_key IS NOT NULL
+                     AND NOT EXISTS (SELECT 1 FROM effect e WHERE e.job_id = done.id)
+                    THEN concat_ws('; ', done.note, 'effect not written: its key is held by another job''s effect (keys are per queue and job type, shared by every producer)')
+                    ELSE done.note END
+          FROM done
+    )
+    SELECT done.id, done.effect_key,
+           EXISTS (SELECT 1 FROM effect e WHERE e.job_id = done.id) AS effect_written
+      FROM done;
+END
+$function$
+;
+
+CREATE OR REPLACE FUNCTION leaseq.lease_emit(job bigint, holder text, token bigint, secret bytea, item jsonb, cap integer, at timestamp with time zone)
+ RETURNS TABLE(held boolean, seq bigint)
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+#variable_conflict use_column
+BEGIN
+    RETURN QUERY
+    WITH held AS (
+        SELECT j.id FROM leaseq.jobs j
+         WHERE j.id = lease_emit.job AND j.lease_owner = lease_emit.holder
+           AND j.lease_token = lease_emit.token AND j.lease_digest = sha256(lease_emit.secret || int8send(j.id))
+           AND j.lease_expires_at > leaseq.lease_now(lease_emit.at)
+           FOR SHARE OF j
+    ),
+    -- The last item by a backward scan of the primary key: one index entry, however long the
+    -- stream (an aggregate over the join read every item of the job at each append).
+    last AS (
+        SELECT held.id,
+               coalesce((SELECT s.seq FROM leaseq.job_stream s WHERE s.job_id = held.id
+                          ORDER BY s.seq DESC LIMIT 1), 0) AS seq
+          FROM held
+    ),
+    ins AS (
+        INSERT INTO leaseq.job_stream (job_id, seq, value, at)
+        SELECT last.id, last.seq + 1, lease_emit.item, leaseq.lease_now(lease_emit.at)
+          FROM last WHERE last.seq < least(lease_emit.cap, 10000)
+        RETURNING seq
+    )
+    SELECT EXISTS (SELECT 1 FROM held), (SELECT ins.seq FROM ins);
+END
+$function$
+;
+
+CREATE OR REPLACE FUNCTION leaseq.lease_fail(job bigint, holder text, token bigint, secret bytea, error text, error_code text, traceback text, retryable boolean, outcome leaseq.attempt_outcome, backoff_base double precision, backoff_cap double precision, at timestamp with time zone)
+ RETURNS TABLE(id bigint, status text, available_at timestamp with time zone)
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+#variable_conflict use_column
+BEGIN
+    IF lease_fail.outcome NOT IN ('failed', 'timed_out') THEN
+        RAISE EXCEPTION 'a failed attempt''s outcome is failed or timed_out, got %; nothing was written', lease_fail.outcome
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    RETURN QUERY
+    WITH t AS (SELECT leaseq.lease_now(lease_fail.at) AS now),
+    failed AS (
+        UPDATE leaseq.jobs j
+           SET status = CASE WHEN lease_fail.retryable AND j.attempt_count < j.max_attempts
+                             THEN 'pending' ELSE 'dead' END::leaseq.job_status,
+               available_at = CASE WHEN lease_fail.retryable AND j.attempt_count < j.max_attempts
+                                   THEN leaseq.lease_run_at(t.now + leaseq.retry_delay(j.attempt_count, lease_fail.backoff_base, lease_fail.backoff_cap))
+                                   ELSE j.available_at END,
+               finished_at = CASE WHEN lease_fail.retryable AND j.attempt_count < j.max_attempts
+                                  THEN NULL ELSE t.now END,
+               lease_owner = CASE WHEN lease_fail.retryable AND j.attempt_count < j.max_attempts
+                                  THEN NULL ELSE j.lease_owner END,
+               lease_expires_at = NULL,
+               last_error = lease_fail.error,
+               last_error_code = lease_fail.error_code
+          FROM t
+         WHERE j.id = lease_fail.job AND j.lease_owner = lease_fail.holder
+           AND j.lease_token = lease_fail.token AND j.lease_digest = sha256(lease_fail.secret || int8send(j.id))
+           AND j.lease_expires_at > t.now
+        RETURNING j.id, j.status, j.available_at, j.attempt_count, j.lease_token, j.started_at
+    ),
+    attempt AS (
+        INSERT INTO leaseq.job_attempts (job_id, attempt, lease_token, worker, started_at, ended_at, outcome, error,
+                                         traceback)
+        SELECT failed.id, failed.attempt_count, failed.lease_token, lease_fail.holder,
+               failed.started_at, t.now, lease_fail.outcome, lease_fail.error, lease_fail.traceback
+          FROM failed, t
+    )
+    SELECT failed.id, failed.status::text, failed.available_at FROM failed;
+END
+$function$
+;
+
+CREATE OR REPLACE FUNCTION leaseq.lease_heartbeat(job bigint, holder text, token bigint, secret bytea, lease_seconds double precision, progress jsonb, at timestamp with time zone)
+ RETURNS TABLE(lease_expires_at timestamp with time zone)
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+#variable_conflict use_column
+BEGIN
+    RETURN QUERY
+    UPDATE leaseq.jobs j
+       SET heartbeat_at = t.now,
+           lease_expires_at = least(t.now + make_interval(secs => lease_heartbeat.lease_seconds),
+                                    coalesce(j.started_at + least(j.timeout, interval '100 years'), 'infinity')),
+           progress = coalesce(lease_heartbeat.progress, j.progress)
+      FROM (SELECT leaseq.lease_now(lease_heartbeat.at) AS now) t
+     WHERE j.id = lease_heartbeat.job AND j.lease_owner = lease_heartbeat.holder
+       AND j.lease_token = lease_heartbeat.token AND j.lease_digest = sha256(lease_heartbeat.secret || int8send(j.id))
+       AND j.lease_expires_at > t.now
+    RETURNING j.lease_expires_at;
+END
+$function$
+;
+
+CREATE OR REPLACE FUNCTION leaseq.lease_heartbeat_many(jobs bigint[], holders text[], tokens bigint[], secrets bytea[], progresses jsonb[], lease_seconds double precision, at timestamp with time zone)
+ RETURNS TABLE(id bigint, lease_expires_at timestamp with time zone)
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+#variable_conflict use_column
+BEGIN
+    RETURN QUERY
+    UPDATE leaseq.jobs j
+       SET heartbeat_at = t.now,
+           lease_expires_at = least(t.now + make_interval(secs => lease_heartbeat_many.lease_seconds),
+                                    coalesce(j.started_at + least(j.timeout, interval '100 years'), 'infinity')),
+           progress = coalesce(r.progress, j.progress)
+      FROM (SELECT leaseq.lease_now(lease_heartbeat_many.at) AS now) t,
+           unnest(lease_heartbeat_many.jobs, lease_heartbeat_many.holders,
+                  lease_heartbeat_many.tokens, lease_heartbeat_many.secrets,
+                  lease_heartbeat_many.progresses) AS r(id, holder, token, secret, progress)
+     -- The ids as an array too: a probe of the primary key whatever the plan (joined only, a
+     -- small table's generic plan hashed a scan of all of it).
+     WHERE j.id = ANY (lease_heartbeat_many.jobs)
+       AND j.id = r.id AND j.lease_owner = r.holder AND j.lease_token = r.token
+       AND j.lease_digest = sha256(r.secret || int8send(j.id))
+       AND j.lease_expires_at > t.now
+    RETURNING j.id, j.lease_expires_at;
+END
+$function$
+;
 
 CREATE OR REPLACE FUNCTION leaseq.lease_owner_session()
  RETURNS boolean
@@ -645,6 +902,301 @@ AS $function$
     SELECT CASE WHEN at IS NULL THEN pg_catalog.now()
                 WHEN leaseq.lease_owner_session() THEN at
                 ELSE pg_catalog.now() END
+$function$
+;
+
+CREATE OR REPLACE FUNCTION leaseq.lease_refused(job bigint, holder text, token bigint, secret bytea, attempt integer, started timestamp with time zone, call text, at timestamp with time zone)
+ RETURNS TABLE(status leaseq.job_status, recorded bigint)
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+#variable_conflict use_column
+BEGIN
+    RETURN QUERY
+    WITH job AS (
+        SELECT j.id, j.status, j.lease_token, j.lease_expires_at,
+               coalesce(j.lease_digest = sha256(lease_refused.secret || int8send(j.id)), false) AS proven
+          FROM leaseq.jobs j WHERE j.id = lease_refused.job
+    ),
+    refusal AS (
+        SELECT job.id, t.at,
+               lease_refused.call || ' refused: ' ||
+               CASE WHEN job.status = 'running' AND job.lease_token = lease_refused.token
+                    THEN 'the lease of token ' || job.lease_token || ' expired at '
+                         || job.lease_expires_at || ' (job is running, not reaped yet)'
+                    ELSE 'lease token ' || lease_refused.token || ' is not current (job is '
+                         || job.status || ', token ' || job.lease_token || ')'
+               END AS error
+          FROM job, (SELECT leaseq.lease_now(lease_refused.at) AS at) t
+         WHERE job.proven OR job.lease_token <> lease_refused.token
+    ),
+    -- A plain UPDATE, not ON CONFLICT DO UPDATE: an attempt that is not lease_expired is
+    -- skipped here. A cancelled attempt stays cancelled: its worker hearing so is the
+    -- cancellation working, not a fault. The attempt ended when the reaper took it: its end
+    -- time stays (a later one would show the attempt holding its key's unit after the reaper
+    -- gave it back); the error says when the call came.
+    refenced AS (
+        UPDATE leaseq.job_attempts a
+           SET outcome = 'fenced',
+               error = refusal.error || ' at ' || refusal.at || ' after ' || a.outcome::text
+          FROM refusal
+         WHERE a.job_id = refusal.id AND a.lease_token = lease_refused.token
+           AND a.outcome = 'lease_expired'
+        RETURNING a.job_id
+    ),
+    inserted AS (
+        INSERT INTO leaseq.job_attempts (job_id, attempt, lease_token, worker, started_at, ended_at, outcome, error)
+        SELECT refusal.id, lease_refused.attempt, lease_refused.token, lease_refused.holder,
+               lease_refused.started, refusal.at, 'fenced', refusal.error
+          FROM refusal
+        ON CONFLICT (job_id, lease_token) DO NOTHING
+        RETURNING job_id
+    )
+    SELECT (SELECT job.status FROM job),
+           (SELECT count(*) FROM refenced) + (SELECT count(*) FROM inserted);
+END
+$function$
+;
+
+CREATE OR REPLACE FUNCTION leaseq.lease_release(job bigint, holder text, token bigint, secret bytea, started timestamp with time zone, reason text, shutdown boolean, backoff_base double precision, backoff_cap double precision, at timestamp with time zone)
+ RETURNS TABLE(id bigint, status text, available_at timestamp with time zone, notified bigint)
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+#variable_conflict use_column
+BEGIN
+    RETURN QUERY
+    WITH t AS (SELECT leaseq.lease_now(lease_release.at) AS now),
+    released AS (
+        UPDATE leaseq.jobs j
+           SET status = CASE WHEN NOT lease_release.shutdown AND j.attempt_count >= j.max_attempts
+                             THEN 'dead' ELSE 'pending' END::leaseq.job_status,
+               available_at = CASE WHEN lease_release.shutdown OR j.attempt_count >= j.max_attempts
+                                   THEN j.available_at
+                                   ELSE greatest(j.available_at,
+                                                 leaseq.lease_run_at(t.now + leaseq.retry_delay(j.attempt_count, lease_release.backoff_base, lease_release.backoff_cap))) END,
+               attempt_count = j.attempt_count - CASE WHEN lease_release.shutdown THEN 1 ELSE 0 END,
+               finished_at = CASE WHEN NOT lease_release.shutdown AND j.attempt_count >= j.max_attempts THEN t.now END,
+               lease_owner = CASE WHEN NOT lease_release.shutdown AND j.attempt_count >= j.max_attempts THEN j.lease_owner END,
+               last_error = CASE WHEN lease_release.shutdown THEN j.last_error ELSE lease_release.reason END,
+               last_error_code = CASE WHEN lease_release.shutdown THEN j.last_error_code ELSE 'INTERRUPTED' END,
+               lease_token = j.lease_token + 1, lease_expires_at = NULL,
+               started_at = NULL, heartbeat_at = NULL
+          FROM t
+         WHERE j.id = lease_release.job AND j.lease_owner = lease_release.holder
+           AND j.lease_token = lease_release.token AND j.lease_digest = sha256(lease_release.secret || int8send(j.id))
+           AND j.lease_expires_at > t.now
+        RETURNING j.id, j.queue, j.status, j.available_at,
+                  j.attempt_count + CASE WHEN lease_release.shutdown THEN 1 ELSE 0 END AS attempt
+    ),
+    attempt AS (
+        INSERT INTO leaseq.job_attempts (job_id, attempt, lease_token, worker, started_at, ended_at, outcome, error)
+        SELECT released.id, released.attempt, lease_release.token, lease_release.holder,
+               lease_release.started, t.now,
+               CASE WHEN lease_release.shutdown THEN 'released' ELSE 'interrupted' END::leaseq.attempt_outcome,
+               lease_release.reason
+          FROM released, t
+    ),
+    woke AS (SELECT pg_notify('leaseq_jobs', released.queue) FROM released WHERE released.status = 'pending')
+    SELECT released.id, released.status::text, released.available_at,
+           (SELECT count(*) FROM woke)
+      FROM released;
+END
+$function$
+;
+
+CREATE OR REPLACE FUNCTION leaseq.lease_signal(job bigint, holder text, token bigint, secret bytea, signal_name text, at timestamp with time zone)
+ RETURNS TABLE(found boolean, payload jsonb)
+ LANGUAGE plpgsql
+ STABLE SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+#variable_conflict use_column
+BEGIN
+    RETURN QUERY
+    WITH held AS (
+        SELECT j.id FROM leaseq.jobs j
+         WHERE j.id = lease_signal.job AND j.lease_owner = lease_signal.holder
+           AND j.lease_token = lease_signal.token AND j.lease_digest = sha256(lease_signal.secret || int8send(j.id))
+           AND j.lease_expires_at > leaseq.lease_now(lease_signal.at)
+    )
+    SELECT s.job_id IS NOT NULL, s.payload
+      FROM held
+      LEFT JOIN leaseq.job_signals s ON s.job_id = held.id AND s.name = lease_signal.signal_name;
+END
+$function$
+;
+
+CREATE OR REPLACE FUNCTION leaseq.lease_sleep(job bigint, holder text, token bigint, secret bytea, started timestamp with time zone, until_at timestamp with time zone, at timestamp with time zone)
+ RETURNS TABLE(id bigint, status text, available_at timestamp with time zone)
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+#variable_conflict use_column
+BEGIN
+    RETURN QUERY
+    WITH t AS (SELECT leaseq.lease_now(lease_sleep.at) AS now),
+    slept AS (
+        UPDATE leaseq.jobs j
+           SET status = 'pending',
+               available_at = greatest(t.now, leaseq.lease_run_at(lease_sleep.until_at)),
+               attempt_count = j.attempt_count - 1,
+               lease_token = j.lease_token + 1, lease_expires_at = NULL,
+               started_at = NULL, heartbeat_at = NULL
+          FROM t
+         WHERE j.id = lease_sleep.job AND j.lease_owner = lease_sleep.holder
+           AND j.lease_token = lease_sleep.token AND j.lease_digest = sha256(lease_sleep.secret || int8send(j.id))
+           AND j.lease_expires_at > t.now
+        RETURNING j.id, j.available_at, j.attempt_count + 1 AS attempt
+    ),
+    attempt AS (
+        INSERT INTO leaseq.job_attempts (job_id, attempt, lease_token, worker, started_at, ended_at, outcome, error)
+        SELECT s.id, s.attempt, lease_sleep.token, lease_sleep.holder, lease_sleep.started, t.now,
+               'released', 'sleeping until ' || s.available_at
+          FROM slept s, t
+    )
+    SELECT s.id, 'pending'::text, s.available_at FROM slept s;
+END
+$function$
+;
+
+CREATE OR REPLACE FUNCTION leaseq.lease_step_intend(job bigint, holder text, token bigint, secret bytea, step text, seen_token bigint, at timestamp with time zone)
+ RETURNS TABLE(intended_at timestamp with time zone)
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+#variable_conflict use_column
+BEGIN
+    RETURN QUERY
+    WITH t AS (SELECT leaseq.lease_now(lease_step_intend.at) AS now),
+    held AS (
+        SELECT j.id, j.attempt_count, j.lease_token FROM leaseq.jobs j, t
+         WHERE j.id = lease_step_intend.job AND j.lease_owner = lease_step_intend.holder
+           AND j.lease_token = lease_step_intend.token
+           AND j.lease_digest = sha256(lease_step_intend.secret || int8send(j.id))
+           AND j.lease_expires_at > t.now
+           FOR SHARE OF j
+    )
+    INSERT INTO leaseq.job_steps AS s (job_id, name, attempt, lease_token, intended_at)
+    SELECT held.id, lease_step_intend.step, held.attempt_count, held.lease_token, t.now FROM held, t
+    ON CONFLICT (job_id, name) DO UPDATE
+       SET attempt = excluded.attempt, lease_token = excluded.lease_token,
+           intended_at = excluded.intended_at
+     WHERE s.finished_at IS NULL AND s.lease_token IS NOT DISTINCT FROM lease_step_intend.seen_token
+    RETURNING s.intended_at;
+END
+$function$
+;
+
+CREATE OR REPLACE FUNCTION leaseq.lease_step_record(job bigint, holder text, token bigint, secret bytea, step text, outcome jsonb, note text, at timestamp with time zone)
+ RETURNS TABLE(finished_at timestamp with time zone)
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+#variable_conflict use_column
+BEGIN
+    RETURN QUERY
+    WITH t AS (SELECT leaseq.lease_now(lease_step_record.at) AS now),
+    held AS (
+        SELECT j.id FROM leaseq.jobs j, t
+         WHERE j.id = lease_step_record.job AND j.lease_owner = lease_step_record.holder
+           AND j.lease_token = lease_step_record.token
+           AND j.lease_digest = sha256(lease_step_record.secret || int8send(j.id))
+           AND j.lease_expires_at > t.now
+           FOR SHARE OF j
+    )
+    UPDATE leaseq.job_steps s
+       SET finished_at = t.now, result = lease_step_record.outcome, note = lease_step_record.note
+      FROM held, t
+     WHERE s.job_id = held.id AND s.name = lease_step_record.step
+       AND s.lease_token = lease_step_record.token AND s.finished_at IS NULL
+    RETURNING s.finished_at;
+END
+$function$
+;
+
+CREATE OR REPLACE FUNCTION leaseq.lease_step_withdraw(job bigint, holder text, token bigint, secret bytea, step text, at timestamp with time zone)
+ RETURNS TABLE(name text)
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+#variable_conflict use_column
+BEGIN
+    RETURN QUERY
+    WITH held AS (
+        SELECT j.id FROM leaseq.jobs j
+         WHERE j.id = lease_step_withdraw.job AND j.lease_owner = lease_step_withdraw.holder
+           AND j.lease_token = lease_step_withdraw.token
+           AND j.lease_digest = sha256(lease_step_withdraw.secret || int8send(j.id))
+           AND j.lease_expires_at > leaseq.lease_now(lease_step_withdraw.at)
+           FOR SHARE OF j
+    )
+    UPDATE leaseq.job_steps s
+       SET attempt = NULL, lease_token = NULL, intended_at = NULL
+      FROM held
+     WHERE s.job_id = held.id AND s.name = lease_step_withdraw.step
+       AND s.lease_token = lease_step_withdraw.token AND s.finished_at IS NULL
+    RETURNING s.name;
+END
+$function$
+;
+
+CREATE OR REPLACE FUNCTION leaseq.lease_wait(job bigint, holder text, token bigint, secret bytea, started timestamp with time zone, signal_name text, until_at timestamp with time zone, at timestamp with time zone)
+ RETURNS TABLE(id bigint, status text, available_at timestamp with time zone, signalled boolean, notified bigint)
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+#variable_conflict use_column
+BEGIN
+    PERFORM FROM leaseq.jobs j
+      WHERE j.id = lease_wait.job AND j.lease_owner = lease_wait.holder
+        AND j.lease_token = lease_wait.token AND j.lease_digest = sha256(lease_wait.secret || int8send(j.id))
+        AND j.lease_expires_at > leaseq.lease_now(lease_wait.at)
+        FOR UPDATE;
+    IF NOT FOUND THEN
+        RETURN;
+    END IF;
+    RETURN QUERY
+    WITH t AS (SELECT leaseq.lease_now(lease_wait.at) AS now),
+    sent AS (
+        SELECT EXISTS (SELECT 1 FROM leaseq.job_signals s
+                        WHERE s.job_id = lease_wait.job AND s.name = lease_wait.signal_name) AS there
+    ),
+    waited AS (
+        UPDATE leaseq.jobs j
+           SET status = 'pending',
+               available_at = CASE WHEN sent.there THEN t.now
+                                   ELSE greatest(t.now, leaseq.lease_run_at(lease_wait.until_at)) END,
+               waiting_for = lease_wait.signal_name, waiting_since = t.now,
+               attempt_count = j.attempt_count - 1,
+               lease_token = j.lease_token + 1, lease_expires_at = NULL,
+               started_at = NULL, heartbeat_at = NULL
+          FROM t, sent
+         WHERE j.id = lease_wait.job AND j.lease_owner = lease_wait.holder
+           AND j.lease_token = lease_wait.token AND j.lease_digest = sha256(lease_wait.secret || int8send(j.id))
+           AND j.lease_expires_at > t.now
+        RETURNING j.id, j.queue, j.available_at, j.attempt_count + 1 AS attempt, sent.there
+    ),
+    attempt AS (
+        INSERT INTO leaseq.job_attempts (job_id, attempt, lease_token, worker, started_at, ended_at, outcome, error)
+        SELECT w.id, w.attempt, lease_wait.token, lease_wait.holder, lease_wait.started, t.now,
+               'released',
+               CASE WHEN w.there THEN 'signal ' || quote_literal(lease_wait.signal_name) || ' arrived while handing back'
+                    ELSE 'waiting for signal ' || quote_literal(lease_wait.signal_name) || ' until ' || w.available_at END
+          FROM waited w, t
+    ),
+    -- The signal came first: claimable now, so say so.
+    woke AS (SELECT pg_notify('leaseq_jobs', w.queue) FROM waited w WHERE w.there)
+    SELECT w.id, 'pending'::text, w.available_at, w.there, (SELECT count(*) FROM woke)
+      FROM waited w;
+END
 $function$
 ;
 

@@ -114,9 +114,10 @@ class Lease:
 
     A call succeeds only while ``owner`` and ``token`` are the job's current ones, the lease
     has not expired in database time, and ``secret`` is the one its claim minted
-    (:mod:`leaseq.core.capability`: the database keeps only its digest). The token orders
-    executions; the secret proves which one this is. It is never printed (no repr) and a
-    process-isolation child gets none: its supervisor makes its calls.
+    (:mod:`leaseq.core.capability`: the database keeps only a digest of it and the job's
+    id). The token orders executions; the secret proves which one this is. It is never
+    printed (no repr) and a process-isolation child gets none: its supervisor makes its
+    calls.
     """
 
     job_id: int

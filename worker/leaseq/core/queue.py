@@ -334,7 +334,7 @@ def _holds(row: DictRow, lease: Lease) -> bool:
         bool(row["held"])
         and row["lease_owner"] == lease.owner
         and (row["lease_token"] == lease.token)
-        and row["lease_digest"] == capability.digest(lease.secret)
+        and row["lease_digest"] == capability.digest(lease.secret, lease.job_id)
     )
 
 

@@ -18,7 +18,7 @@ import psycopg
 from psycopg.rows import DictRow, dict_row
 from psycopg.types.json import Jsonb, set_json_loads
 
-from leaseq.core import capability, moments
+from leaseq.core import moments
 from leaseq.core._store.runner import Conn, Params, Runner
 from leaseq.core.errors import InvalidGraph, translate
 from leaseq.core.graph import INHERIT, Plan
@@ -138,8 +138,8 @@ def _bytea_array(values: Sequence[bytes]) -> str:
 
 
 def _claimed(rows: list[DictRow], owner: str, claims: Mapping[UUID, bytes]) -> list[ClaimedJob]:
-    """The claim's rows as leased jobs; each lease's secret derived from the claim secret of
-    the call that took it (``claims``, by claim id; rows without a claim id are one call's)."""
+    """The claim's rows as leased jobs; each lease's secret is the one of the call that took
+    it (``claims``, by claim id; rows without a claim id are one call's)."""
     one = next(iter(claims.values())) if len(claims) == 1 else None
     return [
         ClaimedJob(
@@ -156,7 +156,7 @@ def _claimed(rows: list[DictRow], owner: str, claims: Mapping[UUID, bytes]) -> l
                 r["lease_token"],
                 r["attempt_count"],
                 r["started_at"],
-                capability.job_secret(one or claims[r["claim_id"]], r["id"]),
+                one or claims[r["claim_id"]],
             ),
             lease_expires_at=r["lease_expires_at"],
             timeout_seconds=r["timeout_seconds"],

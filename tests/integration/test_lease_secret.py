@@ -17,6 +17,7 @@ from typing import Any
 
 import psycopg
 import pytest
+from psycopg.types.json import Jsonb
 
 import leaseq
 from leaseq.core import capability
@@ -170,3 +171,65 @@ def test_a_failover_reissue_does_not_take_the_old_secret(
     stale = dataclasses.replace(first.lease, token=second.lease.token)
     assert isinstance(queue.complete(stale, now=later), leaseq.Fenced)
     assert isinstance(queue.complete(second.lease, now=later), leaseq.Completed)
+
+
+BIG = "x" * 1_100_000
+
+
+@pytest.mark.parametrize(
+    ("call", "field"),
+    [
+        ("SELECT * FROM leaseq.lease_step_record(%(id)s, %(owner)s, %(token)s, %(secret)s,"
+         " 'charge', %(big)s, NULL, NULL)", "step result"),
+        ("SELECT * FROM leaseq.lease_emit(%(id)s, %(owner)s, %(token)s, %(secret)s,"
+         " %(item)s, 10, NULL)", "stream item"),
+        ("SELECT * FROM leaseq.lease_checkpoint(%(id)s, %(owner)s, %(token)s, %(secret)s,"
+         " %(big)s, NULL)", "checkpoint"),
+        ("SELECT * FROM leaseq.lease_heartbeat(%(id)s, %(owner)s, %(token)s, %(secret)s, 30,"
+         " %(item)s, NULL)", "progress"),
+        ("SELECT * FROM leaseq.lease_complete(ARRAY[%(id)s::bigint], ARRAY[%(owner)s],"
+         " ARRAY[%(token)s::bigint], ARRAY[%(secret)s::bytea], ARRAY[%(big)s::jsonb], NULL,"
+         " NULL, NULL, NULL)", "result"),
+        ("SELECT * FROM leaseq.lease_step_intend(%(id)s, %(owner)s, %(token)s, %(secret)s,"
+         " repeat('n', 201), NULL, NULL)", "step"),
+    ],
+)  # fmt: skip
+def test_the_door_holds_the_apis_bounds_for_any_caller(
+    queue: leaseq.Queue, database_url: str, call: str, field: str
+) -> None:
+    """A holder that skips leaseq's API (its own connection, its real secret) is refused in
+    the API's words, and nothing is written."""
+    queue.enqueue("q", "t")
+    held = claim_one(queue)
+    assert queue.step_intend(held.lease, "charge", seen_token=None)
+    before = snapshot(database_url, held.id)
+    params = {
+        "id": held.id,
+        "owner": held.lease.owner,
+        "token": held.lease.token,
+        "secret": held.lease.secret,
+        "big": Jsonb(BIG),
+        "item": Jsonb("y" * 70_000),
+    }
+    with leaseq.connect(database_url, action="test") as conn:
+        with pytest.raises(psycopg.errors.InvalidParameterValue) as raised:
+            conn.execute(call, params)
+        assert raised.value.diag.column_name == field
+        assert "nothing was written" in str(raised.value)
+    assert snapshot(database_url, held.id) == before
+    assert isinstance(queue.complete(held.lease), leaseq.Completed)
+
+
+def test_a_job_records_at_most_ten_thousand_steps(queue: leaseq.Queue, database_url: str) -> None:
+    queue.enqueue("q", "t")
+    held = claim_one(queue)
+    with psycopg.connect(database_url) as c:
+        c.execute(
+            "INSERT INTO leaseq.job_steps (job_id, name, attempt, lease_token, intended_at,"
+            " finished_at, result) SELECT %s, 's' || n, 1, %s, now(), now(), 'null'"
+            " FROM generate_series(1, 10000) n",
+            [held.id, held.lease.token],
+        )
+    assert queue.step_intend(held.lease, "s1", seen_token=held.lease.token) is False  # recorded
+    with pytest.raises(leaseq.InvalidJob, match="10000 steps"):
+        queue.step_intend(held.lease, "one-more", seen_token=None)

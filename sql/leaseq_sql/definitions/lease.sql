@@ -1,6 +1,7 @@
 -- leaseq's present tense: the worker's door, everything an attempt may change under its lease.
 --
--- Covers: leaseq.lease_now, leaseq.lease_owner_session, leaseq.lease_run_at and the lease_*
+-- Covers: leaseq.lease_now, leaseq.lease_owner_session, leaseq.lease_run_at,
+-- leaseq.lease_bounded, leaseq.lease_oversized and the lease_*
 -- functions: renewal, checkpoint, completion, failure, release, back-off, sleep, wait, the
 -- record of a refused call, a durable step's intent, outcome and withdrawal, a stream item,
 -- and the read of a signal.
@@ -68,6 +69,38 @@ $fn$;
 
 REVOKE ALL ON FUNCTION leaseq.lease_run_at(timestamptz) FROM PUBLIC;
 
+-- Raises the API's error for a JSON value of `size` bytes where `field` takes at most `lim`:
+-- the statement that asked writes nothing.
+CREATE OR REPLACE FUNCTION leaseq.lease_oversized(field text, size integer, lim integer)
+RETURNS jsonb
+LANGUAGE plpgsql IMMUTABLE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+BEGIN
+    RAISE EXCEPTION 'invalid %: is % bytes as JSON; the limit is %; nothing was written', field, size, lim
+        USING ERRCODE = 'invalid_parameter_value', COLUMN = field,
+              DETAIL = format('is %s bytes as JSON; the limit is %s', size, lim);
+END
+$fn$;
+
+REVOKE ALL ON FUNCTION leaseq.lease_oversized(text, integer, integer) FROM PUBLIC;
+
+-- `value` when it is at most `lim` bytes as JSON text (as readers get it), else the API's error
+-- naming `field` (lease_oversized): the bounds leaseq's API checks, held by the database for
+-- any caller of the door (a 50 MB step result or stream item written by a worker's own
+-- connection would reach every reader of the job). Inlined into its callers (no SET, every
+-- name qualified): a NULL, the commonest result, costs a comparison.
+CREATE OR REPLACE FUNCTION leaseq.lease_bounded(field text, value jsonb, lim integer)
+RETURNS jsonb
+LANGUAGE sql IMMUTABLE
+AS $$
+    SELECT CASE WHEN pg_catalog.octet_length(value::text) > lim
+                THEN leaseq.lease_oversized(field, pg_catalog.octet_length(value::text), lim)
+                ELSE value END
+$$;
+
+REVOKE ALL ON FUNCTION leaseq.lease_bounded(text, jsonb, integer) FROM PUBLIC;
+
 -- Extends a held lease to lease_seconds from now (capped at started_at + timeout, the job's
 -- max runtime, which counts as at most 100 years: a larger one would pass the last
 -- timestamp and fail every renewal) and stores progress; no row when the lease is not held.
@@ -85,7 +118,7 @@ BEGIN
        SET heartbeat_at = t.now,
            lease_expires_at = least(t.now + make_interval(secs => lease_heartbeat.lease_seconds),
                                     coalesce(j.started_at + least(j.timeout, interval '100 years'), 'infinity')),
-           progress = coalesce(lease_heartbeat.progress, j.progress)
+           progress = coalesce(leaseq.lease_bounded('progress', lease_heartbeat.progress, 65536), j.progress)
       FROM (SELECT leaseq.lease_now(lease_heartbeat.at) AS now) t
      WHERE j.id = lease_heartbeat.job AND j.lease_owner = lease_heartbeat.holder
        AND j.lease_token = lease_heartbeat.token AND j.lease_digest = sha256(lease_heartbeat.secret || int8send(j.id))
@@ -114,7 +147,7 @@ BEGIN
        SET heartbeat_at = t.now,
            lease_expires_at = least(t.now + make_interval(secs => lease_heartbeat_many.lease_seconds),
                                     coalesce(j.started_at + least(j.timeout, interval '100 years'), 'infinity')),
-           progress = coalesce(r.progress, j.progress)
+           progress = coalesce(leaseq.lease_bounded('progress', r.progress, 65536), j.progress)
       FROM (SELECT leaseq.lease_now(lease_heartbeat_many.at) AS now) t,
            unnest(lease_heartbeat_many.jobs, lease_heartbeat_many.holders,
                   lease_heartbeat_many.tokens, lease_heartbeat_many.secrets,
@@ -142,7 +175,7 @@ AS $fn$
 BEGIN
     RETURN QUERY
     UPDATE leaseq.jobs j
-       SET checkpoint = lease_checkpoint.state
+       SET checkpoint = leaseq.lease_bounded('checkpoint', lease_checkpoint.state, 1048576)
      WHERE j.id = lease_checkpoint.job AND j.lease_owner = lease_checkpoint.holder
        AND j.lease_token = lease_checkpoint.token AND j.lease_digest = sha256(lease_checkpoint.secret || int8send(j.id))
        AND j.lease_expires_at > leaseq.lease_now(lease_checkpoint.at)
@@ -180,7 +213,8 @@ BEGIN
     done AS (
         UPDATE leaseq.jobs j
            SET status = 'succeeded', finished_at = t.now, lease_expires_at = NULL,
-               result = req.result, progress = coalesce(req.progress, j.progress)
+               result = leaseq.lease_bounded('result', req.result, 1048576),
+               progress = coalesce(leaseq.lease_bounded('progress', req.progress, 65536), j.progress)
           FROM t, req
          -- As in lease_heartbeat_many: the primary key whatever the plan.
          WHERE j.id = ANY (lease_complete.jobs)
@@ -545,7 +579,8 @@ REVOKE ALL ON FUNCTION leaseq.lease_refused(bigint, text, bigint, bytea, integer
 
 -- Commits the held attempt's intent to run step `step`: a new row, or the step's row without
 -- an outcome whose intent is `seen_token` (the one the attempt saw; NULL: none); no row when
--- the lease is not held. The job's row is locked FOR SHARE while the lease is checked: the
+-- the lease is not held. A job records at most 10,000 steps, and a step's name is 1-200
+-- characters (the API's bounds): past them, the API's error and nothing written. The job's row is locked FOR SHARE while the lease is checked: the
 -- reaper's expiry (an UPDATE of that row) waits for it or it waits for the reaper and sees
 -- the new token, so no step is written by an attempt whose lease another attempt holds.
 CREATE OR REPLACE FUNCTION leaseq.lease_step_intend(job bigint, holder text, token bigint,
@@ -557,6 +592,18 @@ SET search_path = pg_catalog, pg_temp
 AS $fn$
 #variable_conflict use_column
 BEGIN
+    IF length(lease_step_intend.step) NOT BETWEEN 1 AND 200 THEN
+        RAISE EXCEPTION 'invalid step: must be a name of 1-200 characters; nothing was written'
+            USING ERRCODE = 'invalid_parameter_value', COLUMN = 'step',
+                  DETAIL = 'must be a name of 1-200 characters';
+    END IF;
+    IF (SELECT count(*) FROM (SELECT 1 FROM leaseq.job_steps s
+                               WHERE s.job_id = lease_step_intend.job AND s.name <> lease_step_intend.step
+                               LIMIT 10000) n) >= 10000 THEN
+        RAISE EXCEPTION 'invalid step: job % has recorded 10000 steps, the most a job records; nothing was written', lease_step_intend.job
+            USING ERRCODE = 'invalid_parameter_value', COLUMN = 'step',
+                  DETAIL = 'the job has 10000 steps, the most a job records: group work into fewer steps';
+    END IF;
     RETURN QUERY
     WITH t AS (SELECT leaseq.lease_now(lease_step_intend.at) AS now),
     held AS (
@@ -601,7 +648,9 @@ BEGIN
            FOR SHARE OF j
     )
     UPDATE leaseq.job_steps s
-       SET finished_at = t.now, result = lease_step_record.outcome, note = lease_step_record.note
+       SET finished_at = t.now,
+           result = leaseq.lease_bounded('step result', lease_step_record.outcome, 1048576),
+           note = lease_step_record.note
       FROM held, t
      WHERE s.job_id = held.id AND s.name = lease_step_record.step
        AND s.lease_token = lease_step_record.token AND s.finished_at IS NULL
@@ -671,7 +720,8 @@ BEGIN
     ),
     ins AS (
         INSERT INTO leaseq.job_stream (job_id, seq, value, at)
-        SELECT last.id, last.seq + 1, lease_emit.item, leaseq.lease_now(lease_emit.at)
+        SELECT last.id, last.seq + 1, leaseq.lease_bounded('stream item', lease_emit.item, 65536),
+               leaseq.lease_now(lease_emit.at)
           FROM last WHERE last.seq < least(lease_emit.cap, 10000)
         RETURNING seq
     )

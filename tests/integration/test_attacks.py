@@ -530,7 +530,9 @@ def test_a_worker_spawns_only_as_the_producer_of_a_running_job(
         leaseq.Queue(p).enqueue("q", "t")
     with psycopg.connect(database_url) as admin:
         (pipeline,) = admin.execute(
-            "INSERT INTO leaseq.pipelines (name, total) VALUES ('p', 0) RETURNING id"
+            "INSERT INTO leaseq.pipelines (name, total, created_by) VALUES ('p', 0, %s)"
+            " RETURNING id",
+            [producer],
         ).fetchone()  # type: ignore[misc]
     spawn = (
         "INSERT INTO leaseq.jobs (queue, job_type, status, pipeline_id, enqueued_by)"
@@ -734,3 +736,35 @@ def test_7_a_worker_leases_a_job_only_as_the_claims_lease_it(roles: Roles) -> No
         [job] = leaseq.Queue(a).claim(["q"], "worker-a", lease_seconds=30)
     assert job.id == pending
     assert (job.lease_expires_at - job.lease.started_at).total_seconds() <= 30
+
+
+# -- two logins of the producer role: producer B against producer A's pipeline -------------------
+
+
+def test_8_a_producer_puts_no_job_in_another_producers_pipeline(
+    database_url: str, roles: Roles
+) -> None:
+    """Producer B guesses A's pipeline id (they are sequential) and puts a job of its own
+    there; a worker login marks A's pipeline finished. Both are refused, and A's pipeline
+    still waits for its last job (issue 59, finding 4: both attacks worked on d3f86a6)."""
+    with queue_as(roles, "producer") as p:
+        graph = leaseq.Graph("tenant-a")
+        parent = graph.add("q", "split", name="split")
+        graph.add("q", "merge", after=[parent], name="merge")
+        theirs = leaseq.Queue(p).enqueue_graph(graph).pipeline_id
+    assert theirs is not None
+    with login(roles, "producer2") as b, pytest.raises(DENIED):
+        b.execute(
+            "INSERT INTO leaseq.jobs (queue, job_type, status, pipeline_id)"
+            " VALUES ('q', 'forged', 'pending', %s)",
+            [theirs],
+        )
+    with login(roles, "worker") as w, pytest.raises(DENIED):
+        w.execute("UPDATE leaseq.pipelines SET finished_at = now() WHERE id = %s", [theirs])
+    with queue_as(roles, "producer") as p:
+        record = leaseq.Queue(p).pipeline(theirs)
+        assert (record.total, record.finished_at) == (2, None)
+    with queue_as(roles, "producer2") as b:
+        own = leaseq.Graph("tenant-b")
+        own.add("q", "t", name="only")
+        assert leaseq.Queue(b).enqueue_graph(own).pipeline_id not in (None, theirs)

@@ -19,6 +19,7 @@ from psycopg import sql
 import leaseq
 import leaseq.core.history
 from leaseq.core import waiters
+from leaseq.core._store.store import Store
 from leaseq.leader.history import HistoryDuty
 from support import threat_model
 from support.polling import wait_for
@@ -123,8 +124,9 @@ def test_grants_are_idempotent_and_a_replaced_role_keeps_nothing(
         # for job_steps, four for job_stream, 0036 four for job_signals, 0040 two for the
         # worker's fan-out owner (jobs, pipelines); 0049 took seven of the worker's (its
         # writes of attempts, effects, steps and stream items, its read of signals: the
-        # lease_* functions do them), 0050 its take of a unit (the claims do it)
-        assert policies.fetchone() == (42,)
+        # lease_* functions do them), 0050 its take of a unit (the claims do it); 0052
+        # three on whose pipeline a job joins and who finishes a pipeline
+        assert policies.fetchone() == (45,)
     with login_roles(database_url) as fresh:
         apply_grants(
             database_url,
@@ -556,3 +558,28 @@ def queue_has_waiter(url: str, job_id: int) -> bool:
         found = c.execute("SELECT notify_done FROM leaseq.jobs WHERE id = %s", (job_id,))
         row = found.fetchone()
         return bool(row and row[0])
+
+
+def test_a_migrate_without_roles_grants_the_registered_roles_this_versions_rights(
+    database_url: str, roles: Roles
+) -> None:
+    """What a run that applies new migrations does when the deployment names no roles: the
+    roles registered by the last run get exactly what apply_grants gives them now."""
+    with psycopg.connect(database_url, autocommit=True) as admin:
+        before = {c: observed_privileges(admin, n) for c, n in roles.names.items()}
+        admin.execute(
+            sql.SQL("REVOKE ALL ON FUNCTION leaseq.lease_claim(text[], text[], text, integer,"
+                    " double precision, uuid, bytea, timestamptz) FROM {}").format(
+                sql.Identifier(roles.names["worker"])
+            )
+        )  # fmt: skip
+        with leaseq.connect(database_url, action="migrate") as conn:
+            granted = Store().grants_reapply(conn)
+        assert any(f"TO {roles.names['worker']}" in s for s in granted)
+        assert {c: observed_privileges(admin, n) for c, n in roles.names.items()} == before
+        worker = roles.names["worker"]
+        assert admin.execute(
+            "SELECT has_function_privilege(%s, 'leaseq.lease_claim(text[], text[], text,"
+            " integer, double precision, uuid, bytea, timestamptz)', 'EXECUTE')",
+            [worker],
+        ).fetchone() == (True,)

@@ -156,6 +156,11 @@ BEGIN
             -- could hold. An uncorrelated IN: one scan of the running jobs' partial index per
             -- statement (a hashed subplan), however many jobs the fan-out inserts.
             format('CREATE POLICY leaseq_worker_spawner ON leaseq.jobs AS RESTRICTIVE FOR INSERT TO %s WITH CHECK (enqueued_by IN (SELECT h.enqueued_by FROM leaseq.jobs h WHERE h.status = ''running'' AND h.lease_expires_at > now()))', worker),
+            -- ... into a pipeline of that same producer: no job joins another's pipeline.
+            format('CREATE POLICY leaseq_worker_pipeline ON leaseq.jobs AS RESTRICTIVE FOR INSERT TO %s WITH CHECK (EXISTS (SELECT 1 FROM leaseq.pipelines p WHERE p.id = jobs.pipeline_id AND p.created_by = jobs.enqueued_by))', worker),
+            -- A fan-out grows its pipeline (and so reopens it); it never finishes one: that
+            -- is the status trigger's, as the owner.
+            format('CREATE POLICY leaseq_worker_grow ON leaseq.pipelines AS RESTRICTIVE FOR UPDATE TO %s USING (true) WITH CHECK (finished_at IS NULL)', worker),
             format('CREATE POLICY leaseq_worker_spawner ON leaseq.pipelines AS RESTRICTIVE FOR INSERT TO %s WITH CHECK (created_by IN (SELECT h.enqueued_by FROM leaseq.jobs h WHERE h.status = ''running'' AND h.lease_expires_at > now()))', worker),
             -- Flow control: read; a claim (a lease_claim_* function) takes a free unit and
             -- rate tokens, and only a job's transition (jobs_on_status, as the owner) gives
@@ -259,6 +264,9 @@ BEGIN
             format('CREATE POLICY leaseq_producer_own ON leaseq.pipelines FOR ALL TO %s USING (created_by = current_user) WITH CHECK (created_by = current_user)', producer),
             -- A producer's jobs start unfinished, whatever columns it may set.
             format('CREATE POLICY leaseq_producer_unfinished ON leaseq.jobs AS RESTRICTIVE FOR INSERT TO %s WITH CHECK (status::text IN (''waiting'', ''pending''))', producer),
+            -- ... and in no pipeline but one of its own: another producer's pipeline is not
+            -- joined, counted into or finished by a job it puts there.
+            format('CREATE POLICY leaseq_producer_pipeline ON leaseq.jobs AS RESTRICTIVE FOR INSERT TO %s WITH CHECK (pipeline_id IS NULL OR EXISTS (SELECT 1 FROM leaseq.pipelines p WHERE p.id = jobs.pipeline_id AND p.created_by = current_user))', producer),
             -- Flow control: keys on the jobs it enqueues.
             format('GRANT INSERT (key, ordering_key) ON leaseq.jobs TO %s', producer),
             -- Signals only to its own jobs, as itself (sent_by is its login).

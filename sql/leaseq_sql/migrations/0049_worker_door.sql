@@ -8,8 +8,8 @@
 -- time (a worker's `now` is honoured only for the owner's logins). The worker role loses its
 -- INSERT and UPDATE on those tables, its SELECT of job_signals, and its UPDATE of a running
 -- job (the fence trigger now admits only a claim and a parent's mark). A time a job is
--- handed back until is bounded in the functions as the trigger bounded it. Migration 50
--- re-applies the registered roles' grants.
+-- handed back until is bounded in the functions as the trigger bounded it. `leaseq migrate`
+-- run without roles grants the registered roles their new rights (grants_reapply).
 CREATE OR REPLACE FUNCTION leaseq.apply_grants(worker regrole, operator regrole, producer regrole)
  RETURNS SETOF text
  LANGUAGE plpgsql

@@ -1199,14 +1199,3 @@ BEGIN
 END
 $function$
 ;
-
--- The roles registered by the last `leaseq migrate` get their new rights now: a migration
--- run that names no roles would otherwise leave its workers without the door.
-SELECT count(*) FROM leaseq.apply_grants(
-    (SELECT r.role_oid::regrole FROM leaseq.component_roles r
-      WHERE r.component = 'worker' AND EXISTS (SELECT 1 FROM pg_roles p WHERE p.oid = r.role_oid)),
-    (SELECT r.role_oid::regrole FROM leaseq.component_roles r
-      WHERE r.component = 'operator' AND EXISTS (SELECT 1 FROM pg_roles p WHERE p.oid = r.role_oid)),
-    (SELECT r.role_oid::regrole FROM leaseq.component_roles r
-      WHERE r.component = 'producer' AND EXISTS (SELECT 1 FROM pg_roles p WHERE p.oid = r.role_oid)))
- WHERE EXISTS (SELECT 1 FROM leaseq.component_roles);

@@ -38,3 +38,15 @@ SELECT current_setting('server_version_num')::int AS version_num,
 -- name: grants_apply
 -- Grants each component's database role exactly its privileges on leaseq's objects (revoking everything first; NULL: no role); returns every statement run.
 SELECT statement FROM leaseq.apply_grants(%(worker)s, %(operator)s, %(producer)s) AS statement;
+
+-- name: grants_reapply
+-- Grants the roles an earlier `leaseq migrate` registered (leaseq.component_roles; a dropped role counts as none) exactly this version's privileges, as grants_apply would; returns every statement run, none when no role is registered.
+SELECT statement
+  FROM leaseq.apply_grants(
+           (SELECT r.role_oid::regrole FROM leaseq.component_roles r JOIN pg_roles p ON p.oid = r.role_oid
+             WHERE r.component = 'worker'),
+           (SELECT r.role_oid::regrole FROM leaseq.component_roles r JOIN pg_roles p ON p.oid = r.role_oid
+             WHERE r.component = 'operator'),
+           (SELECT r.role_oid::regrole FROM leaseq.component_roles r JOIN pg_roles p ON p.oid = r.role_oid
+             WHERE r.component = 'producer')) AS statement
+ WHERE EXISTS (SELECT 1 FROM leaseq.component_roles);

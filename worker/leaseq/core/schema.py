@@ -156,7 +156,8 @@ class Schema:
         """Apply every missing migration, each in its own transaction, and report what was done;
         then, when ``roles`` names any, grant each component's role exactly its privileges
         (one transaction; everything on leaseq's objects is revoked from the previous and the
-        given roles first, so a rerun converges to the same grants).
+        given roles first, so a rerun converges to the same grants). Given no roles, a run
+        that applied migrations grants the roles an earlier run registered the same way.
 
         Idempotent; safe to run from many pods at once (a session advisory lock serialises
         them). ``console``, when given, grants the web console's role its privileges the
@@ -198,6 +199,12 @@ class Schema:
                     grants = store.grants_apply(
                         conn, worker=roles.worker, operator=roles.operator, producer=roles.producer
                     )
+            elif done:
+                # New migrations may change what a role needs (a new function of the worker's
+                # door): the roles registered by an earlier run get it now, not at the next
+                # run that names them.
+                with conn.transaction():
+                    grants = store.grants_reapply(conn)
             if console is not None:
                 with conn.transaction():
                     grants += ConsoleStore().console_grants_apply(

@@ -1204,6 +1204,10 @@ class Store(Runner):
         )
         return [str(r["statement"]) for r in rows]
 
+    def grants_reapply(self, conn: Conn) -> list[str]:
+        """Every statement that granted the registered roles this version's privileges."""
+        return [str(r["statement"]) for r in self._dicts(conn, "grants_reapply", None, "grant")]
+
     def migration_apply(self, conn: Conn, script: bytes) -> None:
         """Run one migration file's statements (the caller holds the transaction)."""
         self._execute_text(conn, script, "migrate")

@@ -635,8 +635,9 @@ def b_completes_as_if_alone(database_url: str, roles: Roles, job: leaseq.Claimed
 
 
 DOOR = {
-    "lease_heartbeat": "SELECT * FROM leaseq.lease_heartbeat(%(id)s, %(owner)s, %(token)s,"
-    " %(secret)s, 86400, '\"FORGED\"', NULL)",
+    "lease_heartbeat_many": "SELECT * FROM leaseq.lease_heartbeat_many(ARRAY[%(id)s::bigint],"
+    " ARRAY[%(owner)s], ARRAY[%(token)s::bigint], ARRAY[%(secret)s::bytea],"
+    " ARRAY['\"FORGED\"'::jsonb], 86400, NULL)",
     "lease_complete": "SELECT * FROM leaseq.lease_complete(ARRAY[%(id)s::bigint],"
     " ARRAY[%(owner)s], ARRAY[%(token)s::bigint], ARRAY[%(secret)s::bytea],"
     " ARRAY['{\"paid\": \"FORGED\"}'::jsonb], ARRAY['invoice-99'], NULL, NULL, NULL)",

@@ -34,7 +34,6 @@ from leaseq.core._store import statements
 from support.plans import scans
 
 FENCED = [
-    "job_heartbeat",
     "job_heartbeat_many",
     "job_checkpoint",
     "job_complete",

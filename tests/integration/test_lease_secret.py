@@ -185,8 +185,9 @@ BIG = "x" * 1_100_000
          " %(item)s, 10, NULL)", "stream item"),
         ("SELECT * FROM leaseq.lease_checkpoint(%(id)s, %(owner)s, %(token)s, %(secret)s,"
          " %(big)s, NULL)", "checkpoint"),
-        ("SELECT * FROM leaseq.lease_heartbeat(%(id)s, %(owner)s, %(token)s, %(secret)s, 30,"
-         " %(item)s, NULL)", "progress"),
+        ("SELECT * FROM leaseq.lease_heartbeat_many(ARRAY[%(id)s::bigint], ARRAY[%(owner)s],"
+         " ARRAY[%(token)s::bigint], ARRAY[%(secret)s::bytea], ARRAY[%(item)s::jsonb], 30,"
+         " NULL)", "progress"),
         ("SELECT * FROM leaseq.lease_complete(ARRAY[%(id)s::bigint], ARRAY[%(owner)s],"
          " ARRAY[%(token)s::bigint], ARRAY[%(secret)s::bytea], ARRAY[%(big)s::jsonb], NULL,"
          " NULL, NULL, NULL)", "result"),

@@ -101,36 +101,11 @@ $$;
 
 REVOKE ALL ON FUNCTION leaseq.lease_bounded(text, jsonb, integer) FROM PUBLIC;
 
--- Extends a held lease to lease_seconds from now (capped at started_at + timeout, the job's
--- max runtime, which counts as at most 100 years: a larger one would pass the last
--- timestamp and fail every renewal) and stores progress; no row when the lease is not held.
-CREATE OR REPLACE FUNCTION leaseq.lease_heartbeat(job bigint, holder text, token bigint,
-                                                  secret bytea, lease_seconds double precision,
-                                                  progress jsonb, at timestamptz)
-RETURNS TABLE (lease_expires_at timestamptz)
-LANGUAGE plpgsql SECURITY DEFINER
-SET search_path = pg_catalog, pg_temp
-AS $fn$
-#variable_conflict use_column
-BEGIN
-    RETURN QUERY
-    UPDATE leaseq.jobs j
-       SET heartbeat_at = t.now,
-           lease_expires_at = least(t.now + make_interval(secs => lease_heartbeat.lease_seconds),
-                                    coalesce(j.started_at + least(j.timeout, interval '100 years'), 'infinity')),
-           progress = coalesce(leaseq.lease_bounded('progress', lease_heartbeat.progress, 65536), j.progress)
-      FROM (SELECT leaseq.lease_now(lease_heartbeat.at) AS now) t
-     WHERE j.id = lease_heartbeat.job AND j.lease_owner = lease_heartbeat.holder
-       AND j.lease_token = lease_heartbeat.token AND j.lease_digest = sha256(lease_heartbeat.secret || int8send(j.id))
-       AND j.lease_expires_at > t.now
-    RETURNING j.lease_expires_at;
-END
-$fn$;
-
-REVOKE ALL ON FUNCTION leaseq.lease_heartbeat(bigint, text, bigint, bytea, double precision, jsonb, timestamptz) FROM PUBLIC;
-
--- lease_heartbeat for many leases in one statement, each fenced by its own owner, token and
--- secret; the ids and new lease ends of those still held (a missing id's lease is lost).
+-- Extends held leases (one or many, in one statement), each fenced by its own owner, token and
+-- secret, to lease_seconds from now, capped at started_at + timeout (the job's max runtime,
+-- which counts as at most 100 years: a larger one would pass the last timestamp and fail
+-- every renewal), and stores each one's progress; the ids and new lease ends of those still
+-- held (a missing id's lease is lost).
 CREATE OR REPLACE FUNCTION leaseq.lease_heartbeat_many(jobs bigint[], holders text[],
                                                        tokens bigint[], secrets bytea[],
                                                        progresses jsonb[],

@@ -2,7 +2,7 @@
 -- Each block: `-- name: NAME`, one line saying what it does, then the statement.
 -- Time-dependent statements take %(now)s: NULL means database time (always, in production).
 --
--- The fenced statements (heartbeat, checkpoint, complete, fail, release, sleep) call the
+-- The fenced statements (heartbeats, checkpoint, complete, fail, release, sleep) call the
 -- worker's door, definitions/lease.sql: each holds a lease when owner, token, the lease's
 -- secret and an unexpired lease_expires_at match, and says nothing of the status: a lease
 -- exists only while a job runs (CHECK jobs_lease_only_while_running, migration 0014).
@@ -53,14 +53,8 @@ SELECT j.id, j.queue, j.job_type, j.payload, j.priority, j.available_at, j.attem
    AND j.lease_digest = sha256(c.secret || int8send(j.id))
  ORDER BY j.priority, j.available_at, j.id;
 
--- name: job_heartbeat
--- Extends a held lease (capped at started_at + timeout, the job's max runtime) and stores progress through leaseq.lease_heartbeat (definitions/lease.sql); no row when the lease is not held.
-SELECT h.lease_expires_at
-  FROM leaseq.lease_heartbeat(%(id)s, %(owner)s, %(token)s, %(secret)s, %(lease_seconds)s,
-                              %(progress)s::jsonb, %(now)s::timestamptz) h;
-
 -- name: job_heartbeat_many
--- Extends many held leases in one statement (leaseq.lease_heartbeat_many), each fenced by its own owner, token and secret, storing each one's progress; returns the ids and new lease ends of those still held (a missing id's lease is lost).
+-- Extends held leases (one or many) in one statement (leaseq.lease_heartbeat_many), each fenced by its own owner, token and secret and capped at the job's max runtime, storing each one's progress; returns the ids and new lease ends of those still held (a missing id's lease is lost).
 SELECT h.id, h.lease_expires_at
   FROM leaseq.lease_heartbeat_many(%(ids)s::bigint[], %(owners)s::text[], %(tokens)s::bigint[],
                                    %(secrets)s::bytea[], %(progresses)s::jsonb[],

@@ -692,9 +692,9 @@ class Queue:
             progress = _storable(progress, "progress", lease)
 
         def run(c: Conn, repeat: bool) -> Heartbeat:
-            expires = self._store.job_heartbeat(
-                c, lease, lease_seconds=lease_seconds, progress=progress, now=now
-            )
+            expires = self._store.job_heartbeat_many(
+                c, [lease], lease_seconds=lease_seconds, progresses=[progress], now=now
+            ).get(lease.job_id)
             if expires is None:
                 fenced = self._fenced(c, lease, Call.HEARTBEAT, now)
                 return Heartbeat(HeartbeatStatus.LOST, None, fenced.status)

@@ -87,7 +87,7 @@ class InFlight:
     def renewed(self, sent_at: float, lease_seconds: float) -> None:
         """Record a claim or renewal sent at ``sent_at`` that PostgreSQL granted: the lease
         ends ``least(lease_seconds, started_at + timeout - now)`` after the statement's
-        ``now()`` (database time, as job_claim and job_heartbeat compute it), and that
+        ``now()`` (database time, as job_claim and job_heartbeat_many compute it), and that
         statement ran after ``sent_at``, so ``sent_at`` plus that length is a local time at
         or before the lease's end, whatever the offset between the two hosts' clocks (only
         durations are measured here)."""

@@ -355,32 +355,6 @@ class Store(Runner):
         rows = self._dicts(conn, "job_claim_recover", params, "claim")
         return _claimed(rows, owner, claims)
 
-    def job_heartbeat(
-        self,
-        conn: Conn,
-        lease: Lease,
-        *,
-        lease_seconds: float,
-        progress: Any = None,
-        now: datetime | None = None,
-    ) -> datetime | None:
-        """The new end of the lease; None when the lease is not held."""
-        rows = self._dicts(
-            conn,
-            "job_heartbeat",
-            {
-                "id": lease.job_id,
-                "owner": lease.owner,
-                "token": lease.token,
-                "secret": lease.secret,
-                "lease_seconds": lease_seconds,
-                "progress": json_param(progress),
-                "now": now,
-            },
-            "heartbeat",
-        )
-        return rows[0]["lease_expires_at"] if rows else None
-
     def job_heartbeat_many(
         self,
         conn: Conn,

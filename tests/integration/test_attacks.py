@@ -361,12 +361,16 @@ def test_4_signals_reach_only_a_producers_own_jobs_and_a_held_jobs_worker(
         ) == {"ok": 1}
 
 
-def test_4_a_worker_pauses_a_key_for_a_day_at_most_and_the_operator_resumes_it(
+def test_4_only_the_operator_pauses_a_key_for_a_day_at_most_and_resumes_it(
     database_url: str, roles: Roles
 ) -> None:
+    """A worker pauses only the key of a job it holds, by a back-off (lease_back_off, with
+    the lease's secret): another tenant's key is not its to pause."""
     with queue_as(roles, "producer") as p:
         leaseq.Queue(p).enqueue("q", "t", key="tenant-a")
-    with login(roles, "worker") as conn:
+    with login(roles, "worker") as conn, pytest.raises(DENIED):
+        conn.execute("SELECT leaseq.flow_pause('q', 'tenant-a', 'infinity')")
+    with login(roles, "operator") as conn:
         until, now = conn.execute(
             "SELECT leaseq.flow_pause('q', 'tenant-a', 'infinity'), now()"
         ).fetchone()  # type: ignore[misc]

@@ -35,7 +35,7 @@ ALTER TABLE leaseq.job_signals ENABLE ROW LEVEL SECURITY;
 --           schedules of its own login only; reads the slot records); spawns from a handler (inserts jobs, their edges and
 --           pipelines in its completion's transaction, marks parents; the jobs and pipelines
 --           owned by the producer of a job that runs under an unexpired lease); reads the
---           flow tables; may pause its job's key (flow_pause).
+--           flow tables; pauses only its own job's key, by a back-off (lease_back_off).
 --           No DELETE on jobs or attempts (cannot prune), no DDL.
 -- operator: reaps, cancels, retries dead jobs, prunes (deletes finished jobs, their attempts
 --           and edges), reads stats, holds the leader lease, forgets stale workers;
@@ -44,7 +44,7 @@ ALTER TABLE leaseq.job_signals ENABLE ROW LEVEL SECURITY;
 --           ended; the partition functions); runs the scheduler (reads and writes schedules,
 --           records slots, and enqueues only the jobs a slot fires: a restrictive policy
 --           admits only a slot's idempotency key `schedule:<name>:<slot>`); sets limits,
---           repairs units, unblocks aggregates; settles uncertain steps; signals any job; on PostgreSQL >= 17 may VACUUM leaseq.jobs
+--           repairs units, unblocks aggregates, pauses and resumes keys; settles uncertain steps; signals any job; on PostgreSQL >= 17 may VACUUM leaseq.jobs
 --           and leaseq.flow_keys (MAINTAIN). Cannot change a job's queue, type, payload or
 --           keys, nor insert other jobs or effects.
 -- producer: enqueues (INSERT of the job's own columns only, keys and graphs included, always
@@ -70,7 +70,7 @@ DECLARE
     producer_functions text := 'leaseq.enqueue(text, text, jsonb, integer, timestamptz, double precision, integer, double precision, text, text, boolean), leaseq.job_status(bigint), leaseq.stream_read(bigint, bigint, integer), leaseq.producer_cancel(bigint, text), leaseq.producer_cancel_pipeline(bigint, text)';
     signal_function text := 'leaseq.signal(bigint, text, jsonb)';
     history_functions text := 'leaseq.history_ensure_partitions(integer, timestamptz), leaseq.history_expire_step(timestamptz, integer)';
-    flow_functions text := 'leaseq.flow_limit_set(text, text, integer, double precision, double precision, double precision, boolean), leaseq.flow_unblock(text, text), leaseq.flow_repair(integer), leaseq.flow_settle(integer, double precision), leaseq.flow_resume(text, text)';
+    flow_functions text := 'leaseq.flow_limit_set(text, text, integer, double precision, double precision, double precision, boolean), leaseq.flow_unblock(text, text), leaseq.flow_repair(integer), leaseq.flow_settle(integer, double precision), leaseq.flow_resume(text, text), leaseq.flow_pause(text, text, timestamptz)';
     schedule_functions text := 'leaseq.schedule_put(text, text, text, text, text, jsonb, integer, integer, leaseq.schedule_overlap, double precision, leaseq.schedule_origin, text, timestamptz), leaseq.schedule_retire(text, text[], timestamptz)';
     lease_functions text := 'leaseq.lease_claim(text[], text[], text, integer, double precision, uuid, bytea, timestamptz), leaseq.lease_claim_keyed(text[], text[], text, integer, double precision, uuid, bytea, timestamptz), leaseq.lease_claim_keyed_slots(text[], text[], text, integer, double precision, uuid, bytea, timestamptz), leaseq.lease_claim_keyed_open(text[], text[], text, integer, double precision, uuid, bytea, timestamptz), leaseq.lease_heartbeat_many(bigint[], text[], bigint[], bytea[], jsonb[], double precision, timestamptz), leaseq.lease_checkpoint(bigint, text, bigint, bytea, jsonb, timestamptz), leaseq.lease_complete(bigint[], text[], bigint[], bytea[], jsonb[], text[], jsonb[], text[], timestamptz), leaseq.lease_fail(bigint, text, bigint, bytea, text, text, text, boolean, leaseq.attempt_outcome, double precision, double precision, timestamptz), leaseq.lease_release(bigint, text, bigint, bytea, timestamptz, text, boolean, double precision, double precision, timestamptz), leaseq.lease_back_off(bigint, text, bigint, bytea, timestamptz, double precision, text, timestamptz), leaseq.lease_sleep(bigint, text, bigint, bytea, timestamptz, timestamptz, timestamptz), leaseq.lease_wait(bigint, text, bigint, bytea, timestamptz, text, timestamptz, timestamptz), leaseq.lease_refused(bigint, text, bigint, bytea, integer, timestamptz, text, timestamptz), leaseq.lease_step_intend(bigint, text, bigint, bytea, text, bigint, timestamptz), leaseq.lease_step_record(bigint, text, bigint, bytea, text, jsonb, text, timestamptz), leaseq.lease_step_withdraw(bigint, text, bigint, bytea, text, timestamptz), leaseq.lease_emit(bigint, text, bigint, bytea, jsonb, integer, timestamptz), leaseq.lease_signal(bigint, text, bigint, bytea, text, timestamptz)';
     maintain boolean := current_setting('server_version_num')::int >= 170000;
@@ -104,7 +104,7 @@ BEGIN
             format('REVOKE ALL ON FUNCTION %s FROM %s', producer_functions, r),
             format('REVOKE ALL ON FUNCTION %s FROM %s', signal_function, r),
             format('REVOKE ALL ON FUNCTION %s FROM %s', history_functions, r),
-            format('REVOKE ALL ON FUNCTION %s, leaseq.flow_pause(text, text, timestamptz) FROM %s', flow_functions, r),
+            format('REVOKE ALL ON FUNCTION %s FROM %s', flow_functions, r),
             format('REVOKE ALL ON FUNCTION %s FROM %s', schedule_functions, r),
             format('REVOKE ALL ON FUNCTION %s FROM %s', lease_functions, r)];
     END LOOP;
@@ -167,7 +167,6 @@ BEGIN
             -- a unit back.
             format('GRANT SELECT ON leaseq.flow_keys, leaseq.flow_limits, leaseq.flow_aggregates, leaseq.flow_slots, leaseq.flow_buckets TO %s', worker),
             format('CREATE POLICY leaseq_worker_read ON leaseq.flow_slots FOR SELECT TO %s USING (true)', worker),
-            format('GRANT EXECUTE ON FUNCTION leaseq.flow_pause(text, text, timestamptz) TO %s', worker),
             -- Durable steps and streams: read (a step's record, ctx.step); written only
             -- through the worker's door. Signals: read only through it (lease_signal).
             format('GRANT SELECT ON leaseq.job_steps, leaseq.job_stream TO %s', worker),

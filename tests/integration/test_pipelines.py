@@ -412,16 +412,22 @@ def test_a_producer_waits_for_the_pipeline_its_job_spawns_by_that_jobs_id(
     split = face.call("enqueue", "q", "split").job_id
     assert queue.pipeline_of(split) is None  # nothing spawned yet
 
+    def claim(job_type: str) -> leaseq.ClaimedJob:
+        # Polled: the waiter flags the jobs it waits for (an UPDATE of their rows), and a
+        # claim skips a row another transaction holds for that moment.
+        (job,) = wait_for(lambda: queue.claim(["q"], "w1", job_types=[job_type]), job_type)
+        return job
+
     def work() -> None:
-        (job,) = queue.claim(["q"], "w1", job_types=["split"])
+        job = claim("split")
         fan_out = Graph("doc")
         pages = [fan_out.add("q", "page", {"page": n}, name=f"p{n}") for n in range(2)]
         fan_out.add("q", "merge", name="merge", after=pages)
         queue.complete_many([job.lease], spawns=[fan_out])
         for _ in range(2):
-            (page,) = queue.claim(["q"], "w1", job_types=["page"])
+            page = claim("page")
             queue.complete(page.lease, {"text": f"t{page.payload['page']}"})
-        (merge,) = queue.claim(["q"], "w1", job_types=["merge"])
+        merge = claim("merge")
         texts = sorted(r.result["text"] for r in queue.iter_parent_results(merge.id))
         queue.complete(merge.lease, {"text": " ".join(texts)})
 

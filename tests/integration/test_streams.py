@@ -90,3 +90,30 @@ def test_the_asyncio_twin_follows_a_live_stream_to_its_end(
             return seen
 
     assert asyncio.run(main()) == [leaseq.StreamItem(1, "a"), leaseq.StreamItem(2, "b")]
+
+
+@pytest.mark.parametrize(
+    ("after", "page", "field"),
+    [(0, 2**31, "page"), (0, 0, "page"), (2**63, 10, "after"), (-1, 10, "after")],
+)
+def test_a_read_past_what_a_stream_holds_is_refused_by_name(
+    queue: leaseq.Queue, database_url: str, after: int, page: int, field: str
+) -> None:
+    """A page of 2**31 once reached PostgreSQL as a bigint that leaseq.stream_read does not
+    take, and the error said the schema needed migrating (issue 59)."""
+    job_id = queue.enqueue("q", "t").job_id
+    with pytest.raises(leaseq.InvalidJob, match=field):
+        next(queue.stream(job_id, after=after, page=page))
+    limit_field = "limit" if field == "page" else field
+    with pytest.raises(leaseq.InvalidJob, match=limit_field):
+        queue.stream_page(job_id, after=after, limit=page)
+
+    async def main() -> None:
+        async with AsyncConnectionPool(
+            database_url, min_size=1, max_size=1, kwargs={"autocommit": True}
+        ) as apool:
+            with pytest.raises(leaseq.InvalidJob, match=field):
+                await anext(AsyncQueue(apool).stream(job_id, after=after, page=page))
+
+    asyncio.run(main())
+    assert queue.stream_page(job_id, limit=10_000).items == []

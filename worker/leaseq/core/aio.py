@@ -227,7 +227,7 @@ class AsyncQueue:
         """As :meth:`leaseq.Queue.stream`: the job's stream items after offset ``after`` as
         they are written, until the job has finished and every item was yielded."""
         validation.positive("poll", poll)
-        validation.at_least("page", page, 1)
+        validation.stream_window(after, page, "page")
         while True:
             async with aborrow(self._db, "read stream") as c:
                 got = await self._store.stream_read(c, job_id, after, page)

@@ -813,7 +813,7 @@ class Queue:
     def stream_page(self, job_id: int, *, after: int = 0, limit: int = 1000) -> StreamPage:
         """Up to ``limit`` items of the job's stream after offset ``after``, and whether the job
         had finished when they were read (one snapshot)."""
-        validation.at_least("limit", limit, 1)
+        validation.stream_window(after, limit, "limit")
         with borrow(self._db, "read stream") as c:
             return self._store.stream_read(c, job_id, after, limit)
 
@@ -825,6 +825,7 @@ class Queue:
         it wrote was yielded. Resumable: after a restart, pass the last offset seen. A job
         that is not in the hot table (never was, or moved to history) ends at once."""
         validation.positive("poll", poll)
+        validation.stream_window(after, page, "page")
         while True:
             got = self.stream_page(job_id, after=after, limit=page)
             yield from got.items

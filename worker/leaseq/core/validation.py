@@ -11,6 +11,7 @@ from typing import Any
 
 from leaseq.core import bounded
 from leaseq.core.errors import InvalidJob
+from leaseq.core.models import MAX_STREAM_ITEMS
 
 MAX_NAME_LENGTH = 128
 # Queue names end up in metric labels, log lines, terminal tables and Kubernetes specs; the
@@ -159,6 +160,20 @@ def at_least(field: str, value: int, minimum: int) -> int:
     if value < minimum:
         raise InvalidJob(field, f"must be at least {minimum}, got {value}")
     return value
+
+
+def stream_window(after: int, page: int, page_field: str) -> None:
+    """A read of a job's stream: ``after`` an offset (0 to 2**63 - 1, the items' bigint) and
+    the page (named ``page_field``) 1 to MAX_STREAM_ITEMS, the most items a stream holds, so
+    no read asks the database for a number it cannot take."""
+    at_least("after", after, 0)
+    if after > 2**63 - 1:
+        raise InvalidJob("after", f"must be an offset of at most {2**63 - 1}, got {after}")
+    at_least(page_field, page, 1)
+    if page > MAX_STREAM_ITEMS:
+        raise InvalidJob(
+            page_field, f"must be at most {MAX_STREAM_ITEMS} (a stream's items), got {page}"
+        )
 
 
 def priority(value: int) -> int:

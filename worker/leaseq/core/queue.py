@@ -811,8 +811,9 @@ class Queue:
         return offset if held else None
 
     def stream_page(self, job_id: int, *, after: int = 0, limit: int = 1000) -> StreamPage:
-        """Up to ``limit`` items of the job's stream after offset ``after``, and whether the job
-        had finished when they were read (one snapshot)."""
+        """Up to ``limit`` items (1 to 10,000, the most a stream holds) of the job's stream
+        after offset ``after``, and whether the job had finished when they were read (one
+        snapshot)."""
         validation.stream_window(after, limit, "limit")
         with borrow(self._db, "read stream") as c:
             return self._store.stream_read(c, job_id, after, limit)

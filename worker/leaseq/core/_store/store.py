@@ -137,10 +137,11 @@ def _bytea_array(values: Sequence[bytes]) -> str:
     return "{" + ",".join(['"\\\\x' + v.hex() + '"' for v in values]) + "}"
 
 
-def _claimed(rows: list[DictRow], owner: str, claims: Mapping[UUID, bytes]) -> list[ClaimedJob]:
+def _claimed(
+    rows: list[DictRow], owner: str, secret_of: Callable[[DictRow], bytes]
+) -> list[ClaimedJob]:
     """The claim's rows as leased jobs; each lease's secret is the one of the call that took
-    it (``claims``, by claim id; rows without a claim id are one call's)."""
-    one = next(iter(claims.values())) if len(claims) == 1 else None
+    it (``secret_of`` a row)."""
     return [
         ClaimedJob(
             id=r["id"],
@@ -156,7 +157,7 @@ def _claimed(rows: list[DictRow], owner: str, claims: Mapping[UUID, bytes]) -> l
                 r["lease_token"],
                 r["attempt_count"],
                 r["started_at"],
-                one or claims[r["claim_id"]],
+                secret_of(r),
             ),
             lease_expires_at=r["lease_expires_at"],
             timeout_seconds=r["timeout_seconds"],
@@ -167,9 +168,14 @@ def _claimed(rows: list[DictRow], owner: str, claims: Mapping[UUID, bytes]) -> l
     ]
 
 
+def _held(lease: Lease) -> dict[str, Any]:
+    """The parameters every statement of the worker's door takes for one lease."""
+    return {"id": lease.job_id, "owner": lease.owner, "token": lease.token, "secret": lease.secret}
+
+
 def _leased(rows: list[DictRow], request: ClaimRequest) -> list[ClaimedJob]:
     """The rows of one claim call (``request``) as leased jobs."""
-    return _claimed(rows, request.owner, {request.claim_id: request.secret})
+    return _claimed(rows, request.owner, lambda _: request.secret)
 
 
 def enqueue_params(jobs: Sequence[Params], now: datetime | None) -> list[dict[str, Any]]:
@@ -353,7 +359,7 @@ class Store(Runner):
             "claim_secrets": list(claims.values()),
         }
         rows = self._dicts(conn, "job_claim_recover", params, "claim")
-        return _claimed(rows, owner, claims)
+        return _claimed(rows, owner, lambda r: claims[r["claim_id"]])
 
     def job_heartbeat_many(
         self,
@@ -389,10 +395,7 @@ class Store(Runner):
             conn,
             "job_checkpoint",
             {
-                "id": lease.job_id,
-                "owner": lease.owner,
-                "token": lease.token,
-                "secret": lease.secret,
+                **_held(lease),
                 "checkpoint": json_param(checkpoint),
                 "now": now,
             },
@@ -412,10 +415,7 @@ class Store(Runner):
             conn,
             statement,
             {
-                "id": lease.job_id,
-                "owner": lease.owner,
-                "token": lease.token,
-                "secret": lease.secret,
+                **_held(lease),
                 "name": name,
                 "now": params.pop("now", None),
                 **params,
@@ -514,10 +514,7 @@ class Store(Runner):
             conn,
             "stream_emit",
             {
-                "id": lease.job_id,
-                "owner": lease.owner,
-                "token": lease.token,
-                "secret": lease.secret,
+                **_held(lease),
                 "value": Jsonb(value),
                 "cap": cap,
                 "now": now,
@@ -581,10 +578,7 @@ class Store(Runner):
             conn,
             "job_fail",
             {
-                "id": lease.job_id,
-                "owner": lease.owner,
-                "token": lease.token,
-                "secret": lease.secret,
+                **_held(lease),
                 "error": error,
                 "error_code": error_code,
                 "traceback": traceback,
@@ -613,10 +607,7 @@ class Store(Runner):
             conn,
             "job_release",
             {
-                "id": lease.job_id,
-                "owner": lease.owner,
-                "token": lease.token,
-                "secret": lease.secret,
+                **_held(lease),
                 "started_at": lease.started_at,
                 "reason": reason,
                 "shutdown": shutdown,
@@ -636,10 +627,7 @@ class Store(Runner):
             conn,
             "job_sleep",
             {
-                "id": lease.job_id,
-                "owner": lease.owner,
-                "token": lease.token,
-                "secret": lease.secret,
+                **_held(lease),
                 "started_at": lease.started_at,
                 "until": until,
                 "now": now,
@@ -662,10 +650,7 @@ class Store(Runner):
             conn,
             "job_wait",
             {
-                "id": lease.job_id,
-                "owner": lease.owner,
-                "token": lease.token,
-                "secret": lease.secret,
+                **_held(lease),
                 "started_at": lease.started_at,
                 "name": name,
                 "until": until,
@@ -680,10 +665,7 @@ class Store(Runner):
     ) -> DictRow | None:
         """Row with ``found`` and ``payload``; None when the lease is not held."""
         params = {
-            "id": lease.job_id,
-            "owner": lease.owner,
-            "token": lease.token,
-            "secret": lease.secret,
+            **_held(lease),
             "name": name,
             "now": now,
         }
@@ -724,10 +706,7 @@ class Store(Runner):
             conn,
             "job_back_off",
             {
-                "id": lease.job_id,
-                "owner": lease.owner,
-                "token": lease.token,
-                "secret": lease.secret,
+                **_held(lease),
                 "started_at": lease.started_at,
                 "seconds": seconds,
                 "reason": reason,
@@ -756,10 +735,7 @@ class Store(Runner):
             conn,
             "job_record_fenced",
             {
-                "id": lease.job_id,
-                "owner": lease.owner,
-                "token": lease.token,
-                "secret": lease.secret,
+                **_held(lease),
                 "attempt": lease.attempt,
                 "started_at": lease.started_at,
                 "call": call,

@@ -122,9 +122,9 @@ def test_grants_are_idempotent_and_a_replaced_role_keeps_nothing(
         # 20 as of migration 0012; migration 0030 added 15 for the tables that got row
         # level security (workers, schedules, job_deps, pipelines, flow_slots), 0033 five
         # for job_steps, four for job_stream, 0036 four for job_signals, 0040 two for the
-        # worker's fan-out owner (jobs, pipelines); 0049 took seven of the worker's (its
+        # worker's fan-out owner (jobs, pipelines); 0048 took seven of the worker's (its
         # writes of attempts, effects, steps and stream items, its read of signals: the
-        # lease_* functions do them), 0050 its take of a unit (the claims do it); 0052
+        # lease_* functions do them) and its take of a unit (the claims do it), and added
         # three on whose pipeline a job joins and who finishes a pipeline
         assert policies.fetchone() == (45,)
     with login_roles(database_url) as fresh:

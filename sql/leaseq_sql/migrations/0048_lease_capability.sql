@@ -1,15 +1,41 @@
--- leaseq schema: the worker's door (issue 59, second step).
+-- leaseq schema: a lease is a capability, and the worker role writes only through its door
+-- (issue 59).
 --
--- A worker login could write leaseq.job_steps, job_stream, job_attempts and job_results,
--- and update a running job, with nothing but the token every login reads: worker A forged
--- worker B's recorded steps, stream items, attempt rows and completion. Everything a running
--- attempt changes now goes through SECURITY DEFINER functions (definitions/lease.sql), each
--- checking the lease's secret (migration 48) next to owner, token and expiry, in database
--- time (a worker's `now` is honoured only for the owner's logins). The worker role loses its
--- INSERT and UPDATE on those tables, its SELECT of job_signals, and its UPDATE of a running
--- job (the fence trigger now admits only a claim and a parent's mark). A time a job is
--- handed back until is bounded in the functions as the trigger bounded it. `leaseq migrate`
--- run without roles grants the registered roles their new rights (grants_reapply).
+-- The fencing token orders executions but proves nothing: every worker login reads every
+-- job's token, and a worker login wrote leaseq.job_steps, job_stream, job_attempts and
+-- job_results and updated a running job with nothing else (worker A forged worker B's
+-- recorded steps, stream items, attempt rows and completion). It also claimed by its own
+-- UPDATE (a trigger checked token and status, not the lease it wrote, so a claim could give
+-- itself an endless lease) and wrote flow_slots and flow_buckets (a unit taken for a job
+-- that does not exist, a bucket refilled).
+--
+-- * Each claim writes jobs.lease_digest = sha256(the claim's secret || id); only the claimer
+--   holds the secret (leaseq.core.capability). The digest is NULL on rows claimed before
+--   this migration: a worker of this version never holds one.
+-- * The claims (definitions/claims.sql) and everything a running attempt changes
+--   (definitions/lease.sql) are SECURITY DEFINER functions, one statement each, checking the
+--   secret next to owner, token and expiry, in database time (a caller's `now` is honoured
+--   only for the owner's logins: leaseq.lease_now, inlined). The worker role keeps SELECT
+--   on those tables (not on job_signals) and UPDATE of jobs.has_children only; the fence
+--   trigger, with nothing left to fence, is dropped with its function. A time a job is
+--   handed back until is bounded as the trigger bounded it.
+-- * The door holds the API's bounds (22023 with the field in COLUMN, leaseq.InvalidJob): a
+--   step result, result or checkpoint over 1,048,576 bytes as JSON, a stream item or
+--   progress over 65,536, a step name outside 1-200 characters, a job's 10,001st step.
+-- * A job joins only a pipeline of its own producer (restrictive policies for the producer
+--   and a worker's fan-out), and no worker marks a pipeline finished.
+-- * A worker pauses only its own job's key, by a back-off (lease_back_off): flow_pause is
+--   the operator role's now.
+--
+-- The policies and grants come with apply_grants; `leaseq migrate` run without roles grants
+-- the roles registered by the last run their new rights (grants_reapply).
+
+ALTER TABLE leaseq.jobs ADD COLUMN lease_digest bytea;
+
+-- The worker role's fence trigger goes with its function: a worker login updates no column
+-- of leaseq.jobs but has_children, so there is nothing left for it to fence.
+DROP TRIGGER IF EXISTS leaseq_worker_fence ON leaseq.jobs;
+
 CREATE OR REPLACE FUNCTION leaseq.apply_grants(worker regrole, operator regrole, producer regrole)
  RETURNS SETOF text
  LANGUAGE plpgsql
@@ -26,9 +52,9 @@ DECLARE
     producer_functions text := 'leaseq.enqueue(text, text, jsonb, integer, timestamptz, double precision, integer, double precision, text, text, boolean), leaseq.job_status(bigint), leaseq.stream_read(bigint, bigint, integer), leaseq.producer_cancel(bigint, text), leaseq.producer_cancel_pipeline(bigint, text)';
     signal_function text := 'leaseq.signal(bigint, text, jsonb)';
     history_functions text := 'leaseq.history_ensure_partitions(integer, timestamptz), leaseq.history_expire_step(timestamptz, integer)';
-    flow_functions text := 'leaseq.flow_limit_set(text, text, integer, double precision, double precision, double precision, boolean), leaseq.flow_unblock(text, text), leaseq.flow_repair(integer), leaseq.flow_settle(integer, double precision), leaseq.flow_resume(text, text)';
+    flow_functions text := 'leaseq.flow_limit_set(text, text, integer, double precision, double precision, double precision, boolean), leaseq.flow_unblock(text, text), leaseq.flow_repair(integer), leaseq.flow_settle(integer, double precision), leaseq.flow_resume(text, text), leaseq.flow_pause(text, text, timestamptz)';
     schedule_functions text := 'leaseq.schedule_put(text, text, text, text, text, jsonb, integer, integer, leaseq.schedule_overlap, double precision, leaseq.schedule_origin, text, timestamptz), leaseq.schedule_retire(text, text[], timestamptz)';
-    lease_functions text := 'leaseq.lease_heartbeat(bigint, text, bigint, bytea, double precision, jsonb, timestamptz), leaseq.lease_heartbeat_many(bigint[], text[], bigint[], bytea[], jsonb[], double precision, timestamptz), leaseq.lease_checkpoint(bigint, text, bigint, bytea, jsonb, timestamptz), leaseq.lease_complete(bigint[], text[], bigint[], bytea[], jsonb[], text[], jsonb[], text[], timestamptz), leaseq.lease_fail(bigint, text, bigint, bytea, text, text, text, boolean, leaseq.attempt_outcome, double precision, double precision, timestamptz), leaseq.lease_release(bigint, text, bigint, bytea, timestamptz, text, boolean, double precision, double precision, timestamptz), leaseq.lease_back_off(bigint, text, bigint, bytea, timestamptz, double precision, text, timestamptz), leaseq.lease_sleep(bigint, text, bigint, bytea, timestamptz, timestamptz, timestamptz), leaseq.lease_wait(bigint, text, bigint, bytea, timestamptz, text, timestamptz, timestamptz), leaseq.lease_refused(bigint, text, bigint, bytea, integer, timestamptz, text, timestamptz), leaseq.lease_step_intend(bigint, text, bigint, bytea, text, bigint, timestamptz), leaseq.lease_step_record(bigint, text, bigint, bytea, text, jsonb, text, timestamptz), leaseq.lease_step_withdraw(bigint, text, bigint, bytea, text, timestamptz), leaseq.lease_emit(bigint, text, bigint, bytea, jsonb, integer, timestamptz), leaseq.lease_signal(bigint, text, bigint, bytea, text, timestamptz)';
+    lease_functions text := 'leaseq.lease_claim(text[], text[], text, integer, double precision, uuid, bytea, timestamptz), leaseq.lease_claim_keyed(text[], text[], text, integer, double precision, uuid, bytea, timestamptz), leaseq.lease_claim_keyed_slots(text[], text[], text, integer, double precision, uuid, bytea, timestamptz), leaseq.lease_claim_keyed_open(text[], text[], text, integer, double precision, uuid, bytea, timestamptz), leaseq.lease_heartbeat_many(bigint[], text[], bigint[], bytea[], jsonb[], double precision, timestamptz), leaseq.lease_checkpoint(bigint, text, bigint, bytea, jsonb, timestamptz), leaseq.lease_complete(bigint[], text[], bigint[], bytea[], jsonb[], text[], jsonb[], text[], timestamptz), leaseq.lease_fail(bigint, text, bigint, bytea, text, text, text, boolean, leaseq.attempt_outcome, double precision, double precision, timestamptz), leaseq.lease_release(bigint, text, bigint, bytea, timestamptz, text, boolean, double precision, double precision, timestamptz), leaseq.lease_back_off(bigint, text, bigint, bytea, timestamptz, double precision, text, timestamptz), leaseq.lease_sleep(bigint, text, bigint, bytea, timestamptz, timestamptz, timestamptz), leaseq.lease_wait(bigint, text, bigint, bytea, timestamptz, text, timestamptz, timestamptz), leaseq.lease_refused(bigint, text, bigint, bytea, integer, timestamptz, text, timestamptz), leaseq.lease_step_intend(bigint, text, bigint, bytea, text, bigint, timestamptz), leaseq.lease_step_record(bigint, text, bigint, bytea, text, jsonb, text, timestamptz), leaseq.lease_step_withdraw(bigint, text, bigint, bytea, text, timestamptz), leaseq.lease_emit(bigint, text, bigint, bytea, jsonb, integer, timestamptz), leaseq.lease_signal(bigint, text, bigint, bytea, text, timestamptz)';
     maintain boolean := current_setting('server_version_num')::int >= 170000;
     r regrole;
     stmt text;
@@ -60,7 +86,7 @@ BEGIN
             format('REVOKE ALL ON FUNCTION %s FROM %s', producer_functions, r),
             format('REVOKE ALL ON FUNCTION %s FROM %s', signal_function, r),
             format('REVOKE ALL ON FUNCTION %s FROM %s', history_functions, r),
-            format('REVOKE ALL ON FUNCTION %s, leaseq.flow_pause(text, text, timestamptz) FROM %s', flow_functions, r),
+            format('REVOKE ALL ON FUNCTION %s FROM %s', flow_functions, r),
             format('REVOKE ALL ON FUNCTION %s FROM %s', schedule_functions, r),
             format('REVOKE ALL ON FUNCTION %s FROM %s', lease_functions, r)];
     END LOOP;
@@ -71,26 +97,24 @@ BEGIN
     LOOP
         stmts := stmts || format('DROP POLICY %I ON leaseq.%I', pol.policyname, pol.tablename);
     END LOOP;
-    stmts := stmts || 'DROP TRIGGER IF EXISTS leaseq_worker_fence ON leaseq.jobs'::text;
     DELETE FROM leaseq.component_roles;
 
     IF worker IS NOT NULL THEN
         stmts := stmts || ARRAY[
             format('GRANT USAGE ON SCHEMA leaseq TO %s', worker),
             format('GRANT SELECT ON leaseq.schema_migrations, leaseq.jobs, leaseq.job_view, leaseq.job_attempts, leaseq.job_results, leaseq.workers TO %s', worker),
-            -- A claim's columns; everything else a running attempt writes goes through the
-            -- worker's door, which checks the lease's secret.
-            format('GRANT UPDATE (status, waiting_for, waiting_since, attempt_count, lease_token, lease_owner, started_at, heartbeat_at, lease_expires_at, claim_id, lease_digest) ON leaseq.jobs TO %s', worker),
+            -- A job is claimed and changed under its lease only through the worker's door
+            -- (the lease_* functions), which mints and checks the lease's secret.
             format('GRANT EXECUTE ON FUNCTION %s TO %s', lease_functions, worker),
             -- The registry is the workers' own table: whatever a worker reports about itself.
             format('GRANT INSERT, UPDATE, DELETE ON leaseq.workers TO %s', worker),
             format('CREATE POLICY leaseq_worker_read ON leaseq.workers FOR SELECT TO %s USING (true)', worker),
             format('CREATE POLICY leaseq_worker_own ON leaseq.workers FOR ALL TO %s USING (registered_by = current_user) WITH CHECK (registered_by = current_user)', worker),
             format('CREATE POLICY leaseq_worker_read ON leaseq.jobs FOR SELECT TO %s USING (true)', worker),
+            -- Only has_children (a fan-out's parent mark) is the worker's to update.
             format('CREATE POLICY leaseq_worker_unfinished ON leaseq.jobs FOR UPDATE TO %s USING (status IN (''pending'', ''running'')) WITH CHECK (true)', worker),
             format('CREATE POLICY leaseq_worker_read ON leaseq.job_attempts FOR SELECT TO %s USING (true)', worker),
             format('CREATE POLICY leaseq_worker_read ON leaseq.job_results FOR SELECT TO %s USING (true)', worker),
-            format('CREATE TRIGGER leaseq_worker_fence BEFORE UPDATE ON leaseq.jobs FOR EACH ROW WHEN (pg_has_role(%L, ''MEMBER'') AND NOT pg_has_role(%L, ''USAGE'')) EXECUTE FUNCTION leaseq.jobs_worker_fence()', worker::text, owner_oid::regrole::text),
             -- Schedules declared in code, upserted at start-up.
             -- Declared only through schedule_put and schedule_retire (schedules.sql): code
             -- schedules of its own login, never a run-time one, a pause or a slot.
@@ -114,16 +138,17 @@ BEGIN
             -- could hold. An uncorrelated IN: one scan of the running jobs' partial index per
             -- statement (a hashed subplan), however many jobs the fan-out inserts.
             format('CREATE POLICY leaseq_worker_spawner ON leaseq.jobs AS RESTRICTIVE FOR INSERT TO %s WITH CHECK (enqueued_by IN (SELECT h.enqueued_by FROM leaseq.jobs h WHERE h.status = ''running'' AND h.lease_expires_at > now()))', worker),
+            -- ... into a pipeline of that same producer: no job joins another's pipeline.
+            format('CREATE POLICY leaseq_worker_pipeline ON leaseq.jobs AS RESTRICTIVE FOR INSERT TO %s WITH CHECK (EXISTS (SELECT 1 FROM leaseq.pipelines p WHERE p.id = jobs.pipeline_id AND p.created_by = jobs.enqueued_by))', worker),
+            -- A fan-out grows its pipeline (and so reopens it); it never finishes one: that
+            -- is the status trigger's, as the owner.
+            format('CREATE POLICY leaseq_worker_grow ON leaseq.pipelines AS RESTRICTIVE FOR UPDATE TO %s USING (true) WITH CHECK (finished_at IS NULL)', worker),
             format('CREATE POLICY leaseq_worker_spawner ON leaseq.pipelines AS RESTRICTIVE FOR INSERT TO %s WITH CHECK (created_by IN (SELECT h.enqueued_by FROM leaseq.jobs h WHERE h.status = ''running'' AND h.lease_expires_at > now()))', worker),
-            -- Flow control: the keyed claim reads the keys and takes units and rate tokens.
-            format('GRANT SELECT ON leaseq.flow_keys, leaseq.flow_limits, leaseq.flow_aggregates TO %s', worker),
-            format('GRANT SELECT, UPDATE (job_id, lease_token, taken_at) ON leaseq.flow_slots TO %s', worker),
+            -- Flow control: read; a claim (a lease_claim_* function) takes a free unit and
+            -- rate tokens, and only a job's transition (jobs_on_status, as the owner) gives
+            -- a unit back.
+            format('GRANT SELECT ON leaseq.flow_keys, leaseq.flow_limits, leaseq.flow_aggregates, leaseq.flow_slots, leaseq.flow_buckets TO %s', worker),
             format('CREATE POLICY leaseq_worker_read ON leaseq.flow_slots FOR SELECT TO %s USING (true)', worker),
-            -- A claim takes a free unit; only a job's transition (jobs_on_status, as the
-            -- owner) gives one back.
-            format('CREATE POLICY leaseq_worker_take ON leaseq.flow_slots FOR UPDATE TO %s USING (job_id IS NULL) WITH CHECK (job_id IS NOT NULL)', worker),
-            format('GRANT SELECT, UPDATE (tokens, tokens_at) ON leaseq.flow_buckets TO %s', worker),
-            format('GRANT EXECUTE ON FUNCTION leaseq.flow_pause(text, text, timestamptz) TO %s', worker),
             -- Durable steps and streams: read (a step's record, ctx.step); written only
             -- through the worker's door. Signals: read only through it (lease_signal).
             format('GRANT SELECT ON leaseq.job_steps, leaseq.job_stream TO %s', worker),
@@ -220,6 +245,9 @@ BEGIN
             format('CREATE POLICY leaseq_producer_own ON leaseq.pipelines FOR ALL TO %s USING (created_by = current_user) WITH CHECK (created_by = current_user)', producer),
             -- A producer's jobs start unfinished, whatever columns it may set.
             format('CREATE POLICY leaseq_producer_unfinished ON leaseq.jobs AS RESTRICTIVE FOR INSERT TO %s WITH CHECK (status::text IN (''waiting'', ''pending''))', producer),
+            -- ... and in no pipeline but one of its own: another producer's pipeline is not
+            -- joined, counted into or finished by a job it puts there.
+            format('CREATE POLICY leaseq_producer_pipeline ON leaseq.jobs AS RESTRICTIVE FOR INSERT TO %s WITH CHECK (pipeline_id IS NULL OR EXISTS (SELECT 1 FROM leaseq.pipelines p WHERE p.id = jobs.pipeline_id AND p.created_by = current_user))', producer),
             -- Flow control: keys on the jobs it enqueues.
             format('GRANT INSERT (key, ordering_key) ON leaseq.jobs TO %s', producer),
             -- Signals only to its own jobs, as itself (sent_by is its login).
@@ -238,28 +266,59 @@ END
 $function$
 ;
 
-CREATE OR REPLACE FUNCTION leaseq.jobs_worker_fence()
- RETURNS trigger
+DROP FUNCTION leaseq.jobs_worker_fence();
+
+CREATE OR REPLACE FUNCTION leaseq.lease_oversized(field text, size integer, lim integer)
+ RETURNS jsonb
  LANGUAGE plpgsql
+ IMMUTABLE
  SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
-DECLARE
-    marked leaseq.jobs := OLD;
 BEGIN
-    marked.has_children := NEW.has_children;
-    IF marked IS NOT DISTINCT FROM NEW THEN
-        RETURN NEW;
-    END IF;
-    IF NOT (OLD.status = 'pending' AND NEW.status = 'running'
-            AND NEW.lease_token = leaseq.lease_token_next(OLD.lease_token, leaseq.lease_epoch())) THEN
-        RAISE EXCEPTION 'a worker may change job % only by claiming it (a running attempt writes through the leaseq.lease_* functions, with its lease''s secret); it is % with token %',
-            OLD.id, OLD.status, OLD.lease_token
-            USING ERRCODE = 'insufficient_privilege';
-    END IF;
-    RETURN NEW;
+    RAISE EXCEPTION 'invalid %: is % bytes as JSON; the limit is %; nothing was written', field, size, lim
+        USING ERRCODE = 'invalid_parameter_value', COLUMN = field,
+              DETAIL = format('is %s bytes as JSON; the limit is %s', size, lim);
 END
 $function$
 ;
+REVOKE ALL ON FUNCTION leaseq.lease_oversized(text,integer,integer) FROM PUBLIC;
+
+CREATE OR REPLACE FUNCTION leaseq.lease_bounded(field text, value jsonb, lim integer)
+ RETURNS jsonb
+ LANGUAGE sql
+ IMMUTABLE
+AS $function$
+    SELECT CASE WHEN pg_catalog.octet_length(value::text) > lim
+                THEN leaseq.lease_oversized(field, pg_catalog.octet_length(value::text), lim)
+                ELSE value END
+$function$
+;
+REVOKE ALL ON FUNCTION leaseq.lease_bounded(text,jsonb,integer) FROM PUBLIC;
+
+CREATE OR REPLACE FUNCTION leaseq.lease_owner_session()
+ RETURNS boolean
+ LANGUAGE sql
+ STABLE
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+    SELECT pg_has_role(session_user,
+                       (SELECT c.relowner FROM pg_class c WHERE c.oid = 'leaseq.jobs'::regclass),
+                       'USAGE')
+$function$
+;
+REVOKE ALL ON FUNCTION leaseq.lease_owner_session() FROM PUBLIC;
+
+CREATE OR REPLACE FUNCTION leaseq.lease_now(at timestamp with time zone)
+ RETURNS timestamp with time zone
+ LANGUAGE sql
+ STABLE
+AS $function$
+    SELECT CASE WHEN at IS NULL THEN pg_catalog.now()
+                WHEN leaseq.lease_owner_session() THEN at
+                ELSE pg_catalog.now() END
+$function$
+;
+REVOKE ALL ON FUNCTION leaseq.lease_now(timestamp with time zone) FROM PUBLIC;
 
 CREATE OR REPLACE FUNCTION leaseq.lease_back_off(job bigint, holder text, token bigint, secret bytea, started timestamp with time zone, seconds double precision, reason text, at timestamp with time zone)
  RETURNS TABLE(id bigint, status text, available_at timestamp with time zone, paused_until timestamp with time zone)
@@ -284,7 +343,7 @@ BEGIN
          -- naming status = 'running' lets the planner pick jobs_running_idx over the primary
          -- key when the statistics predate the running jobs (test_fenced_plans.py).
          WHERE j.id = lease_back_off.job AND j.lease_owner = lease_back_off.holder
-           AND j.lease_token = lease_back_off.token AND j.lease_digest = sha256(lease_back_off.secret)
+           AND j.lease_token = lease_back_off.token AND j.lease_digest = sha256(lease_back_off.secret || int8send(j.id))
            AND j.lease_expires_at > t.now
         RETURNING j.id, j.queue, j.key, j.available_at, j.attempt_count + 1 AS attempt
     ),
@@ -315,15 +374,401 @@ AS $function$
 BEGIN
     RETURN QUERY
     UPDATE leaseq.jobs j
-       SET checkpoint = lease_checkpoint.state
+       SET checkpoint = leaseq.lease_bounded('checkpoint', lease_checkpoint.state, 1048576)
      WHERE j.id = lease_checkpoint.job AND j.lease_owner = lease_checkpoint.holder
-       AND j.lease_token = lease_checkpoint.token AND j.lease_digest = sha256(lease_checkpoint.secret)
+       AND j.lease_token = lease_checkpoint.token AND j.lease_digest = sha256(lease_checkpoint.secret || int8send(j.id))
        AND j.lease_expires_at > leaseq.lease_now(lease_checkpoint.at)
     RETURNING j.id;
 END
 $function$
 ;
 REVOKE ALL ON FUNCTION leaseq.lease_checkpoint(bigint,text,bigint,bytea,jsonb,timestamp with time zone) FROM PUBLIC;
+
+CREATE OR REPLACE FUNCTION leaseq.lease_claim(queues text[], job_types text[], holder text, lim integer, lease_seconds double precision, claim_id uuid, claim_secret bytea, at timestamp with time zone)
+ RETURNS TABLE(id bigint, queue text, job_type text, payload jsonb, priority smallint, available_at timestamp with time zone, attempt_count integer, max_attempts integer, lease_token bigint, lease_expires_at timestamp with time zone, started_at timestamp with time zone, timeout_seconds double precision, idempotency_key text, checkpoint jsonb)
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+#variable_conflict use_column
+DECLARE
+    claim_now timestamptz := leaseq.lease_now(lease_claim.at);
+    claim_start timestamptz := CASE WHEN lease_claim.at IS NOT NULL THEN claim_now END;
+BEGIN
+    RETURN QUERY
+    WITH candidate AS (
+        SELECT c.id
+          FROM unnest(lease_claim.queues) AS q(queue)
+          CROSS JOIN LATERAL (
+              SELECT j.id, j.priority, j.available_at
+                FROM leaseq.jobs j
+               WHERE j.status = 'pending' AND j.queue = q.queue AND j.available_at <= claim_now
+                 -- Keyed and waiting ordered jobs are claimed by lease_claim_keyed (below).
+                 AND j.key IS NULL AND NOT j.ordering_waiting
+                 -- A filter on the claim index's scan, not a key of it: the index stays the one
+                 -- every claimer walks; jobs of types this worker does not serve are stepped over.
+                 AND (lease_claim.job_types IS NULL OR j.job_type = ANY(lease_claim.job_types))
+               ORDER BY j.priority, j.available_at, j.id
+               LIMIT lease_claim.lim
+                 FOR UPDATE SKIP LOCKED
+          ) c
+         ORDER BY c.priority, c.available_at, c.id
+         LIMIT lease_claim.lim
+    ),
+    claimed AS (
+        UPDATE leaseq.jobs j
+           SET status = 'running',
+               -- Whatever it waited for (ctx.wait_for) is over: it runs.
+               waiting_for = NULL, waiting_since = NULL,
+               attempt_count = j.attempt_count + 1,
+               lease_token = leaseq.lease_token_next(j.lease_token, (SELECT leaseq.lease_epoch())),
+               lease_owner = lease_claim.holder,
+               claim_id = lease_claim.claim_id,
+               -- Only the lease's digest: sha256(the claim's secret || id) (leaseq.core.capability).
+               lease_digest = sha256(lease_claim.claim_secret || int8send(j.id)),
+               started_at = claim_now,
+               heartbeat_at = claim_now,
+               lease_expires_at = claim_now + least(make_interval(secs => lease_claim.lease_seconds),
+                                                coalesce(j.timeout, make_interval(secs => lease_claim.lease_seconds)))
+         -- An array, not a join: the generic plan cannot see LIMIT and would hash-join a
+         -- sequential scan of jobs against the candidates; this plan is an index scan either way.
+         WHERE j.id = ANY (ARRAY(SELECT candidate.id FROM candidate))
+        RETURNING j.id, j.queue, j.job_type, j.payload, j.priority, j.available_at, j.attempt_count,
+                  j.max_attempts, j.lease_token, j.lease_expires_at, j.started_at,
+                  extract(epoch FROM j.timeout)::float8 AS timeout_seconds,
+                  j.idempotency_key, j.checkpoint
+    )
+    SELECT * FROM claimed ORDER BY priority, available_at, id;
+END
+$function$
+;
+REVOKE ALL ON FUNCTION leaseq.lease_claim(text[],text[],text,integer,double precision,uuid,bytea,timestamp with time zone) FROM PUBLIC;
+
+CREATE OR REPLACE FUNCTION leaseq.lease_claim_keyed(queues text[], job_types text[], holder text, lim integer, lease_seconds double precision, claim_id uuid, claim_secret bytea, at timestamp with time zone)
+ RETURNS TABLE(id bigint, queue text, job_type text, payload jsonb, priority smallint, available_at timestamp with time zone, attempt_count integer, max_attempts integer, lease_token bigint, lease_expires_at timestamp with time zone, started_at timestamp with time zone, timeout_seconds double precision, idempotency_key text, checkpoint jsonb)
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+#variable_conflict use_column
+DECLARE
+    claim_now timestamptz := leaseq.lease_now(lease_claim_keyed.at);
+    claim_start timestamptz := CASE WHEN lease_claim_keyed.at IS NOT NULL THEN claim_now END;
+BEGIN
+    RETURN QUERY
+    WITH candidate AS (
+        SELECT c.id, c.queue, c.key, c.slot, c.bucket, c.lease_token, c.rated
+          FROM unnest(lease_claim_keyed.queues) AS q(queue)
+          CROSS JOIN LATERAL (
+              SELECT k.queue, k.key, s.slots[j.n] AS slot, r.bucket, j.id, j.lease_token, k.rated
+                FROM leaseq.flow_keys k
+                -- shared: keyed_slots
+                -- A limited key's free slots (their ids), locked, at most lease_claim_keyed.lim (NULL for an
+                -- unlimited key). The slots first: a saturated key's pending rows are never read.
+                CROSS JOIN LATERAL (
+                    SELECT array_agg(x.id) AS slots FROM (
+                        SELECT x.id FROM leaseq.flow_slots x
+                         WHERE k.max_running IS NOT NULL
+                           AND x.queue = k.queue AND x.key = k.key AND x.job_id IS NULL AND NOT x.retired
+                         LIMIT lease_claim_keyed.lim
+                           FOR UPDATE SKIP LOCKED
+                    ) x
+                ) s
+                -- end shared: keyed_slots
+                -- A rate-limited key's bucket, locked: its id and the starts it allows now (a
+                -- bucket last filled at -infinity is full, one at infinity gains nothing).
+                LEFT JOIN LATERAL (
+                    SELECT b.id AS bucket, floor(least(b.burst, b.tokens + b.per_second
+                                       * greatest(CASE WHEN isfinite(b.tokens_at) THEN extract(epoch FROM claim_now - b.tokens_at)
+                                                     WHEN b.tokens_at < 'epoch' THEN 'Infinity' END, 0)))::int AS allows
+                      FROM leaseq.flow_buckets b
+                     WHERE k.rated AND b.queue = k.queue AND b.key = k.key
+                       FOR UPDATE SKIP LOCKED
+                ) r ON true
+                -- shared: keyed_ready
+                -- Key k's ready jobs in order, numbered; how many (the LIMIT below) differs.
+                CROSS JOIN LATERAL (
+                    SELECT r.id, r.lease_token, row_number() OVER () AS n FROM (
+                        SELECT j.id, j.lease_token
+                          FROM leaseq.jobs j
+                         WHERE j.status = 'pending' AND j.key IS NOT NULL AND NOT j.ordering_waiting
+                           AND j.queue = k.queue AND j.key = k.key AND j.available_at <= claim_now
+                           AND (lease_claim_keyed.job_types IS NULL OR j.job_type = ANY(lease_claim_keyed.job_types))
+                         ORDER BY j.priority, j.available_at, j.id
+                -- end shared: keyed_ready
+                         LIMIT least(CASE WHEN k.max_running IS NULL THEN lease_claim_keyed.lim
+                                          ELSE coalesce(cardinality(s.slots), 0) END,
+                                     CASE WHEN k.rated THEN r.allows ELSE lease_claim_keyed.lim END)
+                           FOR UPDATE SKIP LOCKED
+                    ) r
+                ) j
+               WHERE k.queue = q.queue AND k.active AND k.next_at IS NULL
+                 AND (k.paused_until IS NULL OR k.paused_until <= claim_now)
+                 AND (k.max_running IS NULL OR s.slots IS NOT NULL)
+                 AND (NOT k.rated OR r.allows >= 1)
+               ORDER BY k.vtime, k.key
+               LIMIT lease_claim_keyed.lim
+          ) c
+         LIMIT lease_claim_keyed.lim
+    ),
+    spent AS (
+        UPDATE leaseq.flow_buckets b
+           SET tokens = least(b.burst, b.tokens + b.per_second
+                                       * greatest(CASE WHEN isfinite(b.tokens_at) THEN extract(epoch FROM claim_now - b.tokens_at)
+                                                     WHEN b.tokens_at < 'epoch' THEN 'Infinity' END, 0)) - c.n,
+               tokens_at = greatest(b.tokens_at, claim_now)
+          FROM (SELECT x.bucket, count(*) AS n FROM candidate x WHERE x.rated GROUP BY x.bucket) c
+         -- An array, not only a join: the generic plan cannot see how few candidates there are
+         -- and would hash-join a sequential scan of the table; this is an index scan either way.
+         -- One array of ids (migration 47), not two of queue and key, which PostgreSQL 15
+         -- costed as a descent per pair and scanned the whole table instead.
+         WHERE b.id = ANY (ARRAY(SELECT x.bucket FROM candidate x WHERE x.rated))
+           AND b.id = c.bucket
+        RETURNING b.key
+    ),
+    -- shared: keyed_taken
+    -- The slots given to their candidates, each by its id (migration 47) with the job's new token.
+    -- By id, not by the row's address (ctid) the claim locked: a free slot updated and committed
+    -- after the statement's snapshot is locked in its new version, which the snapshot cannot see
+    -- at the old address, and a limit of 2 then ran 3 jobs at once.
+    taken AS (
+        UPDATE leaseq.flow_slots s
+           SET job_id = c.id, lease_token = leaseq.lease_token_next(c.lease_token, (SELECT leaseq.lease_epoch())), taken_at = claim_now
+          FROM candidate c
+         -- An array, not only a join: an index scan whatever the plan. One array of ids, not
+         -- three of queue, key and number: PostgreSQL 15's generic plan costed those as a
+         -- descent per combination of their elements and scanned the whole table instead.
+         WHERE s.id = ANY (ARRAY(SELECT x.slot FROM candidate x WHERE x.slot IS NOT NULL))
+           AND s.id = c.slot
+        RETURNING s.job_id
+    ),
+    -- end shared: keyed_taken
+    -- shared: keyed_claimed
+    -- The last step: the candidates leased, each the moment its claim holds its unit.
+    claimed AS (
+        UPDATE leaseq.jobs j
+           SET status = 'running',
+               -- Whatever it waited for (ctx.wait_for) is over: it runs.
+               waiting_for = NULL, waiting_since = NULL,
+               attempt_count = j.attempt_count + 1,
+               lease_token = leaseq.lease_token_next(j.lease_token, (SELECT leaseq.lease_epoch())),
+               lease_owner = lease_claim_keyed.holder,
+               claim_id = lease_claim_keyed.claim_id,
+               -- Only the lease's digest: sha256(the claim's secret || id) (leaseq.core.capability).
+               lease_digest = sha256(lease_claim_keyed.claim_secret || int8send(j.id)),
+               -- The moment the claim holds its unit (its locks are taken before any row is
+               -- updated), not the transaction's start: the attempts of one key never overlap
+               -- beyond its limit, even for a claim that started before the unit was given back.
+               started_at = coalesce(claim_start, clock_timestamp()),
+               heartbeat_at = claim_now,
+               lease_expires_at = claim_now
+                                  + least(make_interval(secs => lease_claim_keyed.lease_seconds),
+                                          coalesce(j.timeout, make_interval(secs => lease_claim_keyed.lease_seconds)))
+         WHERE j.id = ANY (ARRAY(SELECT candidate.id FROM candidate))
+        RETURNING j.id, j.queue, j.job_type, j.payload, j.priority, j.available_at, j.attempt_count,
+                  j.max_attempts, j.lease_token, j.lease_expires_at, j.started_at,
+                  extract(epoch FROM j.timeout)::float8 AS timeout_seconds,
+                  j.idempotency_key, j.checkpoint
+    )
+    -- end shared: keyed_claimed
+    SELECT claimed.* FROM claimed ORDER BY priority, available_at, id;
+END
+$function$
+;
+REVOKE ALL ON FUNCTION leaseq.lease_claim_keyed(text[],text[],text,integer,double precision,uuid,bytea,timestamp with time zone) FROM PUBLIC;
+
+CREATE OR REPLACE FUNCTION leaseq.lease_claim_keyed_open(queues text[], job_types text[], holder text, lim integer, lease_seconds double precision, claim_id uuid, claim_secret bytea, at timestamp with time zone)
+ RETURNS TABLE(id bigint, queue text, job_type text, payload jsonb, priority smallint, available_at timestamp with time zone, attempt_count integer, max_attempts integer, lease_token bigint, lease_expires_at timestamp with time zone, started_at timestamp with time zone, timeout_seconds double precision, idempotency_key text, checkpoint jsonb, limited boolean, rated boolean)
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+#variable_conflict use_column
+DECLARE
+    claim_now timestamptz := leaseq.lease_now(lease_claim_keyed_open.at);
+    claim_start timestamptz := CASE WHEN lease_claim_keyed_open.at IS NOT NULL THEN claim_now END;
+BEGIN
+    RETURN QUERY
+    WITH limited AS (
+        SELECT EXISTS (SELECT 1 FROM leaseq.flow_limits l
+                        WHERE l.queue = ANY (lease_claim_keyed_open.queues)
+                          AND (l.max_running IS NOT NULL OR l.per_second IS NOT NULL)) AS yes
+    ),
+    candidate AS (
+        SELECT c.id
+          FROM unnest(lease_claim_keyed_open.queues) AS q(queue)
+          CROSS JOIN LATERAL (
+              SELECT j.id
+                FROM leaseq.flow_keys k
+                CROSS JOIN LATERAL (
+                    SELECT j.id
+                      FROM leaseq.jobs j
+                     WHERE j.status = 'pending' AND j.key IS NOT NULL AND NOT j.ordering_waiting
+                       AND j.queue = k.queue AND j.key = k.key AND j.available_at <= claim_now
+                       AND (lease_claim_keyed_open.job_types IS NULL OR j.job_type = ANY(lease_claim_keyed_open.job_types))
+                     ORDER BY j.priority, j.available_at, j.id
+                     LIMIT lease_claim_keyed_open.lim
+                       FOR UPDATE SKIP LOCKED
+                ) j
+               WHERE k.queue = q.queue AND k.active AND k.next_at IS NULL
+                 -- A key's own limit, read with this claim's snapshot as lease_claim_keyed reads it:
+                 -- a limited key is never claimed here, whatever flow_limits showed.
+                 AND k.max_running IS NULL AND NOT k.rated
+                 AND (k.paused_until IS NULL OR k.paused_until <= claim_now)
+               ORDER BY k.vtime, k.key
+               LIMIT lease_claim_keyed_open.lim
+          ) c
+         WHERE NOT (SELECT l.yes FROM limited l)
+         LIMIT lease_claim_keyed_open.lim
+    ),
+    -- shared: keyed_claimed
+    claimed AS (
+        UPDATE leaseq.jobs j
+           SET status = 'running',
+               -- Whatever it waited for (ctx.wait_for) is over: it runs.
+               waiting_for = NULL, waiting_since = NULL,
+               attempt_count = j.attempt_count + 1,
+               lease_token = leaseq.lease_token_next(j.lease_token, (SELECT leaseq.lease_epoch())),
+               lease_owner = lease_claim_keyed_open.holder,
+               claim_id = lease_claim_keyed_open.claim_id,
+               -- Only the lease's digest: sha256(the claim's secret || id) (leaseq.core.capability).
+               lease_digest = sha256(lease_claim_keyed_open.claim_secret || int8send(j.id)),
+               started_at = coalesce(claim_start, clock_timestamp()),
+               heartbeat_at = claim_now,
+               lease_expires_at = claim_now
+                                  + least(make_interval(secs => lease_claim_keyed_open.lease_seconds),
+                                          coalesce(j.timeout, make_interval(secs => lease_claim_keyed_open.lease_seconds)))
+         WHERE j.id = ANY (ARRAY(SELECT candidate.id FROM candidate))
+        RETURNING j.id, j.queue, j.job_type, j.payload, j.priority, j.available_at, j.attempt_count,
+                  j.max_attempts, j.lease_token, j.lease_expires_at, j.started_at,
+                  extract(epoch FROM j.timeout)::float8 AS timeout_seconds,
+                  j.idempotency_key, j.checkpoint
+    )
+    -- end shared: keyed_claimed
+    SELECT claimed.*, l.yes AS limited,
+           -- Looked for only where a limit is: an open queue pays nothing for it.
+           l.yes AND
+           -- shared: queues_rated
+           EXISTS (SELECT 1 FROM leaseq.flow_limits r
+                    WHERE r.queue = ANY (lease_claim_keyed_open.queues) AND r.per_second IS NOT NULL)
+           -- end shared: queues_rated
+           AS rated
+      FROM limited l LEFT JOIN claimed ON true
+     ORDER BY claimed.priority, claimed.available_at, claimed.id;
+END
+$function$
+;
+REVOKE ALL ON FUNCTION leaseq.lease_claim_keyed_open(text[],text[],text,integer,double precision,uuid,bytea,timestamp with time zone) FROM PUBLIC;
+
+CREATE OR REPLACE FUNCTION leaseq.lease_claim_keyed_slots(queues text[], job_types text[], holder text, lim integer, lease_seconds double precision, claim_id uuid, claim_secret bytea, at timestamp with time zone)
+ RETURNS TABLE(id bigint, queue text, job_type text, payload jsonb, priority smallint, available_at timestamp with time zone, attempt_count integer, max_attempts integer, lease_token bigint, lease_expires_at timestamp with time zone, started_at timestamp with time zone, timeout_seconds double precision, idempotency_key text, checkpoint jsonb, rated boolean)
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+#variable_conflict use_column
+DECLARE
+    claim_now timestamptz := leaseq.lease_now(lease_claim_keyed_slots.at);
+    claim_start timestamptz := CASE WHEN lease_claim_keyed_slots.at IS NOT NULL THEN claim_now END;
+BEGIN
+    RETURN QUERY
+    WITH rated AS (
+        SELECT
+        -- shared: queues_rated
+        -- Whether one of the queues has a rate set: one probe of flow_limits_rated_idx
+        -- (migration 27).
+        EXISTS (SELECT 1 FROM leaseq.flow_limits r
+                 WHERE r.queue = ANY (lease_claim_keyed_slots.queues) AND r.per_second IS NOT NULL)
+        -- end shared: queues_rated
+        AS yes
+    ),
+    candidate AS (
+        SELECT c.id, c.queue, c.key, c.slot, c.lease_token
+          FROM unnest(lease_claim_keyed_slots.queues) AS q(queue)
+          CROSS JOIN LATERAL (
+              SELECT k.queue, k.key, z.id, s.slots[z.n] AS slot, z.lease_token
+                FROM leaseq.flow_keys k
+                -- shared: keyed_slots
+                CROSS JOIN LATERAL (
+                    SELECT array_agg(x.id) AS slots FROM (
+                        SELECT x.id FROM leaseq.flow_slots x
+                         WHERE k.max_running IS NOT NULL
+                           AND x.queue = k.queue AND x.key = k.key AND x.job_id IS NULL AND NOT x.retired
+                         LIMIT lease_claim_keyed_slots.lim
+                           FOR UPDATE SKIP LOCKED
+                    ) x
+                ) s
+                -- end shared: keyed_slots
+                -- The n-th job gets the n-th slot, and a limited key takes no more jobs than it
+                -- locked slots. An unlimited key has no slots (NULL), and its jobs no slot.
+                -- shared: keyed_ready
+                CROSS JOIN LATERAL (
+                    SELECT r.id, r.lease_token, row_number() OVER () AS n FROM (
+                        SELECT j.id, j.lease_token
+                          FROM leaseq.jobs j
+                         WHERE j.status = 'pending' AND j.key IS NOT NULL AND NOT j.ordering_waiting
+                           AND j.queue = k.queue AND j.key = k.key AND j.available_at <= claim_now
+                           AND (lease_claim_keyed_slots.job_types IS NULL OR j.job_type = ANY(lease_claim_keyed_slots.job_types))
+                         ORDER BY j.priority, j.available_at, j.id
+                -- end shared: keyed_ready
+                         LIMIT CASE WHEN k.max_running IS NULL THEN lease_claim_keyed_slots.lim
+                                    ELSE coalesce(cardinality(s.slots), 0) END
+                           FOR UPDATE SKIP LOCKED
+                    ) r
+                ) z
+               WHERE k.queue = q.queue AND k.active AND k.next_at IS NULL
+                 -- A key's rate, read with this claim's snapshot: a rated key is never claimed
+                 -- here, whatever flow_limits showed.
+                 AND NOT k.rated
+                 AND (k.paused_until IS NULL OR k.paused_until <= claim_now)
+                 AND (k.max_running IS NULL OR s.slots IS NOT NULL)
+               ORDER BY k.vtime, k.key
+               LIMIT lease_claim_keyed_slots.lim
+          ) c
+         WHERE NOT (SELECT r.yes FROM rated r)
+         LIMIT lease_claim_keyed_slots.lim
+    ),
+    -- shared: keyed_taken
+    taken AS (
+        UPDATE leaseq.flow_slots s
+           SET job_id = c.id, lease_token = leaseq.lease_token_next(c.lease_token, (SELECT leaseq.lease_epoch())), taken_at = claim_now
+          FROM candidate c
+         WHERE s.id = ANY (ARRAY(SELECT x.slot FROM candidate x WHERE x.slot IS NOT NULL))
+           AND s.id = c.slot
+        RETURNING s.job_id
+    ),
+    -- end shared: keyed_taken
+    -- shared: keyed_claimed
+    claimed AS (
+        UPDATE leaseq.jobs j
+           SET status = 'running',
+               -- Whatever it waited for (ctx.wait_for) is over: it runs.
+               waiting_for = NULL, waiting_since = NULL,
+               attempt_count = j.attempt_count + 1,
+               lease_token = leaseq.lease_token_next(j.lease_token, (SELECT leaseq.lease_epoch())),
+               lease_owner = lease_claim_keyed_slots.holder,
+               claim_id = lease_claim_keyed_slots.claim_id,
+               -- Only the lease's digest: sha256(the claim's secret || id) (leaseq.core.capability).
+               lease_digest = sha256(lease_claim_keyed_slots.claim_secret || int8send(j.id)),
+               started_at = coalesce(claim_start, clock_timestamp()),
+               heartbeat_at = claim_now,
+               lease_expires_at = claim_now
+                                  + least(make_interval(secs => lease_claim_keyed_slots.lease_seconds),
+                                          coalesce(j.timeout, make_interval(secs => lease_claim_keyed_slots.lease_seconds)))
+         WHERE j.id = ANY (ARRAY(SELECT candidate.id FROM candidate))
+        RETURNING j.id, j.queue, j.job_type, j.payload, j.priority, j.available_at, j.attempt_count,
+                  j.max_attempts, j.lease_token, j.lease_expires_at, j.started_at,
+                  extract(epoch FROM j.timeout)::float8 AS timeout_seconds,
+                  j.idempotency_key, j.checkpoint
+    )
+    -- end shared: keyed_claimed
+    SELECT claimed.*, r.yes AS rated
+      FROM rated r LEFT JOIN claimed ON true
+     ORDER BY claimed.priority, claimed.available_at, claimed.id;
+END
+$function$
+;
+REVOKE ALL ON FUNCTION leaseq.lease_claim_keyed_slots(text[],text[],text,integer,double precision,uuid,bytea,timestamp with time zone) FROM PUBLIC;
 
 CREATE OR REPLACE FUNCTION leaseq.lease_complete(jobs bigint[], holders text[], tokens bigint[], secrets bytea[], results jsonb[], effect_keys text[], progresses jsonb[], notes text[], at timestamp with time zone)
  RETURNS TABLE(id bigint, effect_key text, effect_written boolean)
@@ -346,12 +791,13 @@ BEGIN
     done AS (
         UPDATE leaseq.jobs j
            SET status = 'succeeded', finished_at = t.now, lease_expires_at = NULL,
-               result = req.result, progress = coalesce(req.progress, j.progress)
+               result = leaseq.lease_bounded('result', req.result, 1048576),
+               progress = coalesce(leaseq.lease_bounded('progress', req.progress, 65536), j.progress)
           FROM t, req
          -- As in lease_heartbeat_many: the primary key whatever the plan.
          WHERE j.id = ANY (lease_complete.jobs)
            AND j.id = req.id AND j.lease_owner = req.holder
-           AND j.lease_token = req.token AND j.lease_digest = sha256(req.secret)
+           AND j.lease_token = req.token AND j.lease_digest = sha256(req.secret || int8send(j.id))
            AND j.lease_expires_at > t.now
         RETURNING j.id, j.queue, j.job_type, j.attempt_count, j.lease_token, j.lease_owner,
                   j.started_at, j.finished_at,
@@ -399,7 +845,7 @@ BEGIN
     WITH held AS (
         SELECT j.id FROM leaseq.jobs j
          WHERE j.id = lease_emit.job AND j.lease_owner = lease_emit.holder
-           AND j.lease_token = lease_emit.token AND j.lease_digest = sha256(lease_emit.secret)
+           AND j.lease_token = lease_emit.token AND j.lease_digest = sha256(lease_emit.secret || int8send(j.id))
            AND j.lease_expires_at > leaseq.lease_now(lease_emit.at)
            FOR SHARE OF j
     ),
@@ -413,7 +859,8 @@ BEGIN
     ),
     ins AS (
         INSERT INTO leaseq.job_stream (job_id, seq, value, at)
-        SELECT last.id, last.seq + 1, lease_emit.item, leaseq.lease_now(lease_emit.at)
+        SELECT last.id, last.seq + 1, leaseq.lease_bounded('stream item', lease_emit.item, 65536),
+               leaseq.lease_now(lease_emit.at)
           FROM last WHERE last.seq < least(lease_emit.cap, 10000)
         RETURNING seq
     )
@@ -453,7 +900,7 @@ BEGIN
                last_error_code = lease_fail.error_code
           FROM t
          WHERE j.id = lease_fail.job AND j.lease_owner = lease_fail.holder
-           AND j.lease_token = lease_fail.token AND j.lease_digest = sha256(lease_fail.secret)
+           AND j.lease_token = lease_fail.token AND j.lease_digest = sha256(lease_fail.secret || int8send(j.id))
            AND j.lease_expires_at > t.now
         RETURNING j.id, j.status, j.available_at, j.attempt_count, j.lease_token, j.started_at
     ),
@@ -470,30 +917,6 @@ $function$
 ;
 REVOKE ALL ON FUNCTION leaseq.lease_fail(bigint,text,bigint,bytea,text,text,text,boolean,leaseq.attempt_outcome,double precision,double precision,timestamp with time zone) FROM PUBLIC;
 
-CREATE OR REPLACE FUNCTION leaseq.lease_heartbeat(job bigint, holder text, token bigint, secret bytea, lease_seconds double precision, progress jsonb, at timestamp with time zone)
- RETURNS TABLE(lease_expires_at timestamp with time zone)
- LANGUAGE plpgsql
- SECURITY DEFINER
- SET search_path TO 'pg_catalog', 'pg_temp'
-AS $function$
-#variable_conflict use_column
-BEGIN
-    RETURN QUERY
-    UPDATE leaseq.jobs j
-       SET heartbeat_at = t.now,
-           lease_expires_at = least(t.now + make_interval(secs => lease_heartbeat.lease_seconds),
-                                    coalesce(j.started_at + least(j.timeout, interval '100 years'), 'infinity')),
-           progress = coalesce(lease_heartbeat.progress, j.progress)
-      FROM (SELECT leaseq.lease_now(lease_heartbeat.at) AS now) t
-     WHERE j.id = lease_heartbeat.job AND j.lease_owner = lease_heartbeat.holder
-       AND j.lease_token = lease_heartbeat.token AND j.lease_digest = sha256(lease_heartbeat.secret)
-       AND j.lease_expires_at > t.now
-    RETURNING j.lease_expires_at;
-END
-$function$
-;
-REVOKE ALL ON FUNCTION leaseq.lease_heartbeat(bigint,text,bigint,bytea,double precision,jsonb,timestamp with time zone) FROM PUBLIC;
-
 CREATE OR REPLACE FUNCTION leaseq.lease_heartbeat_many(jobs bigint[], holders text[], tokens bigint[], secrets bytea[], progresses jsonb[], lease_seconds double precision, at timestamp with time zone)
  RETURNS TABLE(id bigint, lease_expires_at timestamp with time zone)
  LANGUAGE plpgsql
@@ -507,7 +930,7 @@ BEGIN
        SET heartbeat_at = t.now,
            lease_expires_at = least(t.now + make_interval(secs => lease_heartbeat_many.lease_seconds),
                                     coalesce(j.started_at + least(j.timeout, interval '100 years'), 'infinity')),
-           progress = coalesce(r.progress, j.progress)
+           progress = coalesce(leaseq.lease_bounded('progress', r.progress, 65536), j.progress)
       FROM (SELECT leaseq.lease_now(lease_heartbeat_many.at) AS now) t,
            unnest(lease_heartbeat_many.jobs, lease_heartbeat_many.holders,
                   lease_heartbeat_many.tokens, lease_heartbeat_many.secrets,
@@ -516,28 +939,13 @@ BEGIN
      -- small table's generic plan hashed a scan of all of it).
      WHERE j.id = ANY (lease_heartbeat_many.jobs)
        AND j.id = r.id AND j.lease_owner = r.holder AND j.lease_token = r.token
-       AND j.lease_digest = sha256(r.secret)
+       AND j.lease_digest = sha256(r.secret || int8send(j.id))
        AND j.lease_expires_at > t.now
     RETURNING j.id, j.lease_expires_at;
 END
 $function$
 ;
 REVOKE ALL ON FUNCTION leaseq.lease_heartbeat_many(bigint[],text[],bigint[],bytea[],jsonb[],double precision,timestamp with time zone) FROM PUBLIC;
-
-CREATE OR REPLACE FUNCTION leaseq.lease_now(at timestamp with time zone)
- RETURNS timestamp with time zone
- LANGUAGE sql
- STABLE
- SET search_path TO 'pg_catalog', 'pg_temp'
-AS $function$
-    SELECT CASE WHEN at IS NOT NULL
-                 AND pg_has_role(session_user,
-                                 (SELECT c.relowner FROM pg_class c
-                                   WHERE c.oid = 'leaseq.jobs'::regclass), 'USAGE')
-                THEN at ELSE now() END
-$function$
-;
-REVOKE ALL ON FUNCTION leaseq.lease_now(timestamp with time zone) FROM PUBLIC;
 
 CREATE OR REPLACE FUNCTION leaseq.lease_refused(job bigint, holder text, token bigint, secret bytea, attempt integer, started timestamp with time zone, call text, at timestamp with time zone)
  RETURNS TABLE(status leaseq.job_status, recorded bigint)
@@ -550,7 +958,7 @@ BEGIN
     RETURN QUERY
     WITH job AS (
         SELECT j.id, j.status, j.lease_token, j.lease_expires_at,
-               coalesce(j.lease_digest = sha256(lease_refused.secret), false) AS proven
+               coalesce(j.lease_digest = sha256(lease_refused.secret || int8send(j.id)), false) AS proven
           FROM leaseq.jobs j WHERE j.id = lease_refused.job
     ),
     refusal AS (
@@ -621,7 +1029,7 @@ BEGIN
                started_at = NULL, heartbeat_at = NULL
           FROM t
          WHERE j.id = lease_release.job AND j.lease_owner = lease_release.holder
-           AND j.lease_token = lease_release.token AND j.lease_digest = sha256(lease_release.secret)
+           AND j.lease_token = lease_release.token AND j.lease_digest = sha256(lease_release.secret || int8send(j.id))
            AND j.lease_expires_at > t.now
         RETURNING j.id, j.queue, j.status, j.available_at,
                   j.attempt_count + CASE WHEN lease_release.shutdown THEN 1 ELSE 0 END AS attempt
@@ -672,7 +1080,7 @@ BEGIN
     WITH held AS (
         SELECT j.id FROM leaseq.jobs j
          WHERE j.id = lease_signal.job AND j.lease_owner = lease_signal.holder
-           AND j.lease_token = lease_signal.token AND j.lease_digest = sha256(lease_signal.secret)
+           AND j.lease_token = lease_signal.token AND j.lease_digest = sha256(lease_signal.secret || int8send(j.id))
            AND j.lease_expires_at > leaseq.lease_now(lease_signal.at)
     )
     SELECT s.job_id IS NOT NULL, s.payload
@@ -702,7 +1110,7 @@ BEGIN
                started_at = NULL, heartbeat_at = NULL
           FROM t
          WHERE j.id = lease_sleep.job AND j.lease_owner = lease_sleep.holder
-           AND j.lease_token = lease_sleep.token AND j.lease_digest = sha256(lease_sleep.secret)
+           AND j.lease_token = lease_sleep.token AND j.lease_digest = sha256(lease_sleep.secret || int8send(j.id))
            AND j.lease_expires_at > t.now
         RETURNING j.id, j.available_at, j.attempt_count + 1 AS attempt
     ),
@@ -726,13 +1134,25 @@ CREATE OR REPLACE FUNCTION leaseq.lease_step_intend(job bigint, holder text, tok
 AS $function$
 #variable_conflict use_column
 BEGIN
+    IF length(lease_step_intend.step) NOT BETWEEN 1 AND 200 THEN
+        RAISE EXCEPTION 'invalid step: must be a name of 1-200 characters; nothing was written'
+            USING ERRCODE = 'invalid_parameter_value', COLUMN = 'step',
+                  DETAIL = 'must be a name of 1-200 characters';
+    END IF;
+    IF (SELECT count(*) FROM (SELECT 1 FROM leaseq.job_steps s
+                               WHERE s.job_id = lease_step_intend.job AND s.name <> lease_step_intend.step
+                               LIMIT 10000) n) >= 10000 THEN
+        RAISE EXCEPTION 'invalid step: job % has recorded 10000 steps, the most a job records; nothing was written', lease_step_intend.job
+            USING ERRCODE = 'invalid_parameter_value', COLUMN = 'step',
+                  DETAIL = 'the job has 10000 steps, the most a job records: group work into fewer steps';
+    END IF;
     RETURN QUERY
     WITH t AS (SELECT leaseq.lease_now(lease_step_intend.at) AS now),
     held AS (
         SELECT j.id, j.attempt_count, j.lease_token FROM leaseq.jobs j, t
          WHERE j.id = lease_step_intend.job AND j.lease_owner = lease_step_intend.holder
            AND j.lease_token = lease_step_intend.token
-           AND j.lease_digest = sha256(lease_step_intend.secret)
+           AND j.lease_digest = sha256(lease_step_intend.secret || int8send(j.id))
            AND j.lease_expires_at > t.now
            FOR SHARE OF j
     )
@@ -762,12 +1182,14 @@ BEGIN
         SELECT j.id FROM leaseq.jobs j, t
          WHERE j.id = lease_step_record.job AND j.lease_owner = lease_step_record.holder
            AND j.lease_token = lease_step_record.token
-           AND j.lease_digest = sha256(lease_step_record.secret)
+           AND j.lease_digest = sha256(lease_step_record.secret || int8send(j.id))
            AND j.lease_expires_at > t.now
            FOR SHARE OF j
     )
     UPDATE leaseq.job_steps s
-       SET finished_at = t.now, result = lease_step_record.outcome, note = lease_step_record.note
+       SET finished_at = t.now,
+           result = leaseq.lease_bounded('step result', lease_step_record.outcome, 1048576),
+           note = lease_step_record.note
       FROM held, t
      WHERE s.job_id = held.id AND s.name = lease_step_record.step
        AND s.lease_token = lease_step_record.token AND s.finished_at IS NULL
@@ -790,7 +1212,7 @@ BEGIN
         SELECT j.id FROM leaseq.jobs j
          WHERE j.id = lease_step_withdraw.job AND j.lease_owner = lease_step_withdraw.holder
            AND j.lease_token = lease_step_withdraw.token
-           AND j.lease_digest = sha256(lease_step_withdraw.secret)
+           AND j.lease_digest = sha256(lease_step_withdraw.secret || int8send(j.id))
            AND j.lease_expires_at > leaseq.lease_now(lease_step_withdraw.at)
            FOR SHARE OF j
     )
@@ -815,7 +1237,7 @@ AS $function$
 BEGIN
     PERFORM FROM leaseq.jobs j
       WHERE j.id = lease_wait.job AND j.lease_owner = lease_wait.holder
-        AND j.lease_token = lease_wait.token AND j.lease_digest = sha256(lease_wait.secret)
+        AND j.lease_token = lease_wait.token AND j.lease_digest = sha256(lease_wait.secret || int8send(j.id))
         AND j.lease_expires_at > leaseq.lease_now(lease_wait.at)
         FOR UPDATE;
     IF NOT FOUND THEN
@@ -838,7 +1260,7 @@ BEGIN
                started_at = NULL, heartbeat_at = NULL
           FROM t, sent
          WHERE j.id = lease_wait.job AND j.lease_owner = lease_wait.holder
-           AND j.lease_token = lease_wait.token AND j.lease_digest = sha256(lease_wait.secret)
+           AND j.lease_token = lease_wait.token AND j.lease_digest = sha256(lease_wait.secret || int8send(j.id))
            AND j.lease_expires_at > t.now
         RETURNING j.id, j.queue, j.available_at, j.attempt_count + 1 AS attempt, sent.there
     ),

@@ -1,10 +1,11 @@
 """A lease is a capability: the token every login can read is not enough to act under it.
 
-Each test plays an attacker that read the real owner and token of a job another worker holds
-(``leaseq.jobs`` is readable by every worker login) and calls leaseq's own worker API with
-them and a secret of its own. Every call must be refused, write nothing, and leave the
-holder's lease working. Breaking the check in any one statement fails the test that calls
-it (the holder's job would change, or the forged call would answer as applied).
+These tests check leaseq's own worker API and the door's functions as the owner's login
+would call them: each passes the real owner and token of a job another worker holds, with a
+secret of its own, and every call must be refused, write nothing, and leave the holder's
+lease working. Breaking the check in any one statement fails the test that calls it. The
+same attacks by a second login of the worker role, directly on the tables and through the
+door, are tests/integration/test_attacks.py's (test_7_*).
 """
 
 from __future__ import annotations

@@ -11,6 +11,7 @@ import time
 from collections.abc import Iterator
 from functools import partial
 
+import psycopg
 import pytest
 
 import leaseq
@@ -153,4 +154,37 @@ def test_a_completion_whose_lease_expired_is_left_to_the_reaper(
     assert any("not delivered" in r.getMessage() for r in caplog.records)
     assert queue.get(job_id).status == "running"  # the reaper's to return
     assert succeeded(settlement) == 0
+    assert attempt.settled.is_set()
+
+
+def test_a_completion_that_waits_out_its_lock_timeout_is_retried(
+    database_url: str, queue: leaseq.Queue, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A session holding the job's row in an idle transaction makes the completion wait past
+    its role's lock_timeout: nothing was applied, so it is tried again, and lands once the
+    row is free; the attempt is not handed to the reaper."""
+    caplog.set_level(logging.INFO, logger="leaseq.worker")
+    url = psycopg.conninfo.make_conninfo(database_url, options="-c lock_timeout=100")
+    job_id = queue.enqueue("q", "t").job_id
+    [job] = queue.claim(["q"], "w1")
+    attempt = taken(job)
+    with leaseq.open_pool(url, min_size=1, max_size=1, timeout=1) as pool:
+        short = leaseq.Queue(pool)
+        s = Settlement(
+            short, metrics=WorkerMetrics(["q"], ["t"]), health=Health(), stopping=threading.Event()
+        )
+        holder = psycopg.connect(database_url)
+        try:
+            holder.execute("SELECT 1 FROM leaseq.jobs WHERE id = %s FOR UPDATE", (job_id,))
+            complete = partial(short.complete, job.lease, {"pages": 3})
+            thread = in_thread(partial(s.settle_taken, attempt, Call.COMPLETE, complete))
+            wait_for(lambda: retrying(caplog, "complete"), "a retry of the completion")
+            assert queue.get(job_id).status == "running"
+        finally:
+            holder.close()
+        thread.join(SETTLED_WITHIN)
+        s.stopping.set()
+    assert not thread.is_alive()
+    record = queue.get(job_id)
+    assert (record.status, record.attempt_count, record.result) == ("succeeded", 1, {"pages": 3})
     assert attempt.settled.is_set()

@@ -25,7 +25,7 @@ from functools import partial
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from leaseq.core.backoff import Backoff
-from leaseq.core.errors import DatabaseUnavailable, LeaseqError
+from leaseq.core.errors import DatabaseUnavailable, LeaseqError, StatementTimeout
 from leaseq.core.models import (
     AttemptOutcome,
     Call,
@@ -254,11 +254,11 @@ class Settlement:
         than being unreachable (nothing was applied then)."""
         pending = list(group)
 
-        def keep_trying(exc: DatabaseUnavailable) -> bool:
+        def keep_trying(exc: LeaseqError) -> bool:
             now = time.monotonic()
             for done in [d for d in pending if now > d.attempt.lease_bound]:
                 log.error(
-                    "complete not delivered (database unreachable, lease expired): %s; "
+                    "complete not delivered before the lease expired: %s; "
                     "the reaper will return the job",
                     exc,
                     extra=done.attempt.fields(),
@@ -302,12 +302,11 @@ class Settlement:
         is checked against the audit trail: if the first try had been applied before the
         connection dropped, that is the outcome."""
 
-        def keep_trying(exc: DatabaseUnavailable) -> bool:
+        def keep_trying(exc: LeaseqError) -> bool:
             limit = attempt.lease_bound if until is None else min(until, attempt.lease_bound)
             if time.monotonic() > limit or self.stopping.is_set():
                 log.error(
-                    "%s not delivered (database unreachable, lease expired): %s; "
-                    "the reaper will return the job",
+                    "%s not delivered before the lease expired: %s; the reaper will return the job",
                     call,
                     exc,
                     extra=attempt.fields(),
@@ -333,20 +332,23 @@ class Settlement:
     def _retried(
         self,
         fn: Callable[[], T],
-        keep_trying: Callable[[DatabaseUnavailable], bool],
+        keep_trying: Callable[[LeaseqError], bool],
         what: Callable[[], str],
         fields: Callable[[], dict[str, object]] | None = None,
     ) -> tuple[T, bool] | None:
-        """``fn()`` and whether it had to be tried again: while PostgreSQL is unreachable it
-        is retried with backoff for as long as ``keep_trying`` (which logs why it gives up)
-        says so; None once it said not to. Any other error propagates at once."""
+        """``fn()`` and whether it had to be tried again: while PostgreSQL is unreachable, or
+        the statement waited out its lock_timeout (a session holding the job's row idle: it
+        changed nothing), it is retried with backoff for as long as ``keep_trying`` (which
+        logs why it gives up) says so; None once it said not to. Any other error propagates
+        at once."""
         backoff = Backoff(0.1, 2.0)
         retried = False
         while True:
             try:
                 answer = fn()
-            except DatabaseUnavailable as exc:
-                self.health.db_failed(exc)
+            except (DatabaseUnavailable, StatementTimeout) as exc:
+                if isinstance(exc, DatabaseUnavailable):
+                    self.health.db_failed(exc)
                 if not keep_trying(exc):
                     return None
                 delay = backoff.next()

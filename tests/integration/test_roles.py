@@ -583,3 +583,45 @@ def test_a_migrate_without_roles_grants_the_registered_roles_this_versions_right
             " integer, double precision, uuid, bytea, timestamptz)', 'EXECUTE')",
             [worker],
         ).fetchone() == (True,)
+
+
+def _settings(url: str) -> tuple[str, str]:
+    with psycopg.connect(url) as c:
+        idle = c.execute("SHOW idle_in_transaction_session_timeout").fetchone()
+        lock = c.execute("SHOW lock_timeout").fetchone()
+    assert idle is not None and lock is not None
+    return str(idle[0]), str(lock[0])
+
+
+def test_migrate_bounds_each_logins_idle_transactions_and_lock_waits(
+    database_url: str, roles: Roles
+) -> None:
+    """A login of a component's role (its own, or a second one that is a member of it)
+    cannot hold rows locked in an idle transaction for ever: `leaseq migrate` gives each an
+    idle-in-transaction and a lock timeout, and keeps a value the deployment set itself."""
+    names = roles.names
+    with psycopg.connect(database_url, autocommit=True) as admin:
+        # producer2 became a member after the fixture's grants; the operator's own choice.
+        admin.execute(sql.SQL("ALTER ROLE {} SET lock_timeout = '5s'").format(
+            sql.Identifier(names["operator"])))  # fmt: skip
+    granted = apply_grants(database_url, roles)
+    assert any("ALTER ROLE" in s and names["producer2"] in s for s in granted)
+    assert _settings(roles.urls["worker"]) == ("1min", "30s")
+    assert _settings(roles.urls["producer2"]) == ("1min", "30s")
+    assert _settings(roles.urls["operator"]) == ("1min", "5s")
+    # An idle transaction of a second producer login ends, and its row lock with it.
+    with psycopg.connect(database_url, autocommit=True) as admin:
+        admin.execute(sql.SQL("ALTER ROLE {} SET idle_in_transaction_session_timeout = '1s'")
+                      .format(sql.Identifier(names["producer2"])))  # fmt: skip
+    with leaseq.connect(roles.urls["producer2"], action="test") as p:
+        mine = leaseq.Queue(p).enqueue("roles", "t", {}).job_id
+    idler = psycopg.connect(roles.urls["producer2"])
+    try:
+        idler.execute("SELECT 1 FROM leaseq.jobs WHERE id = %s FOR UPDATE", (mine,))
+        with psycopg.connect(database_url, autocommit=True) as admin:
+            admin.execute("SET lock_timeout = '30s'")  # bounds this test if the idler stays
+            admin.execute("UPDATE leaseq.jobs SET priority = 7 WHERE id = %s", (mine,))
+        with pytest.raises(psycopg.errors.IdleInTransactionSessionTimeout):
+            idler.execute("SELECT 1")
+    finally:
+        idler.close()

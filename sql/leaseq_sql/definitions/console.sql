@@ -205,6 +205,9 @@ BEGIN
         EXECUTE stmt;
         RETURN NEXT stmt;
     END LOOP;
+    IF console IS NOT NULL THEN
+        RETURN QUERY SELECT * FROM leaseq.role_limits(console);
+    END IF;
 END
 $fn$;
 

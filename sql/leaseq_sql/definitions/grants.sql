@@ -20,6 +20,53 @@ ALTER TABLE leaseq.job_steps ENABLE ROW LEVEL SECURITY;
 ALTER TABLE leaseq.job_stream ENABLE ROW LEVEL SECURITY;
 ALTER TABLE leaseq.job_signals ENABLE ROW LEVEL SECURITY;
 
+-- Bounds what one session of a component's role can hold up: a transaction left idle ends
+-- after idle_in_transaction_session_timeout (60 s; its locks go with it), and a statement
+-- that waits for a lock longer than lock_timeout (30 s) fails (a worker retries it) rather
+-- than queueing every claim, renewal and reap behind it. Set on the role and on each login
+-- that is a member of it (a role's settings apply only to sessions that log in as that
+-- role), and only where that role has no setting of its own: an operator's ALTER ROLE
+-- stands. Where the migrating role may not alter a role, says so in the returned line
+-- (starting 'skipped') instead of failing the grants. Returns what it set or skipped.
+CREATE OR REPLACE FUNCTION leaseq.role_limits(target regrole)
+RETURNS SETOF text
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    login regrole;
+    setting record;
+    stmt text;
+BEGIN
+    FOR login IN
+        SELECT target
+        UNION
+        SELECT m.member::regrole FROM pg_auth_members m JOIN pg_roles p ON p.oid = m.member
+         WHERE m.roleid = target AND p.rolcanlogin
+    LOOP
+        FOR setting IN
+            SELECT * FROM (VALUES ('idle_in_transaction_session_timeout', '60s'),
+                                  ('lock_timeout', '30s')) AS v(name, value)
+             WHERE NOT EXISTS (
+                SELECT 1 FROM pg_db_role_setting s, unnest(s.setconfig) c
+                 WHERE s.setrole = login AND s.setdatabase = 0
+                   AND split_part(c, '=', 1) = v.name)
+        LOOP
+            stmt := format('ALTER ROLE %s SET %s = %L', login, setting.name, setting.value);
+            BEGIN
+                EXECUTE stmt;
+                RETURN NEXT stmt;
+            EXCEPTION WHEN insufficient_privilege THEN
+                RETURN NEXT format('skipped (%s may not alter role %s; set it yourself): %s',
+                                   current_user, login, stmt);
+            END;
+        END LOOP;
+    END LOOP;
+END
+$fn$;
+
+REVOKE ALL ON FUNCTION leaseq.role_limits(regrole) FROM PUBLIC;
+
 -- Grants each component's role exactly its privileges on leaseq's objects, and nothing more:
 -- first everything is revoked from the previously registered roles and from the given ones,
 -- and leaseq's policies are dropped; then each role gets its grants and policies. Idempotent,
@@ -279,6 +326,9 @@ BEGIN
     FOREACH stmt IN ARRAY stmts LOOP
         EXECUTE stmt;
         RETURN NEXT stmt;
+    END LOOP;
+    FOR r IN SELECT DISTINCT g FROM unnest(given) g WHERE g IS NOT NULL LOOP
+        RETURN QUERY SELECT * FROM leaseq.role_limits(r);
     END LOOP;
 END
 $fn$;

@@ -211,7 +211,10 @@ class Schema:
                         conn, role=console.role, admin=console.admin
                     )
             for statement in grants:
-                log.info("granted: %s", statement)
+                if statement.startswith("skipped"):
+                    log.warning("%s", statement)
+                else:
+                    log.info("granted: %s", statement)
             return MigrationReport(applied=done, version=code_version(), grants=grants)
         finally:
             store.migration_unlock(conn)

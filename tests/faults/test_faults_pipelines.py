@@ -26,13 +26,13 @@ from support.polling import wait_for
 def _blocked_by(url: str, locker: psycopg.Connection[Any]) -> list[int]:
     """Backends waiting for a lock ``locker`` holds, running a completion: job_complete (a
     call of leaseq.lease_complete), or the first statement of a fan-out's completion
-    transaction, which marks the spawner a parent."""
+    transaction (a call of leaseq.lease_spawn_lock), which marks the spawner a parent."""
     pid = locker.info.backend_pid
     with psycopg.connect(url, autocommit=True) as c:
         rows = c.execute(
             "SELECT pid FROM pg_stat_activity WHERE %s = ANY(pg_blocking_pids(pid))"
             " AND (position('leaseq.lease_complete(' in query) > 0"
-            " OR position('has_children = true' in query) > 0)",
+            " OR position('leaseq.lease_spawn_lock(' in query) > 0)",
             (pid,),
         ).fetchall()
     return [r[0] for r in rows]

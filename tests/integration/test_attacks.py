@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import hashlib
 import threading
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
@@ -524,42 +525,82 @@ def test_a_producer_cancels_no_other_producers_job_or_pipeline_by_any_function(
         assert leaseq.Queue(p).cancel_pipeline(pipeline, reason="mine").cancelled == 2
 
 
-def test_a_worker_spawns_only_as_the_producer_of_a_running_job(
+def test_a_worker_spawns_only_through_its_door_for_a_job_it_holds(
     database_url: str, roles: Roles
 ) -> None:
-    """A worker's insert into jobs or pipelines names as owner only the producer of a job
-    that runs under an unexpired lease: never a producer none of whose jobs runs."""
-    producer, other = roles.names["producer"], roles.names["producer2"]
+    """A worker login writes no job, edge or pipeline and marks no parent itself, not even
+    while it holds a job (so it cannot lock a job's row either); a fan-out goes through
+    lease_spawn_lock and lease_spawn, which a second worker login holding the real token
+    (not the secret) gets nothing from; and the holder's fan-out is its producer's, waiting
+    for no other producer's job."""
+    producer = roles.names["producer"]
     with queue_as(roles, "producer") as p:
         leaseq.Queue(p).enqueue("q", "t")
+    with queue_as(roles, "producer2") as b:
+        theirs = leaseq.Queue(b).enqueue("elsewhere", "t").job_id
+    with queue_as(roles, "worker") as w:
+        (held,) = leaseq.Queue(w).claim(["q"], "w1")
     with psycopg.connect(database_url) as admin:
         (pipeline,) = admin.execute(
             "INSERT INTO leaseq.pipelines (name, total, created_by) VALUES ('p', 0, %s)"
             " RETURNING id",
             [producer],
         ).fetchone()  # type: ignore[misc]
-    spawn = (
-        "INSERT INTO leaseq.jobs (queue, job_type, status, pipeline_id, enqueued_by)"
-        " VALUES ('q', 'spawned', 'pending', %s, %s)"
-    )
-    create = "INSERT INTO leaseq.pipelines (name, total, created_by) VALUES ('mine', 1, %s)"
+    direct = [
+        ("INSERT INTO leaseq.jobs (queue, job_type, status, pipeline_id, enqueued_by)"
+         " VALUES ('q', 'spawned', 'pending', %s, %s)", [pipeline, producer]),
+        ("INSERT INTO leaseq.pipelines (name, total, created_by) VALUES ('mine', 1, %s)",
+         [producer]),
+        ("INSERT INTO leaseq.job_deps (parent_id, child_id) VALUES (%s, %s)", [held.id, theirs]),
+        ("UPDATE leaseq.jobs SET has_children = true WHERE id = %s", [theirs]),
+        ("UPDATE leaseq.pipelines SET total = total + 1 WHERE id = %s", [pipeline]),
+        ("SELECT 1 FROM leaseq.jobs WHERE id = %s FOR UPDATE", [held.id]),
+    ]  # fmt: skip
     with login(roles, "worker") as conn:
-        for who in (producer, other):
-            with pytest.raises(DENIED, match="row-level security"):
-                conn.execute(spawn, [pipeline, who])
-            with pytest.raises(DENIED, match="row-level security"):
-                conn.execute(create, [who])
+        for statement, params in direct:
+            with pytest.raises(DENIED):
+                conn.execute(statement, params)
+    lease = held.lease
+    with login(roles, "worker2") as other:
+        for secret in (b"", hashlib.sha256(b"guess").digest()):
+            assert (
+                other.execute(
+                    "SELECT * FROM leaseq.lease_spawn_lock(%s, %s, %s, %s, %s, NULL)",
+                    [lease.job_id, lease.owner, lease.token, secret, [theirs]],
+                ).fetchall()
+                == []
+            )
+            assert (
+                other.execute(
+                    "SELECT * FROM leaseq.lease_spawn(%s, %s, %s, %s, 'forged', '{q}', '{t}',"
+                    " ARRAY['{}'::jsonb], '{1}', '{1}', ARRAY[NULL::timestamptz], '{0}', '{NULL}',"
+                    " '{NULL}', '{0}', '{f}', '{NULL}', '{f}', '{}', '{}', '{}', '{}', NULL)",
+                    [lease.job_id, lease.owner, lease.token, secret],
+                ).fetchall()
+                == []
+            )
+    with psycopg.connect(database_url) as admin:
+        assert admin.execute(
+            "SELECT count(*) FILTER (WHERE has_children), count(*) FROM leaseq.jobs"
+        ).fetchone() == (0, 2)
+    across = leaseq.Graph("reach")
+    across.add("q", "merge", after=[theirs], name="merge")
+    own = leaseq.Graph("own")
+    own.add("q", "child", name="child")
     with queue_as(roles, "worker") as w:
-        (held,) = leaseq.Queue(w).claim(["q"], "w1")
-    with login(roles, "worker") as conn:
-        conn.execute(spawn, [pipeline, producer])  # a job of that producer runs now
-        conn.execute(create, [producer])
-        with pytest.raises(DENIED, match="row-level security"):
-            conn.execute(spawn, [pipeline, other])
-    with queue_as(roles, "worker") as w:
-        leaseq.Queue(w).release(held.lease)
-    with login(roles, "worker") as conn, pytest.raises(DENIED, match="row-level security"):
-        conn.execute(spawn, [pipeline, producer])
+        with pytest.raises(leaseq.InvalidGraph, match=f"parent job {theirs}"):
+            leaseq.Queue(w).complete_many([lease], spawns=[across])
+        (done,) = leaseq.Queue(w).complete_many([lease], spawns=[own])
+    assert isinstance(done, leaseq.Completed)
+    with psycopg.connect(database_url) as admin:
+        assert admin.execute(
+            "SELECT j.job_type, j.enqueued_by::text, p.created_by::text, j.has_children"
+            "  FROM leaseq.jobs j JOIN leaseq.pipelines p ON p.id = j.pipeline_id"
+            " WHERE j.job_type = 'child'"
+        ).fetchall() == [("child", producer, producer, False)]
+        assert admin.execute(
+            "SELECT has_children FROM leaseq.jobs WHERE id = %s", [theirs]
+        ).fetchone() == (False,)
 
 
 # -- two logins of the worker role (issue 59): worker A against worker B's lease ----------------

@@ -78,10 +78,9 @@ BREAKS = [
     (
         "a policy",
         "grants.sql",
-        "leaseq_worker_unfinished ON leaseq.jobs FOR UPDATE TO %s USING (status IN"
-        " (''pending'', ''running''))",
-        "leaseq_worker_unfinished ON leaseq.jobs FOR UPDATE TO %s USING (true)",
-        "policy leaseq_worker_unfinished on leaseq.jobs",
+        "leaseq_worker_own ON leaseq.workers FOR ALL TO %s USING (registered_by = current_user)",
+        "leaseq_worker_own ON leaseq.workers FOR ALL TO %s USING (true)",
+        "policy leaseq_worker_own on leaseq.workers",
     ),
     (
         "a column grant",

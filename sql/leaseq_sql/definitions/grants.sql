@@ -79,9 +79,9 @@ REVOKE ALL ON FUNCTION leaseq.role_limits(regrole) FROM PUBLIC;
 --           EXECUTE on the lease_* functions; a claim mints the lease's secret, the rest
 --           check it); writes the registry leaseq.workers; declares
 --           its app's schedules at start-up (through schedule_put and schedule_retire: code
---           schedules of its own login only; reads the slot records); spawns from a handler (inserts jobs, their edges and
---           pipelines in its completion's transaction, marks parents; the jobs and pipelines
---           owned by the producer of a job that runs under an unexpired lease); reads the
+--           schedules of its own login only; reads the slot records); spawns from a handler
+--           through lease_spawn_lock and lease_spawn in its completion's transaction (jobs,
+--           edges and pipelines owned by the producer of the job it holds); reads the
 --           flow tables; pauses only its own job's key, by a back-off (lease_back_off).
 --           No DELETE on jobs or attempts (cannot prune), no DDL.
 -- operator: reaps, cancels, retries dead jobs, prunes (deletes finished jobs, their attempts
@@ -119,7 +119,7 @@ DECLARE
     history_functions text := 'leaseq.history_ensure_partitions(integer, timestamptz), leaseq.history_expire_step(timestamptz, integer)';
     flow_functions text := 'leaseq.flow_limit_set(text, text, integer, double precision, double precision, double precision, boolean), leaseq.flow_unblock(text, text), leaseq.flow_repair(integer), leaseq.flow_settle(integer, double precision), leaseq.flow_resume(text, text), leaseq.flow_pause(text, text, timestamptz)';
     schedule_functions text := 'leaseq.schedule_put(text, text, text, text, text, jsonb, integer, integer, leaseq.schedule_overlap, double precision, leaseq.schedule_origin, text, timestamptz), leaseq.schedule_retire(text, text[], timestamptz)';
-    lease_functions text := 'leaseq.lease_claim(text[], text[], text, integer, double precision, uuid, bytea, timestamptz), leaseq.lease_claim_keyed(text[], text[], text, integer, double precision, uuid, bytea, timestamptz), leaseq.lease_claim_keyed_slots(text[], text[], text, integer, double precision, uuid, bytea, timestamptz), leaseq.lease_claim_keyed_open(text[], text[], text, integer, double precision, uuid, bytea, timestamptz), leaseq.lease_heartbeat_many(bigint[], text[], bigint[], bytea[], jsonb[], double precision, timestamptz), leaseq.lease_checkpoint(bigint, text, bigint, bytea, jsonb, timestamptz), leaseq.lease_complete(bigint[], text[], bigint[], bytea[], jsonb[], text[], jsonb[], text[], timestamptz), leaseq.lease_fail(bigint, text, bigint, bytea, text, text, text, boolean, leaseq.attempt_outcome, double precision, double precision, timestamptz), leaseq.lease_release(bigint, text, bigint, bytea, timestamptz, text, boolean, double precision, double precision, timestamptz), leaseq.lease_back_off(bigint, text, bigint, bytea, timestamptz, double precision, text, timestamptz), leaseq.lease_sleep(bigint, text, bigint, bytea, timestamptz, timestamptz, timestamptz), leaseq.lease_wait(bigint, text, bigint, bytea, timestamptz, text, timestamptz, timestamptz), leaseq.lease_refused(bigint, text, bigint, bytea, integer, timestamptz, text, timestamptz), leaseq.lease_step_intend(bigint, text, bigint, bytea, text, bigint, timestamptz), leaseq.lease_step_record(bigint, text, bigint, bytea, text, jsonb, text, timestamptz), leaseq.lease_step_withdraw(bigint, text, bigint, bytea, text, timestamptz), leaseq.lease_emit(bigint, text, bigint, bytea, jsonb, integer, timestamptz), leaseq.lease_signal(bigint, text, bigint, bytea, text, timestamptz)';
+    lease_functions text := 'leaseq.lease_claim(text[], text[], text, integer, double precision, uuid, bytea, timestamptz), leaseq.lease_claim_keyed(text[], text[], text, integer, double precision, uuid, bytea, timestamptz), leaseq.lease_claim_keyed_slots(text[], text[], text, integer, double precision, uuid, bytea, timestamptz), leaseq.lease_claim_keyed_open(text[], text[], text, integer, double precision, uuid, bytea, timestamptz), leaseq.lease_heartbeat_many(bigint[], text[], bigint[], bytea[], jsonb[], double precision, timestamptz), leaseq.lease_checkpoint(bigint, text, bigint, bytea, jsonb, timestamptz), leaseq.lease_complete(bigint[], text[], bigint[], bytea[], jsonb[], text[], jsonb[], text[], timestamptz), leaseq.lease_fail(bigint, text, bigint, bytea, text, text, text, boolean, leaseq.attempt_outcome, double precision, double precision, timestamptz), leaseq.lease_release(bigint, text, bigint, bytea, timestamptz, text, boolean, double precision, double precision, timestamptz), leaseq.lease_back_off(bigint, text, bigint, bytea, timestamptz, double precision, text, timestamptz), leaseq.lease_sleep(bigint, text, bigint, bytea, timestamptz, timestamptz, timestamptz), leaseq.lease_wait(bigint, text, bigint, bytea, timestamptz, text, timestamptz, timestamptz), leaseq.lease_refused(bigint, text, bigint, bytea, integer, timestamptz, text, timestamptz), leaseq.lease_step_intend(bigint, text, bigint, bytea, text, bigint, timestamptz), leaseq.lease_step_record(bigint, text, bigint, bytea, text, jsonb, text, timestamptz), leaseq.lease_step_withdraw(bigint, text, bigint, bytea, text, timestamptz), leaseq.lease_emit(bigint, text, bigint, bytea, jsonb, integer, timestamptz), leaseq.lease_signal(bigint, text, bigint, bytea, text, timestamptz), leaseq.lease_spawn_lock(bigint, text, bigint, bytea, bigint[], timestamptz), leaseq.lease_spawn(bigint, text, bigint, bytea, text, text[], text[], jsonb[], smallint[], integer[], timestamptz[], double precision[], double precision[], text[], integer[], boolean[], text[], boolean[], bigint[], bigint[], text[], boolean[], timestamptz)';
     maintain boolean := current_setting('server_version_num')::int >= 170000;
     r regrole;
     stmt text;
@@ -176,8 +176,6 @@ BEGIN
             format('CREATE POLICY leaseq_worker_read ON leaseq.workers FOR SELECT TO %s USING (true)', worker),
             format('CREATE POLICY leaseq_worker_own ON leaseq.workers FOR ALL TO %s USING (registered_by = current_user) WITH CHECK (registered_by = current_user)', worker),
             format('CREATE POLICY leaseq_worker_read ON leaseq.jobs FOR SELECT TO %s USING (true)', worker),
-            -- Only has_children (a fan-out's parent mark) is the worker's to update.
-            format('CREATE POLICY leaseq_worker_unfinished ON leaseq.jobs FOR UPDATE TO %s USING (status IN (''pending'', ''running'')) WITH CHECK (true)', worker),
             format('CREATE POLICY leaseq_worker_read ON leaseq.job_attempts FOR SELECT TO %s USING (true)', worker),
             format('CREATE POLICY leaseq_worker_read ON leaseq.job_results FOR SELECT TO %s USING (true)', worker),
             -- Schedules declared in code, upserted at start-up.
@@ -187,28 +185,11 @@ BEGIN
             format('CREATE POLICY leaseq_worker_read ON leaseq.schedules FOR SELECT TO %s USING (true)', worker),
             format('GRANT EXECUTE ON FUNCTION %s TO %s', schedule_functions, worker),
             format('GRANT SELECT ON leaseq.schedule_slots TO %s', worker),
-            -- Pipelines: a fan-out from a handler.
-            format('GRANT SELECT, INSERT ON leaseq.job_deps, leaseq.pipelines TO %s', worker),
-            format('CREATE POLICY leaseq_worker_spawn ON leaseq.job_deps FOR ALL TO %s USING (true) WITH CHECK (true)', worker),
-            format('CREATE POLICY leaseq_worker_spawn ON leaseq.pipelines FOR ALL TO %s USING (true) WITH CHECK (true)', worker),
-            format('GRANT UPDATE (total, finished_at) ON leaseq.pipelines TO %s', worker),
-            format('GRANT INSERT (%s) ON leaseq.jobs TO %s', graph_cols, worker),
-            format('GRANT UPDATE (has_children) ON leaseq.jobs TO %s', worker),
-            format('GRANT USAGE ON SEQUENCE %s, %s TO %s', jobs_seq, pipelines_seq, worker),
-            -- Only what a fan-out writes: unfinished jobs of a pipeline.
-            format('CREATE POLICY leaseq_worker_spawn ON leaseq.jobs FOR INSERT TO %s WITH CHECK (pipeline_id IS NOT NULL AND status::text IN (''waiting'', ''pending''))', worker),
-            -- ... owned by the producer of a job that runs under an unexpired lease (the
-            -- spawner: a completion writes its fan-out before it ends the spawner's attempt),
-            -- so a handler cannot make its jobs visible to a producer none of whose jobs it
-            -- could hold. An uncorrelated IN: one scan of the running jobs' partial index per
-            -- statement (a hashed subplan), however many jobs the fan-out inserts.
-            format('CREATE POLICY leaseq_worker_spawner ON leaseq.jobs AS RESTRICTIVE FOR INSERT TO %s WITH CHECK (enqueued_by IN (SELECT h.enqueued_by FROM leaseq.jobs h WHERE h.status = ''running'' AND h.lease_expires_at > now()))', worker),
-            -- ... into a pipeline of that same producer: no job joins another's pipeline.
-            format('CREATE POLICY leaseq_worker_pipeline ON leaseq.jobs AS RESTRICTIVE FOR INSERT TO %s WITH CHECK (EXISTS (SELECT 1 FROM leaseq.pipelines p WHERE p.id = jobs.pipeline_id AND p.created_by = jobs.enqueued_by))', worker),
-            -- A fan-out grows its pipeline (and so reopens it); it never finishes one: that
-            -- is the status trigger's, as the owner.
-            format('CREATE POLICY leaseq_worker_grow ON leaseq.pipelines AS RESTRICTIVE FOR UPDATE TO %s USING (true) WITH CHECK (finished_at IS NULL)', worker),
-            format('CREATE POLICY leaseq_worker_spawner ON leaseq.pipelines AS RESTRICTIVE FOR INSERT TO %s WITH CHECK (created_by IN (SELECT h.enqueued_by FROM leaseq.jobs h WHERE h.status = ''running'' AND h.lease_expires_at > now()))', worker),
+            -- Pipelines: read; a fan-out from a handler is written through the door
+            -- (lease_spawn_lock, lease_spawn), for a job the caller holds.
+            format('GRANT SELECT ON leaseq.job_deps, leaseq.pipelines TO %s', worker),
+            format('CREATE POLICY leaseq_worker_read ON leaseq.job_deps FOR SELECT TO %s USING (true)', worker),
+            format('CREATE POLICY leaseq_worker_read ON leaseq.pipelines FOR SELECT TO %s USING (true)', worker),
             -- Flow control: read; a claim (a lease_claim_* function) takes a free unit and
             -- rate tokens, and only a job's transition (jobs_on_status, as the owner) gives
             -- a unit back.

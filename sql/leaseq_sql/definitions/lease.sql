@@ -4,18 +4,18 @@
 -- leaseq.lease_bounded, leaseq.lease_oversized and the lease_*
 -- functions: renewal, checkpoint, completion, failure, release, back-off, sleep, wait, the
 -- record of a refused call, a durable step's intent, outcome and withdrawal, a stream item,
--- and the read of a signal.
+-- the read of a signal, and a fan-out (lease_spawn_lock, lease_spawn).
 -- Set off by: the named statements of the same names in queries/ (jobs.sql, flow.sql,
 -- signals.sql, steps.sql, streams.sql), run by leaseq.Queue for a worker.
 --
 -- Each function is SECURITY DEFINER, revoked from PUBLIC and granted to the worker role
--- (apply_grants, grants.sql), which has no INSERT or UPDATE of its own on a job (but its
--- parent mark), its attempts, effects, steps or stream, nor SELECT of its signals; the
+-- (apply_grants, grants.sql), which has no INSERT or UPDATE of its own on a job, its
+-- attempts, effects, steps, stream, edges or pipelines, nor SELECT of its signals; the
 -- claims that lease a job are claims.sql's. Each takes the lease as
 -- (job, holder, token, secret) and acts only while the job runs under that owner and token
 -- on an unexpired lease and sha256(secret || id) is the digest its claim wrote
 -- (leaseq.core.capability): the token every login can read is not enough. The functions
--- are one statement each (lease_wait: a lock, then one), so the plans a worker's session
+-- are one statement each (lease_wait: a lock, then one; lease_spawn: a fan-out's few), so the plans a worker's session
 -- caches for them are a statement's (tests/integration/test_fenced_plans.py reads them).
 
 -- Whether this session's login owns leaseq's tables (or is a member of their owner): asked
@@ -730,3 +730,121 @@ END
 $fn$;
 
 REVOKE ALL ON FUNCTION leaseq.lease_signal(bigint, text, bigint, bytea, text, timestamptz) FROM PUBLIC;
+
+-- A fan-out's first half, in its spawner's completion transaction: while the lease holds,
+-- marks the spawner and the existing jobs its graph waits for (parents: only those of the
+-- spawner's producer, so no fan-out reaches into another producer's jobs) as parents, and
+-- returns their id, status, pipeline and queue; no row when the lease does not hold (the
+-- completion then fences and nothing is spawned). The row locks keep what was read until
+-- commit: a parent's finish waits for them, so the status read is the one its trigger sees.
+CREATE OR REPLACE FUNCTION leaseq.lease_spawn_lock(job bigint, holder text, token bigint,
+                                                   secret bytea, parents bigint[],
+                                                   at timestamptz)
+RETURNS TABLE (id bigint, status text, pipeline_id bigint, queue text)
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+#variable_conflict use_column
+BEGIN
+    RETURN QUERY
+    WITH held AS (
+        SELECT j.id, j.enqueued_by FROM leaseq.jobs j
+         WHERE j.id = lease_spawn_lock.job AND j.lease_owner = lease_spawn_lock.holder
+           AND j.lease_token = lease_spawn_lock.token AND j.status = 'running'
+           AND j.lease_digest = sha256(lease_spawn_lock.secret || int8send(j.id))
+           AND j.lease_expires_at > leaseq.lease_now(lease_spawn_lock.at)
+           FOR UPDATE
+    )
+    UPDATE leaseq.jobs j SET has_children = true
+      FROM held
+     WHERE j.id = held.id
+        OR (j.id = ANY(lease_spawn_lock.parents) AND j.enqueued_by = held.enqueued_by)
+    RETURNING j.id, j.status::text, j.pipeline_id, j.queue;
+END
+$fn$;
+
+REVOKE ALL ON FUNCTION leaseq.lease_spawn_lock(bigint, text, bigint, bytea, bigint[], timestamptz) FROM PUBLIC;
+
+-- A fan-out's second half, after lease_spawn_lock in the same transaction: inserts the
+-- graph's jobs (node i of the arrays gets a fresh id; in the edges, -i names node i and a
+-- positive id an existing job) with their edges, each job owned by the spawner's producer,
+-- in the spawner's pipeline (grown and so reopened) or a new one of that producer's named
+-- `name`, a node that inherits taking the spawner's flow key. Only for a lease that holds;
+-- returns the pipeline's id, no row otherwise. The caller counts each node's unmet parents
+-- (deps_left) from what lease_spawn_lock returned: a fan-out is its own holder's to shape.
+CREATE OR REPLACE FUNCTION leaseq.lease_spawn(job bigint, holder text, token bigint,
+                                              secret bytea, name text, queues text[],
+                                              job_types text[], payloads jsonb[],
+                                              priorities smallint[], max_attempts integer[],
+                                              run_ats timestamptz[], delays float8[],
+                                              timeouts float8[], idempotency_keys text[],
+                                              deps_left integer[], has_children boolean[],
+                                              keys text[], inherits boolean[],
+                                              parents bigint[], children bigint[],
+                                              afters text[], counted boolean[],
+                                              at timestamptz)
+RETURNS TABLE (pipeline_id bigint)
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+#variable_conflict use_column
+DECLARE
+    spawner record;
+    n integer := cardinality(lease_spawn.queues);
+    ids bigint[];
+    pipeline bigint;
+BEGIN
+    SELECT j.pipeline_id, j.key, j.enqueued_by, leaseq.lease_now(lease_spawn.at) AS now
+      INTO spawner
+      FROM leaseq.jobs j
+     WHERE j.id = lease_spawn.job AND j.lease_owner = lease_spawn.holder
+       AND j.lease_token = lease_spawn.token AND j.status = 'running'
+       AND j.lease_digest = sha256(lease_spawn.secret || int8send(j.id))
+       AND j.lease_expires_at > leaseq.lease_now(lease_spawn.at);
+    IF NOT FOUND OR n = 0 THEN
+        RETURN;
+    END IF;
+    IF EXISTS (SELECT 1 FROM unnest(lease_spawn.children) c WHERE c NOT BETWEEN -n AND -1)
+       OR EXISTS (SELECT 1 FROM unnest(lease_spawn.parents) p WHERE p = 0 OR p < -n) THEN
+        RAISE EXCEPTION 'a fan-out''s edges name its nodes as -1..-% and existing jobs by id', n
+            USING ERRCODE = 'invalid_parameter_value', COLUMN = 'edges';
+    END IF;
+    ids := ARRAY(SELECT nextval(pg_get_serial_sequence('leaseq.jobs', 'id'))
+                   FROM generate_series(1, n));
+    IF spawner.pipeline_id IS NULL THEN
+        INSERT INTO leaseq.pipelines (name, total, created_at, created_by)
+        VALUES (lease_spawn.name, n, spawner.now, spawner.enqueued_by)
+        RETURNING leaseq.pipelines.id INTO pipeline;
+    ELSE
+        UPDATE leaseq.pipelines p SET total = p.total + n, finished_at = NULL
+         WHERE p.id = spawner.pipeline_id;
+        pipeline := spawner.pipeline_id;
+    END IF;
+    INSERT INTO leaseq.jobs (id, queue, job_type, payload, priority, max_attempts, available_at,
+                             timeout, idempotency_key, created_at, status, deps_left,
+                             has_children, pipeline_id, key, enqueued_by)
+    OVERRIDING SYSTEM VALUE
+    SELECT ids[g.i], g.queue, g.job_type, g.payload, g.priority, g.max_attempts,
+           coalesce(g.run_at, spawner.now + make_interval(secs => g.delay)),
+           make_interval(secs => g.timeout), g.idempotency_key, spawner.now,
+           CASE WHEN g.deps_left > 0 THEN 'waiting' ELSE 'pending' END::leaseq.job_status,
+           g.deps_left, g.has_children, pipeline,
+           CASE WHEN g.inherit THEN spawner.key ELSE g.key END, spawner.enqueued_by
+      FROM unnest(lease_spawn.queues, lease_spawn.job_types, lease_spawn.payloads,
+                  lease_spawn.priorities, lease_spawn.max_attempts, lease_spawn.run_ats,
+                  lease_spawn.delays, lease_spawn.timeouts, lease_spawn.idempotency_keys,
+                  lease_spawn.deps_left, lease_spawn.has_children, lease_spawn.keys,
+                  lease_spawn.inherits)
+           WITH ORDINALITY AS g(queue, job_type, payload, priority, max_attempts, run_at,
+                                delay, timeout, idempotency_key, deps_left, has_children,
+                                key, inherit, i);
+    INSERT INTO leaseq.job_deps (parent_id, child_id, after, counted)
+    SELECT CASE WHEN e.parent < 0 THEN ids[-e.parent] ELSE e.parent END, ids[-e.child],
+           e.after, e.counted
+      FROM unnest(lease_spawn.parents, lease_spawn.children, lease_spawn.afters,
+                  lease_spawn.counted) AS e(parent, child, after, counted);
+    RETURN QUERY SELECT pipeline;
+END
+$fn$;
+
+REVOKE ALL ON FUNCTION leaseq.lease_spawn(bigint, text, bigint, bytea, text, text[], text[], jsonb[], smallint[], integer[], timestamptz[], float8[], float8[], text[], integer[], boolean[], text[], boolean[], bigint[], bigint[], text[], boolean[], timestamptz) FROM PUBLIC;

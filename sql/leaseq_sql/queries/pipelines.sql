@@ -5,12 +5,28 @@
 -- job_cancel, job_retry_dead...).
 
 -- name: deps_lock_parents
--- Marks existing jobs as parents (has_children) and returns their current status, pipeline and lease (held: running under a lease unexpired at %(now)s, else now); the row lock waits out a completion in flight, so the status read is the one the trigger will see.
+-- Marks existing jobs as parents (has_children, as this login's policy lets it: a producer its own) and returns their current status, pipeline and queue; the row lock waits out a completion in flight, so the status read is the one the trigger will see.
 UPDATE leaseq.jobs j SET has_children = true
  WHERE j.id = ANY(%(ids)s::bigint[])
-RETURNING j.id, j.status::text AS status, j.pipeline_id, j.queue, j.lease_owner, j.lease_token,
-          j.lease_digest,
-          (j.status = 'running' AND j.lease_expires_at > coalesce(%(now)s::timestamptz, now())) AS held;
+RETURNING j.id, j.status::text AS status, j.pipeline_id, j.queue;
+
+-- name: lease_spawn_lock
+-- A fan-out's first half, in its spawner's completion transaction (leaseq.lease_spawn_lock): marks the held spawner and the existing jobs of its producer that its graph waits for as parents, row-locked, with their status, pipeline and queue; no row when the lease does not hold.
+SELECT l.id, l.status, l.pipeline_id, l.queue
+  FROM leaseq.lease_spawn_lock(%(id)s, %(owner)s, %(token)s, %(secret)s, %(parents)s::bigint[],
+                               %(now)s::timestamptz) l;
+
+-- name: lease_spawn
+-- A fan-out's second half (leaseq.lease_spawn): the graph's jobs (fresh ids; in the edges -i names node i) and edges, in the held spawner's pipeline or a new one of its producer; the pipeline's id, no row when the lease does not hold.
+SELECT s.pipeline_id
+  FROM leaseq.lease_spawn(%(id)s, %(owner)s, %(token)s, %(secret)s, %(name)s, %(queues)s::text[],
+                          %(job_types)s::text[], %(payloads)s::jsonb[], %(priorities)s::smallint[],
+                          %(max_attempts)s::integer[], %(run_ats)s::timestamptz[],
+                          %(delays)s::float8[], %(timeouts)s::float8[],
+                          %(idempotency_keys)s::text[], %(deps_left)s::integer[],
+                          %(has_children)s::boolean[], %(keys)s::text[], %(inherits)s::boolean[],
+                          %(parents)s::bigint[], %(children)s::bigint[], %(afters)s::text[],
+                          %(counted)s::boolean[], %(now)s::timestamptz) s;
 
 -- name: job_ids_reserve
 -- Reserves %(n)s job ids from the jobs' identity sequence, so a graph's edges can name its jobs before they are inserted.
@@ -18,11 +34,9 @@ SELECT nextval(pg_get_serial_sequence('leaseq.jobs', 'id')) AS id
   FROM generate_series(1, %(n)s);
 
 -- name: pipeline_create
--- Creates a pipeline with %(total)s jobs to come, owned by the login that enqueued job %(spawner)s when a fan-out of that job creates it (else by this login); returns its id.
+-- Creates a pipeline with %(total)s jobs to come, owned by this login; returns its id.
 INSERT INTO leaseq.pipelines (name, total, created_at, created_by)
-VALUES (%(name)s, %(total)s, coalesce(%(now)s::timestamptz, now()),
-        coalesce((SELECT s.enqueued_by FROM leaseq.jobs s WHERE s.id = %(spawner)s::bigint),
-                 current_user))
+VALUES (%(name)s, %(total)s, coalesce(%(now)s::timestamptz, now()), current_user)
 RETURNING id;
 
 -- name: pipeline_grow
@@ -32,7 +46,7 @@ UPDATE leaseq.pipelines SET total = total + %(n)s, finished_at = NULL
 RETURNING id;
 
 -- name: graph_insert_jobs
--- Inserts a graph's jobs with their reserved ids, each waiting (deps_left > 0) or pending, in its pipeline, with its flow key (those that inherit take the key of job %(spawner)s, the job whose completion spawns them; none without one) and its owner (that job's, so its producer sees its fan-out; else this login).
+-- Inserts a graph's jobs with their reserved ids, each waiting (deps_left > 0) or pending, in its pipeline, with its flow key, owned by this login (a handler's fan-out is leaseq.lease_spawn's).
 INSERT INTO leaseq.jobs (id, queue, job_type, payload, priority, max_attempts, available_at,
                          timeout, idempotency_key, created_at, status, deps_left, has_children,
                          pipeline_id, key, enqueued_by)
@@ -41,19 +55,14 @@ SELECT n.id, n.queue, n.job_type, n.payload, n.priority, n.max_attempts,
        coalesce(n.run_at, t.now + make_interval(secs => n.delay)),
        make_interval(secs => n.timeout), n.idempotency_key, t.now,
        CASE WHEN n.deps_left > 0 THEN 'waiting' ELSE 'pending' END::leaseq.job_status,
-       n.deps_left, n.has_children, %(pipeline_id)s,
-       CASE WHEN n.inherit THEN t.spawner_key ELSE n.key END, coalesce(t.owner, current_user)
+       n.deps_left, n.has_children, %(pipeline_id)s, n.key, current_user
   FROM unnest(%(ids)s::bigint[], %(queues)s::text[], %(job_types)s::text[], %(payloads)s::jsonb[],
               %(priorities)s::smallint[], %(max_attempts)s::integer[], %(run_ats)s::timestamptz[],
               %(delays)s::float8[], %(timeouts)s::float8[], %(idempotency_keys)s::text[],
-              %(deps_left)s::integer[], %(has_children)s::boolean[], %(keys)s::text[],
-              %(inherits)s::boolean[])
+              %(deps_left)s::integer[], %(has_children)s::boolean[], %(keys)s::text[])
        AS n(id, queue, job_type, payload, priority, max_attempts, run_at, delay, timeout,
-            idempotency_key, deps_left, has_children, key, inherit),
-       (SELECT coalesce(%(now)s::timestamptz, now()) AS now, s.key AS spawner_key,
-               s.enqueued_by AS owner
-          FROM (SELECT 1) one
-          LEFT JOIN leaseq.jobs s ON s.id = %(spawner)s::bigint) t;
+            idempotency_key, deps_left, has_children, key),
+       (SELECT coalesce(%(now)s::timestamptz, now()) AS now) t;
 
 -- name: graph_insert_deps
 -- Inserts a graph's edges (counted: already met when written, a parent that had finished).

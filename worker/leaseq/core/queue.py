@@ -294,7 +294,6 @@ def write_plan(
     plan: Plan,
     pipeline: int | str | None,
     now: datetime | None,
-    spawner: int | None = None,
 ) -> GraphEnqueued:
     """Write a validated plan on ``c`` (inside the caller's transaction): lock its existing
     parents (waiting out a completion in flight), check them, then the pipeline, the jobs,
@@ -306,12 +305,10 @@ def write_plan(
         else {}
     )
     ids = store.job_ids_reserve(c, len(plan.nodes))
-    jobs, deps, wake = graph_rows(plan, ids, parents, None, now, spawner)
+    jobs, deps, wake = graph_rows(plan, ids, parents, None, now)
     pipeline_id: int | None
     if pipeline == NEW_PIPELINE:
-        pipeline_id = store.pipeline_create(
-            c, name=plan.name, total=len(plan.nodes), now=now, spawner=spawner
-        )
+        pipeline_id = store.pipeline_create(c, name=plan.name, total=len(plan.nodes), now=now)
     elif pipeline == JOIN_PIPELINE:
         pipeline_id = pipeline_of(parents, plan.external)
     else:
@@ -327,15 +324,23 @@ def write_plan(
     return GraphEnqueued(pipeline_id, {n.name: i for n, i in zip(plan.nodes, ids, strict=True)})
 
 
-def _holds(row: DictRow, lease: Lease) -> bool:
-    """Whether the locked row of a job (deps_lock_parents) is held by ``lease`` at the
-    completion's time: what job_complete checks, so it will apply."""
-    return (
-        bool(row["held"])
-        and row["lease_owner"] == lease.owner
-        and (row["lease_token"] == lease.token)
-        and row["lease_digest"] == capability.digest(lease.secret, lease.job_id)
-    )
+def spawn_plan(store: Store, c: Conn, plan: Plan, lease: Lease, now: datetime | None) -> bool:
+    """Write a handler's fan-out on ``c`` (inside its completion's transaction) through the
+    worker's door, while ``lease`` holds: its existing parents locked and checked, then its
+    jobs and edges in the spawner's pipeline (or a new one of its producer), the spawner the
+    met parent of its roots. False, with nothing written, when the lease does not hold."""
+    locked = store.lease_spawn_lock(c, lease, sorted(plan.external), now)
+    if locked is None:
+        return False
+    parents = {r["id"]: r for r in locked}
+    # Nodes are named -1..-n: lease_spawn gives them their ids.
+    nodes = [-(i + 1) for i in range(len(plan.nodes))]
+    jobs, deps, wake = graph_rows(plan, nodes, parents, None, now, spawner=lease.job_id)
+    if store.lease_spawn(c, lease, plan.name, jobs, deps, now) is None:
+        return False
+    if wake:
+        store.queues_wake(c, wake)
+    return True
 
 
 class Queue:
@@ -907,25 +912,11 @@ class Queue:
                 return settle(c, repeat)
 
         def settle(c: Conn, repeat: bool) -> list[Completed | Fenced]:
-            spawners = [lease.job_id for lease, plan in zip(leases, plans, strict=True) if plan]
             spawned: set[int] = set()
-            if spawners:
-                # Marked while still held (the flag alone; a fenced one stays childless in
-                # effect): the spawner is the met parent of its fan-out's roots. The row lock
-                # keeps what the lock read until commit, so a spawner held now (this lease,
-                # unexpired at the completion's time) is one job_complete applies: its
-                # fan-out is written first, while it still runs, which the worker role's
-                # policy asks (a fan-out belongs to the producer of a job that runs).
-                locked = {r["id"]: r for r in self._store.deps_lock_parents(
-                    c, sorted(spawners), now=now)}  # fmt: skip
-                for lease, plan in zip(leases, plans, strict=True):
-                    row = locked.get(lease.job_id)
-                    if plan is None or row is None or not _holds(row, lease):
-                        continue
-                    links = self._store.job_links(c, lease.job_id, limit=0)
-                    mine = links.pipeline_id if links else None
-                    target = NEW_PIPELINE if mine is None else mine
-                    write_plan(self._store, c, plan, target, now, spawner=lease.job_id)
+            # Written while the spawner still runs (its lease checked by the door), before
+            # the completion ends it; in job id order, so two batches lock rows alike.
+            for lease, plan in sorted(zip(leases, plans, strict=True), key=lambda p: p[0].job_id):
+                if plan and spawn_plan(self._store, c, plan, lease, now):
                     spawned.add(lease.job_id)
             done = self._store.job_complete(
                 c,

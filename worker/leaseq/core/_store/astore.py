@@ -163,15 +163,14 @@ class AsyncStore:
     # -- pipelines (sql/queries/pipelines.sql), as in Store ------------------------------
 
     async def deps_lock_parents(self, conn: AsyncConn, ids: Sequence[int]) -> list[DictRow]:
-        params = {"ids": list(ids), "now": None}
-        return await self._dicts(conn, "deps_lock_parents", params, "enqueue")
+        return await self._dicts(conn, "deps_lock_parents", {"ids": list(ids)}, "enqueue")
 
     async def job_ids_reserve(self, conn: AsyncConn, n: int) -> list[int]:
         rows = await self._dicts(conn, "job_ids_reserve", {"n": n}, "enqueue")
         return [int(r["id"]) for r in rows]
 
     async def pipeline_create(self, conn: AsyncConn, *, name: str, total: int) -> int:
-        params = {"name": name, "total": total, "now": None, "spawner": None}
+        params = {"name": name, "total": total, "now": None}
         rows = await self._dicts(conn, "pipeline_create", params, "enqueue")
         return int(rows[0]["id"])
 

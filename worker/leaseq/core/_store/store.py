@@ -243,10 +243,9 @@ def graph_rows(
         "delays": [float(n.delay) for n in nodes],  # an int among floats cannot be dumped
         "timeouts": [n.timeout for n in nodes],
         "idempotency_keys": [n.idempotency_key for n in nodes],
-        # A node left at INHERIT takes the spawner's key, read by the insert itself.
+        # A node left at INHERIT takes the spawner's key, read by lease_spawn itself.
         "keys": [n.key if isinstance(n.key, str) else None for n in nodes],
         "inherits": [n.key is INHERIT for n in nodes],
-        "spawner": spawner,
         "deps_left": unmet,
         "has_children": [i in has_children for i in range(len(nodes))],
         "pipeline_id": pipeline_id,
@@ -1200,29 +1199,47 @@ class Store(Runner):
 
     # -- pipelines (sql/queries/pipelines.sql) ------------------------------------------
 
-    def deps_lock_parents(
-        self, conn: Conn, ids: Sequence[int], *, now: datetime | None = None
-    ) -> list[DictRow]:
-        """Existing parents, marked and row-locked: ``id``, ``status``, ``pipeline_id``,
-        ``queue``, ``lease_owner``, ``lease_token`` and ``held`` (running under a lease
-        unexpired at ``now``)."""
-        return self._dicts(conn, "deps_lock_parents", {"ids": list(ids), "now": now}, "enqueue")
+    def deps_lock_parents(self, conn: Conn, ids: Sequence[int]) -> list[DictRow]:
+        """Existing parents, marked and row-locked: ``id``, ``status``, ``pipeline_id`` and
+        ``queue``."""
+        return self._dicts(conn, "deps_lock_parents", {"ids": list(ids)}, "enqueue")
+
+    def lease_spawn_lock(
+        self, conn: Conn, lease: Lease, parents: Sequence[int], now: datetime | None = None
+    ) -> list[DictRow] | None:
+        """A fan-out's first half: the existing ``parents`` of the spawner's producer, marked
+        and row-locked (``id``, ``status``, ``pipeline_id``, ``queue``; the spawner's own row
+        not among them); None when ``lease`` does not hold (nothing is marked)."""
+        params = {**_held(lease), "parents": list(parents), "now": now}
+        rows = self._dicts(conn, "lease_spawn_lock", params, "spawn")
+        if not any(r["id"] == lease.job_id for r in rows):
+            return None
+        return [r for r in rows if r["id"] != lease.job_id]
+
+    def lease_spawn(
+        self,
+        conn: Conn,
+        lease: Lease,
+        name: str,
+        jobs: Params,
+        deps: Params,
+        now: datetime | None = None,
+    ) -> int | None:
+        """A fan-out's second half: its jobs and edges (nodes named -1..-n in ``deps``) in the
+        spawner's pipeline or a new one; the pipeline's id, None when ``lease`` does not hold."""
+        params = {**jobs, **deps, **_held(lease), "name": name, "now": now}
+        rows = self._dicts(conn, "lease_spawn", params, "spawn")
+        return int(rows[0]["pipeline_id"]) if rows else None
 
     def job_ids_reserve(self, conn: Conn, n: int) -> list[int]:
         rows = self._dicts(conn, "job_ids_reserve", {"n": n}, "enqueue")
         return [int(r["id"]) for r in rows]
 
     def pipeline_create(
-        self,
-        conn: Conn,
-        *,
-        name: str,
-        total: int,
-        now: datetime | None = None,
-        spawner: int | None = None,
+        self, conn: Conn, *, name: str, total: int, now: datetime | None = None
     ) -> int:
-        """A new pipeline's id; owned by ``spawner``'s producer when a fan-out creates it."""
-        params = {"name": name, "total": total, "now": now, "spawner": spawner}
+        """A new pipeline's id, owned by this login."""
+        params = {"name": name, "total": total, "now": now}
         rows = self._dicts(conn, "pipeline_create", params, "enqueue")
         return int(rows[0]["id"])
 

@@ -1,12 +1,25 @@
--- leaseq schema: each component role's sessions are bounded in what they can hold up.
+-- leaseq schema: a handler's fan-out goes through the worker's door, and each component
+-- login is bounded in what it can hold up. Two parts, both about what a second login of a
+-- role can do to the first's work (issue 59):
 --
--- A login of the worker role could lock rows (SELECT ... FOR UPDATE) and leave its
--- transaction idle: every claim, renewal, completion, reap and cancel of those rows then
--- waited for it, without end, since no role had an idle or lock timeout. leaseq.role_limits
--- sets idle_in_transaction_session_timeout (60 s) and lock_timeout (30 s) on a component's
--- role and its login members where none is set; apply_grants and apply_console_grants run
--- it for the roles they grant (and `leaseq migrate` re-grants registered roles after this
--- migration, so an upgrade sets them).
+-- 1. The spawn door. The worker role inserted a fan-out's jobs, edges and pipelines itself
+--    and updated a job's has_children, under policies that asked only that some job of the
+--    same producer run under an unexpired lease. Any worker login could so write into that
+--    producer's pipelines, mark any unfinished job a parent (hiding another pipeline's
+--    sink) and, holding UPDATE on jobs, lock any job's row with SELECT ... FOR UPDATE.
+--    leaseq.lease_spawn_lock and leaseq.lease_spawn take the spawner's lease with its
+--    secret, as every door function does: the first marks the spawner and the parents of
+--    its own producer, the second gives the nodes their ids and writes them and their
+--    edges in the spawner's pipeline (or a new one of its producer). apply_grants gives the
+--    worker those two and no INSERT or UPDATE on jobs, edges or pipelines.
+-- 2. Role limits. No role had an idle or lock timeout, so a transaction left idle with rows
+--    locked stopped every claim, renewal, completion, reap and cancel of them.
+--    leaseq.role_limits sets idle_in_transaction_session_timeout (60 s) and lock_timeout
+--    (30 s) on a component's role and its login members where none is set; apply_grants
+--    and apply_console_grants run it for the roles they grant.
+--
+-- `leaseq migrate` re-grants the registered roles after applying this migration, so an
+-- upgrade gets both without naming its roles.
 
 CREATE OR REPLACE FUNCTION leaseq.apply_console_grants(console regrole, admin boolean)
  RETURNS SETOF text
@@ -111,7 +124,7 @@ DECLARE
     history_functions text := 'leaseq.history_ensure_partitions(integer, timestamptz), leaseq.history_expire_step(timestamptz, integer)';
     flow_functions text := 'leaseq.flow_limit_set(text, text, integer, double precision, double precision, double precision, boolean), leaseq.flow_unblock(text, text), leaseq.flow_repair(integer), leaseq.flow_settle(integer, double precision), leaseq.flow_resume(text, text), leaseq.flow_pause(text, text, timestamptz)';
     schedule_functions text := 'leaseq.schedule_put(text, text, text, text, text, jsonb, integer, integer, leaseq.schedule_overlap, double precision, leaseq.schedule_origin, text, timestamptz), leaseq.schedule_retire(text, text[], timestamptz)';
-    lease_functions text := 'leaseq.lease_claim(text[], text[], text, integer, double precision, uuid, bytea, timestamptz), leaseq.lease_claim_keyed(text[], text[], text, integer, double precision, uuid, bytea, timestamptz), leaseq.lease_claim_keyed_slots(text[], text[], text, integer, double precision, uuid, bytea, timestamptz), leaseq.lease_claim_keyed_open(text[], text[], text, integer, double precision, uuid, bytea, timestamptz), leaseq.lease_heartbeat_many(bigint[], text[], bigint[], bytea[], jsonb[], double precision, timestamptz), leaseq.lease_checkpoint(bigint, text, bigint, bytea, jsonb, timestamptz), leaseq.lease_complete(bigint[], text[], bigint[], bytea[], jsonb[], text[], jsonb[], text[], timestamptz), leaseq.lease_fail(bigint, text, bigint, bytea, text, text, text, boolean, leaseq.attempt_outcome, double precision, double precision, timestamptz), leaseq.lease_release(bigint, text, bigint, bytea, timestamptz, text, boolean, double precision, double precision, timestamptz), leaseq.lease_back_off(bigint, text, bigint, bytea, timestamptz, double precision, text, timestamptz), leaseq.lease_sleep(bigint, text, bigint, bytea, timestamptz, timestamptz, timestamptz), leaseq.lease_wait(bigint, text, bigint, bytea, timestamptz, text, timestamptz, timestamptz), leaseq.lease_refused(bigint, text, bigint, bytea, integer, timestamptz, text, timestamptz), leaseq.lease_step_intend(bigint, text, bigint, bytea, text, bigint, timestamptz), leaseq.lease_step_record(bigint, text, bigint, bytea, text, jsonb, text, timestamptz), leaseq.lease_step_withdraw(bigint, text, bigint, bytea, text, timestamptz), leaseq.lease_emit(bigint, text, bigint, bytea, jsonb, integer, timestamptz), leaseq.lease_signal(bigint, text, bigint, bytea, text, timestamptz)';
+    lease_functions text := 'leaseq.lease_claim(text[], text[], text, integer, double precision, uuid, bytea, timestamptz), leaseq.lease_claim_keyed(text[], text[], text, integer, double precision, uuid, bytea, timestamptz), leaseq.lease_claim_keyed_slots(text[], text[], text, integer, double precision, uuid, bytea, timestamptz), leaseq.lease_claim_keyed_open(text[], text[], text, integer, double precision, uuid, bytea, timestamptz), leaseq.lease_heartbeat_many(bigint[], text[], bigint[], bytea[], jsonb[], double precision, timestamptz), leaseq.lease_checkpoint(bigint, text, bigint, bytea, jsonb, timestamptz), leaseq.lease_complete(bigint[], text[], bigint[], bytea[], jsonb[], text[], jsonb[], text[], timestamptz), leaseq.lease_fail(bigint, text, bigint, bytea, text, text, text, boolean, leaseq.attempt_outcome, double precision, double precision, timestamptz), leaseq.lease_release(bigint, text, bigint, bytea, timestamptz, text, boolean, double precision, double precision, timestamptz), leaseq.lease_back_off(bigint, text, bigint, bytea, timestamptz, double precision, text, timestamptz), leaseq.lease_sleep(bigint, text, bigint, bytea, timestamptz, timestamptz, timestamptz), leaseq.lease_wait(bigint, text, bigint, bytea, timestamptz, text, timestamptz, timestamptz), leaseq.lease_refused(bigint, text, bigint, bytea, integer, timestamptz, text, timestamptz), leaseq.lease_step_intend(bigint, text, bigint, bytea, text, bigint, timestamptz), leaseq.lease_step_record(bigint, text, bigint, bytea, text, jsonb, text, timestamptz), leaseq.lease_step_withdraw(bigint, text, bigint, bytea, text, timestamptz), leaseq.lease_emit(bigint, text, bigint, bytea, jsonb, integer, timestamptz), leaseq.lease_signal(bigint, text, bigint, bytea, text, timestamptz), leaseq.lease_spawn_lock(bigint, text, bigint, bytea, bigint[], timestamptz), leaseq.lease_spawn(bigint, text, bigint, bytea, text, text[], text[], jsonb[], smallint[], integer[], timestamptz[], double precision[], double precision[], text[], integer[], boolean[], text[], boolean[], bigint[], bigint[], text[], boolean[], timestamptz)';
     maintain boolean := current_setting('server_version_num')::int >= 170000;
     r regrole;
     stmt text;
@@ -168,8 +181,6 @@ BEGIN
             format('CREATE POLICY leaseq_worker_read ON leaseq.workers FOR SELECT TO %s USING (true)', worker),
             format('CREATE POLICY leaseq_worker_own ON leaseq.workers FOR ALL TO %s USING (registered_by = current_user) WITH CHECK (registered_by = current_user)', worker),
             format('CREATE POLICY leaseq_worker_read ON leaseq.jobs FOR SELECT TO %s USING (true)', worker),
-            -- Only has_children (a fan-out's parent mark) is the worker's to update.
-            format('CREATE POLICY leaseq_worker_unfinished ON leaseq.jobs FOR UPDATE TO %s USING (status IN (''pending'', ''running'')) WITH CHECK (true)', worker),
             format('CREATE POLICY leaseq_worker_read ON leaseq.job_attempts FOR SELECT TO %s USING (true)', worker),
             format('CREATE POLICY leaseq_worker_read ON leaseq.job_results FOR SELECT TO %s USING (true)', worker),
             -- Schedules declared in code, upserted at start-up.
@@ -179,28 +190,11 @@ BEGIN
             format('CREATE POLICY leaseq_worker_read ON leaseq.schedules FOR SELECT TO %s USING (true)', worker),
             format('GRANT EXECUTE ON FUNCTION %s TO %s', schedule_functions, worker),
             format('GRANT SELECT ON leaseq.schedule_slots TO %s', worker),
-            -- Pipelines: a fan-out from a handler.
-            format('GRANT SELECT, INSERT ON leaseq.job_deps, leaseq.pipelines TO %s', worker),
-            format('CREATE POLICY leaseq_worker_spawn ON leaseq.job_deps FOR ALL TO %s USING (true) WITH CHECK (true)', worker),
-            format('CREATE POLICY leaseq_worker_spawn ON leaseq.pipelines FOR ALL TO %s USING (true) WITH CHECK (true)', worker),
-            format('GRANT UPDATE (total, finished_at) ON leaseq.pipelines TO %s', worker),
-            format('GRANT INSERT (%s) ON leaseq.jobs TO %s', graph_cols, worker),
-            format('GRANT UPDATE (has_children) ON leaseq.jobs TO %s', worker),
-            format('GRANT USAGE ON SEQUENCE %s, %s TO %s', jobs_seq, pipelines_seq, worker),
-            -- Only what a fan-out writes: unfinished jobs of a pipeline.
-            format('CREATE POLICY leaseq_worker_spawn ON leaseq.jobs FOR INSERT TO %s WITH CHECK (pipeline_id IS NOT NULL AND status::text IN (''waiting'', ''pending''))', worker),
-            -- ... owned by the producer of a job that runs under an unexpired lease (the
-            -- spawner: a completion writes its fan-out before it ends the spawner's attempt),
-            -- so a handler cannot make its jobs visible to a producer none of whose jobs it
-            -- could hold. An uncorrelated IN: one scan of the running jobs' partial index per
-            -- statement (a hashed subplan), however many jobs the fan-out inserts.
-            format('CREATE POLICY leaseq_worker_spawner ON leaseq.jobs AS RESTRICTIVE FOR INSERT TO %s WITH CHECK (enqueued_by IN (SELECT h.enqueued_by FROM leaseq.jobs h WHERE h.status = ''running'' AND h.lease_expires_at > now()))', worker),
-            -- ... into a pipeline of that same producer: no job joins another's pipeline.
-            format('CREATE POLICY leaseq_worker_pipeline ON leaseq.jobs AS RESTRICTIVE FOR INSERT TO %s WITH CHECK (EXISTS (SELECT 1 FROM leaseq.pipelines p WHERE p.id = jobs.pipeline_id AND p.created_by = jobs.enqueued_by))', worker),
-            -- A fan-out grows its pipeline (and so reopens it); it never finishes one: that
-            -- is the status trigger's, as the owner.
-            format('CREATE POLICY leaseq_worker_grow ON leaseq.pipelines AS RESTRICTIVE FOR UPDATE TO %s USING (true) WITH CHECK (finished_at IS NULL)', worker),
-            format('CREATE POLICY leaseq_worker_spawner ON leaseq.pipelines AS RESTRICTIVE FOR INSERT TO %s WITH CHECK (created_by IN (SELECT h.enqueued_by FROM leaseq.jobs h WHERE h.status = ''running'' AND h.lease_expires_at > now()))', worker),
+            -- Pipelines: read; a fan-out from a handler is written through the door
+            -- (lease_spawn_lock, lease_spawn), for a job the caller holds.
+            format('GRANT SELECT ON leaseq.job_deps, leaseq.pipelines TO %s', worker),
+            format('CREATE POLICY leaseq_worker_read ON leaseq.job_deps FOR SELECT TO %s USING (true)', worker),
+            format('CREATE POLICY leaseq_worker_read ON leaseq.pipelines FOR SELECT TO %s USING (true)', worker),
             -- Flow control: read; a claim (a lease_claim_* function) takes a free unit and
             -- rate tokens, and only a job's transition (jobs_on_status, as the owner) gives
             -- a unit back.
@@ -325,6 +319,101 @@ BEGIN
 END
 $function$
 ;
+
+CREATE OR REPLACE FUNCTION leaseq.lease_spawn(job bigint, holder text, token bigint, secret bytea, name text, queues text[], job_types text[], payloads jsonb[], priorities smallint[], max_attempts integer[], run_ats timestamp with time zone[], delays double precision[], timeouts double precision[], idempotency_keys text[], deps_left integer[], has_children boolean[], keys text[], inherits boolean[], parents bigint[], children bigint[], afters text[], counted boolean[], at timestamp with time zone)
+ RETURNS TABLE(pipeline_id bigint)
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+#variable_conflict use_column
+DECLARE
+    spawner record;
+    n integer := cardinality(lease_spawn.queues);
+    ids bigint[];
+    pipeline bigint;
+BEGIN
+    SELECT j.pipeline_id, j.key, j.enqueued_by, leaseq.lease_now(lease_spawn.at) AS now
+      INTO spawner
+      FROM leaseq.jobs j
+     WHERE j.id = lease_spawn.job AND j.lease_owner = lease_spawn.holder
+       AND j.lease_token = lease_spawn.token AND j.status = 'running'
+       AND j.lease_digest = sha256(lease_spawn.secret || int8send(j.id))
+       AND j.lease_expires_at > leaseq.lease_now(lease_spawn.at);
+    IF NOT FOUND OR n = 0 THEN
+        RETURN;
+    END IF;
+    IF EXISTS (SELECT 1 FROM unnest(lease_spawn.children) c WHERE c NOT BETWEEN -n AND -1)
+       OR EXISTS (SELECT 1 FROM unnest(lease_spawn.parents) p WHERE p = 0 OR p < -n) THEN
+        RAISE EXCEPTION 'a fan-out''s edges name its nodes as -1..-% and existing jobs by id', n
+            USING ERRCODE = 'invalid_parameter_value', COLUMN = 'edges';
+    END IF;
+    ids := ARRAY(SELECT nextval(pg_get_serial_sequence('leaseq.jobs', 'id'))
+                   FROM generate_series(1, n));
+    IF spawner.pipeline_id IS NULL THEN
+        INSERT INTO leaseq.pipelines (name, total, created_at, created_by)
+        VALUES (lease_spawn.name, n, spawner.now, spawner.enqueued_by)
+        RETURNING leaseq.pipelines.id INTO pipeline;
+    ELSE
+        UPDATE leaseq.pipelines p SET total = p.total + n, finished_at = NULL
+         WHERE p.id = spawner.pipeline_id;
+        pipeline := spawner.pipeline_id;
+    END IF;
+    INSERT INTO leaseq.jobs (id, queue, job_type, payload, priority, max_attempts, available_at,
+                             timeout, idempotency_key, created_at, status, deps_left,
+                             has_children, pipeline_id, key, enqueued_by)
+    OVERRIDING SYSTEM VALUE
+    SELECT ids[g.i], g.queue, g.job_type, g.payload, g.priority, g.max_attempts,
+           coalesce(g.run_at, spawner.now + make_interval(secs => g.delay)),
+           make_interval(secs => g.timeout), g.idempotency_key, spawner.now,
+           CASE WHEN g.deps_left > 0 THEN 'waiting' ELSE 'pending' END::leaseq.job_status,
+           g.deps_left, g.has_children, pipeline,
+           CASE WHEN g.inherit THEN spawner.key ELSE g.key END, spawner.enqueued_by
+      FROM unnest(lease_spawn.queues, lease_spawn.job_types, lease_spawn.payloads,
+                  lease_spawn.priorities, lease_spawn.max_attempts, lease_spawn.run_ats,
+                  lease_spawn.delays, lease_spawn.timeouts, lease_spawn.idempotency_keys,
+                  lease_spawn.deps_left, lease_spawn.has_children, lease_spawn.keys,
+                  lease_spawn.inherits)
+           WITH ORDINALITY AS g(queue, job_type, payload, priority, max_attempts, run_at,
+                                delay, timeout, idempotency_key, deps_left, has_children,
+                                key, inherit, i);
+    INSERT INTO leaseq.job_deps (parent_id, child_id, after, counted)
+    SELECT CASE WHEN e.parent < 0 THEN ids[-e.parent] ELSE e.parent END, ids[-e.child],
+           e.after, e.counted
+      FROM unnest(lease_spawn.parents, lease_spawn.children, lease_spawn.afters,
+                  lease_spawn.counted) AS e(parent, child, after, counted);
+    RETURN QUERY SELECT pipeline;
+END
+$function$
+;
+REVOKE ALL ON FUNCTION leaseq.lease_spawn(bigint,text,bigint,bytea,text,text[],text[],jsonb[],smallint[],integer[],timestamp with time zone[],double precision[],double precision[],text[],integer[],boolean[],text[],boolean[],bigint[],bigint[],text[],boolean[],timestamp with time zone) FROM PUBLIC;
+
+CREATE OR REPLACE FUNCTION leaseq.lease_spawn_lock(job bigint, holder text, token bigint, secret bytea, parents bigint[], at timestamp with time zone)
+ RETURNS TABLE(id bigint, status text, pipeline_id bigint, queue text)
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+#variable_conflict use_column
+BEGIN
+    RETURN QUERY
+    WITH held AS (
+        SELECT j.id, j.enqueued_by FROM leaseq.jobs j
+         WHERE j.id = lease_spawn_lock.job AND j.lease_owner = lease_spawn_lock.holder
+           AND j.lease_token = lease_spawn_lock.token AND j.status = 'running'
+           AND j.lease_digest = sha256(lease_spawn_lock.secret || int8send(j.id))
+           AND j.lease_expires_at > leaseq.lease_now(lease_spawn_lock.at)
+           FOR UPDATE
+    )
+    UPDATE leaseq.jobs j SET has_children = true
+      FROM held
+     WHERE j.id = held.id
+        OR (j.id = ANY(lease_spawn_lock.parents) AND j.enqueued_by = held.enqueued_by)
+    RETURNING j.id, j.status::text, j.pipeline_id, j.queue;
+END
+$function$
+;
+REVOKE ALL ON FUNCTION leaseq.lease_spawn_lock(bigint,text,bigint,bytea,bigint[],timestamp with time zone) FROM PUBLIC;
 
 CREATE OR REPLACE FUNCTION leaseq.role_limits(target regrole)
  RETURNS SETOF text

@@ -11,8 +11,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -20,8 +18,9 @@ from typing import Any
 import pytest
 
 import leaseq
-from support import badrows, net
+from support import badrows
 from support.consoledb import ConsoleDb, grant_readonly, make_dead
+from support.consoleserver import ConsoleProcess
 from support.dbtime import claim_one
 from support.polling import wait_for
 from support.steps import context, stop_uncertain
@@ -43,33 +42,6 @@ def _browser() -> Any:
     except ImportError:
         pytest.skip("playwright is not installed (pip install 'leaseq[test]')")
     return sync_playwright
-
-
-class ConsoleProcess:
-    def __init__(self, url: str, log: Path) -> None:
-        self.port = net.free_port()
-        self.base = f"http://127.0.0.1:{self.port}"
-        env = {**os.environ, "LEASEQ_DATABASE_URL": url}
-        with log.open("wb") as out:
-            self.proc = subprocess.Popen(
-                [sys.executable, "-m", "leaseq.cli", "console", "--port", str(self.port),
-                 "--refresh", "1"],
-                env=env, stdout=out, stderr=subprocess.STDOUT,
-            )  # fmt: skip
-        self.log = log
-        wait_for(self._up, "the console to answer /healthz")
-
-    def _up(self) -> bool:
-        assert self.proc.poll() is None, self.log.read_text()
-        try:
-            return net.get(self.base + "/healthz")[0] == 200
-        except OSError:
-            return False
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            self.proc.wait(timeout=20)
 
 
 @pytest.fixture
@@ -96,7 +68,7 @@ def test_retry_a_dead_job_in_a_real_browser(
         [dead_id] = make_dead(conn, "ocr", "work", 1, "E_SCANNER")
         make_dead(conn, "mail", "send", 2, "E_SMTP")
     workers = Workers(console_db.owner_url, tmp_path, pythonpath=[PROCESS_APPS])
-    console = ConsoleProcess(console_db.admin_url, tmp_path / "console.log")
+    console = ConsoleProcess(console_db.admin_url, tmp_path / "console.log", "--refresh", "1")
     try:
         workers.start(
             "w-browser", "--app", "apps:registry", "--queue", "ocr", "--poll-seconds", "0.5"
@@ -163,7 +135,7 @@ def test_a_job_stopped_at_an_uncertain_step_in_a_real_browser(
         first = context(q, claim_one(q))
         first.step("draft", lambda: {"words": 812, "token": "sk-live-9"})
         stop_uncertain(q, conn, first, "publish")
-    console = ConsoleProcess(console_db.admin_url, tmp_path / "console.log")
+    console = ConsoleProcess(console_db.admin_url, tmp_path / "console.log", "--refresh", "1")
     try:
         with sync_playwright() as p:
             browser = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
@@ -217,7 +189,7 @@ def test_a_read_only_console_refuses_in_the_page(
     grant_readonly(console_db)
     with leaseq.connect(console_db.owner_url, action="test") as conn:
         [dead_id] = make_dead(conn, "ocr", "work", 1, "E_SCANNER")
-    console = ConsoleProcess(console_db.readonly_url, tmp_path / "console.log")
+    console = ConsoleProcess(console_db.readonly_url, tmp_path / "console.log", "--refresh", "1")
     try:
         with sync_playwright() as p:
             browser = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
@@ -254,7 +226,7 @@ def test_open_and_cancel_a_pipeline_in_a_real_browser(
         done = q.claim(["ocr"], owner="w-1", lease_seconds=60, job_types=["ocr.page"])[0]
         q.complete(done.lease, {"text": "ok"})
         q.claim(["ocr"], owner="w-2", lease_seconds=60, job_types=["ocr.page"])
-    console = ConsoleProcess(console_db.admin_url, tmp_path / "console.log")
+    console = ConsoleProcess(console_db.admin_url, tmp_path / "console.log", "--refresh", "1")
     try:
         with sync_playwright() as p:
             browser = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
@@ -319,7 +291,7 @@ def test_a_finished_pipelines_dead_job_in_a_real_browser(
         first, second = q.claim(["ocr"], owner="w-1", lease_seconds=60, limit=2)
         q.complete(first.lease, {"text": "ok"})
         q.fail(second.lease, "unreadable scan", retryable=False, error_code="scan")
-    console = ConsoleProcess(console_db.admin_url, tmp_path / "console.log")
+    console = ConsoleProcess(console_db.admin_url, tmp_path / "console.log", "--refresh", "1")
     try:
         with sync_playwright() as p:
             browser = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
@@ -358,7 +330,7 @@ def test_held_units_and_their_silent_holder_in_a_real_browser(
             "INSERT INTO leaseq.workers (worker_id, queues, concurrency, heartbeat_at)"
             " VALUES ('w-crashed', '{flowq}', 1, now() - interval '10 minutes')"
         )
-    console = ConsoleProcess(console_db.admin_url, tmp_path / "console.log")
+    console = ConsoleProcess(console_db.admin_url, tmp_path / "console.log", "--refresh", "1")
     try:
         with sync_playwright() as p:
             browser = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
@@ -397,7 +369,7 @@ def test_refresh_pauses_in_a_hidden_tab(console_db: ConsoleDb, tmp_path: Path) -
     hidden, and refreshes at once when shown again; the page's clock is Playwright's fake
     one, so no test time passes waiting."""
     sync_playwright = _browser()
-    console = ConsoleProcess(console_db.admin_url, tmp_path / "console.log")
+    console = ConsoleProcess(console_db.admin_url, tmp_path / "console.log", "--refresh", "1")
     try:
         with sync_playwright() as p:
             browser = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
@@ -430,7 +402,7 @@ def test_pages_with_unreadable_times_and_a_large_payload_render(
     sync_playwright = _browser()
     with leaseq.connect(console_db.owner_url, action="test") as conn:
         planted = badrows.plant(conn)
-    console = ConsoleProcess(console_db.admin_url, tmp_path / "console.log")
+    console = ConsoleProcess(console_db.admin_url, tmp_path / "console.log", "--refresh", "1")
     try:
         with sync_playwright() as p:
             browser = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])

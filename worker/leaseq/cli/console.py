@@ -82,9 +82,9 @@ def run(args: argparse.Namespace) -> int:
     auth: Auth
     if config.auth == "basic":
         auth = (
-            BasicAuth.from_file(config.basic_auth_file)
+            BasicAuth.from_file(config.basic_auth_file, trusted_proxies=config.trusted_proxy)
             if config.basic_auth_file
-            else BasicAuth(config.basic_users)
+            else BasicAuth(config.basic_users, trusted_proxies=config.trusted_proxy)
         )
     elif config.auth == "proxy":
         auth = ProxyAuth(config.proxy_header, config.trusted_proxy)
@@ -107,6 +107,8 @@ def run(args: argparse.Namespace) -> int:
         log_config=None,
         # Query strings carry only filters, but no access log is the smaller promise.
         access_log=False,
+        # X-Forwarded-For is read by the authentication, only from --trusted-proxy
+        # (leaseq.console.forwarded): uvicorn's would hide the peer the checks need.
         proxy_headers=False,
         server_header=False,
     )

@@ -8,6 +8,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from leaseq import config as settings
+from leaseq.console.forwarded import TrustedProxies
 from leaseq.core.errors import ConfigError
 
 PORT = settings.Option(
@@ -47,7 +48,10 @@ TRUSTED_PROXY = settings.Option(
     "LEASEQ_CONSOLE_TRUSTED_PROXY",
     settings.csv_list,
     None,
-    "with --auth proxy: addresses or networks (comma separated) the header is accepted from",
+    "addresses or networks (comma separated) of the proxies in front of the console, such as "
+    "an Ingress controller's pods: a request from one is counted for the sign-in throttle as "
+    "the client its X-Forwarded-For names; with --auth proxy, the only peers whose user header "
+    "is accepted (default: none, every peer is its own client)",
 )
 ALLOWED_ORIGIN = settings.Option(
     "allowed_origin",
@@ -165,6 +169,7 @@ class ConsoleSettings:
             )
         if v["auth"] == "proxy" and not v["trusted_proxy"]:
             raise ConfigError("--auth proxy needs --trusted-proxy (the proxy's addresses)")
+        TrustedProxies(v["trusted_proxy"] or ())  # an entry that is no address is refused now
         return cls(
             database_url=url,
             port=v["port"],

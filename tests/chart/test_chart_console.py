@@ -74,6 +74,19 @@ def test_proxy_mode(helm: Helm) -> None:
     assert "LEASEQ_CONSOLE_BASIC_AUTH_FILE" not in env
 
 
+def test_trusted_proxies_with_basic_auth(helm: Helm) -> None:
+    """Behind an Ingress, basic sign-ins are throttled per client only when the console is told
+    the controller's addresses; by default it believes no X-Forwarded-For."""
+    c = _console(helm.render(sets=ON))["spec"]["template"]["spec"]["containers"][0]
+    assert "LEASEQ_CONSOLE_TRUSTED_PROXY" not in _env(c)
+    sets = {**ON, "console.trustedProxies": "{10.42.0.0/16,fd00:42::/56}"}
+    c = _console(helm.render(sets=sets))["spec"]["template"]["spec"]["containers"][0]
+    assert _env(c)["LEASEQ_CONSOLE_TRUSTED_PROXY"] == "10.42.0.0/16,fd00:42::/56"
+    assert _env(c)["LEASEQ_CONSOLE_BASIC_AUTH_FILE"] == "/etc/leaseq-console/users"
+    out = helm.template_raw(sets={**ON, "console.trustedProxies[0]": ""}, check=False)
+    assert out.returncode != 0  # the schema refuses an empty entry
+
+
 def test_ingress(helm: Helm) -> None:
     sets = {
         **ON,

@@ -244,6 +244,7 @@ API_GROUPS = {
     "leaseq.core.leadership": "Workers, leadership, notifications",
     "leaseq.core.notifications": "Workers, leadership, notifications",
     "leaseq.core.schema": "Schema and roles",
+    "leaseq.core.tenants": "Schema and roles",
     "leaseq.core.waiters": "The queue",
     "leaseq.core.schedules": "Schedules",
     "leaseq.core.schedule_models": "Schedules",

@@ -22,6 +22,7 @@ import psycopg
 import pytest
 from psycopg import errors as pg_errors
 from psycopg import sql
+from psycopg.conninfo import make_conninfo
 from psycopg.types.json import Jsonb
 
 import leaseq
@@ -814,3 +815,114 @@ def test_8_a_producer_puts_no_job_in_another_producers_pipeline(
         own = leaseq.Graph("tenant-b")
         own.add("q", "t", name="only")
         assert leaseq.Queue(b).enqueue_graph(own).pipeline_id not in (None, theirs)
+
+
+# -- two teams (issue 59, part 3): a queue given to one team's roles -----------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class Teams:
+    """Two teams' logins, each a member of a component role (worker or producer) and of its
+    team's role: ``urls["a-worker"]``, ``urls["b-producer"]``..."""
+
+    urls: dict[str, str]
+
+
+@contextlib.contextmanager
+def two_teams(database_url: str, roles: Roles) -> Iterator[Teams]:
+    """Teams A and B, each with a worker and a producer login holding exactly the component
+    roles' rights, and a team role; queue "a-q" is given to A's team role for both uses,
+    "b-q" to B's, "open-q" to nobody. Dropped afterwards (roles are cluster-wide)."""
+    tag = roles.names["worker"].rsplit("_", 1)[0]
+    made: list[str] = []
+    urls = {}
+    try:
+        with psycopg.connect(database_url, autocommit=True) as admin:
+            for team in ("a", "b"):
+                team_role = f"{tag}_team_{team}"
+                admin.execute(sql.SQL("CREATE ROLE {}").format(sql.Identifier(team_role)))
+                made.append(team_role)
+                for component in ("worker", "producer"):
+                    name = f"{tag}_{team}_{component}"
+                    admin.execute(sql.SQL("CREATE ROLE {} LOGIN IN ROLE {}, {}").format(
+                        sql.Identifier(name), sql.Identifier(roles.names[component]),
+                        sql.Identifier(team_role)))  # fmt: skip
+                    made.append(name)
+                    urls[f"{team}-{component}"] = make_conninfo(database_url, user=name)
+        with leaseq.connect(database_url, action="test") as owner:
+            given = leaseq.QueueRoles(owner)
+            for team in ("a", "b"):
+                for use in leaseq.QueueUse:
+                    role = f"{tag}_team_{team}"
+                    assert given.give(f"{team}-q", use, [role]) == [role]
+        yield Teams(urls)
+    finally:
+        with psycopg.connect(database_url, autocommit=True) as admin:
+            admin.execute("DELETE FROM leaseq.queue_roles")
+            for name in reversed(made):
+                admin.execute(sql.SQL("DROP OWNED BY {}").format(sql.Identifier(name)))
+                admin.execute(sql.SQL("DROP ROLE {}").format(sql.Identifier(name)))
+
+
+def as_team(teams: Teams, who: str) -> leaseq.core.db.Conn:
+    return leaseq.connect(teams.urls[who], action="test")
+
+
+def test_9_a_queue_given_to_one_teams_roles_is_closed_to_the_other(
+    database_url: str, roles: Roles
+) -> None:
+    """Team B's logins, with the component roles' full rights, cannot enqueue into, claim
+    from, schedule into or fan out into team A's queue, by the API or by SQL; each team
+    still uses its own queue and the queue given to nobody (issue 59, finding 2 and part 3:
+    on d3f86a6 a worker login declared a code schedule into any queue)."""
+    with two_teams(database_url, roles) as teams:
+        with as_team(teams, "a-producer") as a, as_team(teams, "b-producer") as b:
+            mine = leaseq.Queue(a).enqueue("a-q", "t").job_id
+            leaseq.Queue(a).enqueue("open-q", "t")
+            with pytest.raises(leaseq.PermissionDenied):
+                leaseq.Queue(b).enqueue("a-q", "forged")
+            graph = leaseq.Graph("into-a")
+            graph.add("a-q", "forged", name="n")
+            with pytest.raises(leaseq.PermissionDenied):
+                leaseq.Queue(b).enqueue_graph(graph)
+            theirs = leaseq.Queue(b).enqueue("b-q", "t").job_id
+        with (
+            psycopg.connect(teams.urls["b-producer"], autocommit=True) as b_sql,
+            pytest.raises(DENIED),
+        ):
+            b_sql.execute("SELECT * FROM leaseq.enqueue('a-q', 'forged')")
+        with psycopg.connect(teams.urls["b-worker"], autocommit=True) as w2:
+            assert (
+                w2.execute(
+                    "SELECT id FROM leaseq.lease_claim('{a-q}', NULL, 'w2', 10, 30,"
+                    " gen_random_uuid(), %s, NULL)",
+                    [hashlib.sha256(b"mine").digest()],
+                ).fetchall()
+                == []
+            )
+            with pytest.raises(DENIED, match="a-q"):
+                w2.execute(
+                    "SELECT * FROM leaseq.schedule_put('x', '* * * * *', 'UTC', 'a-q', 'charge',"
+                    " '{}', 100, 5, 'skip', 0, 'code', NULL, now())"
+                )
+        with as_team(teams, "b-worker") as w2:
+            claimed = leaseq.Queue(w2).claim(["a-q", "b-q", "open-q"], "w2", limit=10)
+            assert sorted(j.queue for j in claimed) == ["b-q", "open-q"]
+            assert theirs in {j.id for j in claimed}
+        with as_team(teams, "a-worker") as w:
+            (held,) = leaseq.Queue(w).claim(["a-q", "b-q"], "w1", limit=10)
+            assert held.id == mine
+            across = leaseq.Graph("into-b")
+            across.add("b-q", "forged", name="n")
+            with pytest.raises(leaseq.PermissionDenied, match="b-q"):
+                leaseq.Queue(w).complete_many([held.lease], spawns=[across])
+            own = leaseq.Graph("own")
+            own.add("a-q", "child", name="n")
+            (done,) = leaseq.Queue(w).complete_many([held.lease], spawns=[own])
+            assert isinstance(done, leaseq.Completed)
+        with psycopg.connect(database_url) as admin:
+            assert admin.execute(
+                "SELECT queue, job_type, count(*) FROM leaseq.jobs GROUP BY 1, 2 ORDER BY 1, 2"
+            ).fetchall() == [("a-q", "child", 1), ("a-q", "t", 1), ("b-q", "t", 1),
+                             ("open-q", "t", 1)]  # fmt: skip
+            assert admin.execute("SELECT count(*) FROM leaseq.schedules").fetchone() == (0,)

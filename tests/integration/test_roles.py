@@ -126,8 +126,9 @@ def test_grants_are_idempotent_and_a_replaced_role_keeps_nothing(
         # writes of attempts, effects, steps and stream items, its read of signals: the
         # lease_* functions do them) and its take of a unit (the claims do it), and added
         # three on whose pipeline a job joins and who finishes a pipeline; 0050 took the
-        # worker's eight on writing a fan-out (lease_spawn does it) and added its two reads
-        assert policies.fetchone() == (39,)
+        # worker's eight on writing a fan-out (lease_spawn does it) and added its two reads,
+        # and one on which queues a producer enqueues into (tenants)
+        assert policies.fetchone() == (40,)
     with login_roles(database_url) as fresh:
         apply_grants(
             database_url,

@@ -101,6 +101,7 @@ from leaseq.core.schema import (
     check_schema,
     migrate,
 )
+from leaseq.core.tenants import QueueRole, QueueRoles, QueueUse
 from leaseq.core.waiters import unwrap
 from leaseq.core.workers import Workers
 from leaseq.runtime.context import (
@@ -184,7 +185,10 @@ __all__ = [
     "Pool",
     "Queue",
     "QueueFinished",
+    "QueueRole",
+    "QueueRoles",
     "QueueStats",
+    "QueueUse",
     "Reaped",
     "Registry",
     "Released",

@@ -40,6 +40,7 @@ DECLARE
     claim_now timestamptz := leaseq.lease_now(lease_claim.at);
     claim_start timestamptz := CASE WHEN lease_claim.at IS NOT NULL THEN claim_now END;
 BEGIN
+    lease_claim.queues := leaseq.lease_queues(lease_claim.queues);
     RETURN QUERY
     WITH candidate AS (
         SELECT c.id
@@ -109,6 +110,7 @@ DECLARE
     claim_now timestamptz := leaseq.lease_now(lease_claim_keyed.at);
     claim_start timestamptz := CASE WHEN lease_claim_keyed.at IS NOT NULL THEN claim_now END;
 BEGIN
+    lease_claim_keyed.queues := leaseq.lease_queues(lease_claim_keyed.queues);
     RETURN QUERY
     WITH candidate AS (
         SELECT c.id, c.queue, c.key, c.slot, c.bucket, c.lease_token, c.rated
@@ -258,6 +260,7 @@ DECLARE
     claim_now timestamptz := leaseq.lease_now(lease_claim_keyed_slots.at);
     claim_start timestamptz := CASE WHEN lease_claim_keyed_slots.at IS NOT NULL THEN claim_now END;
 BEGIN
+    lease_claim_keyed_slots.queues := leaseq.lease_queues(lease_claim_keyed_slots.queues);
     RETURN QUERY
     WITH rated AS (
         SELECT
@@ -382,6 +385,7 @@ DECLARE
     claim_now timestamptz := leaseq.lease_now(lease_claim_keyed_open.at);
     claim_start timestamptz := CASE WHEN lease_claim_keyed_open.at IS NOT NULL THEN claim_now END;
 BEGIN
+    lease_claim_keyed_open.queues := leaseq.lease_queues(lease_claim_keyed_open.queues);
     RETURN QUERY
     WITH limited AS (
         SELECT EXISTS (SELECT 1 FROM leaseq.flow_limits l

@@ -769,7 +769,8 @@ REVOKE ALL ON FUNCTION leaseq.lease_spawn_lock(bigint, text, bigint, bytea, bigi
 -- graph's jobs (node i of the arrays gets a fresh id; in the edges, -i names node i and a
 -- positive id an existing job) with their edges, each job owned by the spawner's producer,
 -- in the spawner's pipeline (grown and so reopened) or a new one of that producer's named
--- `name`, a node that inherits taking the spawner's flow key. Only for a lease that holds;
+-- `name`, a node that inherits taking the spawner's flow key; each into a queue open to that
+-- producer (tenants.sql), else nothing is written and it says which queue. Only for a lease that holds;
 -- returns the pipeline's id, no row otherwise. The caller counts each node's unmet parents
 -- (deps_left) from what lease_spawn_lock returned: a fan-out is its own holder's to shape.
 CREATE OR REPLACE FUNCTION leaseq.lease_spawn(job bigint, holder text, token bigint,
@@ -793,6 +794,7 @@ DECLARE
     n integer := cardinality(lease_spawn.queues);
     ids bigint[];
     pipeline bigint;
+    refused text;
 BEGIN
     SELECT j.pipeline_id, j.key, j.enqueued_by, leaseq.lease_now(lease_spawn.at) AS now
       INTO spawner
@@ -808,6 +810,12 @@ BEGIN
        OR EXISTS (SELECT 1 FROM unnest(lease_spawn.parents) p WHERE p = 0 OR p < -n) THEN
         RAISE EXCEPTION 'a fan-out''s edges name its nodes as -1..-% and existing jobs by id', n
             USING ERRCODE = 'invalid_parameter_value', COLUMN = 'edges';
+    END IF;
+    SELECT q INTO refused FROM unnest(lease_spawn.queues) q
+     WHERE NOT leaseq.queue_open_to(q, 'producer', spawner.enqueued_by) LIMIT 1;
+    IF FOUND THEN
+        RAISE EXCEPTION 'a fan-out of job % may not enqueue into queue %: the queue is given to other producer roles than its job''s producer', lease_spawn.job, refused
+            USING ERRCODE = 'insufficient_privilege';
     END IF;
     ids := ARRAY(SELECT nextval(pg_get_serial_sequence('leaseq.jobs', 'id'))
                    FROM generate_series(1, n));

@@ -34,6 +34,11 @@ BEGIN
         RAISE EXCEPTION 'role % may declare only code schedules; run-time schedules are the operator''s (`leaseq schedules add`)', session_user
             USING ERRCODE = 'insufficient_privilege';
     END IF;
+    IF NOT has_table_privilege(session_user, 'leaseq.schedules', 'UPDATE')
+       AND NOT leaseq.queue_open_to(schedule_put.queue, 'worker', session_user) THEN
+        RAISE EXCEPTION 'role % may not declare a schedule into queue %: the queue is given to other worker roles (`leaseq queues show`)', session_user, schedule_put.queue
+            USING ERRCODE = 'insufficient_privilege';
+    END IF;
     IF schedule_put.queue IS NULL OR schedule_put.queue !~ '^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$' THEN
         field := 'queue'; problem := format('%L is not a queue name', schedule_put.queue);
     ELSIF length(schedule_put.job_type) NOT BETWEEN 1 AND 128 THEN

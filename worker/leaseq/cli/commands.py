@@ -13,7 +13,7 @@ import time
 from typing import Any
 
 from leaseq import config as settings
-from leaseq.cli import limits, pipelines, schedules, steps
+from leaseq.cli import limits, pipelines, queues, schedules, steps
 from leaseq.cli.args import connect_for, days, duration, json_argument, say, seconds
 from leaseq.cli.tables import age, key_values, printable, table, to_json, when
 from leaseq.core.flow import FlowControl
@@ -668,4 +668,5 @@ def add_commands(sub: Any) -> None:
     schedules.add_commands(sub, command)
     pipelines.add_commands(sub, command)
     limits.add_commands(sub, command)
+    queues.add_commands(sub, command)
     steps.add_commands(sub, command)

@@ -123,3 +123,31 @@ def approval(payload: dict[str, Any], ctx: JobContext) -> dict[str, Any]:
 def quick(payload: Any, ctx: JobContext) -> str:
     """Nothing to do: a job that needs only a free slot (and a unit of its key)."""
     return ctx.worker_id
+
+
+@registry.job("drained_step")
+def drained_step(payload: dict[str, Any], ctx: JobContext) -> dict[str, Any]:
+    """A paying step, then a second step. In worker ``payload['hold']`` the payment's
+    function notes its start and waits for the file ``gate`` before it writes its effect (a
+    line naming the worker in ``effects``): a call longer than the drain window. ``mode``:
+    ``reconcile`` (the check looks the payment up in ``effects``) or ``none``."""
+    folder = Path(payload["dir"])
+
+    def pay() -> dict[str, str]:
+        _note(folder, "pay.calls", ctx.worker_id)
+        while ctx.worker_id == payload["hold"] and not (folder / "gate").exists():
+            time.sleep(0.02)
+        _note(folder, "effects", ctx.worker_id)
+        return {"paid_by": ctx.worker_id}
+
+    def check(intent: leaseq.Intent) -> dict[str, str]:
+        _note(folder, "check.calls", ctx.worker_id)
+        paid = _lines(folder / "effects")
+        if not paid:
+            raise leaseq.NotDone
+        return {"paid_by": paid[0]}
+
+    reconcile = check if payload["mode"] == "reconcile" else None
+    paid = ctx.step("pay", pay, reconcile=reconcile)
+    after = ctx.step("after", lambda: ctx.worker_id)
+    return {"paid": paid, "after": after}

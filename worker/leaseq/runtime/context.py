@@ -25,6 +25,7 @@ from leaseq.runtime.handler_errors import PermanentError as PermanentError
 from leaseq.runtime.handler_errors import Sleeping as Sleeping
 from leaseq.runtime.handler_errors import Waiting as Waiting
 from leaseq.runtime.latch import Latch
+from leaseq.runtime.step_gate import StepGate
 from leaseq.runtime.steps import Intent, StepOp, Steps, StepStore, dispatch, step_key
 
 T = TypeVar("T")
@@ -75,6 +76,7 @@ class JobContext:
         self._waits = 0
         self._spawned: Graph | None = None
         self._steps: Steps | None = None
+        self._gate = StepGate()
         self._emitting = threading.Lock()
         self.worker_id = worker_id
         self._log: logging.LoggerAdapter[logging.Logger] | None = None
@@ -306,10 +308,34 @@ class JobContext:
 
     def step_call(self, op: StepOp, args: tuple[Any, ...]) -> Any:
         """One step call for this attempt on its store (a supervisor answers its child's with
-        it); None once the worker gave the attempt up while PostgreSQL was unreachable."""
-        return self._patiently(
-            f"step {op.value}", lambda: dispatch(self._queue, self._job.lease, op, args)
-        )
+        it); None once the worker gave the attempt up while PostgreSQL was unreachable.
+
+        A step is open (:mod:`leaseq.runtime.step_gate`) from its intent to its record or
+        withdrawal. Once the worker's drain closed the gate, an intent is refused (False, as
+        for a lost lease) and the attempt is told to stop as draining: the job is handed
+        back between two steps, never during one."""
+        opens = op is StepOp.INTEND
+        ends = op in (StepOp.RECORD, StepOp.WITHDRAW)
+        if opens and not self._gate.enter(args[0]):
+            self.request_stop(StopReason.DRAINING)
+            return False
+        try:
+            answer = self._patiently(
+                f"step {op.value}", lambda: dispatch(self._queue, self._job.lease, op, args)
+            )
+        except BaseException:
+            if opens or ends:
+                self._gate.leave()
+            raise
+        if ends or (opens and not answer):
+            self._gate.leave()
+        return answer
+
+    def close_steps(self) -> bool:
+        """Let no step of this attempt start from now on; True while one is still open (its
+        function may be writing its effect), False once none is (the job may be handed
+        back)."""
+        return self._gate.close() is not None
 
     def emit(self, value: Any) -> int:
         """Append ``value`` (JSON, at most 64 KiB; not None) to the job's stream, now, for
@@ -325,6 +351,9 @@ class JobContext:
         return int(offset)
 
     def _step_lease_lost(self, message: str) -> None:
+        if self._reason is StopReason.DRAINING:
+            # The drain refused the step, or handed the job back: nothing went wrong.
+            return
         self.log.warning("%s", message)
         self.request_stop(StopReason.LEASE_LOST)
 

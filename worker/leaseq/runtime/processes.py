@@ -353,6 +353,11 @@ class _Slot:
                     value = attempt.context.step_call(StepOp(op), tuple(call_args))
                 except LeaseqError as exc:
                     error = f"{type(exc).__name__}: {exc}"
+                # Why a step was refused goes first: the child's handler reads its answer
+                # knowing it (a drain refuses steps on purpose, a lost lease is a warning).
+                reason = attempt.context.stop_reason
+                if reason is not None:
+                    self._send_quietly(current, Msg.STOP, attempt.job.id, reason.value)
             self._send_quietly(current, Msg.STEPPED, request_id, value, error)
         return None
 

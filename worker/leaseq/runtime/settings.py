@@ -76,8 +76,9 @@ DRAIN_SECONDS = Option(
     "LEASEQ_DRAIN_SECONDS",
     settings.non_negative_float,
     25.0,
-    "on SIGTERM, how long in-flight jobs may finish before they are released; keep it below "
-    "the pod's terminationGracePeriodSeconds",
+    "on SIGTERM, how long in-flight jobs may finish before they are released (a job inside "
+    "a durable step once its step ends); keep it below the pod's "
+    "terminationGracePeriodSeconds",
 )
 LEASE_SECONDS = Option(
     "lease_seconds",

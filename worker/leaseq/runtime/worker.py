@@ -22,7 +22,9 @@ and an attempt given up is killed with its child, which frees the slot at once. 
 cannot be killed: a handler that ignores ``ctx.should_stop`` after its attempt was
 given up keeps its slot (and ``leaseq_jobs_in_flight``) until it returns; its result is
 dropped. At exit, such threads are abandoned (they are daemons), after their jobs were
-settled, so a SIGTERM never waits on them past the drain window.
+settled, so a SIGTERM never waits on them past the drain window, but for one case in both
+modes: a job inside a durable step is released only once the step ended (its effect
+written and recorded), never while the step's function may still write it.
 """
 
 from __future__ import annotations
@@ -79,6 +81,8 @@ log = logging.getLogger("leaseq.worker")
 
 #: How long, after the drain, the worker waits for settling calls already under way.
 SETTLE_GRACE_SECONDS = 5.0
+#: How often, after the drain window, the worker looks whether a held step has ended.
+STEP_POLL_SECONDS = 0.1
 
 
 def application_name(conninfo: str, worker_id: str) -> str:
@@ -585,9 +589,30 @@ class Worker:
 
     # -- draining ---------------------------------------------------------------------
 
+    def _release_between_steps(self, attempts: list[InFlight]) -> list[InFlight]:
+        """Release (give up as draining) each of ``attempts`` still running that is not inside
+        a step, and let none of them start another; the ones inside a step, left running.
+
+        A step's function may be writing its effect (a payment, a row) that a released job's
+        next attempt would reconcile too early, find missing and write again; in thread mode
+        the function cannot even be stopped. So such a job keeps its lease (the heartbeat
+        renews it) until the step is recorded or withdrawn, whatever signals arrive; its max
+        runtime still ends it, and a SIGKILL leaves its lease to expire (database time)
+        before another worker can claim it."""
+        held = []
+        for attempt in attempts:
+            if not attempt.running:
+                continue
+            if attempt.context.close_steps():
+                held.append(attempt)
+            else:
+                self.give_up(attempt, StopReason.DRAINING)
+        return held
+
     def drain(self, signals: SignalWatch, seen: int) -> None:
         """Stop claiming now, let running attempts finish for ``drain_seconds``, then release
-        what is left (at once on a second signal) and wait briefly for settling calls."""
+        what is left (at once on a second signal; a job inside a step once its step ended:
+        :meth:`_release_between_steps`) and wait briefly for settling calls."""
         s = self.settings
         self.draining.set()
         self.health.draining = True
@@ -605,8 +630,18 @@ class Worker:
             signals.wait(seen, min(0.1, max(0.0, end - time.monotonic())))
         if signals.count > seen:
             log.info("second signal: releasing in-flight jobs now", extra=self._fields)
-        for attempt in self.jobs.running():
-            self.give_up(attempt, StopReason.DRAINING)
+        held = self._release_between_steps(self.jobs.running())
+        if held:
+            log.info(
+                "drain window over: %d job(s) inside a step keep their lease until the step "
+                "ends, then are released (SIGKILL stops the worker now: their leases then "
+                "expire before another worker takes them)",
+                len(held),
+                extra=self._fields,
+            )
+        while held:
+            signals.wait(signals.count, STEP_POLL_SECONDS)
+            held = self._release_between_steps(held)
         if not self.jobs.wait_settled(SETTLE_GRACE_SECONDS):
             log.warning("some attempts were still settling at exit", extra=self._fields)
         # Results that arrived during the drain are queued; the loop delivers them first.

@@ -309,18 +309,21 @@ def test_a_job_its_child_has_no_handler_for_fails_as_no_handler_and_the_slot_goe
     assert outcomes(queue, orphan) == [("w-a", "failed")]
 
 
-def test_a_child_still_starting_dies_with_its_sigkilled_worker(
-    database_url: str, tmp_path: Path
+def killed_while_a_child_starts(
+    database_url: str, tmp_path: Path, main: list[str], pythonpath: list[Path]
 ) -> None:
-    """A child held inside its interpreter's start-up (multiprocessing importing the
-    worker's main module, before any of the child's own code) dies with its SIGKILLed
-    worker: it asked for that at its first ``import leaseq``."""
-    here = Path(__file__).parent
+    """Run ``python <main> worker`` (process isolation, ``pythonpath`` first) whose children
+    record their pid as ``starting-<pid>`` and are then held in their start-up; SIGKILL it
+    once one is, and wait (bounded) for that child to die."""
     log = tmp_path / "w-a.log"
-    cmd = [sys.executable, str(here / "held_main.py"), "worker", "--app", "apps:registry",
+    cmd = [sys.executable, *main, "worker", "--app", "apps:registry",
            "--queue", "q", "--metrics-port", "0", "--isolation", "process"]  # fmt: skip
-    pythonpath = os.pathsep.join(filter(None, [str(here), os.environ.get("PYTHONPATH", "")]))
-    env = {**os.environ, "PYTHONPATH": pythonpath, "LEASEQ_DATABASE_URL": database_url}
+    paths = [*map(str, pythonpath), os.environ.get("PYTHONPATH", "")]
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join(filter(None, paths)),
+        "LEASEQ_DATABASE_URL": database_url,
+    }
     with log.open("wb") as out:
         proc = subprocess.Popen(cmd, env=env, stdout=out, stderr=subprocess.STDOUT, cwd=tmp_path)
     try:
@@ -329,7 +332,7 @@ def test_a_child_still_starting_dies_with_its_sigkilled_worker(
         assert running(child)
         proc.kill()
         proc.wait(timeout=30)
-        wait_for(lambda: not running(child), "the starting child to die with its worker")
+        wait_for(lambda: not running(child), "the starting child to die with its worker", 10)
     finally:
         if proc.poll() is None:
             proc.kill()
@@ -337,6 +340,27 @@ def test_a_child_still_starting_dies_with_its_sigkilled_worker(
             pid = int(path.name.removeprefix("starting-"))
             if running(pid):
                 os.kill(pid, signal.SIGKILL)
+
+
+def test_a_child_still_starting_dies_with_its_sigkilled_worker(
+    database_url: str, tmp_path: Path
+) -> None:
+    """A child held inside its interpreter's start-up (multiprocessing importing the
+    worker's main module, before any of the child's own code) dies with its SIGKILLed
+    worker: it asked for that at its first ``import leaseq``."""
+    here = Path(__file__).parent
+    killed_while_a_child_starts(database_url, tmp_path, [str(here / "held_main.py")], [here])
+
+
+def test_a_child_held_before_its_interpreter_imports_anything_dies_with_its_sigkilled_worker(
+    database_url: str, tmp_path: Path
+) -> None:
+    """Earlier still: a child held in ``site`` (its ``sitecustomize``), before it imported
+    leaseq or the worker's main module, dies with its SIGKILLed worker. Its parent-death
+    signal was set before its interpreter started (setpriv, leaseq.runtime.launch)."""
+    here = Path(__file__).parent
+    main = ["-m", "leaseq.cli"]
+    killed_while_a_child_starts(database_url, tmp_path, main, [here / "held_site", here])
 
 
 def children(pid: int) -> list[int]:

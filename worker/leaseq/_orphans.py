@@ -3,9 +3,11 @@
 A child is a fresh interpreter started by ``multiprocessing``'s ``spawn``, which imports the
 worker's main module (the whole CLI) and unpickles its target before the child's own code
 runs: seconds on a busy host, during which a SIGKILLed supervisor would leave it running.
-The first ``import leaseq`` of such a child (named by :data:`SUPERVISOR_ENV`, which the
-worker sets before it starts any thread) asks Linux for ``PR_SET_PDEATHSIG`` at once.
-Stdlib only, so nothing slow comes before it.
+The worker starts it with ``PR_SET_PDEATHSIG`` already set where it can
+(:mod:`leaseq.runtime.launch`); the first ``import leaseq`` of such a child (named by
+:data:`SUPERVISOR_ENV`, which the worker sets before it starts any thread) asks Linux for it
+again at once, and exits if the worker died before either took effect. Stdlib only, so
+nothing slow comes before it.
 """
 
 from __future__ import annotations

@@ -44,6 +44,7 @@ from leaseq.runtime.child import ChildSpec, Msg
 from leaseq.runtime.context import StopReason
 from leaseq.runtime.executor import Ending, Executor, HandlerOutcome, OnDone
 from leaseq.runtime.inflight import InFlight
+from leaseq.runtime.launch import ChildProcess
 from leaseq.runtime.steps import StepOp
 
 log = logging.getLogger("leaseq.worker")
@@ -181,13 +182,14 @@ class _Slot:
     # -- child lifecycle ----------------------------------------------------------------
 
     def launch(self) -> _Child:
-        """Start a child (returns before its ``on_startup`` finished). Its
-        ``PR_SET_PDEATHSIG`` follows the thread that starts it: the worker's main thread at
-        start-up, this slot's thread for a replacement; both outlive the child's use."""
+        """Start a child (returns before its ``on_startup`` finished), its
+        ``PR_SET_PDEATHSIG`` set before its interpreter starts (:mod:`.launch`). It follows
+        the thread that starts it: the worker's main thread at start-up, this slot's thread
+        for a replacement; both outlive the child's use."""
         ctx = multiprocessing.get_context("spawn")
         here, there = ctx.Pipe(duplex=True)
         deadline = ctx.RawValue(ctypes.c_double, math.inf)
-        process = ctx.Process(
+        process = ChildProcess(
             target=child.main,
             args=(there, self.executor.spec, os.getpid(), deadline),
             name=f"leaseq-slot-{self.index}",

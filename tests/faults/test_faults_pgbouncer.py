@@ -3,10 +3,16 @@ every job runs once, and a PgBouncer restart under running jobs costs no attempt
 
 from __future__ import annotations
 
+import os
+import signal
+import subprocess
+import sys
 import time
 from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import pytest
+from faultkit import HERE, worker_args
 
 import leaseq
 from support import pgbouncer
@@ -135,5 +141,55 @@ def test_a_short_outage_behind_pgbouncer_costs_no_attempt(
             ).fetchall()
         assert lost == []
     finally:
+        print(bouncer.log())
+        bouncer.close()
+
+
+def test_a_worker_started_behind_pgbouncer_while_postgresql_is_down_waits_for_it(
+    restartable: RestartablePostgres, restartable_url: str, tmp_path: Path
+) -> None:
+    """PgBouncer, which served before the outage, accepts a new worker's login while
+    PostgreSQL is down and fails its first statement instead (the pool's check of which
+    server it reached): the worker waits for the database, as it does when it connects
+    directly, and runs jobs once PostgreSQL is back. It used to exit with status 2."""
+    bouncer = pgbouncer.PgBouncer(restartable_url, server_login_retry=1, query_wait_timeout=1)
+    log = tmp_path / "w-pgb.log"
+    proc: subprocess.Popen[bytes] | None = None
+    try:
+        with leaseq.connect(bouncer.url, action="test", prepare_threshold=None) as through:
+            through.execute("SELECT 1")  # PgBouncer knows the server from before the outage
+        restartable.stop("fast")
+        cmd = [sys.executable, "-m", "leaseq.cli", "worker", "--worker-id", "w-pgb",
+               "--metrics-port", "0",
+               *worker_args(listen=False, prepared_statements=False, poll=0.3)]  # fmt: skip
+        paths = [str(HERE), os.environ.get("PYTHONPATH", "")]
+        env = {
+            **os.environ,
+            "LEASEQ_DATABASE_URL": bouncer.url,
+            "LEASEQ_LEAD": "false",
+            "PYTHONPATH": os.pathsep.join(filter(None, paths)),
+        }
+        with log.open("wb") as out:
+            proc = subprocess.Popen(cmd, env=env, stdout=out, stderr=subprocess.STDOUT)
+        started = proc
+        wait_for(
+            lambda: started.poll() is not None or "waiting for the database" in log.read_text(),
+            "the worker to wait for the database, or to exit",
+            60,
+        )
+        assert proc.poll() is None, log.read_text()
+        restartable.start()
+        with leaseq.connect(restartable_url, action="test") as conn:
+            queue = leaseq.Queue(conn)
+            job_id = queue.enqueue("q", "step", {"seconds": 0}).job_id
+            wait_for(lambda: queue.get(job_id).status == "succeeded", "the job", 60)
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=30) == 0
+    finally:
+        if proc is not None and proc.poll() is None:
+            proc.kill()
+            proc.wait(timeout=10)
+        restartable.start()  # the module's server, for the tests after this one
+        print(log.read_text(errors="replace")[-5000:] if log.exists() else "")
         print(bouncer.log())
         bouncer.close()

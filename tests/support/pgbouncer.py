@@ -42,10 +42,16 @@ class PgBouncer:
     the same port (what a pooler restart does to every client connection)."""
 
     def __init__(
-        self, database_url: str, pool_size: int = 20, server_login_retry: float | None = None
+        self,
+        database_url: str,
+        pool_size: int = 20,
+        server_login_retry: float | None = None,
+        query_wait_timeout: float | None = None,
     ) -> None:
         """``server_login_retry``: seconds PgBouncer waits after a failed server login before
-        it tries again (None: PgBouncer's default, 15 s)."""
+        it tries again (None: PgBouncer's default, 15 s). ``query_wait_timeout``: seconds a
+        client's query waits for a server connection before PgBouncer fails it (None:
+        PgBouncer's default, 120 s)."""
         upstream = conninfo_to_dict(database_url)
         self.port = net.free_port()
         self.dir = Path(tempfile.mkdtemp(prefix="leaseq-pgbouncer-"))
@@ -53,6 +59,8 @@ class PgBouncer:
         host = str(upstream.get("host") or "127.0.0.1")
         ini = self.dir / "pgbouncer.ini"
         retry = "" if server_login_retry is None else f"server_login_retry = {server_login_retry}\n"
+        if query_wait_timeout is not None:
+            retry += f"query_wait_timeout = {query_wait_timeout}\n"
         (self.dir / "users.txt").write_text(f'"{user}" ""\n')
         ini.write_text(
             "[databases]\n"

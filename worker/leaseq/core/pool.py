@@ -31,6 +31,8 @@ from typing import Any
 import psycopg
 from psycopg.pq import TransactionStatus
 
+from leaseq.core.errors import DatabaseUnavailable
+
 log = logging.getLogger("leaseq.pool")
 
 Conn = psycopg.Connection[Any]
@@ -88,7 +90,9 @@ class Pool:
         for _ in range(min_size):
             try:
                 self._idle.append(self._connect())
-            except psycopg.Error as exc:
+            except (psycopg.Error, DatabaseUnavailable) as exc:
+                # Behind a pooler (PgBouncer) the login succeeds while PostgreSQL is down,
+                # and ``configure``'s first statement is what fails, already translated.
                 log.warning("pool %s: could not connect yet: %s", name, exc)
                 break
 

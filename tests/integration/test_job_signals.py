@@ -331,3 +331,28 @@ def test_the_signal_wait_metrics_read_only_their_index_at_two_million_jobs(
     buffers = plan.get("Shared Hit Blocks", 0) + plan.get("Shared Read Blocks", 0)
     print(f"queue_signal_waits at 2,000,000 jobs: {buffers} buffers, {scanned}")
     assert buffers < 200, buffers
+
+
+def test_after_a_caught_wait_the_attempt_s_ctx_calls_raise_the_wait_again(
+    queue: leaseq.Queue,
+) -> None:
+    """A handler that caught the wait and goes on reaches the database no more: its next step,
+    stream item, checkpoint or sleep raises the same wait, so no effect runs before the
+    signal it asked for."""
+    job_id = queue.enqueue("q", "t").job_id
+    ctx = context(queue, claim_one(queue))
+    asked = waits(ctx, "approve")
+    calls: list[str] = []
+    for call in (
+        lambda: ctx.step("charge", lambda: calls.append("charged")),
+        lambda: ctx.emit({"page": 1}),
+        lambda: ctx.checkpoint({"page": 1}),
+        lambda: ctx.sleep(60),
+        lambda: ctx.wait_for("other", timeout=60),
+    ):
+        with pytest.raises(leaseq.Waiting) as again:
+            call()
+        assert again.value is asked
+    assert calls == []
+    assert [s.name for s in queue.steps(job_id)] == ["leaseq.wait-1"]
+    assert ctx.suspension is asked

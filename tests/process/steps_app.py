@@ -151,3 +151,22 @@ def drained_step(payload: dict[str, Any], ctx: JobContext) -> dict[str, Any]:
     paid = ctx.step("pay", pay, reconcile=reconcile)
     after = ctx.step("after", lambda: ctx.worker_id)
     return {"paid": paid, "after": after}
+
+
+@registry.job("swallow")
+def swallow(payload: dict[str, Any], ctx: JobContext) -> dict[str, Any]:
+    """Asks to sleep or wait (``payload['call']``) inside a ``try`` that catches ``Exception``
+    or ``BaseException`` (``payload['catch']``), as handlers do around model calls, then
+    returns, or raises something else (``payload['then']``); each catch is noted in the
+    file ``caught`` of ``payload['dir']``."""
+    caught = Exception if payload["catch"] == "exception" else BaseException
+    try:
+        if payload["call"] == "sleep":
+            ctx.sleep(3600)
+            return {"slept": True}
+        return {"decision": ctx.wait_for("approve", timeout=3600)}
+    except caught:
+        _note(Path(payload["dir"]), "caught", payload["catch"])
+        if payload["then"] == "raise":
+            raise RuntimeError("the model call failed") from None
+    return {"decision": None}

@@ -10,7 +10,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator
 from datetime import datetime, timedelta
 from functools import partial
-from typing import Any, Protocol, TypeVar
+from typing import Any, NoReturn, Protocol, TypeVar
 
 from leaseq.core import validation
 from leaseq.core.backoff import Backoff
@@ -23,6 +23,7 @@ from leaseq.runtime.handler_errors import BackOff as BackOff
 from leaseq.runtime.handler_errors import Interrupted as Interrupted
 from leaseq.runtime.handler_errors import PermanentError as PermanentError
 from leaseq.runtime.handler_errors import Sleeping as Sleeping
+from leaseq.runtime.handler_errors import Suspended as Suspended
 from leaseq.runtime.handler_errors import Waiting as Waiting
 from leaseq.runtime.latch import Latch
 from leaseq.runtime.step_gate import StepGate
@@ -74,6 +75,9 @@ class JobContext:
         self._made_at = self._progress_at
         self._sleeps = 0
         self._waits = 0
+        # The first sleep or wait the handler asked for: it ends the attempt, whatever the
+        # handler does after catching it.
+        self._suspension: Suspended | None = None
         self._spawned: Graph | None = None
         self._steps: Steps | None = None
         self._gate = StepGate()
@@ -168,7 +172,10 @@ class JobContext:
 
     def _patiently(self, what: str, call: Callable[[], T]) -> T | None:
         """``call()``, waiting out an unreachable PostgreSQL; None once the worker gives the
-        attempt up meanwhile."""
+        attempt up meanwhile. After the handler asked to sleep or wait it makes no call: it
+        raises that sleep or wait again, which ends the attempt."""
+        if self._suspension is not None:
+            raise self._suspension
         retry = Backoff(0.05, 1.0)
         while True:
             try:
@@ -239,17 +246,19 @@ class JobContext:
         """Sleep durably until ``when`` (timezone-aware, database time, at most 3650 days
         away): the wake time is recorded once, as the step ``name`` (by default the n-th
         sleep of the handler: ``leaseq.sleep-<n>``), then the attempt ends by raising
-        :class:`Sleeping`, which must propagate. The job is handed back holding nothing (no
-        lease, slot or unit of its key's limit) and without spending an attempt; at the wake
-        time the handler runs again from the start, its finished steps returning their
-        recorded results and this call returning at once. Not for batch handlers."""
+        :class:`Sleeping`, which is not an ``Exception`` (``except Exception`` lets it
+        through) and ends the attempt asleep even if the handler catches it. The job is
+        handed back holding nothing (no lease, slot or unit of its key's limit) and without
+        spending an attempt; at the wake time the handler runs again from the start, its
+        finished steps returning their recorded results and this call returning at once.
+        Not for batch handlers."""
         now = self._database_now()
         validation.wake_time("when", when, now)
         self._sleeps += 1
         recorded = self.step(name or f"leaseq.sleep-{self._sleeps}", when.isoformat)
         wake = datetime.fromisoformat(recorded)
         if wake > now:
-            raise Sleeping(wake)
+            self._suspend(Sleeping(wake))
 
     def wait_for(self, name: str, *, timeout: float, step: str | None = None) -> Any:
         """The payload (JSON) of the signal ``name`` sent to this job (:meth:`leaseq.Queue.signal`,
@@ -261,10 +270,12 @@ class JobContext:
         recorded as the step ``<step>.signal``, so every later attempt gets the same payload.
         Otherwise the deadline is recorded once, as the step ``step`` (by default the n-th
         wait of the handler: ``leaseq.wait-<n>``), and the attempt ends by raising
-        :class:`Waiting`, which must propagate: the job is handed back holding nothing (no
-        lease, slot or unit of its key's limit), without spending an attempt, and shows what
-        it waits for; it is claimable again as soon as the signal is sent, or at the
-        deadline, when the handler runs again from the start. Run again after the deadline
+        :class:`Waiting`, which is not an ``Exception`` (``except Exception`` lets it
+        through) and ends the attempt waiting even if the handler catches it: the job is
+        handed back holding nothing (no lease, slot or unit of its key's limit), without
+        spending an attempt, and shows what it waits for; it is claimable again as soon as
+        the signal is sent, or at the deadline, when the handler runs again from the start.
+        Run again after the deadline
         with no signal, this raises :class:`leaseq.WaitTimedOut` (the job goes to dead unless
         the handler catches it). Not for batch handlers."""
         validation.signal_name("name", name)
@@ -286,10 +297,24 @@ class JobContext:
                 deadline = self.step(base, (now + timedelta(seconds=timeout)).isoformat)
                 until = datetime.fromisoformat(deadline)
                 if until > now:
-                    raise Waiting(name, until)
+                    self._suspend(Waiting(name, until))
                 raise WaitTimedOut(self.job_id, name, deadline)
         # Recorded once: every later attempt gets this payload back.
         return self.step(received, lambda: payload)
+
+    def _suspend(self, how: Suspended) -> NoReturn:
+        """End the attempt as the sleep or wait ``how``, the first one asked for winning."""
+        with self._lock:
+            if self._suspension is None:
+                self._suspension = how
+            first = self._suspension
+        raise first
+
+    @property
+    def suspension(self) -> Suspended | None:
+        """The sleep or wait the handler asked for (None: none), for the worker runtime: the
+        attempt ends as it, even if the handler caught it and returned."""
+        return self._suspension
 
     def _database_now(self) -> datetime:
         """The database's time now, near enough: the claim's (``clock_timestamp()`` when it

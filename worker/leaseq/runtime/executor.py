@@ -29,6 +29,7 @@ from leaseq.runtime.context import (
     PermanentError,
     Sleeping,
     StopReason,
+    Suspended,
     Waiting,
 )
 from leaseq.runtime.handler_loop import awaited
@@ -133,8 +134,8 @@ def run_handler(attempt: InFlight) -> HandlerOutcome:
             value = awaited(
                 job_type.handler(attempt.job.payload, attempt.context), (attempt.context,)
             )
-    except Exception as exc:
-        if not isinstance(exc, Interrupted | PermanentError):
+    except (Exception, Suspended) as exc:
+        if not isinstance(exc, Interrupted | PermanentError | Suspended):
             log.warning("handler raised %r", exc, extra=attempt.fields(), exc_info=True)
         return HandlerOutcome.of_exception(exc, time.monotonic() - started, job_type.permanent)
     return HandlerOutcome(Ending.RETURNED, value, seconds=time.monotonic() - started)
@@ -151,7 +152,24 @@ def _no_handler(attempt: InFlight) -> HandlerOutcome:
 def run_unit(attempts: list[InFlight]) -> list[HandlerOutcome]:
     """Run one unit: a single attempt, or a batch of attempts of one batch job type (one
     call of its batch handler); one outcome per attempt, in order. Never raises."""
-    return [_with_spawn(a, o) for a, o in zip(attempts, _run_unit(attempts), strict=True)]
+    outcomes = zip(attempts, _run_unit(attempts), strict=True)
+    return [_with_spawn(a, _as_asked(a, o)) for a, o in outcomes]
+
+
+def _as_asked(attempt: InFlight, outcome: HandlerOutcome) -> HandlerOutcome:
+    """``outcome``, or the sleep or wait the handler asked for when it caught that and then
+    returned or raised something else: an attempt that asked to suspend never succeeds (nor
+    fails) past it, so a wait's deadline and a sleep's wake time are kept."""
+    asked = attempt.context.suspension
+    if asked is None or outcome.ending in (Ending.SLEPT, Ending.WAITING):
+        return outcome
+    log.warning(
+        "handler %s after it asked to suspend (%s): the attempt ends suspended",
+        "returned" if outcome.ending is Ending.RETURNED else f"ended {outcome.ending.value}",
+        asked,
+        extra=attempt.fields(),
+    )
+    return HandlerOutcome.of_exception(asked, outcome.seconds, ())
 
 
 def _with_spawn(attempt: InFlight, outcome: HandlerOutcome) -> HandlerOutcome:
@@ -177,8 +195,8 @@ def _run_unit(attempts: list[InFlight]) -> list[HandlerOutcome]:
                 ),
                 len(attempts),
             )
-    except Exception as exc:
-        if not isinstance(exc, Interrupted | PermanentError):
+    except (Exception, Suspended) as exc:
+        if not isinstance(exc, Interrupted | PermanentError | Suspended):
             log.warning("batch handler raised %r", exc, extra=attempts[0].fields(), exc_info=True)
         outcome = HandlerOutcome.of_exception(exc, time.monotonic() - started, job_type.permanent)
         return [outcome] * len(attempts)

@@ -30,7 +30,15 @@ class BackOff(Interrupted):
         self.reason = reason
 
 
-class Sleeping(Interrupted):
+class Suspended(BaseException):
+    """What ``ctx.sleep``, ``ctx.sleep_until`` and ``ctx.wait_for`` raise to end the attempt
+    (not raised by handlers). Not an :class:`Exception`, as Python's own ``GeneratorExit`` and
+    asyncio's ``CancelledError`` are not: a handler's ``except Exception`` around its work
+    lets it through. A handler that catches it anyway and returns (or raises something else)
+    still ends its attempt as the sleep or wait it asked for, never as a success."""
+
+
+class Sleeping(Suspended):
     """Raised by ``ctx.sleep`` and ``ctx.sleep_until`` (not by handlers): the attempt ends and
     the job is handed back without spending an attempt, holding nothing, claimable again at
     ``until`` (database time), when the handler runs again from the start. Let it propagate."""
@@ -40,7 +48,7 @@ class Sleeping(Interrupted):
         self.until = until
 
 
-class Waiting(Interrupted):
+class Waiting(Suspended):
     """Raised by ``ctx.wait_for`` (not by handlers) when the signal ``name`` has not been sent:
     the attempt ends and the job is handed back without spending an attempt, holding
     nothing, claimable again when the signal arrives or at ``until`` (the wait's deadline,

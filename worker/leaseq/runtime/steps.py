@@ -24,7 +24,7 @@ from typing import Any, Protocol, TypeVar, cast
 from leaseq.core.errors import InvalidJob, LeaseqError
 from leaseq.core.models import Lease, StepRecord
 from leaseq.core.validation import MAX_STEP_NAME
-from leaseq.runtime.handler_errors import Interrupted, PermanentError
+from leaseq.runtime.handler_errors import Interrupted, PermanentError, Suspended
 
 T = TypeVar("T")
 
@@ -189,7 +189,7 @@ class Steps:
         try:
             with self._running(name):
                 result = await _value(name, fn(), awaiting)
-        except Exception:
+        except (Exception, Suspended):
             # The function said it did not finish: a later attempt runs it afresh.
             await self._store(StepOp.WITHDRAW, (name,), awaiting)
             raise

@@ -99,3 +99,21 @@ async def gated_batch(payloads: list[dict[str, Any]], ctxs: list[JobContext]) ->
             return [{"batch": len(payloads)} for _ in payloads]
         await asyncio.sleep(0.05)
     raise TimeoutError("the gate never opened")
+
+
+@registry.job("swallow")
+async def swallow(payload: dict[str, Any], ctx: JobContext) -> dict[str, Any]:
+    """steps_app's ``swallow`` with the awaitable forms: asks to sleep or wait inside a
+    ``try`` that catches ``Exception`` or ``BaseException``, then returns or raises."""
+    caught = Exception if payload["catch"] == "exception" else BaseException
+    try:
+        if payload["call"] == "sleep":
+            await ctx.sleep_async(3600)
+            return {"slept": True}
+        return {"decision": await ctx.wait_for_async("approve", timeout=3600)}
+    except caught:
+        with Path(payload["dir"], "caught").open("a") as f:
+            f.write(payload["catch"] + "\n")
+        if payload["then"] == "raise":
+            raise RuntimeError("the model call failed") from None
+    return {"decision": None}

@@ -21,7 +21,7 @@ pytestmark = pytest.mark.process
 CATCHES = [("exception", "return"), ("base", "return"), ("base", "raise")]
 
 
-@pytest.mark.parametrize("app", ["steps_app:registry"], ids=["sync"])
+@pytest.mark.parametrize("app", ["steps_app:registry", "async_app:registry"], ids=["sync", "async"])
 def test_a_caught_sleep_or_wait_still_ends_the_attempt_as_asked(
     queue: leaseq.Queue,
     spawn_worker: Callable[..., WorkerProcess],

@@ -3,6 +3,7 @@ flag."""
 
 from __future__ import annotations
 
+import asyncio
 import enum
 import logging
 import threading
@@ -170,6 +171,12 @@ class JobContext:
             self.request_stop(StopReason.LEASE_LOST)
         return bool(stored)
 
+    async def checkpoint_async(self, state: Any) -> bool:
+        """:meth:`checkpoint` for an ``async def`` handler, made on a thread of the loop's
+        executor (as :meth:`step_async` makes its records): a statement that waits holds up
+        no other job on the loop."""
+        return await asyncio.to_thread(self.checkpoint, state)
+
     def _patiently(self, what: str, call: Callable[[], T]) -> T | None:
         """``call()``, waiting out an unreachable PostgreSQL; None once the worker gives the
         attempt up meanwhile. After the handler asked to sleep or wait it makes no call: it
@@ -242,6 +249,11 @@ class JobContext:
         validation.within_horizon("seconds", seconds)
         self.sleep_until(self._database_now() + timedelta(seconds=seconds), name=name)
 
+    async def sleep_async(self, seconds: float, *, name: str | None = None) -> None:
+        """:meth:`sleep` for an ``async def`` handler, its record made on a thread of the
+        loop's executor: ``await ctx.sleep_async(60)``."""
+        await asyncio.to_thread(self.sleep, seconds, name=name)
+
     def sleep_until(self, when: datetime, *, name: str | None = None) -> None:
         """Sleep durably until ``when`` (timezone-aware, database time, at most 3650 days
         away): the wake time is recorded once, as the step ``name`` (by default the n-th
@@ -259,6 +271,11 @@ class JobContext:
         wake = datetime.fromisoformat(recorded)
         if wake > now:
             self._suspend(Sleeping(wake))
+
+    async def sleep_until_async(self, when: datetime, *, name: str | None = None) -> None:
+        """:meth:`sleep_until` for an ``async def`` handler, its record made on a thread of
+        the loop's executor."""
+        await asyncio.to_thread(self.sleep_until, when, name=name)
 
     def wait_for(self, name: str, *, timeout: float, step: str | None = None) -> Any:
         """The payload (JSON) of the signal ``name`` sent to this job (:meth:`leaseq.Queue.signal`,
@@ -301,6 +318,11 @@ class JobContext:
                 raise WaitTimedOut(self.job_id, name, deadline)
         # Recorded once: every later attempt gets this payload back.
         return self.step(received, lambda: payload)
+
+    async def wait_for_async(self, name: str, *, timeout: float, step: str | None = None) -> Any:
+        """:meth:`wait_for` for an ``async def`` handler, its reads and records made on a
+        thread of the loop's executor: ``await ctx.wait_for_async("approve", timeout=3600)``."""
+        return await asyncio.to_thread(self.wait_for, name, timeout=timeout, step=step)
 
     def _suspend(self, how: Suspended) -> NoReturn:
         """End the attempt as the sleep or wait ``how``, the first one asked for winning."""
@@ -374,6 +396,11 @@ class JobContext:
             self._step_lease_lost("lease lost: stream item not written")
             raise Interrupted("lease lost: stream item not written")
         return int(offset)
+
+    async def emit_async(self, value: Any) -> int:
+        """:meth:`emit` for an ``async def`` handler, the append made on a thread of the
+        loop's executor: ``await ctx.emit_async({"page": 3})``."""
+        return await asyncio.to_thread(self.emit, value)
 
     def _step_lease_lost(self, message: str) -> None:
         if self._reason is StopReason.DRAINING:

@@ -249,3 +249,17 @@ def test_step_async_awaits_the_function_and_the_check(
 
     assert asyncio.run(steps()) == ({"n": 7}, {"charged": effects[0]})
     assert checked == effects
+
+
+def test_a_step_whose_function_returns_none_is_recorded_and_not_run_again(
+    queue: leaseq.Queue, conn: leaseq.core.db.Conn
+) -> None:
+    job_id = queue.enqueue("q", "t").job_id
+    calls: list[str] = []
+    first = context(queue, claim_one(queue))
+    assert first.step("notify", lambda: calls.append("first")) is None
+    second = context(queue, take_over(queue, conn, "w2"))
+    assert second.step("notify", lambda: calls.append("second")) is None
+    assert calls == ["first"]
+    [step] = queue.steps(job_id)
+    assert (step.name, step.recorded, step.result) == ("notify", True, None)

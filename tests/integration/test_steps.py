@@ -11,6 +11,7 @@ from psycopg_pool import AsyncConnectionPool
 import leaseq
 from leaseq.aio import AsyncQueue
 from leaseq.runtime.context import Interrupted, JobContext, StopReason
+from leaseq.runtime.steps import StepNameReused
 from support.dbtime import claim_one
 from support.steps import context, crash_in, stop_uncertain, take_over
 
@@ -25,7 +26,7 @@ def test_a_recorded_step_is_returned_without_calling_it_again(
         "n": 7,
         "t": [1, 2],
     }
-    with pytest.raises(leaseq.LeaseqError, match="ran already in this attempt"):
+    with pytest.raises(StepNameReused, match="step 'fetch' ran already in this attempt"):
         first.step("fetch", lambda: None)
 
     second = context(queue, take_over(queue, conn, "w2"))

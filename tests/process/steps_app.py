@@ -170,3 +170,10 @@ def swallow(payload: dict[str, Any], ctx: JobContext) -> dict[str, Any]:
         if payload["then"] == "raise":
             raise RuntimeError("the model call failed") from None
     return {"decision": None}
+
+
+@registry.job("same_name")
+def same_name(payload: Any, ctx: JobContext) -> None:
+    """Two steps of one name: a bug in the handler, met again by every retry."""
+    ctx.step("fetch", lambda: 1)
+    ctx.step("fetch", lambda: 2)

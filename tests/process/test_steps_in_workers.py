@@ -268,3 +268,16 @@ def test_retrying_a_job_that_died_waiting_waits_afresh_and_takes_a_later_signal(
     assert [x.outcome for x in queue.attempts(a)] == ["released", "failed", "released", "succeeded"]
     assert lines(tmp_path / "draft.calls") == ["w-a 1"]
     assert len(lines(tmp_path / "after.calls")) == 1
+
+
+def test_a_reused_step_name_kills_the_job_on_its_first_attempt_naming_the_step(
+    queue: leaseq.Queue, spawn_worker: Spawn
+) -> None:
+    """A reused step name is a bug in the handler, not a transient fault: no retry with
+    backoff, the job is dead after one attempt with an error that names the step."""
+    spawn_worker("w-a", app=APP)
+    job_id = queue.enqueue("q", "same_name", max_attempts=5).job_id
+    dead = wait_for(lambda: (j := queue.get(job_id)).status == "dead" and j, "the job to die", 60)
+    assert dead.last_error_code == "StepNameReused"
+    assert "step 'fetch' ran already in this attempt" in (dead.last_error or "")
+    assert [a.outcome for a in queue.attempts(job_id)] == ["failed"]

@@ -207,8 +207,9 @@ class JobContext:
     ) -> Any:
         """Run ``fn(*args, **kwargs)`` as the job's step ``name``, once: its JSON result is
         recorded, and every later attempt of the job gets the recorded result back without
-        calling ``fn``. Names are unique per job (a repeated name in one attempt is an error);
-        name a loop's steps apart (``f"page-{i}"``).
+        calling ``fn``. Names are unique per job (a repeated name in one attempt raises
+        :class:`leaseq.runtime.steps.StepNameReused`, which fails the job at once); name a
+        loop's steps apart (``f"page-{i}"``).
 
         Before ``fn`` runs its intent is committed. An attempt that finds an intent without a
         result (an earlier one died in the step) calls ``reconcile(intent)``, which returns

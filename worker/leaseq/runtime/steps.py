@@ -50,6 +50,19 @@ class StepUncertain(PermanentError):
         self.intent = intent
 
 
+class StepNameReused(PermanentError):
+    """A handler ran two steps of one name in one attempt: a bug in the handler, which every
+    retry would meet again, so the job goes to dead at once (``last_error_code``
+    ``StepNameReused``), naming the step."""
+
+    def __init__(self, name: str) -> None:
+        super().__init__(
+            f"step {name!r} ran already in this attempt: step names are unique per job;"
+            " name the steps of a loop apart, e.g. f'page-{i}'"
+        )
+        self.step = name
+
+
 @dataclass(frozen=True)
 class Intent:
     """What an earlier attempt committed before running a step's function: handed to the
@@ -215,10 +228,7 @@ class Steps:
                 f"step name must be a string of 1-{MAX_STEP_NAME} characters, got {name!r}"
             )
         if name in self._ran:
-            raise LeaseqError(
-                f"step {name!r} ran already in this attempt: step names are unique per job;"
-                " name the steps of a loop apart, e.g. f'page-{i}'"
-            )
+            raise StepNameReused(name)
         self._ran.add(name)
 
     async def _known(self, awaiting: bool) -> dict[str, StepRecord]:

@@ -356,3 +356,26 @@ def test_after_a_caught_wait_the_attempt_s_ctx_calls_raise_the_wait_again(
     assert calls == []
     assert [s.name for s in queue.steps(job_id)] == ["leaseq.wait-1"]
     assert ctx.suspension is asked
+
+
+def test_the_cli_refuses_a_signal_the_waiting_job_does_not_wait_for(
+    queue: leaseq.Queue, database_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A misspelt name to a job waiting for another signal is refused, saying what the job
+    waits for, and nothing is stored; --ahead sends it for a later wait."""
+    job_id = queue.enqueue("q", "t").job_id
+    job = claim_one(queue)
+    raised = waits(context(queue, job), "approve")
+    queue.wait(job.lease, raised.name, raised.until)
+    db = ["--database-url", database_url]
+
+    assert main(["signal", str(job_id), "aprove", *db]) == 1
+    err = capsys.readouterr().err
+    assert "job" in err and "waits for signal 'approve', not 'aprove': nothing sent" in err
+    assert queue.signals(job_id) == []
+    assert queue.get(job_id).waiting_for == "approve"
+
+    assert main(["signal", str(job_id), "publish", "--ahead", *db]) == 0
+    assert "not waiting for it yet" in capsys.readouterr().out
+    assert [s.name for s in queue.signals(job_id)] == ["publish"]
+    assert queue.get(job_id).waiting_for == "approve"

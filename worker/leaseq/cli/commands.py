@@ -419,7 +419,19 @@ def cancel(args: argparse.Namespace) -> int:
 
 def signal(args: argparse.Namespace) -> int:
     with connect_for(args, "signal") as conn:
-        sent = Queue(conn).signal(args.job_id, args.name, args.payload)
+        queue = Queue(conn)
+        waiting = queue.waiting_on(args.job_id)
+        if waiting is not None and waiting.waiting_for != args.name and not args.ahead:
+            # Most likely a misspelt name: a signal is kept for good, and one the job never
+            # waits for would leave the wait unanswered until its deadline.
+            print(
+                f"leaseq: error: job {args.job_id} waits for signal {waiting.waiting_for!r},"
+                f" not {args.name!r}: nothing sent (to send {args.name!r} for a later wait of"
+                " the job, add --ahead)",
+                file=sys.stderr,
+            )
+            return 1
+        sent = queue.signal(args.job_id, args.name, args.payload)
     if not sent.stored:
         text = (
             f"job {args.job_id} already has a signal {args.name!r}: the first is kept, this one"
@@ -586,6 +598,12 @@ def add_commands(sub: Any) -> None:
         default=None,
         metavar="JSON",
         help="the signal's payload, JSON (default null; at most 64 KiB)",
+    )
+    p.add_argument(
+        "--ahead",
+        action="store_true",
+        help="send it even though the job waits for another signal now (for a later wait of"
+        " the job); without it such a signal is refused, naming the one the job waits for",
     )
 
     p = command(

@@ -251,21 +251,28 @@ def test_the_cli_says_how_many_were_cancelled_pending_and_running(
     db = ("--database-url", database_url)
     assert main(["cancel", str(ids["run"]), "--reason", REASON, *db]) == 0
     assert capsys.readouterr().out == (
-        f"job {ids['run']} cancelled (was running) with 1 unfinished descendant(s):"
-        " 1 pending, 1 running, now fenced\n"
+        f"2 job(s) cancelled: job {ids['run']} (was running) and 1 unfinished"
+        " descendant(s); 1 had not started, 1 were running (their workers are now fenced)\n"
     )
     assert main(["cancel", str(root), *db]) == 0
     assert capsys.readouterr().out == (
-        f"job {root} was already succeeded; its 3 unfinished descendant(s) cancelled:"
-        " 3 pending, 0 running, now fenced\n"
+        f"job {root} was already succeeded; its 3 unfinished descendant(s) cancelled;"
+        " 3 had not started, 0 were running\n"
     )
     assert main(["cancel", str(root), *db]) == 1
     assert "nothing changed" in capsys.readouterr().out
+    # A job alone: its counts are its own, not its (no) descendants'.
+    alone = queue.enqueue("q", "t").job_id
+    assert main(["cancel", str(alone), *db]) == 0
+    assert capsys.readouterr().out == (
+        f"1 job(s) cancelled: job {alone} (was pending) and 0 unfinished descendant(s);"
+        " 1 had not started, 0 were running\n"
+    )
     pipeline_id = queue.links(ids["run"], limit=0).pipeline_id
     assert main(["pipelines", "cancel", str(pipeline_id), *db]) == 0
     assert capsys.readouterr().out == (
-        f"pipeline {pipeline_id}: 0 unfinished job(s) cancelled"
-        " (0 pending, 0 running, now fenced)\n"
+        f"pipeline {pipeline_id}: 0 unfinished job(s) cancelled;"
+        " 0 had not started, 0 were running\n"
     )
 
 

@@ -15,7 +15,15 @@ from typing import Any
 from leaseq import config as settings
 from leaseq.cli import limits, pipelines, queues, schedules, steps
 from leaseq.cli.args import connect_for, days, duration, json_argument, say, seconds
-from leaseq.cli.tables import age, key_values, printable, table, to_json, when
+from leaseq.cli.tables import (
+    age,
+    cancelled_counts,
+    key_values,
+    printable,
+    table,
+    to_json,
+    when,
+)
 from leaseq.core.flow import FlowControl
 from leaseq.core.history import EVERY_QUEUE, History
 from leaseq.core.models import (
@@ -400,16 +408,19 @@ def retry(args: argparse.Namespace) -> int:
 def cancel(args: argparse.Namespace) -> int:
     with connect_for(args, "cancel") as conn:
         result = Queue(conn).cancel(args.job_id, reason=args.reason)
-    counts = f"{result.pending} pending, {result.running} running, now fenced"
+    # The counts are of every job the cancel reached: the job itself (when it was
+    # unfinished) and its unfinished descendants.
+    counts = cancelled_counts(result.pending, result.running)
     if result.cancelled:
         text = (
-            f"job {args.job_id} cancelled (was {result.previous_status}) with "
-            f"{result.descendants} unfinished descendant(s): {counts}"
+            f"{1 + result.descendants} job(s) cancelled: job {args.job_id} (was"
+            f" {result.previous_status}) and {result.descendants} unfinished descendant(s);"
+            f" {counts}"
         )
     elif result.descendants:
         text = (
-            f"job {args.job_id} was already {result.previous_status}; its "
-            f"{result.descendants} unfinished descendant(s) cancelled: {counts}"
+            f"job {args.job_id} was already {result.previous_status}; its"
+            f" {result.descendants} unfinished descendant(s) cancelled; {counts}"
         )
     else:
         text = f"job {args.job_id} was already {result.previous_status}; nothing changed"

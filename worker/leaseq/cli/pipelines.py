@@ -7,7 +7,7 @@ import argparse
 from typing import Any
 
 from leaseq.cli.args import connect_for, say
-from leaseq.cli.tables import key_values, table, to_json, when
+from leaseq.cli.tables import cancelled_counts, key_values, table, to_json, when
 from leaseq.core.models import PipelineRecord
 from leaseq.core.queue import Queue
 
@@ -111,8 +111,8 @@ def cancel(args: argparse.Namespace) -> int:
     say(
         args,
         done,
-        f"pipeline {done.pipeline_id}: {done.cancelled} unfinished job(s) cancelled "
-        f"({done.pending} pending, {done.running} running, now fenced)",
+        f"pipeline {done.pipeline_id}: {done.cancelled} unfinished job(s) cancelled; "
+        + cancelled_counts(done.pending, done.running),
     )
     return 0
 

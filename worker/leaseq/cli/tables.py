@@ -58,6 +58,13 @@ def printable(value: object) -> str:
     return _UNPRINTABLE.sub(escape, redact(str(value)))
 
 
+def cancelled_counts(pending: int, running: int) -> str:
+    """How many of the jobs a cancel reached had not started and how many were running,
+    as a clause of the cancel commands' answers (the running ones' workers are fenced)."""
+    fenced = " (their workers are now fenced)" if running else ""
+    return f"{pending} had not started, {running} were running{fenced}"
+
+
 def key_values(pairs: Sequence[tuple[str, Any]]) -> str:
     """``name  value`` lines, names padded to one width, values escaped like table cells."""
     width = max(len(name) for name, _ in pairs)

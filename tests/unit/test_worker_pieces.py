@@ -83,6 +83,29 @@ def test_worker_settings_refuse_bad_values(argv: list[str], message: str) -> Non
         parse(argv, env)
 
 
+def test_the_heartbeat_follows_a_short_lease_unless_given() -> None:
+    env = {"LEASEQ_DATABASE_URL": "postgresql://db/x", "LEASEQ_APP": "a:b", "LEASEQ_QUEUES": "q"}
+    short = parse(["--lease-seconds", "5"], env)
+    assert (short.lease_seconds, short.heartbeat_seconds) == (5.0, 5.0 / 3)
+    from_env = parse([], {**env, "LEASEQ_LEASE_SECONDS": "6"})
+    assert from_env.heartbeat_seconds == 2.0
+    given = parse(["--lease-seconds", "5", "--heartbeat-seconds", "1"], env)
+    assert given.heartbeat_seconds == 1.0
+    with pytest.raises(ConfigError, match="must be below --lease-seconds"):
+        parse(["--lease-seconds", "5", "--heartbeat-seconds", "10"], env)
+
+
+def test_the_lease_flag_says_a_leader_s_jobs_wait_for_the_leader_lease_too(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("COLUMNS", "1000")  # no line breaks inside the help's words
+    parser = argparse.ArgumentParser()
+    settings.add_options(parser, OPTIONS)
+    text = " ".join(parser.format_help().split())
+    assert "waits for the leader lease (15 s) to lapse" in text
+    assert "(env LEASEQ_HEARTBEAT_SECONDS; default 1/3 of --lease-seconds)" in text
+
+
 def test_the_concurrency_limit_is_inclusive() -> None:
     env = {"LEASEQ_DATABASE_URL": "postgresql://db/x", "LEASEQ_APP": "a:b", "LEASEQ_QUEUES": "q"}
     assert parse(["--concurrency", "1024"], env).concurrency == 1024

@@ -45,6 +45,9 @@ class Option:
     #: Never echo the value in an error (it may hold a password).
     secret: bool = False
     local_default: Any = SAME
+    #: How the default is shown when it is derived from other settings (``default`` is then
+    #: None and the settings fill it in).
+    default_shown: str | None = None
 
     def default_in(self, environ: Mapping[str, str]) -> Any:
         """The default where this process runs: in a pod, or not."""
@@ -284,7 +287,7 @@ def add_options(parser: argparse.ArgumentParser, options: Sequence[Option]) -> N
             dest=option.name,
             action="append" if option.repeat else "store",
             default=None,
-            help=f"{option.help} (env {option.env}; default {option.default!r})",
+            help=f"{option.help} (env {option.env}; default {_shown_default(option)})",
         )
 
 
@@ -322,11 +325,15 @@ def require(values: Mapping[str, Any], option: Option) -> Any:
     return value
 
 
+def _shown_default(option: Option) -> str:
+    return repr(option.default) if option.default_shown is None else option.default_shown
+
+
 def docs_table(options: Sequence[Option]) -> str:
     """A markdown table of the options, for docs/reference/configuration.md."""
     lines = ["| flag | environment | default | meaning |", "|---|---|---|---|"]
     for option in options:
-        default = f"`{option.default!r}`"
+        default = f"`{option.default!r}`" if option.default_shown is None else option.default_shown
         if option.local_default is not SAME:
             default += f" in a pod, else `{option.local_default!r}`"
         lines.append(f"| `{option.flag}` | `{option.env}` | {default} | {option.help} |")

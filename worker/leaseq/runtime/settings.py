@@ -14,6 +14,7 @@ from leaseq.config import Option
 from leaseq.core import validation
 from leaseq.core.errors import ConfigError, InvalidJob
 from leaseq.core.models import DEFAULT_LEASE_SECONDS
+from leaseq.runtime.leading import LEASE_TTL_SECONDS
 
 
 def boolean(text: str) -> bool:
@@ -85,14 +86,21 @@ LEASE_SECONDS = Option(
     "LEASEQ_LEASE_SECONDS",
     settings.positive_float,
     DEFAULT_LEASE_SECONDS,
-    "lease length: how long a crashed worker's job waits before the reaper takes it back",
+    "lease length: how long a crashed worker's job waits before the reaper takes it back; "
+    "when the crashed worker was the elected leader (--lead), the reaper itself waits for "
+    f"the leader lease ({LEASE_TTL_SECONDS:g} s) to lapse and another process to lead "
+    "first, so its jobs come back after the longer of the two plus a reaper pass",
 )
+#: Renewals per lease when --heartbeat-seconds is not given: a lease survives two missed
+#: renewals (the 30 s default lease is renewed every 10 s).
+HEARTBEATS_PER_LEASE = 3
 HEARTBEAT_SECONDS = Option(
     "heartbeat_seconds",
     "LEASEQ_HEARTBEAT_SECONDS",
     settings.positive_float,
-    10.0,
-    "how often leases are renewed (must be well below the lease)",
+    None,
+    "how often leases are renewed; must be below the lease",
+    default_shown=f"1/{HEARTBEATS_PER_LEASE} of --lease-seconds",
 )
 POLL_SECONDS = Option(
     "poll_seconds",
@@ -167,7 +175,7 @@ class WorkerSettings:
     isolation: Isolation = Isolation.THREAD
     drain_seconds: float = 25.0
     lease_seconds: float = DEFAULT_LEASE_SECONDS
-    heartbeat_seconds: float = 10.0
+    heartbeat_seconds: float = DEFAULT_LEASE_SECONDS / HEARTBEATS_PER_LEASE
     poll_seconds: float = 5.0
     listen: bool = True
     prepared_statements: bool = True
@@ -208,6 +216,9 @@ class WorkerSettings:
     ) -> WorkerSettings:
         """Flags, else ``LEASEQ_*`` variables, else defaults; ConfigError on a bad value."""
         values = settings.resolve(args, OPTIONS, environ)
+        heartbeat = values["heartbeat_seconds"]
+        if heartbeat is None:
+            heartbeat = values["lease_seconds"] / HEARTBEATS_PER_LEASE
         return cls(
             database_url=settings.require(values, settings.DATABASE_URL),
             app=settings.require(values, APP),
@@ -216,7 +227,7 @@ class WorkerSettings:
             isolation=Isolation(values["isolation"]),
             drain_seconds=values["drain_seconds"],
             lease_seconds=values["lease_seconds"],
-            heartbeat_seconds=values["heartbeat_seconds"],
+            heartbeat_seconds=heartbeat,
             poll_seconds=values["poll_seconds"],
             listen=values["listen"],
             prepared_statements=values["prepared_statements"],

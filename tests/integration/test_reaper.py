@@ -113,6 +113,19 @@ def test_released_lease_is_taken_at_once(pooled: leaseq.Queue, pool: Pool) -> No
     assert second.renew()
 
 
+def test_terms_keep_growing_across_clean_releases(pool: Pool) -> None:
+    """One term names one leadership: a lease given up cleanly and taken again, by another
+    holder or the same one, starts a larger term, never term 1 again."""
+    first, second = _lease(pool, "op-a", ttl=15), _lease(pool, "op-b", ttl=15)
+    terms = []
+    for lease in (first, second, first, first):
+        assert lease.renew()
+        terms.append(lease.term)
+        lease.release()
+    assert terms == sorted(set(terms)), terms
+    assert terms[0] >= 1
+
+
 def test_renewal_failure_keeps_the_term_until_it_lapses(
     pooled: leaseq.Queue, server_url: str, pool: Pool
 ) -> None:

@@ -61,3 +61,24 @@ def test_two_workers_elect_one_leader_which_brings_back_a_sigkilled_workers_job(
     ]
     assert job.result == {"worker": "w-b", "attempt": 2}
     assert (holder(conn), acquired(b)) == ("w-b", 1)
+
+
+def test_a_leading_worker_stopped_by_sigterm_releases_its_lease_without_a_warning(
+    spawn_worker: Spawn, conn: leaseq.core.db.Conn
+) -> None:
+    """A clean SIGTERM is no fault: the leader gives its lease up (the next leader takes it
+    at once, in a larger term) and logs nothing at WARNING, so an alert on WARNING stays
+    quiet through a rollout."""
+    a = spawn_worker("w-a", env=LEADING)
+    wait_for(lambda: holder(conn) == "w-a", "w-a to lead")
+    a.signal(signal.SIGTERM)
+    assert a.wait_exit() == 0
+    log = a.log.read_text()
+    assert "reaper lease released" in log
+    assert [line for line in log.splitlines() if " WARNING " in line] == []
+    b = spawn_worker("w-b", env=LEADING)
+    wait_for(lambda: holder(conn) == "w-b", "w-b to lead at once")
+    row = conn.execute("SELECT term FROM leaseq.leader_leases WHERE name = 'reaper'").fetchone()
+    assert row is not None and row[0] == 2
+    b.signal(signal.SIGTERM)
+    assert b.wait_exit() == 0

@@ -13,8 +13,9 @@ ON CONFLICT (name) DO UPDATE
 RETURNING l.term, l.expires_at;
 
 -- name: leader_release
--- Gives up the named lease if this holder still has it in this term.
-DELETE FROM leaseq.leader_leases
+-- Gives up the named lease if this holder still has it in this term: the row is kept, lapsed (so the next acquire takes it over at once, in a new term: terms never restart).
+UPDATE leaseq.leader_leases
+   SET expires_at = '-infinity'
  WHERE name = %(name)s AND holder = %(holder)s AND term = %(term)s
 RETURNING name;
 

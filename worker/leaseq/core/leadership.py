@@ -34,7 +34,8 @@ class Leadership:
             )
 
     def release(self, name: str, holder: str, *, term: int) -> bool:
-        """Give the lease up so another holder takes it at once; False if not held in ``term``."""
+        """Give the lease up so another holder takes it at once, in a new term (the row stays,
+        lapsed, so terms only grow); False if not held in ``term``."""
         with borrow(self._db, "release reaper lease") as c:
             return self._store.leader_release(c, name=name, holder=holder, term=term)
 

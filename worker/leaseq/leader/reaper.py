@@ -133,12 +133,17 @@ class LeaderLease:
         """Give the lease up (on shutdown) so another replica takes over without waiting."""
         if self.term:
             self.leadership.release(self.name, self.holder, term=self.term)
-            self._step_down("released")
+            # Asked for, not lost: an INFO line, so a clean shutdown warns nobody.
+            log.info("reaper lease released", extra={"holder": self.holder, "term": self.term})
+            self._forget()
         self._led_until = 0.0
 
     def _step_down(self, why: str) -> None:
         if self.term:
             log.warning("reaper lease lost: %s", why, extra={"holder": self.holder})
+        self._forget()
+
+    def _forget(self) -> None:
         self.term = 0
         self._valid_until = 0.0
 

@@ -20,6 +20,11 @@ from psycopg_pool import ConnectionPool
 
 import leaseq
 from leaseq.demo.embedded import EmbeddedPostgres
+from support.time_limit import (  # noqa: F401 - pytest's hooks, taken in by name
+    pytest_runtest_call,
+    pytest_runtest_setup,
+    pytest_runtest_teardown,
+)
 
 # The tools scripts/setup-tests.sh fetches into .tools/bin (helm, kubectl) are found by every
 # test and the processes it starts, without an `export PATH=...` step.

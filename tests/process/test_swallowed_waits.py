@@ -1,8 +1,9 @@
 """A handler that catches what ``ctx.sleep`` or ``ctx.wait_for`` raise cannot turn the sleep
-or wait into a success, in real worker processes, plain and ``async def`` handlers: the
-control-flow exceptions are not ``Exception``s, so ``except Exception`` lets them through,
-and a handler that catches them anyway (``except BaseException``) and returns or raises
-something else still ends its attempt as the sleep or wait it asked for."""
+or wait into a success, in real worker processes (plain and ``async def`` handlers, threads
+and child processes): the control-flow exceptions are not ``Exception``s, so ``except
+Exception`` lets them through, and a handler that catches them anyway (``except
+BaseException``) and returns or raises something else still ends its attempt as the sleep
+or wait it asked for."""
 
 from __future__ import annotations
 
@@ -21,12 +22,21 @@ pytestmark = pytest.mark.process
 CATCHES = [("exception", "return"), ("base", "return"), ("base", "raise")]
 
 
-@pytest.mark.parametrize("app", ["steps_app:registry", "async_app:registry"], ids=["sync", "async"])
+@pytest.mark.parametrize(
+    ("app", "isolation"),
+    [
+        ("steps_app:registry", "thread"),
+        ("async_app:registry", "thread"),
+        ("steps_app:registry", "process"),
+    ],
+    ids=["sync", "async", "sync-process"],
+)
 def test_a_caught_sleep_or_wait_still_ends_the_attempt_as_asked(
     queue: leaseq.Queue,
     spawn_worker: Callable[..., WorkerProcess],
     tmp_path: Path,
     app: str,
+    isolation: str,
 ) -> None:
     jobs = {
         (call, catch, then): queue.enqueue(
@@ -35,7 +45,7 @@ def test_a_caught_sleep_or_wait_still_ends_the_attempt_as_asked(
         for call in ("sleep", "wait")
         for catch, then in CATCHES
     }
-    spawn_worker("w-1", app=app, concurrency=2)
+    spawn_worker("w-1", app=app, concurrency=2, isolation=isolation)
 
     def handed_back(job_id: int) -> bool:
         return [a.outcome for a in queue.attempts(job_id)] == ["released"]

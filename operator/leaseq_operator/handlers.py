@@ -329,11 +329,14 @@ class PoolTick:
             self.condition(conditions.TARGET_FOUND, False, "DeploymentNotLabelled", message)
             raise Retry(message, pool.poll_seconds)
         self.condition(conditions.TARGET_FOUND, True, "DeploymentFound", pool.deployment)
-        current = target.replicas
+        # A Deployment the chart created paused has no pod yet: its count (the API server's
+        # default of 1) is nothing to hold, so the pool's own decision is its first count,
+        # applied before the resume (a fresh install with an empty queue starts no pod).
+        current = 0 if target.unstarted else target.replicas
         decision = scaling.decide(
             None if isinstance(demand, LeaseqError) else demand,
             current,
-            state.history,
+            () if target.unstarted else state.history,
             pool,
             now,
         )

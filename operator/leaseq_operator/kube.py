@@ -130,6 +130,16 @@ class Target:
     paused: bool = False
     #: The value of :data:`POOL_LABEL` in its ``spec.selector.matchLabels`` (None: absent).
     pool_label: str | None = None
+    #: ``status.replicas``: its non-terminated pods (0 while the Deployment controller has
+    #: written no status, as for a Deployment created paused, which has no ReplicaSet).
+    pods: int = 0
+
+    @property
+    def unstarted(self) -> bool:
+        """Held paused by the chart and without a pod: ``replicas`` (the API server's
+        default of 1) never ran, so there is nothing to keep for a scale-down window. A
+        rollback to the chart's first revision holds a Deployment whose pods run: not this."""
+        return self.held and self.pods == 0
 
 
 @dataclass(frozen=True)
@@ -233,7 +243,7 @@ class Kube:
 
     def target(self, namespace: str, deployment: str) -> Target:
         """The Deployment's spec.replicas (1, the API server's default, when unset), whether
-        the chart holds it paused for the operator's first scale, and its pool label."""
+        the chart holds it paused for the operator's first scale, its pool label and pods."""
         with _calling(f"read deployment {namespace}/{deployment}"):
             found = self._apps.read_namespaced_deployment(deployment, namespace)
         spec = found.spec
@@ -245,6 +255,7 @@ class Kube:
             pool_label=((spec.selector.match_labels or {}) if spec and spec.selector else {}).get(
                 POOL_LABEL
             ),
+            pods=int((found.status.replicas if found.status else None) or 0),
         )
 
     def scale(self, namespace: str, deployment: str, replicas: int) -> None:

@@ -189,3 +189,45 @@ def test_a_deployment_the_chart_holds_is_scaled_then_resumed(
         {"op": "remove", "path": "/spec/paused"},
     ]
     assert len(writes) == 2
+
+
+def _resumed(api: Api) -> bool:
+    found = api.apps.read_namespaced_deployment("workers", NAMESPACE)
+    return not found.spec.paused and HELD_ANNOTATION not in (found.metadata.annotations or {})
+
+
+def test_a_fresh_install_with_an_empty_queue_resumes_at_zero(
+    api: Api, emulator: EmulatorServer, start_operator: StartOperator
+) -> None:
+    """The chart's fresh install: a held Deployment at the API server's default of 1, which
+    never ran a pod (no status). With ``minReplicas: 0``, an empty queue and the chart's
+    default window of 300 s, the first count is 0, applied before the resume: no pod starts
+    and none waits out the window (not "resumed at 1", then "from 1 to 0" 300 s later)."""
+    api.create_deployment("workers", replicas=None, held=HELD)
+    api.create_pool("ocr", {**POOL, "minReplicas": 0, "scaleDownStabilizationSeconds": 300})
+    mark = len(emulator.emulator.writes)
+    start_operator()
+    wait_for(lambda: _resumed(api), what="the Deployment resumed")
+    writes = [w for w in _since(emulator, mark) if w.path.startswith(DEPLOYMENTS)]
+    assert _scale_apply(writes[0], 0), writes[0]
+    assert api.replicas("workers") == 0
+    status = wait_for(lambda: api.pool("ocr").get("status", {}).get("currentReplicas") == 0)
+    assert status
+    assert api.events("ScaledDown") == []
+
+
+def test_a_held_deployment_whose_pods_run_keeps_its_window(
+    api: Api, emulator: EmulatorServer, start_operator: StartOperator
+) -> None:
+    """A rollback to the chart's first revision holds a Deployment again while its pods run
+    (``status.replicas``: the Deployment controller's count of its non-terminated pods):
+    those are pods to protect, so the scale-down window holds them as for any Deployment."""
+    api.create_deployment("workers", replicas=2, held=HELD)
+    api.apps.patch_namespaced_deployment_status(
+        "workers", NAMESPACE, {"status": {"replicas": 2}}
+    )
+    api.create_pool("ocr", {**POOL, "minReplicas": 0, "scaleDownStabilizationSeconds": 300})
+    start_operator()
+    wait_for(lambda: _resumed(api), what="the Deployment resumed")
+    assert api.replicas("workers") == 2
+    assert api.events("ScaledDown") == []

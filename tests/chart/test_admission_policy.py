@@ -632,12 +632,62 @@ def test_cluster_wide_the_operator_may_resume_only_a_labelled_deployment(
 def test_namespaced_mode_needs_no_label(policy_objects: list[Obj], policy: Policy) -> None:
     """Within its own namespace (a Role) the operator's policies ask for no label, so a
     namespaced install keeps working with unlabelled Deployments."""
-    assert not [
-        o
-        for o in of_kind(policy_objects, "ValidatingAdmissionPolicy")
-        if "-scale-" in o["metadata"]["name"]
-    ]
+    scale = Policy(named(policy_objects, "ValidatingAdmissionPolicy", "-operator-scale-"))
+    unlabelled = _named_scale("rel-leaseq-worker", "jobs", selector="app=workers")
+    assert scale.denials(unlabelled, _scaled(unlabelled, 3), subresource="scale") == []
     assert policy.denials(POD, merge_patch(POD, {"metadata": {"annotations": {COST: "1"}}})) == []
+
+
+# -- a namespaced install (issue 65): only the Deployments the release names --
+
+
+def _named_scale(name: str, namespace: str, selector: str | None = None) -> Obj:
+    """The Scale of Deployment ``namespace/name`` (request.name and request.namespace are
+    the Deployment's on a scale request, as admission_request sets them)."""
+    return merge_patch(_scale(selector), {"metadata": {"name": name, "namespace": namespace}})
+
+
+@pytest.fixture(scope="module")
+def named_objects(chart: tuple[Path, bool]) -> list[Obj]:
+    return Helm(tool("helm"), chart[0]).render(
+        kube_version="1.30.0", sets={"operator.deployments": "{gpu-workers}"}
+    )
+
+
+@pytest.mark.parametrize("name", ["rel-leaseq-worker", "gpu-workers"])
+def test_namespaced_the_operator_may_scale_and_resume_the_named_deployments(
+    named_objects: list[Obj], name: str
+) -> None:
+    scale = Policy(named(named_objects, "ValidatingAdmissionPolicy", "-operator-scale-"))
+    deployments = Policy(named(named_objects, "ValidatingAdmissionPolicy", "-operator-deployments-"))
+    target = _named_scale(name, "jobs")
+    assert scale.denials(target, _scaled(target, 0), subresource="scale") == []
+    held = merge_patch(HELD_DEPLOYMENT, {"metadata": {"name": name}})
+    assert deployments.denials(held, _json_patched(held, RESUME)) == []
+
+
+@pytest.mark.parametrize(
+    ("name", "namespace"),
+    [("rel-leaseq-operator", "jobs"), ("payments", "jobs"), ("rel-leaseq-worker", "team-b")],
+    ids=["the operator itself", "another Deployment", "the same name elsewhere"],
+)
+def test_namespaced_the_operator_may_not_scale_or_resume_another_deployment(
+    named_objects: list[Obj], name: str, namespace: str
+) -> None:
+    """What a stolen token tried on a real cluster: a scale of the operator's own Deployment
+    answered 200. The policy refuses every Deployment the release does not name."""
+    scale = Policy(named(named_objects, "ValidatingAdmissionPolicy", "-operator-scale-"))
+    target = _named_scale(name, namespace)
+    denials = scale.denials(target, _scaled(target, 5), subresource="scale")
+    assert any("may only scale the Deployments its release names" in d for d in denials)
+    assert _own_messages(denials), denials
+    deployments = Policy(named(named_objects, "ValidatingAdmissionPolicy", "-operator-deployments-"))
+    held = merge_patch(HELD_DEPLOYMENT, {"metadata": {"name": name, "namespace": namespace}})
+    denials = deployments.denials(held, _json_patched(held, RESUME))
+    assert any("may only resume the Deployments its release names" in d for d in denials)
+    assert _own_messages(denials), denials
+    other = "system:serviceaccount:jobs:deployer"
+    assert scale.denials(target, _scaled(target, 5), user=other, subresource="scale") == []
 
 
 @pytest.mark.parametrize("part", ["-operator-pods-", "-operator-deployments-", "-operator-scale-"])

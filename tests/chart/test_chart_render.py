@@ -179,6 +179,10 @@ def test_rbac_is_namespaced_and_minimal(helm: Helm) -> None:
     role = one(objs, "Role")
     assert role["metadata"]["namespace"] == "jobs"
     assert rules_of(role) == OPERATOR_RULES
+    assert named_resources(role) == {
+        ("apps", "deployments"): ["rel-leaseq-worker"],
+        ("apps", "deployments/scale"): ["rel-leaseq-worker"],
+    }
     binding = one(objs, "RoleBinding")
     assert binding["roleRef"]["name"] == role["metadata"]["name"]
     (subject,) = binding["subjects"]
@@ -186,6 +190,36 @@ def test_rbac_is_namespaced_and_minimal(helm: Helm) -> None:
     assert subject["name"] == operator["serviceAccountName"]
     env = {e["name"]: e.get("value") for e in operator["containers"][0]["env"]}
     assert env["LEASEQ_NAMESPACE"] == "jobs"
+
+
+def named_resources(role: Obj) -> dict[tuple[str, str], list[str]]:
+    """The resourceNames of each (group, resource) a rule narrows to names."""
+    return {
+        (group, resource): rule["resourceNames"]
+        for rule in role["rules"]
+        if "resourceNames" in rule
+        for group in rule["apiGroups"]
+        for resource in rule["resources"]
+    }
+
+
+def test_a_namespaced_role_names_the_deployments_it_scales(helm: Helm) -> None:
+    """Namespaced, the chart knows the Deployments: the Role names the worker Deployment
+    and operator.deployments, so the token cannot resume or scale any other (the operator's
+    own Deployment included)."""
+    role = one(helm.render(sets={"operator.deployments": "{gpu-workers}"}), "Role")
+    names = ["rel-leaseq-worker", "gpu-workers"]
+    assert named_resources(role) == {
+        ("apps", "deployments"): names,
+        ("apps", "deployments/scale"): names,
+    }
+
+
+def test_a_namespaced_role_without_a_deployment_grants_none(helm: Helm) -> None:
+    """An empty resourceNames would grant every name: no Deployment rule at all instead."""
+    role = one(helm.render(sets={"worker.enabled": "false"}), "Role")
+    assert not [r for r in role["rules"] if "apps" in r["apiGroups"]]
+    assert all(r.get("resourceNames") != [] for r in role["rules"])
 
 
 def test_rbac_cluster_wide_when_asked(helm: Helm) -> None:
@@ -230,7 +264,8 @@ def test_rbac_reads_only_the_named_database_secrets(helm: Helm, kind: str) -> No
     assert rules_of(role) == {**OPERATOR_RULES, ("", "secrets"): {"get"}}
     (secrets,) = [r for r in role["rules"] if "secrets" in r["resources"]]
     assert secrets["resourceNames"] == ["pool-a-db", "pool-b-db"]
-    assert not any(r.get("resourceNames") for r in role["rules"] if r is not secrets)
+    others = {k for k in named_resources(role) if k != ("", "secrets")}
+    assert others == (set() if kind == "ClusterRole" else {("apps", "deployments"), ("apps", "deployments/scale")})
 
 
 @pytest.mark.parametrize("values", VALUES, ids=values_id)

@@ -214,3 +214,17 @@ seccompProfile:
 {{- if or (.Capabilities.APIVersions.Has "admissionregistration.k8s.io/v1/ValidatingAdmissionPolicy") (semverCompare ">=1.30-0" .Capabilities.KubeVersion.Version) -}}true{{- end -}}
 {{- end -}}
 {{- end -}}
+
+{{- /* The Deployments a namespaced operator may read, resume and scale, as a JSON list: the
+       chart's worker Deployment (when worker.enabled) and operator.deployments. The Role
+       names them (resourceNames) and the scale admission policy refuses any other target. */}}
+{{- define "leaseq.scaledDeployments" -}}
+{{- $names := list -}}
+{{- if .Values.worker.enabled -}}
+{{- $names = append $names (include "leaseq.componentName" (dict "root" . "component" "worker")) -}}
+{{- end -}}
+{{- range .Values.operator.deployments -}}
+{{- $names = append $names . -}}
+{{- end -}}
+{{- $names | uniq | toJson -}}
+{{- end }}

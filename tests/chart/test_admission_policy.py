@@ -659,7 +659,9 @@ def test_namespaced_the_operator_may_scale_and_resume_the_named_deployments(
     named_objects: list[Obj], name: str
 ) -> None:
     scale = Policy(named(named_objects, "ValidatingAdmissionPolicy", "-operator-scale-"))
-    deployments = Policy(named(named_objects, "ValidatingAdmissionPolicy", "-operator-deployments-"))
+    deployments = Policy(
+        named(named_objects, "ValidatingAdmissionPolicy", "-operator-deployments-")
+    )
     target = _named_scale(name, "jobs")
     assert scale.denials(target, _scaled(target, 0), subresource="scale") == []
     held = merge_patch(HELD_DEPLOYMENT, {"metadata": {"name": name}})
@@ -681,7 +683,9 @@ def test_namespaced_the_operator_may_not_scale_or_resume_another_deployment(
     denials = scale.denials(target, _scaled(target, 5), subresource="scale")
     assert any("may only scale the Deployments its release names" in d for d in denials)
     assert _own_messages(denials), denials
-    deployments = Policy(named(named_objects, "ValidatingAdmissionPolicy", "-operator-deployments-"))
+    deployments = Policy(
+        named(named_objects, "ValidatingAdmissionPolicy", "-operator-deployments-")
+    )
     held = merge_patch(HELD_DEPLOYMENT, {"metadata": {"name": name, "namespace": namespace}})
     denials = deployments.denials(held, _json_patched(held, RESUME))
     assert any("may only resume the Deployments its release names" in d for d in denials)

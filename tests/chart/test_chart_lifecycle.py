@@ -172,26 +172,49 @@ def test_readiness_and_liveness_wait_for_a_startup_probe(helm: Helm) -> None:
     assert checked == 2
 
 
-# The longest time from a container's start to its server listening, measured (issue 48) on a
-# loaded 2-core machine: every probe attempt before it is a "connection refused" Warning Event.
-SERVER_LISTENS_WITHIN = {"operator": 4.9, "worker": 1.4}
+# Seconds from a process's start to the first 200 on the path its startupProbe gets (the
+# operator's /healthz, the console's /healthz, the worker's /readyz with the demo app): the
+# slowest of 10 starts each, measured with `python tests/chart/startup_timing.py URL 10` on a
+# loaded 2-core machine (load average 2.4 to 3.1), every import compiled from source as in an
+# image without bytecode. Medians: operator 4.64 s, console 1.76 s, worker 1.62 s. Issue 48's
+# numbers (operator 4.9 s, worker 1.4 s) timed the server listening, not answering 200, and
+# the delays set from them still let each pod start post Warning Events (issue 65).
+STARTUP_PROBE_PASSES_AFTER = {"operator": 6.94, "console": 2.76, "worker": 3.93}
+# A node may start a process more slowly than the machine that measured it.
+MARGIN = 1.5
 
 
-def test_the_first_startup_probe_waits_for_the_server(helm: Helm) -> None:
-    """Issue 48: each pod start posted ``Startup probe failed: connection refused``. The
-    first attempt now comes after the server listens, and the worker still gets its whole
-    ``startupTimeoutSeconds`` before the kubelet restarts it."""
-    objs = helm.render(sets={"worker.startupTimeoutSeconds": "120"})
+def test_the_first_startup_probe_waits_for_the_start_up(helm: Helm) -> None:
+    """Each failed probe attempt posts a ``Warning Unhealthy`` Event (kubernetes
+    pkg/kubelet/prober/prober.go, ``probe``: ``recorder.Eventf(ref, v1.EventTypeWarning,
+    events.ContainerUnhealthy, "%s probe failed: %s", ...)`` on every failure), and the
+    kubelet skips a probe while ``int32(time.Since(StartedAt).Seconds()) <
+    InitialDelaySeconds`` (pkg/kubelet/prober/worker.go, ``doProbe``): the first attempt
+    comes ``initialDelaySeconds`` after the container's start at the earliest. So that delay
+    must cover the measured start-up, with a margin, in every pod that has a startup probe;
+    and the worker still gets its whole ``startupTimeoutSeconds`` before the kubelet
+    restarts it."""
+    objs = helm.render(
+        sets={
+            "worker.startupTimeoutSeconds": "120",
+            "console.enabled": "true",
+            "console.basicAuth.existingSecret": "console-users",
+            "database.console.existingSecret": "leaseq-db-console",
+        }
+    )
+    seen = set()
     for owner, spec in pod_specs(objs):
         component = owner["metadata"].get("labels", {}).get("app.kubernetes.io/component")
-        if owner["kind"] != "Deployment" or component not in SERVER_LISTENS_WITHIN:
+        startup = spec["containers"][0].get("startupProbe")
+        if owner["kind"] != "Deployment" or startup is None:
             continue
-        startup = spec["containers"][0]["startupProbe"]
-        assert startup["initialDelaySeconds"] > SERVER_LISTENS_WITHIN[component], component
+        seen.add(component)
+        delay = startup.get("initialDelaySeconds", 0)
+        assert delay >= MARGIN * STARTUP_PROBE_PASSES_AFTER[component], (component, delay)
         if component == "worker":
-            budget = startup["initialDelaySeconds"]
-            budget += startup["periodSeconds"] * startup["failureThreshold"]
+            budget = delay + startup["periodSeconds"] * startup["failureThreshold"]
             assert 120 <= budget < 120 + startup["periodSeconds"]
+    assert seen == set(STARTUP_PROBE_PASSES_AFTER)
 
 
 # -- uninstall -----------------------------------------------------------------------------------

@@ -265,7 +265,8 @@ def test_rbac_reads_only_the_named_database_secrets(helm: Helm, kind: str) -> No
     (secrets,) = [r for r in role["rules"] if "secrets" in r["resources"]]
     assert secrets["resourceNames"] == ["pool-a-db", "pool-b-db"]
     others = {k for k in named_resources(role) if k != ("", "secrets")}
-    assert others == (set() if kind == "ClusterRole" else {("apps", "deployments"), ("apps", "deployments/scale")})
+    scaled = {("apps", "deployments"), ("apps", "deployments/scale")}
+    assert others == (set() if kind == "ClusterRole" else scaled)
 
 
 @pytest.mark.parametrize("values", VALUES, ids=values_id)

@@ -26,6 +26,7 @@ from leaseq.core.db import open_pool
 from leaseq.core.flow import FlowControl
 from leaseq.core.history import History
 from leaseq.core.leadership import Leadership
+from leaseq.core.models import LeaderKind
 from leaseq.core.queue import Queue
 from leaseq.core.schedules import Schedules
 from leaseq.core.workers import Workers
@@ -100,7 +101,12 @@ def serve(config: ReaperConfig, until: Callable[[], object]) -> None:
         schedules = Schedules(pool)
         metrics.watch_schedules(schedules)
         reaper = Reaper(
-            LeaderLease(Leadership(pool), config.operator_id, config.leader_ttl_seconds),
+            LeaderLease(
+                Leadership(pool),
+                config.operator_id,
+                config.leader_ttl_seconds,
+                kind=LeaderKind.REAPER,
+            ),
             queue,
             workers,
             config.reap_interval_seconds,

@@ -92,11 +92,11 @@ def test_the_operator_reaps_scrapes_and_estimates_as_the_operator_role(
         assert workers.list() == []  # the crashed worker was forgotten
         reaper.lease.release()
     with psycopg.connect(database_url) as admin:
-        # Released: the row stays (terms keep growing), lapsed, so anyone takes it at once.
+        # Released: no live lease; the operator's row stays, lapsed, so workers yield.
         holder = admin.execute(
-            "SELECT count(*) FROM leaseq.leader_leases WHERE expires_at > now()"
+            "SELECT count(*) FILTER (WHERE expires_at > now()), count(*) FROM leaseq.leader_leases"
         ).fetchone()
-    assert holder == (0,)
+    assert holder == (0, 1)
 
 
 def test_a_worker_role_offered_to_lead_says_it_may_not_and_runs_its_jobs(

@@ -82,3 +82,29 @@ def test_a_leading_worker_stopped_by_sigterm_releases_its_lease_without_a_warnin
     assert row is not None and row[0] == 2
     b.signal(signal.SIGTERM)
     assert b.wait_exit() == 0
+
+
+def test_a_worker_never_leads_where_an_operator_has_led(
+    spawn_worker: Spawn, queue: leaseq.Queue, conn: leaseq.core.db.Conn
+) -> None:
+    """Issue 65: a worker started with the CLI default ``--lead true`` where an operator
+    runs took the lease whenever it was free (an operator pod restarting released it), and
+    no operator replica could lead and scale after that. An operator's released lease stays
+    on record: the worker says once that it yields, runs its jobs, and never leads."""
+    conn.execute(
+        "INSERT INTO leaseq.leader_leases (name, holder, term, expires_at, holder_kind)"
+        " VALUES ('reaper', 'leaseq-operator-0', 4, now() - interval '1 minute', 'operator')"
+    )
+    worker = spawn_worker("w-a", env=LEADING)
+    said = "not leading: operator leaseq-operator-0 has led this database"
+    wait_for(lambda: said in worker.log.read_text(), "the worker to say it yields")
+    job_id = queue.enqueue("q", "work", {}).job_id
+    wait_for(lambda: queue.get(job_id).status == "succeeded", "the job to run")
+    assert holder(conn) is None
+    row = conn.execute("SELECT holder, term, holder_kind FROM leaseq.leader_leases").fetchall()
+    assert row == [("leaseq-operator-0", 4, "operator")]
+    worker.signal(signal.SIGTERM)
+    assert worker.wait_exit() == 0
+    log = worker.log.read_text()
+    assert acquired(worker) == 0
+    assert log.count("not leading:") == 1, log

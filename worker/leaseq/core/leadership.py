@@ -13,7 +13,7 @@ from datetime import datetime
 
 from leaseq.core._store.store import Store
 from leaseq.core.db import Conn, Db, borrow, transaction
-from leaseq.core.models import LeaderTerm
+from leaseq.core.models import LeaderKind, LeaderTerm, LeaseHolder
 
 
 class Leadership:
@@ -24,18 +24,33 @@ class Leadership:
         self._store = Store()
 
     def acquire(
-        self, name: str, holder: str, *, term: int, ttl: float, now: datetime | None = None
+        self,
+        name: str,
+        holder: str,
+        *,
+        term: int,
+        ttl: float,
+        kind: LeaderKind = LeaderKind.OPERATOR,
+        now: datetime | None = None,
     ) -> LeaderTerm | None:
         """Take the lease ``name`` (when free or lapsed) or renew it (only while ``term`` is
-        still its term) for ``ttl`` seconds; None when another holder has it."""
+        still its term) for ``ttl`` seconds, as a holder of ``kind``; None when another
+        holder has it, and for a worker also when an operator or reaper held it last."""
         with borrow(self._db, "renew reaper lease") as c:
             return self._store.leader_acquire(
-                c, name=name, holder=holder, term=term, ttl=ttl, now=now
+                c, name=name, holder=holder, term=term, ttl=ttl, kind=kind, now=now
             )
+
+    def holder(self, name: str, now: datetime | None = None) -> LeaseHolder | None:
+        """Who holds the lease ``name``, or held it last (``live`` says which); None when
+        nobody does and no operator or reaper ever held it."""
+        with borrow(self._db, "read reaper lease") as c:
+            return self._store.leader_holder(c, name=name, now=now)
 
     def release(self, name: str, holder: str, *, term: int) -> bool:
         """Give the lease up so another holder takes it at once, in a new term (the row stays,
-        lapsed, so terms only grow); False if not held in ``term``."""
+        lapsed, so terms only grow, and an operator's or reaper's keeps workers yielding);
+        False if not held in ``term``."""
         with borrow(self._db, "release reaper lease") as c:
             return self._store.leader_release(c, name=name, holder=holder, term=term)
 

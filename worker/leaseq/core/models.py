@@ -280,6 +280,26 @@ class LeaderTerm:
     expires_at: datetime
 
 
+class LeaderKind(enum.StrEnum):
+    """What holds a leader lease. The operator's replica also scales WorkerPools; a worker
+    offering to lead never takes a lease that an operator or a ``leaseq reaper`` held last."""
+
+    OPERATOR = "operator"
+    REAPER = "reaper"
+    WORKER = "worker"
+
+
+@dataclass(frozen=True)
+class LeaseHolder:
+    """Who holds (``live``) or last held a leader lease, of which kind, in which term."""
+
+    holder: str
+    kind: LeaderKind
+    term: int
+    expires_at: datetime
+    live: bool
+
+
 @dataclass(frozen=True)
 class Reaped:
     """A running job whose lease expired, put back to pending or dead by the reaper."""

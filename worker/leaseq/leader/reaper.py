@@ -50,7 +50,7 @@ from datetime import datetime
 from leaseq.core.errors import LeaseqError, PermissionDenied
 from leaseq.core.flow import SETTLE_BATCH, FlowControl
 from leaseq.core.leadership import Leadership
-from leaseq.core.models import Reaped
+from leaseq.core.models import LeaderKind, LeaseHolder, Reaped
 from leaseq.core.queue import Queue
 from leaseq.core.schedule_models import Tick
 from leaseq.core.schedules import Schedules
@@ -87,8 +87,15 @@ class LeaderLease:
     name: str = LEASE_NAME
     clock: Callable[[], float] = time.monotonic
     term: int = 0
+    #: What this holder is: the database refuses a worker a lease an operator or reaper
+    #: held last.
+    kind: LeaderKind = LeaderKind.OPERATOR
+    #: Who held the lease at the last refused renewal (None while this holder leads, and
+    #: when nobody held it): what an operator reports when it cannot lead.
+    other: LeaseHolder | None = field(default=None, init=False)
     _valid_until: float = field(default=0.0, init=False)
     _led_until: float = field(default=0.0, init=False)
+    _yielding: bool = field(default=False, init=False)  # said that it yields to an operator
 
     @property
     def held(self) -> bool:
@@ -109,8 +116,9 @@ class LeaderLease:
         started = self.clock()
         try:
             held = self.leadership.acquire(
-                self.name, self.holder, term=self.term, ttl=self.ttl, now=now
+                self.name, self.holder, term=self.term, ttl=self.ttl, kind=self.kind, now=now
             )
+            self.other = None if held else self.leadership.holder(self.name, now)
         except LeaseqError as exc:
             # The reaper's loop says once per outage that passes fail (this runs every pass).
             log.debug(
@@ -121,6 +129,7 @@ class LeaderLease:
         if held is None:
             self._step_down("another replica holds the lease")
             self._led_until = 0.0
+            self._say_yielding()
             return False
         term = held.term
         if term != self.term:
@@ -137,6 +146,20 @@ class LeaderLease:
             log.info("reaper lease released", extra={"holder": self.holder, "term": self.term})
             self._forget()
         self._led_until = 0.0
+
+    def _say_yielding(self) -> None:
+        """Once: a worker says that it will not lead where an operator or reaper has led."""
+        other = self.other
+        if self._yielding or self.kind is not LeaderKind.WORKER or other is None:
+            return
+        if other.kind is not LeaderKind.WORKER:
+            self._yielding = True
+            log.info(
+                "not leading: %s %s has led this database, and a worker never takes the "
+                "leader lease from an operator or a leaseq reaper",
+                other.kind.value, other.holder,
+                extra={"holder": self.holder, "leader": other.holder},
+            )  # fmt: skip
 
     def _step_down(self, why: str) -> None:
         if self.term:

@@ -6,7 +6,10 @@ It is the operator's own :class:`~leaseq.leader.reaper.Reaper` (the same leader 
 ``leaseq.leader_leases``, the same pass lock, the same duties: reaping, flow-control repair,
 schedules, history, retention, vacuum), held under this worker's id. Whoever holds the lease
 leads, an operator replica, a ``leaseq reaper`` or a worker; the others stand by, and take
-over within the lease's length plus one pass when it lapses. The duties need the operator's
+over within the lease's length plus one pass when it lapses. But a worker never takes the
+lease from a database where an operator or a ``leaseq reaper`` has led (their lease stays on
+record when they stop, see ``leader_acquire``): there the operator's leader also scales the
+WorkerPools, and a worker holding the lease would freeze them. The duties need the operator's
 database privileges: a worker whose role lacks them logs so once and stops offering.
 """
 
@@ -17,6 +20,7 @@ from leaseq.core.db import Db
 from leaseq.core.flow import FlowControl
 from leaseq.core.history import History
 from leaseq.core.leadership import Leadership
+from leaseq.core.models import LeaderKind
 from leaseq.core.queue import Queue
 from leaseq.core.schedules import Schedules
 from leaseq.core.workers import Workers
@@ -34,7 +38,7 @@ def worker_leader(db: Db, worker_id: str) -> Reaper:
     """The duties this worker runs while it holds the leader lease (start it with
     :meth:`~leaseq.leader.reaper.Reaper.start`; ``stop`` gives the lease up)."""
     return Reaper(
-        LeaderLease(Leadership(db), worker_id, LEASE_TTL_SECONDS),
+        LeaderLease(Leadership(db), worker_id, LEASE_TTL_SECONDS, kind=LeaderKind.WORKER),
         Queue(db),
         Workers(db),
         PASS_SECONDS,

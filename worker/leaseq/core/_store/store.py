@@ -40,8 +40,10 @@ from leaseq.core.models import (
     JobStatus,
     JobTypeWork,
     JobWhereabouts,
+    LeaderKind,
     LeaderTerm,
     Lease,
+    LeaseHolder,
     LinkedJob,
     Moved,
     OpenClaim,
@@ -1072,16 +1074,40 @@ class Store(Runner):
         holder: str,
         term: int,
         ttl: float,
+        kind: LeaderKind,
         now: datetime | None = None,
     ) -> LeaderTerm | None:
-        """The term held; None when someone else holds the lease."""
+        """The term held; None when someone else holds the lease (or, for a worker, when an
+        operator or reaper held it last)."""
         rows = self._dicts(
             conn,
             "leader_acquire",
-            {"name": name, "holder": holder, "term": term, "ttl": ttl, "now": now},
+            {
+                "name": name,
+                "holder": holder,
+                "term": term,
+                "ttl": ttl,
+                "kind": kind.value,
+                "now": now,
+            },
             "acquire leadership",
         )
         return LeaderTerm(int(rows[0]["term"]), rows[0]["expires_at"]) if rows else None
+
+    def leader_holder(
+        self, conn: Conn, *, name: str, now: datetime | None = None
+    ) -> LeaseHolder | None:
+        rows = self._dicts(conn, "leader_holder", {"name": name, "now": now}, "read leadership")
+        if not rows:
+            return None
+        row = rows[0]
+        return LeaseHolder(
+            holder=str(row["holder"]),
+            kind=LeaderKind(row["holder_kind"]),
+            term=int(row["term"]),
+            expires_at=row["expires_at"],
+            live=bool(row["live"]),
+        )
 
     def leader_release(self, conn: Conn, *, name: str, holder: str, term: int) -> bool:
         return bool(

@@ -11,6 +11,7 @@ from leaseq.core.db import open_pool
 from leaseq.core.flow import FlowControl
 from leaseq.core.history import History
 from leaseq.core.leadership import Leadership
+from leaseq.core.models import LeaderKind, LeaseHolder
 from leaseq.core.pool import Pool
 from leaseq.core.queue import Queue
 from leaseq.core.schedules import Schedules
@@ -25,6 +26,13 @@ from leaseq_operator.scaling import Recommendation
 log = logging.getLogger("leaseq_operator")
 
 POOL_MAX_SIZE = 8
+
+
+def remedy(holder: LeaseHolder) -> str:
+    """What lets the operator lead again when ``holder`` (a worker or a reaper) leads."""
+    if holder.kind is LeaderKind.WORKER:
+        return f"restart worker {holder.holder} with --lead false (LEASEQ_LEAD=false)"
+    return f"stop leaseq reaper {holder.holder}"
 
 
 @dataclass
@@ -115,13 +123,17 @@ class OperatorApp:
         self.queue = self.databases.queue()
         workers = self.databases.workers()
         self.metrics = OperatorMetrics()
+        self._held_by: tuple[LeaderKind, str] | None = None  # last logged non-operator holder
         self.metrics.watch_queues(self.queue, workers, max_queues=config.metrics_max_queues)
         self.metrics.watch_flow(FlowControl(self.databases.pool()))
         schedules = Schedules(self.databases.pool())
         self.metrics.watch_schedules(schedules)
         self.reaper = Reaper(
             LeaderLease(
-                Leadership(self.databases.pool()), config.operator_id, config.leader_ttl_seconds
+                Leadership(self.databases.pool()),
+                config.operator_id,
+                config.leader_ttl_seconds,
+                kind=LeaderKind.OPERATOR,
             ),
             self.queue,
             workers,
@@ -136,13 +148,43 @@ class OperatorApp:
             on_reaped=self.metrics.count_reaped,
             flow=FlowControl(self.databases.pool()),
             on_repaired=self.metrics.count_repairs,
-            on_leading=lambda leading: self.metrics.leader.set(1 if leading else 0),
+            on_leading=self._on_leading,
             schedules=schedules,
             on_ticked=self.metrics.count_tick,
         )
         self.pools: dict[str, PoolState] = {}
         self._started = False
         self._stopped = False
+
+    @property
+    def lease_holder(self) -> LeaseHolder | None:
+        """Who keeps every operator replica from leading: the worker or ``leaseq reaper``
+        that held the leader lease at this replica's last refused renewal (None while an
+        operator replica, this one or another, holds it, or nobody does)."""
+        other = self.reaper.lease.other
+        if other is None or not other.live or other.kind is LeaderKind.OPERATOR:
+            return None
+        return other
+
+    def _on_leading(self, leading: bool) -> None:
+        """After each renewal: the leader gauge, and a log line when a worker or reaper
+        starts or stops keeping the operator from leading (not at every pass)."""
+        self.metrics.leader.set(1 if leading else 0)
+        other = self.lease_holder
+        seen = None if other is None else (other.kind, other.holder)
+        if seen == self._held_by:
+            return
+        if other is not None:
+            log.warning(
+                "the leader lease is held by %s %s (term %d): this operator neither scales "
+                "WorkerPools nor reaps while it is; %s",
+                other.kind.value, other.holder, other.term, remedy(other),
+                extra={"holder": other.holder, "holder_kind": other.kind.value},
+            )  # fmt: skip
+        elif self._held_by is not None:
+            kind, holder = self._held_by
+            log.info("the leader lease is no longer held by %s %s", kind.value, holder)
+        self._held_by = seen
 
     @property
     def leading(self) -> bool:

@@ -16,6 +16,9 @@ PODS_ANNOTATED = "PodsAnnotated"
 #: Every pod of the pool's Deployment found a node; False with the scheduler's message while
 #: some cannot be scheduled (e.g. no GPU node), however long they wait.
 PODS_SCHEDULED = "PodsScheduled"
+#: An operator replica holds the leader lease, so the pool is scaled; False while a worker
+#: (``leaseq worker --lead true``) or a ``leaseq reaper`` holds it: no replica scales then.
+LEADER_LEASE = "LeaderLease"
 
 
 @dataclass(frozen=True)

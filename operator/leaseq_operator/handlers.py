@@ -29,7 +29,9 @@ One tick of a pool, every ``pollSeconds`` (checked every ``tick_seconds``):
 3. decide with :func:`leaseq_operator.scaling.decide`; only the replica holding the reaper
    lease acts on the decision and writes status and Events (the others keep their history
    warm for a failover, and write nothing, whatever the outcome; when the database is down
-   nobody holds the lease, and the replica that held it last reports the outage);
+   nobody holds the lease, and the replica that held it last reports the outage; when a
+   worker or a ``leaseq reaper`` holds it, no replica scales and each says who holds it:
+   ``LeaderLease=False``);
 4. keep the pods' safe-to-evict annotations in step and, before shrinking, mark pods by
    deletion cost (idle cheapest); never shrink below the number of busy pods. A refused
    annotation patch is reported (``PodsAnnotated=False``, a Warning Event, a counter) and
@@ -57,7 +59,7 @@ from leaseq.core.models import SILENT_AFTER_SECONDS, QueueStats, UnservedWork, W
 from leaseq.core.queue import Queue
 from leaseq.core.workers import Workers
 from leaseq_operator import capacity, conditions, protection, scaling
-from leaseq_operator.app import OperatorApp, PoolState
+from leaseq_operator.app import OperatorApp, PoolState, remedy
 from leaseq_operator.conditions import Condition
 from leaseq_operator.kube import POOL_LABEL, KubeError, ObjectRef, Pod, TargetNotFound
 from leaseq_operator.spec import (
@@ -116,6 +118,7 @@ class PoolTick:
         self.queue: Queue | None = None  # the pool's database, once its depth was read
         self.workers: Workers | None = None
         self.annotation_problem: str | None = None  # why the pods could not be annotated
+        self.reports = False  # write the status although this replica does not report
 
     # -- reporting -------------------------------------------------------------------------
 
@@ -302,6 +305,24 @@ class PoolTick:
             f"{first.unschedulable}",
         )
 
+    def leader_elsewhere(self) -> None:
+        """When no operator replica can lead because a worker or a ``leaseq reaper`` holds
+        the leader lease, say so on the pool (every replica does: none leads to say it)."""
+        other = self.app.lease_holder
+        if other is None:
+            return
+        kind = other.kind.value.capitalize()
+        self.condition(
+            conditions.LEADER_LEASE,
+            False,
+            f"HeldBy{kind}",
+            f"{other.kind.value} {other.holder} holds the leader lease (term {other.term}, "
+            f"until {conditions.timestamp(other.expires_at)}): no operator replica scales this "
+            f"pool while it does; {remedy(other)}, and the operator takes the lease when it "
+            f"lapses",
+        )
+        self.reports = True
+
     def annotation_failure(self, reason: str, message: str) -> None:
         self.condition(conditions.PODS_ANNOTATED, False, reason, message)
         self.annotation_problem = message
@@ -345,7 +366,15 @@ class PoolTick:
             self.status["currentReplicas"] = current
             raise Retry(f"holding {current} replicas: {demand}", pool.poll_seconds)
         if not self.app.leading:
+            self.leader_elsewhere()
             return  # a standby replica: the leader scales
+        lease = self.app.reaper.lease
+        self.condition(
+            conditions.LEADER_LEASE,
+            True,
+            "HeldByOperator",
+            f"operator replica {lease.holder} holds the leader lease (term {lease.term})",
+        )
         desired = self.protect(pool, current, decision.desired)
         if desired != current or not state.claimed:
             # Once per process even at an unchanged count: the apply makes the operator an
@@ -403,7 +432,7 @@ def tick_pool(
         elif state.annotation_problem is not None:
             log.info("%s: pod annotations written again", key)
         state.annotation_problem = annotation_problem
-    if app.reports:
+    if app.reports or pool_tick.reports:
         try:
             pool_tick.flush()
         except KubeError as exc:

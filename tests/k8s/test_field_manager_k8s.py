@@ -223,9 +223,7 @@ def test_a_held_deployment_whose_pods_run_keeps_its_window(
     (``status.replicas``: the Deployment controller's count of its non-terminated pods):
     those are pods to protect, so the scale-down window holds them as for any Deployment."""
     api.create_deployment("workers", replicas=2, held=HELD)
-    api.apps.patch_namespaced_deployment_status(
-        "workers", NAMESPACE, {"status": {"replicas": 2}}
-    )
+    api.apps.patch_namespaced_deployment_status("workers", NAMESPACE, {"status": {"replicas": 2}})
     api.create_pool("ocr", {**POOL, "minReplicas": 0, "scaleDownStabilizationSeconds": 300})
     start_operator()
     wait_for(lambda: _resumed(api), what="the Deployment resumed")

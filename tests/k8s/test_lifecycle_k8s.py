@@ -112,10 +112,10 @@ def test_operator_starts_as_a_user_without_a_passwd_entry(
 def test_standby_writes_no_status_even_when_the_database_fails(
     api: Api, start_operator: StartOperator, conn: leaseq.core.db.Conn
 ) -> None:
-    # Another replica (not running here) holds the leader lease for the next hour.
+    # Another operator replica (not running here) holds the leader lease for the next hour.
     conn.execute(
-        "INSERT INTO leaseq.leader_leases (name, holder, term, expires_at)"
-        " VALUES ('reaper', 'the-leader', 7, now() + interval '1 hour')"
+        "INSERT INTO leaseq.leader_leases (name, holder, term, expires_at, holder_kind)"
+        " VALUES ('reaper', 'the-leader', 7, now() + interval '1 hour', 'operator')"
     )
     api.core.create_namespaced_secret(
         NAMESPACE,

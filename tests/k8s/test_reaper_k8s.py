@@ -79,3 +79,44 @@ def test_only_the_leader_scales(
         for op in operators
     ]
     assert sorted(gauges) == [0, 2]
+
+
+def test_a_worker_holding_the_lease_is_named_on_the_pool_and_in_the_log(
+    api: Api,
+    start_operator: StartOperator,
+    queue: leaseq.Queue,
+    conn: leaseq.core.db.Conn,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A worker started with ``--lead true`` took the leader lease before any operator led:
+    no operator replica leads, so none scales. The pool says who holds the lease
+    (``LeaderLease=False``, reason ``HeldByWorker``, with a Warning Event) and the operator
+    logs it once; once the worker's lease is gone the operator leads and scales."""
+    conn.execute(
+        "INSERT INTO leaseq.leader_leases (name, holder, term, expires_at, holder_kind)"
+        " VALUES ('reaper', 'worker-7', 3, now() + interval '1 hour', 'worker')"
+    )
+    api.create_deployment("workers", replicas=0)
+    queue.enqueue("ocr", "extract")
+    operator = start_operator()
+    api.create_pool("ocr", {"deployment": "workers", "queues": ["ocr"], "pollSeconds": 0.1})
+    held = wait_for(lambda: api.condition("ocr", "LeaderLease"), what="the LeaderLease condition")
+    assert (held["status"], held["reason"]) == ("False", "HeldByWorker")
+    assert "worker worker-7 holds the leader lease (term 3" in held["message"]
+    assert "--lead false" in held["message"]
+    [event] = wait_for(lambda: api.events("HeldByWorker"))
+    assert event.type == "Warning"
+    assert api.replicas("workers") == 0
+    assert not operator.app.leading
+    said = [r for r in caplog.records if "held by worker worker-7" in r.getMessage()]
+    assert [r.levelname for r in said] == ["WARNING"]
+
+    conn.execute("DELETE FROM leaseq.leader_leases WHERE holder = 'worker-7'")
+    wait_for(lambda: api.replicas("workers") == 1, what="the operator leads and scales")
+    led = wait_for(
+        lambda: (c := api.condition("ocr", "LeaderLease")) and c["status"] == "True" and c,
+        what="LeaderLease=True",
+    )
+    assert led["reason"] == "HeldByOperator"
+    assert operator.app.config.operator_id in led["message"]
+    assert len([r for r in caplog.records if "held by worker worker-7" in r.getMessage()]) == 1

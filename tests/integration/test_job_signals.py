@@ -379,3 +379,43 @@ def test_the_cli_refuses_a_signal_the_waiting_job_does_not_wait_for(
     assert "not waiting for it yet" in capsys.readouterr().out
     assert [s.name for s in queue.signals(job_id)] == ["publish"]
     assert queue.get(job_id).waiting_for == "approve"
+
+
+def test_a_job_holds_a_bounded_number_and_size_of_signals_whoever_sends_them(
+    database_url: str, queue: leaseq.Queue
+) -> None:
+    """Issue 59: the database took 127 MB of signals on one job. Past 1,000 signals or 4 MiB
+    of their payloads, the signal is refused with what the bound is and nothing is stored,
+    through the API and by a raw insert alike."""
+    from leaseq.core import validation
+
+    many = queue.enqueue("q", "t").job_id
+    with psycopg.connect(database_url) as owner:
+        owner.execute(
+            "INSERT INTO leaseq.job_signals (job_id, name, payload)"
+            " SELECT %s, 's' || g, 'null' FROM generate_series(1, %s) g",
+            (many, validation.MAX_SIGNALS_PER_JOB - 1),
+        )
+    assert queue.signal(many, "last").stored
+    with pytest.raises(leaseq.InvalidJob, match="at most 1000 signals"):
+        queue.signal(many, "one-more")
+    with (
+        psycopg.connect(database_url) as owner,
+        pytest.raises(psycopg.errors.InvalidParameterValue),
+    ):
+        owner.execute(
+            "INSERT INTO leaseq.job_signals (job_id, name, payload) VALUES (%s, 'raw', 'null')",
+            (many,),
+        )
+    big = queue.enqueue("q", "t").job_id
+    payload = "x" * (validation.MAX_SIGNAL_BYTES - 2)  # 65,536 bytes as JSON
+    per_job = validation.MAX_SIGNAL_BYTES_PER_JOB // validation.MAX_SIGNAL_BYTES
+    for i in range(per_job):
+        assert queue.signal(big, f"page-{i}", payload).stored
+    with pytest.raises(leaseq.InvalidJob, match="4194304 bytes"):
+        queue.signal(big, "one-more", "y")
+    with psycopg.connect(database_url) as owner:
+        counts = owner.execute(
+            "SELECT job_id, count(*) FROM leaseq.job_signals GROUP BY 1 ORDER BY 1"
+        ).fetchall()
+    assert counts == [(many, validation.MAX_SIGNALS_PER_JOB), (big, per_job)]

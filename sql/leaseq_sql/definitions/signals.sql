@@ -66,7 +66,8 @@ $fn$;
 REVOKE ALL ON FUNCTION leaseq.signal(bigint, text, jsonb) FROM PUBLIC;
 
 -- Fired by each signal inserted: locks its job's row (see the top of this file), refuses a
--- finished job, and makes a job that waits for this signal's name claimable now. SECURITY
+-- finished job or one that would hold more than 1,000 signals or 4 MiB of their payloads,
+-- and makes a job that waits for this signal's name claimable now. SECURITY
 -- DEFINER: the sender may not change jobs itself.
 CREATE OR REPLACE FUNCTION leaseq.job_signals_wake()
 RETURNS trigger
@@ -78,12 +79,24 @@ DECLARE
     found_status text;
     found_queue text;
     found_key text;
+    held bigint;
+    held_bytes bigint;
 BEGIN
     SELECT j.status::text, j.queue, j.key INTO found_status, found_queue, found_key
       FROM leaseq.jobs j WHERE j.id = NEW.job_id FOR UPDATE;
     IF found_status IN ('succeeded', 'dead', 'cancelled') THEN
         RAISE EXCEPTION 'job % has finished (%): a signal can no longer reach it; nothing was written',
             NEW.job_id, found_status USING ERRCODE = 'object_not_in_prerequisite_state';
+    END IF;
+    -- Bounded per job, whoever inserts (the API's leaseq.core.validation.MAX_SIGNALS_PER_JOB
+    -- and MAX_SIGNAL_BYTES_PER_JOB): the row lock above orders two senders to one job.
+    SELECT count(*), coalesce(sum(octet_length(s.payload::text)), 0) INTO held, held_bytes
+      FROM leaseq.job_signals s WHERE s.job_id = NEW.job_id;
+    IF held > 1000 OR held_bytes > 4194304 THEN
+        RAISE EXCEPTION 'invalid signal: job % would hold % signals of % bytes; a job holds at most 1000 signals and 4194304 bytes of their payloads; nothing was written',
+            NEW.job_id, held, held_bytes
+            USING ERRCODE = 'invalid_parameter_value', COLUMN = 'signal',
+                  DETAIL = 'a job holds at most 1000 signals and 4194304 bytes of their payloads';
     END IF;
     UPDATE leaseq.jobs j SET available_at = now()
      WHERE j.id = NEW.job_id AND j.status = 'pending' AND j.waiting_for = NEW.name

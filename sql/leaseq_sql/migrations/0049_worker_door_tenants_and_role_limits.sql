@@ -1,6 +1,7 @@
 -- leaseq schema: a handler's fan-out goes through the worker's door, a queue can be given to
--- roles (tenants), and each component login is bounded in what it can hold up. Three parts,
--- each about what a second login of a role can do to another's work (issue 59):
+-- roles (tenants), each component login is bounded in what it can hold up, and a job in the
+-- signals it holds. Four parts, each about what a second login of a role can do to
+-- another's work (issue 59):
 --
 -- 1. The spawn door. The worker role inserted a fan-out's jobs, edges and pipelines itself
 --    and updated a job's has_children, under policies that asked only that some job of the
@@ -23,6 +24,10 @@
 --    leaseq.role_limits sets idle_in_transaction_session_timeout (60 s) and lock_timeout
 --    (30 s) on a component's role and its login members where none is set; apply_grants
 --    and apply_console_grants run it for the roles they grant.
+-- 4. Signal bounds. Signals were bounded one by one (name, 64 KiB payload) but not per job:
+--    one job took 127 MB of them. leaseq.job_signals_wake (the insert trigger, as the
+--    owner, whoever inserts) refuses a signal that would make its job hold more than 1,000
+--    signals or 4 MiB of their payloads.
 --
 -- `leaseq migrate` re-grants the registered roles after applying this migration, so an
 -- upgrade gets all three without naming its roles.
@@ -1024,6 +1029,51 @@ BEGIN
             OR EXISTS (SELECT 1 FROM pg_roles r
                         WHERE r.rolname = s.declared_role AND pg_has_role(session_user, r.oid, 'MEMBER')))
     RETURNING s.name, (s.xmax = 0);
+END
+$function$
+;
+
+
+CREATE OR REPLACE FUNCTION leaseq.job_signals_wake()
+ RETURNS trigger
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+DECLARE
+    found_status text;
+    found_queue text;
+    found_key text;
+    held bigint;
+    held_bytes bigint;
+BEGIN
+    SELECT j.status::text, j.queue, j.key INTO found_status, found_queue, found_key
+      FROM leaseq.jobs j WHERE j.id = NEW.job_id FOR UPDATE;
+    IF found_status IN ('succeeded', 'dead', 'cancelled') THEN
+        RAISE EXCEPTION 'job % has finished (%): a signal can no longer reach it; nothing was written',
+            NEW.job_id, found_status USING ERRCODE = 'object_not_in_prerequisite_state';
+    END IF;
+    -- Bounded per job, whoever inserts (the API's leaseq.core.validation.MAX_SIGNALS_PER_JOB
+    -- and MAX_SIGNAL_BYTES_PER_JOB): the row lock above orders two senders to one job.
+    SELECT count(*), coalesce(sum(octet_length(s.payload::text)), 0) INTO held, held_bytes
+      FROM leaseq.job_signals s WHERE s.job_id = NEW.job_id;
+    IF held > 1000 OR held_bytes > 4194304 THEN
+        RAISE EXCEPTION 'invalid signal: job % would hold % signals of % bytes; a job holds at most 1000 signals and 4194304 bytes of their payloads; nothing was written',
+            NEW.job_id, held, held_bytes
+            USING ERRCODE = 'invalid_parameter_value', COLUMN = 'signal',
+                  DETAIL = 'a job holds at most 1000 signals and 4194304 bytes of their payloads';
+    END IF;
+    UPDATE leaseq.jobs j SET available_at = now()
+     WHERE j.id = NEW.job_id AND j.status = 'pending' AND j.waiting_for = NEW.name
+       AND j.available_at > now();
+    IF FOUND THEN
+        -- Its key may sleep until the wait's deadline (flow_settle): in turn again now.
+        UPDATE leaseq.flow_keys f SET next_at = NULL
+         WHERE found_key IS NOT NULL AND f.queue = found_queue AND f.key = found_key
+           AND f.next_at IS NOT NULL;
+        PERFORM pg_notify('leaseq_jobs', found_queue);
+    END IF;
+    RETURN NULL;
 END
 $function$
 ;

@@ -1114,8 +1114,11 @@ class Queue:
         for its handler's ``ctx.wait_for(name)``: kept until the job is deleted, so a signal
         sent before the wait is found by it. A job waiting for it becomes claimable at once.
         One signal per (job, name): the first is kept, a later one is not stored
-        (``stored=False``). A producer's role reaches only the jobs it enqueued. JobStateError
-        for a finished job or one this role cannot see; InvalidJob for a bad name or payload."""
+        (``stored=False``). A job holds at most :data:`~leaseq.core.validation.MAX_SIGNALS_PER_JOB`
+        signals and :data:`~leaseq.core.validation.MAX_SIGNAL_BYTES_PER_JOB` bytes of their
+        payloads (the database refuses past either). A producer's role reaches only the jobs it
+        enqueued. JobStateError for a finished job or one this role cannot see; InvalidJob for
+        a bad name or payload, or one past the job's bounds."""
         validation.signal_name("name", name)
         validation.json_value("payload", payload, limit=validation.MAX_SIGNAL_BYTES)
         with borrow(self._db, "signal") as c:

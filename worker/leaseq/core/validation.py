@@ -136,6 +136,10 @@ def wake_time(field: str, value: object, now: datetime) -> datetime:
 MAX_SIGNAL_NAME = 200
 #: Largest signal payload, as JSON (bytes), as a stream item's.
 MAX_SIGNAL_BYTES = 65_536
+#: Signals one job holds at most, and bytes of their payloads (as JSON): the database
+#: refuses the signal past either (leaseq.job_signals_wake), whoever sends it.
+MAX_SIGNALS_PER_JOB = 1_000
+MAX_SIGNAL_BYTES_PER_JOB = 4_194_304
 
 
 def signal_name(field: str, value: object) -> str:

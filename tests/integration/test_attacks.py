@@ -909,6 +909,11 @@ def test_9_a_queue_given_to_one_teams_roles_is_closed_to_the_other(
             claimed = leaseq.Queue(w2).claim(["a-q", "b-q", "open-q"], "w2", limit=10)
             assert sorted(j.queue for j in claimed) == ["b-q", "open-q"]
             assert theirs in {j.id for j in claimed}
+            # Finding 3: B's handler writes the effect key A's job will use, first; it lands
+            # in B's own queue, and A's effect is still A's to write.
+            (b_job,) = (j for j in claimed if j.id == theirs)
+            forged = leaseq.Queue(w2).complete(b_job.lease, {"forged": True}, effect_key="inv-99")
+            assert isinstance(forged, leaseq.Completed) and forged.effect_written
         with as_team(teams, "a-worker") as w:
             (held,) = leaseq.Queue(w).claim(["a-q", "b-q"], "w1", limit=10)
             assert held.id == mine
@@ -918,8 +923,10 @@ def test_9_a_queue_given_to_one_teams_roles_is_closed_to_the_other(
                 leaseq.Queue(w).complete_many([held.lease], spawns=[across])
             own = leaseq.Graph("own")
             own.add("a-q", "child", name="n")
-            (done,) = leaseq.Queue(w).complete_many([held.lease], spawns=[own])
-            assert isinstance(done, leaseq.Completed)
+            (done,) = leaseq.Queue(w).complete_many(
+                [held.lease], [{"paid": True}], effect_keys=["inv-99"], spawns=[own]
+            )
+            assert isinstance(done, leaseq.Completed) and done.effect_written
         with psycopg.connect(database_url) as admin:
             assert admin.execute(
                 "SELECT queue, job_type, count(*) FROM leaseq.jobs GROUP BY 1, 2 ORDER BY 1, 2"

@@ -933,3 +933,24 @@ def test_9_a_queue_given_to_one_teams_roles_is_closed_to_the_other(
             ).fetchall() == [("a-q", "child", 1), ("a-q", "t", 1), ("b-q", "t", 1),
                              ("open-q", "t", 1)]  # fmt: skip
             assert admin.execute("SELECT count(*) FROM leaseq.schedules").fetchone() == (0,)
+
+
+def test_a_worker_login_registers_a_bounded_number_of_workers(
+    database_url: str, roles: Roles
+) -> None:
+    """Issue 59: a worker login registered 50,000 fake workers. One statement that would
+    leave it more than 10,000 is refused whole (a per-row check would see the table as it
+    was before the statement); its real registrations go on."""
+    fake = (
+        "INSERT INTO leaseq.workers (worker_id, queues, concurrency)"
+        " SELECT 'fake-' || g, '{q}', 1 FROM generate_series(1, %s) g"
+    )
+    with login(roles, "worker") as w:
+        with pytest.raises(pg_errors.ProgramLimitExceeded, match="at most 10000"):
+            w.execute(fake, [10_001])
+        assert w.execute("SELECT count(*) FROM leaseq.workers").fetchone() == (0,)
+        w.execute(fake, [10_000])
+        with pytest.raises(pg_errors.ProgramLimitExceeded):
+            w.execute(fake.replace("'fake-'", "'more-'"), [1])
+    with login(roles, "worker2") as other:
+        other.execute(fake.replace("'fake-'", "'mine-'"), [1])  # another login's own budget

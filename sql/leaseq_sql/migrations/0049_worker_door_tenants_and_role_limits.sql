@@ -1,7 +1,7 @@
 -- leaseq schema: a handler's fan-out goes through the worker's door, a queue can be given to
--- roles (tenants), each component login is bounded in what it can hold up, and a job in the
--- signals it holds. Four parts, each about what a second login of a role can do to
--- another's work (issue 59):
+-- roles (tenants), each component login is bounded in what it can hold up, a job in the
+-- signals it holds and a login in the workers it registers. Five parts, each about what a
+-- second login of a role can do to another's work (issue 59):
 --
 -- 1. The spawn door. The worker role inserted a fan-out's jobs, edges and pipelines itself
 --    and updated a job's has_children, under policies that asked only that some job of the
@@ -28,6 +28,9 @@
 --    one job took 127 MB of them. leaseq.job_signals_wake (the insert trigger, as the
 --    owner, whoever inserts) refuses a signal that would make its job hold more than 1,000
 --    signals or 4 MiB of their payloads.
+-- 5. Registry bounds. A worker login registered 50,000 fake workers. leaseq.workers_bounded
+--    (a statement trigger, so a multi-row insert counts too) refuses a statement that
+--    leaves a login with more than 10,000 rows in leaseq.workers.
 --
 -- `leaseq migrate` re-grants the registered roles after applying this migration, so an
 -- upgrade gets all three without naming its roles.
@@ -339,6 +342,50 @@ BEGIN
     FOR r IN SELECT DISTINCT g FROM unnest(given) g WHERE g IS NOT NULL LOOP
         RETURN QUERY SELECT * FROM leaseq.role_limits(r);
     END LOOP;
+END
+$function$
+;
+
+CREATE OR REPLACE FUNCTION leaseq.job_signals_wake()
+ RETURNS trigger
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+DECLARE
+    found_status text;
+    found_queue text;
+    found_key text;
+    held bigint;
+    held_bytes bigint;
+BEGIN
+    SELECT j.status::text, j.queue, j.key INTO found_status, found_queue, found_key
+      FROM leaseq.jobs j WHERE j.id = NEW.job_id FOR UPDATE;
+    IF found_status IN ('succeeded', 'dead', 'cancelled') THEN
+        RAISE EXCEPTION 'job % has finished (%): a signal can no longer reach it; nothing was written',
+            NEW.job_id, found_status USING ERRCODE = 'object_not_in_prerequisite_state';
+    END IF;
+    -- Bounded per job, whoever inserts (the API's leaseq.core.validation.MAX_SIGNALS_PER_JOB
+    -- and MAX_SIGNAL_BYTES_PER_JOB): the row lock above orders two senders to one job.
+    SELECT count(*), coalesce(sum(octet_length(s.payload::text)), 0) INTO held, held_bytes
+      FROM leaseq.job_signals s WHERE s.job_id = NEW.job_id;
+    IF held > 1000 OR held_bytes > 4194304 THEN
+        RAISE EXCEPTION 'invalid signal: job % would hold % signals of % bytes; a job holds at most 1000 signals and 4194304 bytes of their payloads; nothing was written',
+            NEW.job_id, held, held_bytes
+            USING ERRCODE = 'invalid_parameter_value', COLUMN = 'signal',
+                  DETAIL = 'a job holds at most 1000 signals and 4194304 bytes of their payloads';
+    END IF;
+    UPDATE leaseq.jobs j SET available_at = now()
+     WHERE j.id = NEW.job_id AND j.status = 'pending' AND j.waiting_for = NEW.name
+       AND j.available_at > now();
+    IF FOUND THEN
+        -- Its key may sleep until the wait's deadline (flow_settle): in turn again now.
+        UPDATE leaseq.flow_keys f SET next_at = NULL
+         WHERE found_key IS NOT NULL AND f.queue = found_queue AND f.key = found_key
+           AND f.next_at IS NOT NULL;
+        PERFORM pg_notify('leaseq_jobs', found_queue);
+    END IF;
+    RETURN NULL;
 END
 $function$
 ;
@@ -1033,47 +1080,28 @@ END
 $function$
 ;
 
-
-CREATE OR REPLACE FUNCTION leaseq.job_signals_wake()
+CREATE OR REPLACE FUNCTION leaseq.workers_bounded()
  RETURNS trigger
  LANGUAGE plpgsql
  SECURITY DEFINER
  SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
 DECLARE
-    found_status text;
-    found_queue text;
-    found_key text;
+    login text;
     held bigint;
-    held_bytes bigint;
 BEGIN
-    SELECT j.status::text, j.queue, j.key INTO found_status, found_queue, found_key
-      FROM leaseq.jobs j WHERE j.id = NEW.job_id FOR UPDATE;
-    IF found_status IN ('succeeded', 'dead', 'cancelled') THEN
-        RAISE EXCEPTION 'job % has finished (%): a signal can no longer reach it; nothing was written',
-            NEW.job_id, found_status USING ERRCODE = 'object_not_in_prerequisite_state';
-    END IF;
-    -- Bounded per job, whoever inserts (the API's leaseq.core.validation.MAX_SIGNALS_PER_JOB
-    -- and MAX_SIGNAL_BYTES_PER_JOB): the row lock above orders two senders to one job.
-    SELECT count(*), coalesce(sum(octet_length(s.payload::text)), 0) INTO held, held_bytes
-      FROM leaseq.job_signals s WHERE s.job_id = NEW.job_id;
-    IF held > 1000 OR held_bytes > 4194304 THEN
-        RAISE EXCEPTION 'invalid signal: job % would hold % signals of % bytes; a job holds at most 1000 signals and 4194304 bytes of their payloads; nothing was written',
-            NEW.job_id, held, held_bytes
-            USING ERRCODE = 'invalid_parameter_value', COLUMN = 'signal',
-                  DETAIL = 'a job holds at most 1000 signals and 4194304 bytes of their payloads';
-    END IF;
-    UPDATE leaseq.jobs j SET available_at = now()
-     WHERE j.id = NEW.job_id AND j.status = 'pending' AND j.waiting_for = NEW.name
-       AND j.available_at > now();
-    IF FOUND THEN
-        -- Its key may sleep until the wait's deadline (flow_settle): in turn again now.
-        UPDATE leaseq.flow_keys f SET next_at = NULL
-         WHERE found_key IS NOT NULL AND f.queue = found_queue AND f.key = found_key
-           AND f.next_at IS NOT NULL;
-        PERFORM pg_notify('leaseq_jobs', found_queue);
-    END IF;
+    FOR login IN SELECT DISTINCT a.registered_by FROM added a LOOP
+        SELECT count(*) INTO held FROM leaseq.workers w WHERE w.registered_by = login;
+        IF held > 10000 THEN
+            RAISE EXCEPTION 'login % would register % workers; a login registers at most 10000 (stale ones are forgotten by the operator); nothing was written',
+                login, held
+                USING ERRCODE = 'program_limit_exceeded';
+        END IF;
+    END LOOP;
     RETURN NULL;
 END
 $function$
 ;
+REVOKE ALL ON FUNCTION leaseq.workers_bounded() FROM PUBLIC;
+
+CREATE OR REPLACE TRIGGER workers_bounded AFTER INSERT ON leaseq.workers REFERENCING NEW TABLE AS added FOR EACH STATEMENT EXECUTE FUNCTION leaseq.workers_bounded();

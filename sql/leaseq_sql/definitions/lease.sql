@@ -390,7 +390,10 @@ REVOKE ALL ON FUNCTION leaseq.lease_back_off(bigint, text, bigint, bytea, timest
 -- A handler sleeping durably (ctx.sleep): hands a held job back without spending an attempt,
 -- claimable again at `until_at` (database time; at once if that has passed), in one
 -- statement; token bumped, its key's unit given back by the status trigger; the attempt is
--- recorded as released with the wake time.
+-- recorded as released with the wake time. It tells listeners when to claim it: NOTIFY
+-- leaseq_jobs '<queue>' when it is claimable now, else '<queue> <seconds> <job type>', the
+-- seconds from this statement's now to the wake time, so a worker times the wake by the
+-- database's clock, never its own (leaseq.core.notifications).
 CREATE OR REPLACE FUNCTION leaseq.lease_sleep(job bigint, holder text, token bigint, secret bytea,
                                               started timestamptz, until_at timestamptz,
                                               at timestamptz)
@@ -413,15 +416,23 @@ BEGIN
          WHERE j.id = lease_sleep.job AND j.lease_owner = lease_sleep.holder
            AND j.lease_token = lease_sleep.token AND j.lease_digest = sha256(lease_sleep.secret || int8send(j.id))
            AND j.lease_expires_at > t.now
-        RETURNING j.id, j.available_at, j.attempt_count + 1 AS attempt
+        RETURNING j.id, j.queue, j.job_type, j.available_at, j.attempt_count + 1 AS attempt
     ),
     attempt AS (
         INSERT INTO leaseq.job_attempts (job_id, attempt, lease_token, worker, started_at, ended_at, outcome, error)
         SELECT s.id, s.attempt, lease_sleep.token, lease_sleep.holder, lease_sleep.started, t.now,
                'released', 'sleeping until ' || s.available_at
           FROM slept s, t
+    ),
+    woke AS (
+        SELECT pg_notify('leaseq_jobs',
+                         CASE WHEN s.available_at <= t.now THEN s.queue
+                              ELSE s.queue || ' ' || extract(epoch FROM s.available_at - t.now)
+                                   || ' ' || s.job_type END)
+          FROM slept s, t
     )
-    SELECT s.id, 'pending'::text, s.available_at FROM slept s;
+    -- Joined to the count so that the notification is sent (a CTE nobody reads never runs).
+    SELECT s.id, 'pending'::text, s.available_at FROM slept s, (SELECT count(*) FROM woke) w;
 END
 $fn$;
 

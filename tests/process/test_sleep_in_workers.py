@@ -1,17 +1,20 @@
 """Durable sleep in real worker processes: a worker with one slot runs a job enqueued while
 another sleeps, then wakes the sleeper at its recorded time and it completes on its first
 attempt; the same under a flow key limited to 1 (a sleeping job holds no unit of it), and
-with the handlers in child processes (``--isolation process``)."""
+with the handlers in child processes (``--isolation process``). An idle worker whose poll
+has backed off to a minute claims a sleeper at its wake time, told by the hand-back's
+notification (issue 60)."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from datetime import datetime
+from datetime import datetime, timedelta
 from pathlib import Path
 
 import pytest
 
 import leaseq
+from support.dbtime import claim_one, db_now
 from support.polling import wait_for
 from support.workers import WorkerProcess
 
@@ -111,3 +114,39 @@ def test_a_sleep_given_a_bad_time_fails_its_job_at_once_naming_the_argument(
         assert attempt.outcome == "failed"
         assert message in (queue.get(job_id).last_error or "")
     assert lines(tmp_path / "after.calls") == []
+
+
+#: The worker's poll interval: far longer than the test may wait for the sleeper.
+POLL_SECONDS = 60.0
+#: Empty claims that bring the idle backoff's step to its cap: it starts at 0.5 s and
+#: doubles on every claim that finds nothing (leaseq.runtime.dispatcher), so after
+#: log2(60 / 0.5) < 7 of them the next poll is at least POLL_SECONDS / 2 away.
+EMPTY_CLAIMS = 8
+
+
+def claims(worker: WorkerProcess) -> int:
+    return int(worker.metric("leaseq_claim_latency_seconds_count"))
+
+
+def test_an_idle_worker_backed_off_to_its_poll_claims_a_sleeper_at_its_wake(
+    conn: leaseq.core.db.Conn, queue: leaseq.Queue, spawn_worker: Callable[..., WorkerProcess]
+) -> None:
+    """The test runs the job's first attempt and sleeps 1 s; the worker, whose next poll is
+    at least 30 s away by then, runs the job within 10 s: only the sleep's wake-up can
+    explain it."""
+    job_id = queue.enqueue("q", "quick").job_id
+    held = claim_one(queue, "the-test", lease_seconds=60)
+    worker = spawn_worker("w-1", app=APP, poll=POLL_SECONDS)
+    wait_for(lambda: claims(worker) >= 1, "the worker's first claim")
+    # Each enqueue of a type it does not serve wakes it for a claim that finds nothing.
+    for _ in range(EMPTY_CLAIMS):
+        seen = claims(worker)
+        queue.enqueue("q", "served-by-nobody")
+        wait_for(lambda seen=seen: claims(worker) > seen, "an empty claim on the wake-up")
+
+    wake = db_now(conn) + timedelta(seconds=1)
+    assert isinstance(queue.sleep(held.lease, wake), leaseq.Released)
+    wait_for(lambda: queue.get(job_id).status == "succeeded", "the sleeper to run", timeout=10)
+    slept, ran = queue.attempts(job_id)
+    assert (slept.outcome, ran.worker) == ("released", "w-1")
+    assert ran.started_at is not None and ran.started_at >= wake

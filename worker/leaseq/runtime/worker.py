@@ -177,6 +177,7 @@ class Worker:
             self.conninfo,
             settings.queues,
             self.wake.set,
+            job_types=registry.job_types,
             health=self.health,
             stopping=self.stopping,
         )

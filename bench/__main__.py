@@ -30,6 +30,7 @@ from bench import (
     steps,
     throughput,
     txn_scope,
+    wakes,
 )
 from bench.context import Context
 from bench.env import machine, server, server_info
@@ -52,12 +53,14 @@ SCENARIOS: dict[str, Callable[[Context], None]] = {
     flow.NAME: flow.run,
     steps.NAME: steps.run,
     capacity.NAME: capacity.run,
+    wakes.NAME: wakes.run,
 }
 # Run only when named with --only: a repeated, interleaved comparison for proposals; OCR
 # inference (minutes of CPU per repeat on a loaded 2-core machine; needs the ocr extra);
 # flow control (issue 20: keyed against keyless claims, a hot key's limit, the plan).
-# durable steps (issue 49: a step's cost against a checkpoint's).
-OPT_IN = {ab.NAME, ocr.NAME, flow.NAME, steps.NAME}
+# durable steps (issue 49: a step's cost against a checkpoint's); durable sleeps' and
+# signals' wake latency beside DBOS (issue 60: needs DBOS's own virtual environment).
+OPT_IN = {ab.NAME, ocr.NAME, flow.NAME, steps.NAME, wakes.NAME}
 # Run at a smoke size by --quick, in full only when named with --only: the capacity model of
 # one primary (issue 52) takes two rounds of ten minutes.
 FULL_OPT_IN = {capacity.NAME}

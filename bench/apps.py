@@ -37,3 +37,28 @@ def stamp(payload: Any, ctx: JobContext) -> None:
     """Record when the handler started (:mod:`bench.start`), then wait ``payload['seconds']``."""
     record_start(payload["file"], payload["ref"])
     ctx.wait(float(payload["seconds"]))
+
+
+def record(path: str, ref: int, value: float) -> None:
+    """Append ``ref`` and ``value`` to the file at ``path`` in one write of one line."""
+    with open(path, "a") as out:
+        out.write(f"{ref} {value!r}\n")
+
+
+@registry.job("nap")
+def nap(payload: Any, ctx: JobContext) -> None:
+    """Sleep durably ``payload['seconds']`` once (:mod:`bench.wakes`), then record how late
+    the code after the sleep runs: from the first attempt's time before the sleep (a step,
+    so the attempt after the wake reads it back) plus the sleep."""
+    seconds = float(payload["seconds"])
+    began = ctx.step("began", time.time)
+    ctx.sleep(seconds)
+    record(payload["file"], payload["ref"], time.time() - began - seconds)
+
+
+@registry.job("await_go")
+def await_go(payload: Any, ctx: JobContext) -> None:
+    """Wait durably for the signal ``go`` (:mod:`bench.wakes`), then record its round trip:
+    from the wall-clock time the sender put in it to the code after the wait running."""
+    sent = ctx.wait_for("go", timeout=120)["sent"]
+    record(payload["file"], payload["ref"], time.time() - float(sent))

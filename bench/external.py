@@ -192,8 +192,9 @@ def child_env(stamps: str, worker: str) -> dict[str, str]:
     }
 
 
-def call(python: Path, command: str, config: dict[str, Any], timeout: float = 600.0) -> None:
-    """Run ``peer_child.py COMMAND`` to completion; RuntimeError with its stderr if it fails."""
+def call(python: Path, command: str, config: dict[str, Any], timeout: float = 600.0) -> str:
+    """Run ``peer_child.py COMMAND`` to completion and return what it printed; RuntimeError
+    with its stderr if it fails."""
     with tempfile.TemporaryDirectory() as stamps:
         done = subprocess.run(
             [str(python), str(CHILD), command, json.dumps(config)],
@@ -201,6 +202,7 @@ def call(python: Path, command: str, config: dict[str, Any], timeout: float = 60
         )  # fmt: skip
     if done.returncode != 0:
         raise RuntimeError(f"{config['peer']} {command} failed: {done.stderr.strip()[-800:]}")
+    return done.stdout
 
 
 def relay(args: ChildArgs, signals: Signals) -> dict[str, float]:

@@ -13,6 +13,11 @@ they are. ``python peer_child.py COMMAND JSON``:
   ``limit``), print ``ready``, wait for ``start`` on standard input, run until ``stop`` (or
   the end of standard input: the parent is gone), then print one JSON line with the CPU
   seconds this process and its reaped children spent from the start.
+* ``wakes`` (DBOS only, :mod:`bench.wakes`): ``sparse`` workflows one at a time, then
+  ``sleepers`` workflows started ``gap`` seconds apart, each ``DBOS.sleep(seconds)`` once;
+  then ``signals`` workflows, one at a time, each waiting in ``DBOS.recv`` for a message
+  ``DBOS.send`` sends ``pause`` seconds after it said it was ready; prints one JSON line:
+  each sleep's lateness and each message's round trip, in seconds.
 
 Every handler, in whatever process or thread the peer runs it, appends ``worker start end``
 (wall clock) to ``$LEASEQ_PEER_STAMPS/<worker>-<pid>``: the parent times the run from the
@@ -181,7 +186,57 @@ def _sqlalchemy_url(url: str) -> str:
     return sqlalchemy_url.render_as_string(hide_password=False)
 
 
+def dbos_wakes(cfg: dict[str, Any]) -> None:
+    """The ``wakes`` command: DBOS's workflows run in the process that starts them, its
+    usual shape, so this one process is both the producer and the worker."""
+    from dbos import DBOS
+
+    def nap(seconds: float) -> float:
+        began = time.time()
+        DBOS.sleep(seconds)
+        return time.time() - began - seconds
+
+    def await_go() -> float:
+        DBOS.set_event("ready", True)
+        message = DBOS.recv("go", timeout_seconds=120)
+        return time.time() - float(message["sent"])
+
+    DBOS(
+        config={
+            "name": "leaseq-bench",
+            "system_database_url": _sqlalchemy_url(cfg["url"]),
+            "executor_id": "wakes",
+            "log_level": "WARNING",
+        }
+    )
+    DBOS.workflow(name="nap")(nap)
+    DBOS.workflow(name="await_go")(await_go)
+    DBOS.launch()
+    try:
+        alone = [float(DBOS.start_workflow(nap, cfg["seconds"]).get_result())
+                 for _ in range(cfg["sparse"])]  # fmt: skip
+        handles = []
+        for _ in range(cfg["sleepers"]):
+            handles.append(DBOS.start_workflow(nap, cfg["seconds"]))
+            time.sleep(cfg["gap"])
+        late = [float(h.get_result()) for h in handles]
+        trips = []
+        for _ in range(cfg["signals"]):
+            handle = DBOS.start_workflow(await_go)
+            DBOS.get_event(handle.workflow_id, "ready", timeout_seconds=60)
+            time.sleep(cfg["pause"])
+            DBOS.send(handle.workflow_id, {"sent": time.time()}, "go")
+            trips.append(float(handle.get_result()))
+    finally:
+        DBOS.destroy(workflow_completion_timeout_sec=0)
+    found = {"sleep_late_sparse": alone, "sleep_late_busy": late, "signal_trip": trips}
+    print(json.dumps(found), flush=True)
+
+
 def dbos_command(command: str, cfg: dict[str, Any]) -> None:
+    if command == "wakes":
+        dbos_wakes(cfg)
+        return
     if command == "install":
         dbos = _dbos_launch({**cfg, "setting": "default"}, "install")  # launch migrates
         dbos.destroy()

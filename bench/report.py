@@ -892,6 +892,17 @@ def _result_latency(folder: Path) -> str:
     )
 
 
+def _wakes(folder: Path) -> str:
+    env = {r["key"]: r["value"] for r in read(folder / "wakes_env.csv")}
+    caption = f"Load: {env['param.load']}.\n\n" if "param.load" in env else ""
+    out = _csv_table(
+        folder, "wakes", ["runtime", "measure", "n", "p50_ms", "p95_ms", "max_ms", "load_1m"],
+        caption,
+    )  # fmt: skip
+    out += "\nAn idle worker's cost: transactions committed per second in its database.\n\n"
+    return out + _csv_table(folder, "wakes_idle", ["case", "seconds", "xact_per_s"])
+
+
 def _pipelines(folder: Path) -> str:
     parts = []
     for name, columns in (
@@ -1035,6 +1046,7 @@ SECTIONS: list[tuple[str, Callable[[Path], str]]] = [
         "12. Capacity of one primary: what each unit of the workload costs the server",
         capacity_tables.sizing_table,
     ),
+    ("13. Durable sleep and signal: how late each resumes, beside DBOS", _wakes),
 ]
 
 

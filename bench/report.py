@@ -900,7 +900,7 @@ def _wakes(folder: Path) -> str:
         caption,
     )  # fmt: skip
     out += "\nAn idle worker's cost: transactions committed per second in its database.\n\n"
-    return out + _csv_table(folder, "wakes_idle", ["case", "seconds", "xact_per_s"])
+    return out + _csv_table(folder, "wakes_idle", ["case", "seconds", "xact_per_s", "claims_per_s"])
 
 
 def _pipelines(folder: Path) -> str:

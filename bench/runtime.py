@@ -128,7 +128,7 @@ def running_workers(
                     p.wait()
 
 
-def _claim_buckets(port: int) -> dict[float, float]:
+def claim_buckets(port: int) -> dict[float, float]:
     with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as answer:
         text = answer.read().decode()
     found: dict[float, float] = {}
@@ -203,7 +203,7 @@ def run_workers(
             server = meter() - server0 if meter else None
             claims: dict[float, float] = {}
             for port in running.ports:
-                for bound, seen in _claim_buckets(port).items():
+                for bound, seen in claim_buckets(port).items():
                     claims[bound] = claims.get(bound, 0.0) + seen
         finished = _state(conn, "SELECT count(*) FROM leaseq.jobs WHERE status = 'succeeded'")
         span = _state(

@@ -17,8 +17,10 @@ DBOS's usual shape): ``DBOS.sleep`` and ``DBOS.send`` / ``DBOS.recv``, in its ow
 environment (:mod:`bench.external`); reported as unavailable, with the reason, when it
 cannot be installed.
 
-Idle: committed transactions per second in the scratch database
-(``pg_stat_database.xact_commit``) while the worker has nothing to run, after a warm-up that
+Idle: committed transactions per second in a database of its own
+(``pg_stat_database.xact_commit``: every statement the worker runs, its claims, heartbeats,
+registry and leader lease, and the server's own) and the worker's claims per second (its
+``leaseq_claim_latency_seconds`` count) while it has nothing to run, after a warm-up that
 lets its idle poll back off to its cap; once with no job at all and once with
 ``far_sleepers`` jobs asleep for an hour (their wake times must not make a worker poll).
 """
@@ -109,21 +111,11 @@ def _commits(conn: psycopg.Connection[Any]) -> int:
     return int(row[0])
 
 
-def _idle_rate(url: str, seconds: float) -> float:
-    """Committed transactions per second over ``seconds`` (the statistics are flushed at
-    most a second late: the window is long against that)."""
-    with psycopg.connect(url, autocommit=True) as conn:
-        before, start = _commits(conn), time.monotonic()
-        time.sleep(seconds)
-        after, elapsed = _commits(conn), time.monotonic() - start
-    return (after - before - 1) / elapsed  # less the probe's own first read
-
-
 Samples = dict[str, list[float]]
 
 
-def _leaseq(url: str, plan: Plan, folder: Path) -> tuple[Samples, list[dict[str, Any]]]:
-    """The sleeps' lateness and the signals' round trips, then the idle rates."""
+def _leaseq(url: str, plan: Plan, folder: Path) -> Samples:
+    """The sleeps' lateness and the signals' round trips."""
     reset_leaseq(url)
     extra = ["--poll-seconds", str(POLL_SECONDS)]
     with (
@@ -153,9 +145,44 @@ def _leaseq(url: str, plan: Plan, folder: Path) -> tuple[Samples, list[dict[str,
             _wait_until(lambda r=ref: len(_recorded(trips)) > r, "a signalled job to resume")
         trip = list(_recorded(trips).values())
 
+    return {"sleep_late_sparse": alone, "sleep_late_busy": late, "signal_trip": trip}
+
+
+def _claims(port: int) -> float:
+    """The claims the worker serving metrics on ``port`` has made."""
+    return max(worker_runtime.claim_buckets(port).values(), default=0.0)
+
+
+def _idle_row(url: str, port: int, case: str, seconds: float) -> dict[str, Any]:
+    """Committed transactions per second in the database, and the worker's claims per
+    second, over ``seconds`` (the statistics are flushed at most a second late: the window
+    is long against that)."""
+    with psycopg.connect(url, autocommit=True) as conn:
+        before, claims, start = _commits(conn), _claims(port), time.monotonic()
+        time.sleep(seconds)
+        after, elapsed = _commits(conn), time.monotonic() - start
+        claims = _claims(port) - claims
+    return {
+        "case": case,
+        "seconds": seconds,
+        # Less the probe's own first read.
+        "xact_per_s": round((after - before - 1) / elapsed, 2),
+        "claims_per_s": round(claims / elapsed, 3),
+    }
+
+
+def _idle(url: str, plan: Plan, folder: Path) -> list[dict[str, Any]]:
+    """An idle worker in a database of its own (no earlier job, so no vacuum of one in the
+    window): with no job, then with ``far_sleepers`` jobs asleep for an hour."""
+    extra = ["--poll-seconds", str(POLL_SECONDS)]
+    with (
+        worker_runtime.running_workers(url, 1, concurrency=4, extra=extra) as workers,
+        leaseq.connect(url, action="bench") as conn,
+    ):
+        [port] = workers.ports
         time.sleep(WARMUP_SECONDS)
-        idle = [{"case": "no job", "seconds": plan.idle_seconds,
-                 "xact_per_s": round(_idle_rate(url, plan.idle_seconds), 2)}]  # fmt: skip
+        rows = [_idle_row(url, port, "no job", plan.idle_seconds)]
+        queue = leaseq.Queue(conn)
         far = folder / "far"
         ids = [
             queue.enqueue(QUEUE, "nap", {"ref": r, "file": str(far), "seconds": 3600}).job_id
@@ -165,14 +192,9 @@ def _leaseq(url: str, plan: Plan, folder: Path) -> tuple[Samples, list[dict[str,
             lambda: all(len(queue.attempts(i)) == 1 for i in ids), "the far sleepers to sleep"
         )
         time.sleep(WARMUP_SECONDS)
-        idle.append(
-            {
-                "case": f"{plan.far_sleepers} jobs asleep for 1 h",
-                "seconds": plan.idle_seconds,
-                "xact_per_s": round(_idle_rate(url, plan.idle_seconds), 2),
-            }
-        )
-    return {"sleep_late_sparse": alone, "sleep_late_busy": late, "signal_trip": trip}, idle
+        case = f"{plan.far_sleepers} jobs asleep for 1 h"
+        rows.append(_idle_row(url, port, case, plan.idle_seconds))
+    return rows
 
 
 def _dbos(server_url: str, plan: Plan) -> Samples:
@@ -228,7 +250,12 @@ def run(ctx: Context) -> None:
         scratch_database(ctx.server_url, "wakes") as url,
         tempfile.TemporaryDirectory(prefix="leaseq-wakes-") as folder,
     ):
-        found, idle = _leaseq(url, plan, Path(folder))
+        found = _leaseq(url, plan, Path(folder))
+    with (
+        scratch_database(ctx.server_url, "wakes_idle") as url,
+        tempfile.TemporaryDirectory(prefix="leaseq-wakes-") as folder,
+    ):
+        idle = _idle(url, plan, Path(folder))
     rows += _rows(worker_runtime.IMPLEMENTATION, found, load)
     load = loadavg()
     try:
@@ -240,7 +267,8 @@ def run(ctx: Context) -> None:
         ctx.log(f"wakes {r['runtime']} {r['measure']}: p50 {r.get('p50_ms')} ms, "
                 f"p95 {r.get('p95_ms')} ms")  # fmt: skip
     for r in idle:
-        ctx.log(f"wakes idle ({r['case']}): {r['xact_per_s']} transactions/s")
+        ctx.log(f"wakes idle ({r['case']}): {r['xact_per_s']} transactions/s, "
+                f"{r['claims_per_s']} claims/s")  # fmt: skip
     recorder = ctx.recorder(NAME)
     recorder.params({"load": plan.load(), "worker_concurrency": 4, "poll_seconds": POLL_SECONDS})
     recorder.table(NAME, rows)

@@ -13,32 +13,19 @@ import psycopg
 import pytest
 
 import leaseq
+from support.wakeups import Listening, listening, notified
 
 Q = "rel"
 
 
-def _notified(listener: psycopg.Connection[tuple[object, ...]]) -> list[str]:
-    """The wake-ups sent since the last call: a marker is sent last, and everything that
-    arrives before it was sent before it (notifications arrive in commit order)."""
-    listener.execute("SELECT pg_notify('leaseq_jobs', 'marker')")
-    got: list[str] = []
-    for n in listener.notifies(timeout=30):
-        if n.payload == "marker":
-            return got
-        got.append(n.payload)
-    raise AssertionError("the marker never arrived")
-
-
 @pytest.fixture
-def listener(database_url: str) -> Iterator[psycopg.Connection[tuple[object, ...]]]:
-    conn = psycopg.connect(database_url, autocommit=True)
-    conn.execute("LISTEN leaseq_jobs")
-    yield conn
-    conn.close()
+def listener(database_url: str) -> Iterator[Listening]:
+    with listening(database_url) as conn:
+        yield conn
 
 
 def test_a_release_wakes_claimers_only_when_its_unit_starts_a_waiting_job(
-    database_url: str, listener: psycopg.Connection[tuple[object, ...]]
+    database_url: str, listener: Listening
 ) -> None:
     with leaseq.connect(database_url, action="test") as conn:
         flow = leaseq.FlowControl(conn)
@@ -52,25 +39,25 @@ def test_a_release_wakes_claimers_only_when_its_unit_starts_a_waiting_job(
             for job in q.claim([Q], "w", limit=10):
                 running[key_of[job.id]].append(job)
         assert [len(running[k]) for k in ("free", "one", "two")] == [2, 1, 2]
-        _notified(listener)
+        notified(listener)
 
         # An unlimited key: nobody waits for it.
         q.complete(running["free"][0].lease, None)
-        assert _notified(listener) == []
+        assert notified(listener) == []
         # A saturated key (limit 1) with a ready job: its unit starts that job.
         q.complete(running["one"][0].lease, None)
-        assert _notified(listener) == [Q]
+        assert notified(listener) == [Q]
         # That job claimed; its release leaves nothing ready: nobody to wake.
         [last] = q.claim([Q], "w")
         q.complete(last.lease, None)
-        assert _notified(listener) == []
+        assert notified(listener) == []
         # Limit 2 with both running and nothing ready: no wake-up either.
         q.complete(running["two"][0].lease, None)
-        assert _notified(listener) == []
+        assert notified(listener) == []
 
 
 def test_a_saturated_key_handing_its_job_back_wakes_claimers(
-    database_url: str, listener: psycopg.Connection[tuple[object, ...]]
+    database_url: str, listener: Listening
 ) -> None:
     """A worker that releases its job (SIGTERM) gives back the unit and a ready job at once."""
     with leaseq.connect(database_url, action="test") as conn:
@@ -78,9 +65,9 @@ def test_a_saturated_key_handing_its_job_back_wakes_claimers(
         q = leaseq.Queue(conn)
         q.enqueue(Q, "t", {}, key="one")
         [job] = q.claim([Q], "w")
-        _notified(listener)
+        notified(listener)
         q.release(job.lease)
-        assert _notified(listener) == [Q]
+        assert notified(listener) == [Q]
 
 
 def _vtimes(conn: leaseq.core.db.Conn) -> dict[str, float]:

@@ -114,7 +114,7 @@ def _commits(conn: psycopg.Connection[Any]) -> int:
 Samples = dict[str, list[float]]
 
 
-def _leaseq(url: str, plan: Plan, folder: Path) -> Samples:
+def measure(url: str, plan: Plan, folder: Path) -> Samples:
     """The sleeps' lateness and the signals' round trips."""
     reset_leaseq(url)
     extra = ["--poll-seconds", str(POLL_SECONDS)]
@@ -216,7 +216,7 @@ def _dbos(server_url: str, plan: Plan) -> Samples:
     return found
 
 
-def _rows(runtime: str, found: Samples, load: float) -> list[dict[str, Any]]:
+def table_rows(runtime: str, found: Samples, load: float) -> list[dict[str, Any]]:
     rows = []
     for measure, values in found.items():
         rows.append(
@@ -250,16 +250,16 @@ def run(ctx: Context) -> None:
         scratch_database(ctx.server_url, "wakes") as url,
         tempfile.TemporaryDirectory(prefix="leaseq-wakes-") as folder,
     ):
-        found = _leaseq(url, plan, Path(folder))
+        found = measure(url, plan, Path(folder))
     with (
         scratch_database(ctx.server_url, "wakes_idle") as url,
         tempfile.TemporaryDirectory(prefix="leaseq-wakes-") as folder,
     ):
         idle = _idle(url, plan, Path(folder))
-    rows += _rows(worker_runtime.IMPLEMENTATION, found, load)
+    rows += table_rows(worker_runtime.IMPLEMENTATION, found, load)
     load = loadavg()
     try:
-        rows += _rows("dbos", _dbos(ctx.server_url, plan), load)
+        rows += table_rows("dbos", _dbos(ctx.server_url, plan), load)
     except (external.PeerUnavailable, RuntimeError) as exc:
         ctx.log(f"wakes: DBOS not measured: {exc}")
         rows.append({"runtime": "dbos", "measure": f"not measured: {exc}"})

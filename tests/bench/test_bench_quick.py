@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from bench import batching, claim_scaling, lease_renewal, report, result_latency, start
+from bench import batching, claim_scaling, lease_renewal, report, result_latency, start, wakes
 from bench.__main__ import main
 from bench.context import Context
 from bench.env import machine, scratch_database, server_info
@@ -75,6 +75,22 @@ def test_tiny_start_run_times_every_job_from_enqueue_to_handler(
     text = report.generate(tmp_path).read_text()
     assert "6b. Slow jobs into idle workers" in text
     assert f"enqueue to handler start, p50 / p99 | p99 <= 10 ms | {row['start_p50_ms']} / " in text
+
+
+def test_tiny_wakes_run_times_every_sleep_and_signal(server_url: str, tmp_path: Path) -> None:
+    ctx = Context(server_url, True, tmp_path, {**machine(), **server_info(server_url)})
+    plan = wakes.Plan(
+        sparse=1, sleepers=2, seconds=0.2, gap=0.05, signals=2, pause=0.05, idle_seconds=1.0,
+        far_sleepers=1,
+    )  # fmt: skip
+    with scratch_database(server_url, "smoke_wakes") as url:
+        found = wakes.measure(url, plan, tmp_path)
+    counts = {measure: len(values) for measure, values in found.items()}
+    assert counts == {"sleep_late_sparse": 1, "sleep_late_busy": 2, "signal_trip": 2}
+    ctx.recorder(wakes.NAME).table(wakes.NAME, wakes.table_rows("leaseq worker", found, 0.0))
+    ctx.recorder(wakes.NAME).params({"load": plan.load()})
+    text = report.generate(tmp_path).read_text()
+    assert "13. Durable sleep and signal" in text and "| leaseq worker | signal_trip | 2 |" in text
 
 
 def test_tiny_lease_renewal_run_reports_every_arm(server_url: str, tmp_path: Path) -> None:

@@ -1,7 +1,8 @@
 -- leaseq schema: a handler's fan-out goes through the worker's door, a queue can be given to
 -- roles (tenants), each component login is bounded in what it can hold up, a job in the
--- signals it holds and a login in the workers it registers. Five parts, each about what a
--- second login of a role can do to another's work (issue 59):
+-- signals it holds and a login in the workers it registers (five parts, each about what a
+-- second login of a role can do to another's work: issue 59); and a sleep says when it
+-- wakes (part 6, issue 60).
 --
 -- 1. The spawn door. The worker role inserted a fan-out's jobs, edges and pipelines itself
 --    and updated a job's has_children, under policies that asked only that some job of the
@@ -31,6 +32,11 @@
 -- 5. Registry bounds. A worker login registered 50,000 fake workers. leaseq.workers_bounded
 --    (a statement trigger, so a multi-row insert counts too) refuses a statement that
 --    leaves a login with more than 10,000 rows in leaseq.workers.
+-- 6. Sleeps that wake on time. A durable sleep of 1 s woke seconds late: nothing woke an
+--    idle worker at the wake time, so the next idle poll found the job. leaseq.lease_sleep
+--    now notifies leaseq_jobs with '<queue> <seconds> <job type>', the seconds counted by
+--    the database from its own now ('<queue>' alone when the wake time has passed), and
+--    listening workers claim at that time.
 --
 -- `leaseq migrate` re-grants the registered roles after applying this migration, so an
 -- upgrade gets all three without naming its roles.
@@ -812,6 +818,48 @@ AS $function$
 $function$
 ;
 REVOKE ALL ON FUNCTION leaseq.lease_queues(text[]) FROM PUBLIC;
+
+CREATE OR REPLACE FUNCTION leaseq.lease_sleep(job bigint, holder text, token bigint, secret bytea, started timestamp with time zone, until_at timestamp with time zone, at timestamp with time zone)
+ RETURNS TABLE(id bigint, status text, available_at timestamp with time zone)
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+#variable_conflict use_column
+BEGIN
+    RETURN QUERY
+    WITH t AS (SELECT leaseq.lease_now(lease_sleep.at) AS now),
+    slept AS (
+        UPDATE leaseq.jobs j
+           SET status = 'pending',
+               available_at = greatest(t.now, leaseq.lease_run_at(lease_sleep.until_at)),
+               attempt_count = j.attempt_count - 1,
+               lease_token = j.lease_token + 1, lease_expires_at = NULL,
+               started_at = NULL, heartbeat_at = NULL
+          FROM t
+         WHERE j.id = lease_sleep.job AND j.lease_owner = lease_sleep.holder
+           AND j.lease_token = lease_sleep.token AND j.lease_digest = sha256(lease_sleep.secret || int8send(j.id))
+           AND j.lease_expires_at > t.now
+        RETURNING j.id, j.queue, j.job_type, j.available_at, j.attempt_count + 1 AS attempt
+    ),
+    attempt AS (
+        INSERT INTO leaseq.job_attempts (job_id, attempt, lease_token, worker, started_at, ended_at, outcome, error)
+        SELECT s.id, s.attempt, lease_sleep.token, lease_sleep.holder, lease_sleep.started, t.now,
+               'released', 'sleeping until ' || s.available_at
+          FROM slept s, t
+    ),
+    woke AS (
+        SELECT pg_notify('leaseq_jobs',
+                         CASE WHEN s.available_at <= t.now THEN s.queue
+                              ELSE s.queue || ' ' || extract(epoch FROM s.available_at - t.now)
+                                   || ' ' || s.job_type END)
+          FROM slept s, t
+    )
+    -- Joined to the count so that the notification is sent (a CTE nobody reads never runs).
+    SELECT s.id, 'pending'::text, s.available_at FROM slept s, (SELECT count(*) FROM woke) w;
+END
+$function$
+;
 
 CREATE OR REPLACE FUNCTION leaseq.lease_spawn(job bigint, holder text, token bigint, secret bytea, name text, queues text[], job_types text[], payloads jsonb[], priorities smallint[], max_attempts integer[], run_ats timestamp with time zone[], delays double precision[], timeouts double precision[], idempotency_keys text[], deps_left integer[], has_children boolean[], keys text[], inherits boolean[], parents bigint[], children bigint[], afters text[], counted boolean[], at timestamp with time zone)
  RETURNS TABLE(pipeline_id bigint)

@@ -65,7 +65,12 @@ def test_worker_settings_from_flags_and_environment() -> None:
     assert s.metrics_address == "127.0.0.1"
     flags = parse(["--queue", "a", "--queue", "b"], env)
     assert flags.queues == ("a", "b")
-    assert parse([], env).worker_id.endswith(f"-{os.getpid()}")
+    # A random part after the pid: a restarted container's worker (PID 1 again) has an id of
+    # its own, so its leases are never taken for those of the container that terminated.
+    first, second = parse([], env), parse([], env)
+    assert f"-{os.getpid()}-" in first.worker_id and first.worker_id != second.worker_id
+    assert first.own_id  # so it registers when it started, and is reclaimed at its end
+    assert not parse(["--worker-id", "fixed"], env).own_id
 
 
 @pytest.mark.parametrize(

@@ -100,13 +100,15 @@ SELECT r.status, r.recorded
                             %(started_at)s::timestamptz, %(call)s, %(now)s::timestamptz) r;
 
 -- name: job_reap
--- Returns up to %(limit)s running jobs whose lease has expired to pending in their old place (the expired lease was the backoff), or dead when attempts are exhausted; records each attempt and which reaper (%(reaper)s) took it.
+-- Returns up to %(limit)s running jobs whose lease has expired (or, given %(owners)s, every running job those owners hold: workers known dead) to pending in their old place (the lease was the backoff), or dead when attempts are exhausted; records each attempt and which reaper (%(reaper)s) took it.
 WITH t AS (SELECT coalesce(%(now)s::timestamptz, now()) AS now),
 expired AS (
     SELECT j.id, j.lease_owner, j.lease_token, j.attempt_count, j.started_at,
            (j.timeout IS NOT NULL AND j.started_at + least(j.timeout, interval '100 years') <= t.now) AS timed_out
       FROM leaseq.jobs j, t
-     WHERE j.status = 'running' AND j.lease_expires_at <= t.now
+     WHERE j.status = 'running'
+       AND CASE WHEN %(owners)s::text[] IS NULL THEN j.lease_expires_at <= t.now
+                ELSE j.lease_owner = ANY(%(owners)s::text[]) END
      ORDER BY j.lease_expires_at
      LIMIT %(limit)s
        FOR UPDATE OF j SKIP LOCKED
@@ -118,7 +120,9 @@ reaped AS (
            finished_at = CASE WHEN j.attempt_count >= j.max_attempts THEN t.now END,
            lease_owner = CASE WHEN j.attempt_count >= j.max_attempts THEN j.lease_owner END,
            lease_expires_at = NULL,
-           last_error = CASE WHEN e.timed_out THEN 'timed out' ELSE 'lease expired' END
+           last_error = CASE WHEN e.timed_out THEN 'timed out'
+                             WHEN %(owners)s::text[] IS NULL THEN 'lease expired'
+                             ELSE 'lease ended: its worker terminated' END
                         || ' (owner ' || e.lease_owner || ', token ' || e.lease_token || ')',
            last_error_code = CASE WHEN e.timed_out THEN 'TIMED_OUT' ELSE 'LEASE_EXPIRED' END
       FROM expired e, t
@@ -130,7 +134,9 @@ attempt AS (
     INSERT INTO leaseq.job_attempts (job_id, attempt, lease_token, worker, started_at, ended_at, outcome, error)
     SELECT r.id, r.attempt_count, r.lease_token, r.lease_owner, r.started_at, t.now,
            CASE WHEN r.timed_out THEN 'timed_out' ELSE 'lease_expired' END::leaseq.attempt_outcome,
-           'lease expired without completion' || coalesce(' (reaped by ' || %(reaper)s::text || ')', '')
+           CASE WHEN %(owners)s::text[] IS NULL THEN 'lease expired without completion'
+                ELSE 'lease ended without completion: its worker terminated' END
+           || coalesce(' (reaped by ' || %(reaper)s::text || ')', '')
       FROM reaped r, t
     ON CONFLICT (job_id, lease_token) DO NOTHING
 )

@@ -1150,16 +1150,19 @@ class Queue:
         *,
         limit: int = 1000,
         reaper: str | None = None,
+        owners: Sequence[str] | None = None,
         conn: Conn | None = None,
         now: datetime | None = None,
     ) -> list[Reaped]:
         """Bring back running jobs whose lease expired: pending in their old place (the
         expired lease was their backoff), or dead when their attempts are used up. Safe to run
         concurrently (rows are skipped, not shared). ``reaper`` (e.g. holder and term) is
-        named in each attempt row. Given ``conn`` inside a transaction, joins it (the reaper
-        holds its lock there)."""
+        named in each attempt row. Given ``owners`` (workers known dead), bring back every
+        running job they hold instead, expired or not, the same way (the attempt counts, as
+        for any crash). Given ``conn`` inside a transaction, joins it (the reaper holds its
+        lock there)."""
         with borrow(self._db, "reap", conn) as c:
-            reaped = self._store.job_reap(c, limit=limit, reaper=reaper, now=now)
+            reaped = self._store.job_reap(c, limit=limit, reaper=reaper, owners=owners, now=now)
         for job in reaped:
             log.warning(
                 "reaped job from %s: %s",

@@ -9,7 +9,7 @@ from datetime import datetime
 
 from leaseq.core import validation
 from leaseq.core._store.store import Store
-from leaseq.core.db import Db, borrow
+from leaseq.core.db import Conn, Db, borrow
 from leaseq.core.models import WorkerRecord, WorkerState
 
 log = logging.getLogger("leaseq.queue")
@@ -34,11 +34,14 @@ class Workers:
         in_flight: int,
         startup_seconds: float | None = None,
         job_types: Sequence[str] | None = None,
+        boot_at: datetime | None = None,
         now: datetime | None = None,
     ) -> None:
         """Insert this worker's row, or refresh its heartbeat, state, in-flight count,
-        ``startup_seconds`` (how long on_startup took; None while loading) and ``job_types``
-        (those it claims; None: every type of its queues)."""
+        ``startup_seconds`` (how long on_startup took; None while loading), ``job_types``
+        (those it claims; None: every type of its queues) and ``boot_at`` (when its process
+        started, by its host's clock: what a container's termination time is compared with;
+        None for an id another process may use after it, which is never reclaimed early)."""
         with borrow(self._db, "register worker") as c:
             self._store.worker_upsert(
                 c,
@@ -51,6 +54,7 @@ class Workers:
                 in_flight=in_flight,
                 startup_seconds=startup_seconds,
                 job_types=job_types,
+                boot_at=boot_at,
                 now=now,
             )
 
@@ -68,6 +72,16 @@ class Workers:
         for worker in gone:
             log.info("forgot silent worker", extra={"worker": worker})
         return gone
+
+    def terminated(self, pod: str, node: str, finished_at: datetime, conn: Conn) -> list[str]:
+        """The workers registered from ``pod`` on ``node`` whose process started before
+        ``finished_at`` (by the node's clock, when the kubelet saw the pod's worker container
+        terminate): they ran in that container, so none can still run. Joins ``conn``'s
+        transaction (a reap pass's). Only a worker whose id is its process's own registers
+        ``boot_at``, so no later process (a restarted container's) holds a lease under these
+        ids."""
+        with borrow(self._db, "find terminated workers", conn) as c:
+            return self._store.worker_terminated(c, pod=pod, node=node, finished_at=finished_at)
 
     def list(self, queues: Sequence[str] | None = None) -> list[WorkerRecord]:
         """Registered workers (serving any of ``queues``, or all), with their running jobs."""

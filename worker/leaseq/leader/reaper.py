@@ -248,6 +248,41 @@ class Reaper:
             )
         return Pass(leading=True, locked=True, reaped=tuple(reaped))
 
+    def reclaim(
+        self, pod: str, node: str, finished_at: datetime, now: datetime | None = None
+    ) -> tuple[Reaped, ...] | None:
+        """End at once the leases of the workers that ran in ``pod``'s worker container,
+        which the kubelet on ``node`` saw terminate at ``finished_at`` (by its clock): each
+        job comes back as a reap brings back an expired one (its attempt counts, as any
+        crash's does), fenced as a reap pass is (this holder's term, the pass lock). Workers
+        that started later (a restarted container's) keep theirs. None when this replica does
+        not lead, or another pass holds the lock (the caller may try again)."""
+        if not self.leading:
+            return None
+        lease = self.lease
+        with lease.leadership.reap_pass(
+            lease.name, lease.holder, lease.term, ttl=lease.ttl, now=now
+        ) as conn:
+            if conn is None:
+                return None
+            owners = self.workers.terminated(pod, node, finished_at, conn)
+            reaped = []
+            if owners:
+                reaper = f"{lease.holder} term {lease.term}"
+                reaped = self.queue.reap(
+                    limit=REAP_BATCH, reaper=reaper, owners=owners, conn=conn, now=now
+                )
+        for job in reaped:
+            self.on_reaped(job)
+        if reaped:
+            log.info(
+                "reclaimed %d jobs of terminated workers %s",
+                len(reaped),
+                ", ".join(owners),
+                extra={"pod": pod, "node": node, "holder": lease.holder, "term": lease.term},
+            )
+        return tuple(reaped)
+
     def _repair_flow(self) -> None:
         if self.flow is None:
             return

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import enum
 import os
+import secrets
 import socket
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -135,7 +136,11 @@ LEAD = Option(
     "privileges; set false where an operator runs: its leader also scales)",
 )
 WORKER_ID = Option(
-    "worker_id", "LEASEQ_WORKER_ID", str, None, "this process's name in leases (hostname-pid)"
+    "worker_id",
+    "LEASEQ_WORKER_ID",
+    str,
+    None,
+    "this process's name in leases (hostname-pid-random)",
 )
 POD_NAME = Option("pod_name", "LEASEQ_POD_NAME", str, None, "Kubernetes pod (downward API)")
 NODE_NAME = Option("node_name", "LEASEQ_NODE_NAME", str, None, "Kubernetes node (downward API)")
@@ -188,6 +193,9 @@ class WorkerSettings:
     metrics_address: str = "0.0.0.0"  # noqa: S104 - see config.METRICS_ADDRESS
     log_level: str = "INFO"
     log_format: str = "text"
+    #: True when ``worker_id`` was made for this process (not given): no other process,
+    #: a restarted container's included, ever holds a lease under it.
+    own_id: bool = False
 
     def __post_init__(self) -> None:
         if self.concurrency > MAX_CONCURRENCY:
@@ -208,7 +216,12 @@ class WorkerSettings:
                 f"({self.lease_seconds}), or every lease expires between renewals"
             )
         if not self.worker_id:
-            object.__setattr__(self, "worker_id", f"{socket.gethostname()}-{os.getpid()}")
+            # The random part makes each process's id its own: in a container the worker is
+            # PID 1 every time, and a restarted container's leases must never be taken for
+            # those of the one that terminated.
+            worker_id = f"{socket.gethostname()}-{os.getpid()}-{secrets.token_hex(3)}"
+            object.__setattr__(self, "worker_id", worker_id)
+            object.__setattr__(self, "own_id", True)
 
     @classmethod
     def from_args(

@@ -34,6 +34,7 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Callable
+from datetime import UTC, datetime
 from functools import partial
 from typing import Any
 
@@ -104,6 +105,11 @@ class Worker:
             mark_supervisor()  # before the first thread (the pool's) starts
         self.settings = settings
         self.registry = registry
+        # By this host's clock, the one the kubelet dates a container's termination by: a
+        # worker that started before its container terminated ran in it, and the operator
+        # ends its leases at once (leaseq.workers.boot_at). Not for an id given by the user:
+        # a restarted container's worker could hold leases under it.
+        self.boot_at = datetime.now(UTC) if settings.own_id else None
         self.metrics = WorkerMetrics(settings.queues, registry.job_types)
         self.health = Health()
         self.jobs = InFlightTable()
@@ -345,6 +351,7 @@ class Worker:
                     in_flight=len(self.jobs),
                     startup_seconds=self.startup_seconds,
                     job_types=self.registry.job_types,
+                    boot_at=self.boot_at,
                 )
         except LeaseqError as exc:
             if isinstance(exc, NOT_READY_ERRORS):

@@ -747,12 +747,23 @@ class Store(Runner):
         return JobStatus(row["status"]) if row["status"] is not None else None
 
     def job_reap(
-        self, conn: Conn, *, limit: int, reaper: str | None, now: datetime | None = None
+        self,
+        conn: Conn,
+        *,
+        limit: int,
+        reaper: str | None,
+        owners: Sequence[str] | None = None,
+        now: datetime | None = None,
     ) -> list[Reaped]:
         rows = self._dicts(
             conn,
             "job_reap",
-            {"limit": limit, "reaper": reaper, "now": now},
+            {
+                "limit": limit,
+                "reaper": reaper,
+                "owners": None if owners is None else list(owners),
+                "now": now,
+            },
             "reap",
         )
         return [
@@ -1022,6 +1033,7 @@ class Store(Runner):
         in_flight: int,
         startup_seconds: float | None = None,
         job_types: Sequence[str] | None = None,
+        boot_at: datetime | None = None,
         now: datetime | None = None,
     ) -> None:
         self._dicts(
@@ -1037,10 +1049,22 @@ class Store(Runner):
                 "in_flight": in_flight,
                 "startup_seconds": startup_seconds,
                 "job_types": None if job_types is None else list(job_types),
+                "boot_at": boot_at,
                 "now": now,
             },
             "register worker",
         )
+
+    def worker_terminated(
+        self, conn: Conn, *, pod: str, node: str, finished_at: datetime
+    ) -> list[str]:
+        rows = self._dicts(
+            conn,
+            "worker_terminated",
+            {"pod": pod, "node": node, "finished_at": finished_at},
+            "find terminated workers",
+        )
+        return [str(r["worker_id"]) for r in rows]
 
     def worker_delete(self, conn: Conn, worker_id: str) -> bool:
         return bool(self._dicts(conn, "worker_delete", {"worker_id": worker_id}, "remove worker"))

@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import threading
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 from leaseq.core.db import open_pool
@@ -153,6 +154,9 @@ class OperatorApp:
             on_ticked=self.metrics.count_tick,
         )
         self.pools: dict[str, PoolState] = {}
+        #: The last termination of each pod's worker container whose leases were ended (by
+        #: pod uid, until the pod is deleted): repeated pod events do not reclaim again.
+        self.reclaimed: dict[str, datetime] = {}
         self._started = False
         self._stopped = False
 

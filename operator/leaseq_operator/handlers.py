@@ -58,7 +58,7 @@ from leaseq.core.errors import LeaseqError
 from leaseq.core.models import SILENT_AFTER_SECONDS, QueueStats, UnservedWork, WorkerRecord
 from leaseq.core.queue import Queue
 from leaseq.core.workers import Workers
-from leaseq_operator import capacity, conditions, protection, scaling
+from leaseq_operator import capacity, conditions, protection, scaling, terminations
 from leaseq_operator.app import OperatorApp, PoolState, remedy
 from leaseq_operator.conditions import Condition
 from leaseq_operator.kube import POOL_LABEL, KubeError, ObjectRef, Pod, TargetNotFound
@@ -465,6 +465,49 @@ def run_pools(app: OperatorApp, stop: threading.Event) -> None:
                 del busy[key]
 
 
+RECLAIM_TRIES = 5  # a reap pass holding the pass lock is short: try again this many times
+RECLAIM_RETRY_SECONDS = 0.2
+
+
+def reclaim_terminated(app: OperatorApp, body: Mapping[str, Any], deleted: bool) -> None:
+    """End at once the leases of the workers that ran in ``body``'s worker container if the
+    kubelet reported it terminated (:mod:`leaseq_operator.terminations`); only the leading
+    replica acts, once per termination. A pod whose statuses do not say so (deleted while
+    running, on a node that stopped reporting) leaves its jobs to their leases."""
+    ended = terminations.terminated(body)
+    uid = str((body.get("metadata") or {}).get("uid") or "")
+    try:
+        if ended is None or app.reclaimed.get(uid) == ended.finished_at:
+            return
+        for _ in range(RECLAIM_TRIES):
+            try:
+                reaped = app.reaper.reclaim(ended.pod, ended.node, ended.finished_at)
+            except LeaseqError as exc:
+                log.warning(
+                    "pod %s/%s: could not end the leases of its terminated worker: %s",
+                    ended.namespace, ended.pod, exc,
+                )  # fmt: skip
+                return
+            if reaped is not None:
+                break
+            if not app.leading:
+                return  # the leader reclaims
+            time.sleep(RECLAIM_RETRY_SECONDS)  # a reap pass holds the lock: a short wait
+        else:
+            return
+        app.reclaimed[uid] = ended.finished_at
+        if reaped:
+            log.info(
+                "pod %s/%s: worker container terminated (%s, exit code %s, at %s): %d jobs "
+                "back without waiting for their leases",
+                ended.namespace, ended.pod, ended.reason, ended.exit_code,
+                conditions.timestamp(ended.finished_at), len(reaped),
+            )  # fmt: skip
+    finally:
+        if deleted:
+            app.reclaimed.pop(uid, None)
+
+
 def build_registry(app: OperatorApp) -> kopf.OperatorRegistry:
     """A registry with the operator's handlers bound to ``app`` (one per operator instance)."""
     registry = kopf.OperatorRegistry()
@@ -492,6 +535,11 @@ def build_registry(app: OperatorApp) -> kopf.OperatorRegistry:
         if not app.reaper.alive:
             raise RuntimeError("the reaper thread is not running")
         return {"leading": app.leading}
+
+    # Watching only, as for WorkerPools: no finalizer, nothing written to the pods.
+    @kopf.on.event("", "v1", "pods", registry=registry)
+    def pods(type: str | None, body: kopf.Body, **_: Any) -> None:
+        reclaim_terminated(app, body, deleted=type == "DELETED")
 
     # Watching only: an event handler needs no finalizer (see the module docstring).
     @kopf.on.event(GROUP, VERSION, PLURAL, registry=registry)

@@ -35,7 +35,8 @@ OPERATOR_RULES = {
     # patch: only to resume a Deployment the chart created paused (the admission policy)
     ("apps", "deployments"): {"get", "patch"},
     ("apps", "deployments/scale"): {"patch"},
-    ("", "pods"): {"list", "patch"},
+    # watch: a worker container that terminated has its jobs' leases ended at once
+    ("", "pods"): {"list", "watch", "patch"},
     ("", "events"): {"create"},
 }
 

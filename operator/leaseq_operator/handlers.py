@@ -11,6 +11,10 @@ Users' Deployments are read, scaled by a server-side apply of their scale subres
 (only one the chart created paused for the operator's first scale) resumed; every write names
 the field manager ``leaseq-operator``.
 
+kopf also watches pods (``@kopf.on.event``, nothing written to them): when the kubelet
+reports a worker container terminated, the leading replica ends its workers' leases at once
+(:func:`reclaim_terminated`, :mod:`leaseq_operator.terminations`).
+
 Handlers are synchronous on purpose: kopf runs them in worker threads, where the blocking
 ``kubernetes`` client and the psycopg pool belong (never inside a coroutine).
 

@@ -10,7 +10,7 @@ import pytest
 
 import leaseq
 from leaseq.leader.reaper import LeaderLease, Reaper
-from support.roles import Roles, login_roles
+from support.roles import Roles, component_roles
 
 POD, NODE = "workers-7f9c-x2", "node-1"
 BOOT = datetime(2026, 12, 1, 10, 0, tzinfo=UTC)  # the worker's start, by the node's clock
@@ -19,12 +19,7 @@ KILLED = BOOT + timedelta(minutes=5)  # the kubelet's finishedAt, by the same cl
 
 @pytest.fixture
 def roles(database_url: str) -> Iterator[Roles]:
-    with login_roles(database_url) as made:
-        with leaseq.connect(database_url, action="migrate") as conn:
-            names = made.names
-            leaseq.migrate(
-                conn, leaseq.ComponentRoles(names["worker"], names["operator"], names["producer"])
-            )
+    with component_roles(database_url) as made:
         yield made
 
 

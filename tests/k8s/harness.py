@@ -5,6 +5,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any, TypeVar
 
 import kubernetes.client
@@ -110,8 +111,15 @@ class Api:
         return dict(self.core.read_namespaced_pod(pod, NAMESPACE).metadata.annotations or {})
 
 
-def register_worker(conn: leaseq.core.db.Conn, worker: str, pod: str, queue: str = "ocr") -> None:
-    """Register ``worker`` as running in ``pod`` (what a worker process does at start-up)."""
+def register_worker(
+    conn: leaseq.core.db.Conn,
+    worker: str,
+    pod: str,
+    queue: str = "ocr",
+    boot_at: datetime | None = None,
+) -> None:
+    """Register ``worker`` as running in ``pod`` on node-1 (what a worker process does at
+    start-up), its process started at ``boot_at`` by the node's clock."""
     leaseq.Workers(conn).register(
         worker,
         pod=pod,
@@ -120,6 +128,7 @@ def register_worker(conn: leaseq.core.db.Conn, worker: str, pod: str, queue: str
         concurrency=4,
         state=leaseq.WorkerState.RUNNING,
         in_flight=0,
+        boot_at=boot_at,
     )
 
 

@@ -29,7 +29,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
-from harness import NAMESPACE, Api, RunningOperator, StartOperator
+from harness import NAMESPACE, Api, RunningOperator, StartOperator, register_worker
 
 import leaseq
 from leaseq_operator import handlers
@@ -37,7 +37,7 @@ from support.polling import wait_for
 
 pytestmark = pytest.mark.k8s
 
-NODE = "node-1"
+NODE = "node-1"  # where harness.register_worker registers workers
 LEASE = 300.0  # seconds: every wait below is far shorter, so only a reclaim can end these
 WAIT = 30.0
 
@@ -106,19 +106,6 @@ def _worker_status(state: Mapping[str, Any], last: Mapping[str, Any] | None = No
     }
 
 
-def _register(conn: leaseq.core.db.Conn, worker: str, pod: str, boot_at: datetime) -> None:
-    leaseq.Workers(conn).register(
-        worker,
-        pod=pod,
-        node=NODE,
-        queues=["ocr"],
-        concurrency=4,
-        state=leaseq.WorkerState.RUNNING,
-        in_flight=0,
-        boot_at=boot_at,
-    )
-
-
 def _claim(queue: leaseq.Queue, worker: str, count: int = 1) -> list[int]:
     ids = [queue.enqueue("ocr", "extract").job_id for _ in range(count)]
     claimed = queue.claim(["ocr"], worker, limit=count, lease_seconds=LEASE)
@@ -160,7 +147,7 @@ def test_an_oom_killed_worker_gives_its_jobs_back_at_once(
     operator = _leader(start_operator)
     booted = datetime.now(UTC) - timedelta(seconds=60)
     _create_worker_pod(api, "workers-a")
-    _register(conn, "workers-a-1-aaaaaa", "workers-a", booted)
+    register_worker(conn, "workers-a-1-aaaaaa", "workers-a", boot_at=booted)
     ids = _claim(queue, "workers-a-1-aaaaaa", count=2)
     _set_status(api, "workers-a", {"phase": "Running", "containerStatuses": [
         _worker_status(_running(booted))]})  # fmt: skip
@@ -194,9 +181,9 @@ def test_a_restarted_containers_worker_keeps_its_leases(
     finished = booted + timedelta(seconds=30)
     restarted = finished + timedelta(seconds=1)
     _create_worker_pod(api, "workers-b")
-    _register(conn, "workers-b-1-aaaaaa", "workers-b", booted)
+    register_worker(conn, "workers-b-1-aaaaaa", "workers-b", boot_at=booted)
     [old] = _claim(queue, "workers-b-1-aaaaaa")
-    _register(conn, "workers-b-1-bbbbbb", "workers-b", restarted)
+    register_worker(conn, "workers-b-1-bbbbbb", "workers-b", boot_at=restarted)
     [new] = _claim(queue, "workers-b-1-bbbbbb")
 
     _set_status(api, "workers-b", {"phase": "Running", "containerStatuses": [
@@ -221,7 +208,7 @@ def test_a_pod_on_an_unreachable_node_keeps_its_jobs_until_their_leases_end(
     _leader(start_operator)
     booted = datetime.now(UTC) - timedelta(seconds=60)
     _create_worker_pod(api, "workers-c")
-    _register(conn, "workers-c-1-aaaaaa", "workers-c", booted)
+    register_worker(conn, "workers-c-1-aaaaaa", "workers-c", boot_at=booted)
     [job_id] = _claim(queue, "workers-c-1-aaaaaa")
     running = [_worker_status(_running(booted))]
     _set_status(api, "workers-c", {"phase": "Running", "containerStatuses": running})

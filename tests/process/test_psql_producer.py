@@ -13,9 +13,8 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
-import leaseq
 from support.polling import wait_for
-from support.roles import Roles, login_roles
+from support.roles import Roles, component_roles
 from support.workers import WorkerProcess
 
 pytestmark = pytest.mark.process
@@ -28,12 +27,7 @@ IDLE_GAP = 0.5 * 2 ** (IDLE_CLAIMS - 1) / 2  # the 6th idle delay's step is 16 s
 
 @pytest.fixture
 def roles(database_url: str) -> Iterator[Roles]:
-    with login_roles(database_url) as made:
-        names = made.names
-        with leaseq.connect(database_url, action="migrate") as conn:
-            leaseq.migrate(
-                conn, leaseq.ComponentRoles(names["worker"], names["operator"], names["producer"])
-            )
+    with component_roles(database_url) as made:
         yield made
 
 

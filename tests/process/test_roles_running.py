@@ -16,18 +16,13 @@ import leaseq
 from leaseq.leader.reaper import LeaderLease, Reaper
 from leaseq_operator.metrics import OperatorMetrics
 from support.polling import wait_for
-from support.roles import Roles, login_roles
+from support.roles import Roles, component_roles
 from support.workers import WorkerProcess
 
 
 @pytest.fixture
 def roles(database_url: str) -> Iterator[Roles]:
-    with login_roles(database_url) as made:
-        with leaseq.connect(database_url, action="migrate") as conn:
-            names = made.names
-            leaseq.migrate(
-                conn, leaseq.ComponentRoles(names["worker"], names["operator"], names["producer"])
-            )
+    with component_roles(database_url) as made:
         yield made
 
 

@@ -52,3 +52,18 @@ def migrate_granting_all(url: str, roles: Roles) -> None:
             leaseq.ComponentRoles(names["worker"], names["operator"], names["producer"]),
             leaseq.ConsoleRole(names["console"], admin=True),
         )
+
+
+@contextmanager
+def component_roles(database_url: str) -> Iterator[Roles]:
+    """A LOGIN role per component, granted what `leaseq migrate --worker-role ...
+    --operator-role ... --producer-role ...` grants each, in ``database_url``."""
+    import leaseq
+
+    with login_roles(database_url) as made:
+        names = made.names
+        with leaseq.connect(database_url, action="migrate") as conn:
+            leaseq.migrate(
+                conn, leaseq.ComponentRoles(names["worker"], names["operator"], names["producer"])
+            )
+        yield made

@@ -34,6 +34,7 @@ def spawn_worker(database_url: str, tmp_path: Path) -> Iterator[Callable[..., Wo
         isolation: str = "thread",
         env: dict[str, str] | None = None,
         app: str = "apps:registry",
+        own_id: bool = False,
     ) -> WorkerProcess:
         return workers.start(
             worker_id,
@@ -48,6 +49,7 @@ def spawn_worker(database_url: str, tmp_path: Path) -> Iterator[Callable[..., Wo
             "--isolation", isolation,
             "--log-level", "DEBUG",
             env=env,
+            own_id=own_id,
         )  # fmt: skip
 
     yield spawn

@@ -64,14 +64,18 @@ class Workers:
         self.pythonpath = [str(p) for p in pythonpath]
         self.started: list[WorkerProcess] = []
 
-    def start(self, worker_id: str, *args: str, env: dict[str, str] | None = None) -> WorkerProcess:
+    def start(
+        self, worker_id: str, *args: str, env: dict[str, str] | None = None, own_id: bool = False
+    ) -> WorkerProcess:
         """``leaseq worker --worker-id <worker_id> --metrics-port <free port> <args>``, once
-        it has registered in the database and answers /healthz."""
+        it has registered in the database and answers /healthz. ``own_id``: no
+        ``--worker-id``, the worker makes its own id (``worker_id`` names only its log, and
+        ``env`` must give it a ``LEASEQ_POD_NAME`` no other worker registers with)."""
         port = net.free_port()
         log = self.workdir / f"{worker_id}.log"
         cmd = [
             sys.executable, "-m", "leaseq.cli", "worker",
-            "--worker-id", worker_id,
+            *([] if own_id else ["--worker-id", worker_id]),
             "--metrics-port", str(port),
             *args,
         ]  # fmt: skip
@@ -92,16 +96,23 @@ class Workers:
             )
         worker = WorkerProcess(worker_id, proc, port, log)
         self.started.append(worker)
+        pod = full_env.get("LEASEQ_POD_NAME") if own_id else None
+
+        def registered() -> list[str]:
+            return [
+                w.worker_id
+                for w in registry.list()
+                if (w.pod == pod if own_id else w.worker_id == worker_id)
+            ]
+
         with leaseq.connect(self.database_url, action="test") as conn:
             registry = leaseq.Workers(conn)
             wait_for(
-                lambda: (
-                    proc.poll() is not None
-                    or any(w.worker_id == worker_id for w in registry.list())
-                ),
+                lambda: proc.poll() is not None or registered(),
                 f"worker {worker_id} to register",
             )
-        assert proc.poll() is None, log.read_text()
+            assert proc.poll() is None, log.read_text()
+            [worker.worker_id] = registered()
         wait_for(worker.serving, f"worker {worker_id} to serve HTTP")
         return worker
 

@@ -502,10 +502,12 @@ def reclaim_terminated(app: OperatorApp, body: Mapping[str, Any], deleted: bool)
         app.reclaimed[uid] = ended.finished_at
         if reaped:
             log.info(
-                "pod %s/%s: worker container terminated (%s, exit code %s, at %s): %d jobs "
-                "back without waiting for their leases",
+                "pod %s/%s: worker container terminated (%s, exit code %s, at %s): %d jobs of "
+                "%s back without waiting for their leases",
                 ended.namespace, ended.pod, ended.reason, ended.exit_code,
                 conditions.timestamp(ended.finished_at), len(reaped),
+                ", ".join(sorted({job.previous_owner for job in reaped})),
+                extra={"pod": ended.pod, "namespace": ended.namespace, "node": ended.node},
             )  # fmt: skip
     finally:
         if deleted:

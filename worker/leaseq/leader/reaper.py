@@ -274,13 +274,6 @@ class Reaper:
                 )
         for job in reaped:
             self.on_reaped(job)
-        if reaped:
-            log.info(
-                "reclaimed %d jobs of terminated workers %s",
-                len(reaped),
-                ", ".join(owners),
-                extra={"pod": pod, "node": node, "holder": lease.holder, "term": lease.term},
-            )
         return tuple(reaped)
 
     def _repair_flow(self) -> None:

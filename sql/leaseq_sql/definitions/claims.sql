@@ -31,7 +31,8 @@ CREATE OR REPLACE FUNCTION leaseq.lease_claim(queues text[], job_types text[], h
 RETURNS TABLE (id bigint, queue text, job_type text, payload jsonb, priority smallint,
                available_at timestamptz, attempt_count integer, max_attempts integer,
                lease_token bigint, lease_expires_at timestamptz, started_at timestamptz,
-               timeout_seconds double precision, idempotency_key text, checkpoint jsonb)
+               timeout_seconds double precision, idempotency_key text, checkpoint jsonb,
+               trace_context jsonb)
 LANGUAGE plpgsql SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $fn$
@@ -82,7 +83,7 @@ BEGIN
         RETURNING j.id, j.queue, j.job_type, j.payload, j.priority, j.available_at, j.attempt_count,
                   j.max_attempts, j.lease_token, j.lease_expires_at, j.started_at,
                   extract(epoch FROM j.timeout)::float8 AS timeout_seconds,
-                  j.idempotency_key, j.checkpoint
+                  j.idempotency_key, j.checkpoint, j.trace_context
     )
     SELECT * FROM claimed ORDER BY priority, available_at, id;
 END
@@ -101,7 +102,8 @@ CREATE OR REPLACE FUNCTION leaseq.lease_claim_keyed(queues text[], job_types tex
 RETURNS TABLE (id bigint, queue text, job_type text, payload jsonb, priority smallint,
                available_at timestamptz, attempt_count integer, max_attempts integer,
                lease_token bigint, lease_expires_at timestamptz, started_at timestamptz,
-               timeout_seconds double precision, idempotency_key text, checkpoint jsonb)
+               timeout_seconds double precision, idempotency_key text, checkpoint jsonb,
+               trace_context jsonb)
 LANGUAGE plpgsql SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $fn$
@@ -224,7 +226,7 @@ BEGIN
         RETURNING j.id, j.queue, j.job_type, j.payload, j.priority, j.available_at, j.attempt_count,
                   j.max_attempts, j.lease_token, j.lease_expires_at, j.started_at,
                   extract(epoch FROM j.timeout)::float8 AS timeout_seconds,
-                  j.idempotency_key, j.checkpoint
+                  j.idempotency_key, j.checkpoint, j.trace_context
     )
     -- end shared: keyed_claimed
     SELECT claimed.* FROM claimed ORDER BY priority, available_at, id;
@@ -251,7 +253,7 @@ RETURNS TABLE (id bigint, queue text, job_type text, payload jsonb, priority sma
                available_at timestamptz, attempt_count integer, max_attempts integer,
                lease_token bigint, lease_expires_at timestamptz, started_at timestamptz,
                timeout_seconds double precision, idempotency_key text, checkpoint jsonb,
-               rated boolean)
+               trace_context jsonb, rated boolean)
 LANGUAGE plpgsql SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $fn$
@@ -349,7 +351,7 @@ BEGIN
         RETURNING j.id, j.queue, j.job_type, j.payload, j.priority, j.available_at, j.attempt_count,
                   j.max_attempts, j.lease_token, j.lease_expires_at, j.started_at,
                   extract(epoch FROM j.timeout)::float8 AS timeout_seconds,
-                  j.idempotency_key, j.checkpoint
+                  j.idempotency_key, j.checkpoint, j.trace_context
     )
     -- end shared: keyed_claimed
     SELECT claimed.*, r.yes AS rated
@@ -376,7 +378,7 @@ RETURNS TABLE (id bigint, queue text, job_type text, payload jsonb, priority sma
                available_at timestamptz, attempt_count integer, max_attempts integer,
                lease_token bigint, lease_expires_at timestamptz, started_at timestamptz,
                timeout_seconds double precision, idempotency_key text, checkpoint jsonb,
-               limited boolean, rated boolean)
+               trace_context jsonb, limited boolean, rated boolean)
 LANGUAGE plpgsql SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $fn$
@@ -440,7 +442,7 @@ BEGIN
         RETURNING j.id, j.queue, j.job_type, j.payload, j.priority, j.available_at, j.attempt_count,
                   j.max_attempts, j.lease_token, j.lease_expires_at, j.started_at,
                   extract(epoch FROM j.timeout)::float8 AS timeout_seconds,
-                  j.idempotency_key, j.checkpoint
+                  j.idempotency_key, j.checkpoint, j.trace_context
     )
     -- end shared: keyed_claimed
     SELECT claimed.*, l.yes AS limited,

@@ -17,7 +17,10 @@
 -- (Queue.enqueue, leaseq.enqueue() or a producer's own INSERT): a payload of at most
 -- 1,048,576 bytes as JSON, at most 1,000 attempts, a start time within 3,650 days of now
 -- (finite: every reader of every tenant computes ages from it), a timeout of at most 3,650
--- days, and keys of 1-512 characters. The payload is measured as text, as readers get it: its
+-- days, keys of 1-512 characters, and a trace context (the W3C traceparent and tracestate
+-- headers the enqueue's span wrote, leaseq.core.tracing) that is a JSON object of at most 1,024
+-- bytes: the headers' own limits (55 and 512 characters) with room for their names, so a
+-- producer cannot park a payload in it. The payload is measured as text, as readers get it: its
 -- stored size says little (a number such as 1e100000 is a few bytes stored, 100,001 printed).
 CREATE OR REPLACE FUNCTION leaseq.jobs_check_written()
 RETURNS trigger
@@ -59,6 +62,10 @@ BEGIN
         ELSIF length(NEW.idempotency_key) > 512 OR length(NEW.dedup_key) > 512 THEN
             field := CASE WHEN length(NEW.idempotency_key) > 512 THEN 'idempotency_key' ELSE 'dedup_key' END;
             problem := format('is %s characters long; the limit is 512', greatest(length(NEW.idempotency_key), length(NEW.dedup_key)));
+        ELSIF jsonb_typeof(NEW.trace_context) <> 'object' THEN
+            field := 'trace_context'; problem := format('must be a JSON object of W3C trace headers, got a JSON %s', jsonb_typeof(NEW.trace_context));
+        ELSIF octet_length(NEW.trace_context::text) > 1024 THEN
+            field := 'trace_context'; problem := format('is %s bytes as JSON; the limit is 1024', octet_length(NEW.trace_context::text));
         END IF;
         IF field IS NOT NULL THEN
             RAISE EXCEPTION 'invalid %: %; nothing was written', field, problem

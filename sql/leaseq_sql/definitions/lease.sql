@@ -780,7 +780,8 @@ REVOKE ALL ON FUNCTION leaseq.lease_spawn_lock(bigint, text, bigint, bytea, bigi
 -- graph's jobs (node i of the arrays gets a fresh id; in the edges, -i names node i and a
 -- positive id an existing job) with their edges, each job owned by the spawner's producer,
 -- in the spawner's pipeline (grown and so reopened) or a new one of that producer's named
--- `name`, a node that inherits taking the spawner's flow key; each into a queue open to that
+-- `name`, a node that inherits taking the spawner's flow key, each in the spawner's trace
+-- (its trace context: a fan-out's first attempts are children of the enqueue's span); each into a queue open to that
 -- producer (tenants.sql), else nothing is written and it says which queue. Only for a lease that holds;
 -- returns the pipeline's id, no row otherwise. The caller counts each node's unmet parents
 -- (deps_left) from what lease_spawn_lock returned: a fan-out is its own holder's to shape.
@@ -807,7 +808,7 @@ DECLARE
     pipeline bigint;
     refused text;
 BEGIN
-    SELECT j.pipeline_id, j.key, j.enqueued_by, leaseq.lease_now(lease_spawn.at) AS now
+    SELECT j.pipeline_id, j.key, j.enqueued_by, j.trace_context, leaseq.lease_now(lease_spawn.at) AS now
       INTO spawner
       FROM leaseq.jobs j
      WHERE j.id = lease_spawn.job AND j.lease_owner = lease_spawn.holder
@@ -841,14 +842,15 @@ BEGIN
     END IF;
     INSERT INTO leaseq.jobs (id, queue, job_type, payload, priority, max_attempts, available_at,
                              timeout, idempotency_key, created_at, status, deps_left,
-                             has_children, pipeline_id, key, enqueued_by)
+                             has_children, pipeline_id, key, enqueued_by, trace_context)
     OVERRIDING SYSTEM VALUE
     SELECT ids[g.i], g.queue, g.job_type, g.payload, g.priority, g.max_attempts,
            coalesce(g.run_at, spawner.now + make_interval(secs => g.delay)),
            make_interval(secs => g.timeout), g.idempotency_key, spawner.now,
            CASE WHEN g.deps_left > 0 THEN 'waiting' ELSE 'pending' END::leaseq.job_status,
            g.deps_left, g.has_children, pipeline,
-           CASE WHEN g.inherit THEN spawner.key ELSE g.key END, spawner.enqueued_by
+           CASE WHEN g.inherit THEN spawner.key ELSE g.key END, spawner.enqueued_by,
+           spawner.trace_context
       FROM unnest(lease_spawn.queues, lease_spawn.job_types, lease_spawn.payloads,
                   lease_spawn.priorities, lease_spawn.max_attempts, lease_spawn.run_ats,
                   lease_spawn.delays, lease_spawn.timeouts, lease_spawn.idempotency_keys,

@@ -15,11 +15,11 @@ WITH t AS (SELECT coalesce(%(now)s::timestamptz, now()) AS now),
 ins AS (
     INSERT INTO leaseq.jobs (queue, job_type, payload, priority, max_attempts, available_at,
                              timeout, idempotency_key, dedup_key, created_at, notify_done, key,
-                             ordering_key)
+                             ordering_key, trace_context)
     SELECT %(queue)s, %(job_type)s, %(payload)s, %(priority)s, %(max_attempts)s,
            coalesce(%(run_at)s::timestamptz, t.now + make_interval(secs => %(delay)s)),
            make_interval(secs => %(timeout)s), %(idempotency_key)s, %(dedup_key)s, t.now,
-           %(wait)s, %(key)s, %(ordering_key)s
+           %(wait)s, %(key)s, %(ordering_key)s, %(trace_context)s::jsonb
       FROM t
     ON CONFLICT (queue, dedup_key) WHERE dedup_key IS NOT NULL AND status IN ('pending', 'running')
     DO NOTHING
@@ -44,7 +44,7 @@ SELECT c.*
 SELECT j.id, j.queue, j.job_type, j.payload, j.priority, j.available_at, j.attempt_count,
        j.max_attempts, j.lease_token, j.lease_expires_at, j.started_at,
        extract(epoch FROM j.timeout)::float8 AS timeout_seconds, j.idempotency_key, j.checkpoint,
-       j.claim_id
+       j.trace_context, j.claim_id
   FROM leaseq.jobs j
   JOIN unnest(%(claim_ids)s::uuid[], %(claim_secrets)s::bytea[]) AS c(claim_id, secret)
     ON c.claim_id = j.claim_id

@@ -49,13 +49,13 @@ RETURNING id;
 -- Inserts a graph's jobs with their reserved ids, each waiting (deps_left > 0) or pending, in its pipeline, with its flow key, owned by this login (a handler's fan-out is leaseq.lease_spawn's).
 INSERT INTO leaseq.jobs (id, queue, job_type, payload, priority, max_attempts, available_at,
                          timeout, idempotency_key, created_at, status, deps_left, has_children,
-                         pipeline_id, key, enqueued_by)
+                         pipeline_id, key, enqueued_by, trace_context)
 OVERRIDING SYSTEM VALUE
 SELECT n.id, n.queue, n.job_type, n.payload, n.priority, n.max_attempts,
        coalesce(n.run_at, t.now + make_interval(secs => n.delay)),
        make_interval(secs => n.timeout), n.idempotency_key, t.now,
        CASE WHEN n.deps_left > 0 THEN 'waiting' ELSE 'pending' END::leaseq.job_status,
-       n.deps_left, n.has_children, %(pipeline_id)s, n.key, current_user
+       n.deps_left, n.has_children, %(pipeline_id)s, n.key, current_user, %(trace_context)s::jsonb
   FROM unnest(%(ids)s::bigint[], %(queues)s::text[], %(job_types)s::text[], %(payloads)s::jsonb[],
               %(priorities)s::smallint[], %(max_attempts)s::integer[], %(run_ats)s::timestamptz[],
               %(delays)s::float8[], %(timeouts)s::float8[], %(idempotency_keys)s::text[],

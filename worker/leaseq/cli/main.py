@@ -59,13 +59,15 @@ def _cmd_migrate(args: argparse.Namespace) -> int:
 
 
 def _cmd_worker(args: argparse.Namespace) -> int:
-    from leaseq.runtime import logs
+    from leaseq.runtime import logs, telemetry
     from leaseq.runtime.registry import load_app
     from leaseq.runtime.shutdown import SignalWatch
     from leaseq.runtime.worker import Worker
 
     config = worker_settings.WorkerSettings.from_args(args)
     logs.configure(config.log_level, config.log_format)
+    # Before the app is loaded: what it imports finds the tracer provider set.
+    stop_tracing = telemetry.configure()
     # Like other worker CLIs, find --app in the working directory too (last, so it never
     # shadows an installed module).
     if os.getcwd() not in sys.path:
@@ -78,6 +80,7 @@ def _cmd_worker(args: argparse.Namespace) -> int:
     finally:
         signals.retire()
         signals.close()
+        stop_tracing()
 
 
 def _cmd_demo(args: argparse.Namespace) -> int:

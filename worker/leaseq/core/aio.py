@@ -12,13 +12,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import AsyncIterator, Collection, Iterable
+from collections.abc import AsyncIterator, Collection, Iterable, Mapping
 from datetime import datetime
 from typing import Any
 
-from leaseq.core import validation, waiters
+from leaseq.core import tracing, validation, waiters
 from leaseq.core._store.astore import AsyncStore
-from leaseq.core._store.store import graph_rows, pipeline_of
+from leaseq.core._store.store import graph_rows, json_param, pipeline_of
 from leaseq.core.adb import AsyncConn, AsyncDb, aborrow, atransaction, conninfo_of
 from leaseq.core.errors import JobNotFound, JobStateError, PipelineTimeout, ResultTimeout
 from leaseq.core.graph import Dep, Graph, Plan
@@ -75,6 +75,7 @@ class AsyncQueue:
         wait: bool = False,
         key: str | None = None,
         ordering_key: str | None = None,
+        trace_context: Mapping[str, str] | None = None,
         after: Iterable[int | Dep] | None = None,
         when: After = After.SUCCEEDED,
         conn: AsyncConn | None = None,
@@ -94,6 +95,7 @@ class AsyncQueue:
             wait=wait,
             key=key,
             ordering_key=ordering_key,
+            trace_context=trace_context,
         )
         if after:
             plan = single_plan(spec, after, when)
@@ -129,7 +131,9 @@ class AsyncQueue:
             if pipeline_id is not None:
                 await self._store.pipeline_grow(c, pipeline_id, len(plan.nodes))
         jobs["pipeline_id"] = pipeline_id
-        await self._store.graph_insert_jobs(c, jobs)
+        with tracing.enqueue_span(sorted({n.queue for n in plan.nodes}), len(plan.nodes)):
+            jobs["trace_context"] = json_param(tracing.current_carrier())
+            await self._store.graph_insert_jobs(c, jobs)
         if deps["parents"]:
             await self._store.graph_insert_deps(c, deps)
         if wake:
@@ -210,9 +214,15 @@ class AsyncQueue:
         specs = [spec.validated() for spec in jobs]
         if not specs:
             return []
-        async with atransaction(self._db, "enqueue", conn) as c:
-            rows = await self._store.job_enqueue(c, [statement_fields(s) for s in specs])
-        return enqueued(specs, rows)
+        with tracing.enqueue_span([s.queue for s in specs], len(specs)) as span:
+            carrier = tracing.current_carrier()
+            async with atransaction(self._db, "enqueue", conn) as c:
+                rows = await self._store.job_enqueue(
+                    c, [statement_fields(s, carrier) for s in specs]
+                )
+            results = enqueued(specs, rows)
+            tracing.enqueued(span, [r.job_id for r in results])
+        return results
 
     async def get(self, job_id: int) -> JobRecord:
         async with aborrow(self._db, "show job") as c:

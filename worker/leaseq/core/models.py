@@ -144,6 +144,8 @@ class ClaimedJob:
     timeout_seconds: float | None
     idempotency_key: str | None
     checkpoint: Any
+    #: The W3C trace context stored at enqueue (leaseq.core.tracing), or None.
+    trace_context: dict[str, str] | None = None
 
     @property
     def effect_key(self) -> str:

@@ -21,7 +21,7 @@ import dataclasses
 import logging
 import threading
 import time
-from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import KW_ONLY, dataclass
 from datetime import UTC, datetime
 from typing import Any, TypeVar
@@ -31,8 +31,8 @@ import psycopg
 from psycopg.conninfo import make_conninfo
 from psycopg.rows import DictRow
 
-from leaseq.core import bounded, capability, validation, waiters
-from leaseq.core._store.store import Store, graph_rows, pipeline_of
+from leaseq.core import bounded, capability, tracing, validation, waiters
+from leaseq.core._store.store import Store, graph_rows, json_param, pipeline_of
 from leaseq.core.claims import ClaimPlan, Claims, keyless_then_keyed
 from leaseq.core.db import Conn, Db, borrow, replaceable, transaction
 from leaseq.core.errors import (
@@ -148,6 +148,9 @@ class JobSpec:
     key: str | None = None
     #: Aggregate whose jobs run one at a time in enqueue order (only the head is claimable).
     ordering_key: str | None = None
+    #: The W3C trace context (``traceparent``, ``tracestate``) its attempts continue; None:
+    #: the enqueue's span's (leaseq.core.tracing), if a tracer provider is set.
+    trace_context: Mapping[str, str] | None = None
 
     def validated(self) -> JobSpec:
         """This spec, checked: raises InvalidJob naming the first bad field."""
@@ -164,14 +167,19 @@ class JobSpec:
         validation.optional_key("dedup_key", self.dedup_key)
         validation.flow_key("key", self.key)
         validation.flow_key("ordering_key", self.ordering_key)
+        tracing.checked_carrier("trace_context", self.trace_context)
         if self.run_at is not None and self.run_at.tzinfo is None:
             raise InvalidJob("run_at", "must be timezone-aware")
         return self
 
 
-def statement_fields(spec: JobSpec) -> dict[str, Any]:
-    """The job_enqueue parameters of ``spec`` (``wait`` flags the new job notify_done)."""
-    return dataclasses.asdict(spec)
+def statement_fields(spec: JobSpec, carrier: tracing.Carrier | None) -> dict[str, Any]:
+    """The job_enqueue parameters of ``spec`` (``wait`` flags the new job notify_done), in
+    the trace of ``carrier`` (the enqueue span's) unless the spec names its own."""
+    fields = dataclasses.asdict(spec)
+    if spec.trace_context is None:
+        fields["trace_context"] = carrier
+    return fields
 
 
 def enqueued(specs: Sequence[JobSpec], rows: Sequence[DictRow | None]) -> list[Enqueued]:
@@ -316,7 +324,9 @@ def write_plan(
     if pipeline != NEW_PIPELINE and pipeline_id is not None:
         store.pipeline_grow(c, pipeline_id, len(plan.nodes))
     jobs["pipeline_id"] = pipeline_id
-    store.graph_insert_jobs(c, jobs)
+    with tracing.enqueue_span(sorted({n.queue for n in plan.nodes}), len(plan.nodes)):
+        jobs["trace_context"] = json_param(tracing.current_carrier())
+        store.graph_insert_jobs(c, jobs)
     if deps["parents"]:
         store.graph_insert_deps(c, deps)
     if wake:
@@ -397,6 +407,7 @@ class Queue:
         when: After = After.SUCCEEDED,
         key: str | None = None,
         ordering_key: str | None = None,
+        trace_context: Mapping[str, str] | None = None,
         conn: Conn | None = None,
         now: datetime | None = None,
     ) -> Enqueued:
@@ -418,6 +429,8 @@ class Queue:
         ``key``: the flow-control key (a tenant, an endpoint): the queue's limits and fair
         shares for it apply (see :class:`leaseq.FlowControl`). ``ordering_key``: the jobs of
         one aggregate run one at a time, in enqueue order, across retries.
+        ``trace_context``: the W3C headers (``traceparent``, ``tracestate``) of the trace its
+        first attempt continues; by default the enqueue's own span's (docs/guides/tracing.md).
         """
         spec = JobSpec(
             queue=queue,
@@ -433,6 +446,7 @@ class Queue:
             wait=wait,
             key=key,
             ordering_key=ordering_key,
+            trace_context=trace_context,
         )
         if after:
             plan = single_plan(spec, after, when)
@@ -461,9 +475,15 @@ class Queue:
         specs = [spec.validated() for spec in jobs]
         if not specs:
             return []
-        with transaction(self._db, "enqueue", conn) as c:
-            rows = self._store.job_enqueue(c, [statement_fields(spec) for spec in specs], now)
-        return enqueued(specs, rows)
+        with tracing.enqueue_span([s.queue for s in specs], len(specs)) as span:
+            carrier = tracing.current_carrier()
+            with transaction(self._db, "enqueue", conn) as c:
+                rows = self._store.job_enqueue(
+                    c, [statement_fields(spec, carrier) for spec in specs], now
+                )
+            results = enqueued(specs, rows)
+            tracing.enqueued(span, [r.job_id for r in results])
+        return results
 
     # -- waiting for results ----------------------------------------------------------------
 

@@ -31,7 +31,7 @@ from leaseq._orphans import die_with_parent
 from leaseq.core import validation
 from leaseq.core.errors import LeaseqError
 from leaseq.core.models import ClaimedJob, Lease, ParentResult, StepRecord
-from leaseq.runtime import logs
+from leaseq.runtime import logs, telemetry
 from leaseq.runtime.context import JobContext, StopReason
 from leaseq.runtime.executor import Ending, HandlerOutcome, run_unit
 from leaseq.runtime.handler_errors import Interrupted
@@ -91,6 +91,8 @@ def main(conn: Connection, spec: ChildSpec, supervisor: int, deadline: Deadline)
         conn.close()  # the pipe's ends stay the child's and the supervisor's alone
         _guard(deadline)
     logs.configure(spec.log_level, spec.log_format)
+    # Its own tracer provider: the handlers' spans are this process's to export.
+    stop_tracing = telemetry.configure()
     try:
         registry = load_app(spec.app)
         registry.run_startup()
@@ -98,7 +100,10 @@ def main(conn: Connection, spec: ChildSpec, supervisor: int, deadline: Deadline)
         log.exception("start-up failed in a child process")
         conn.send((Msg.STARTUP_FAILED, f"{type(exc).__name__}: {exc}"))
         return
-    Child(conn, spec, registry).serve()
+    try:
+        Child(conn, spec, registry).serve()
+    finally:
+        stop_tracing()
 
 
 class Deadline(Protocol):

@@ -21,6 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from leaseq.core import tracing
 from leaseq.core.errors import NoHandler
 from leaseq.core.waiters import handler_running
 from leaseq.runtime.context import (
@@ -124,7 +125,22 @@ OnDone = Callable[[list[InFlight], list[HandlerOutcome]], None]
 
 
 def run_handler(attempt: InFlight) -> HandlerOutcome:
-    """Run ``attempt``'s handler here and now; never raises (an exception is an outcome)."""
+    """Run ``attempt``'s handler here and now, under its attempt's span (a consumer span:
+    :func:`leaseq.core.tracing.attempt_span`); never raises (an exception is an outcome)."""
+    job, lease = attempt.job, attempt.job.lease
+    with tracing.attempt_span(
+        job.queue,
+        job.id,
+        job.job_type,
+        lease.attempt,
+        lease.token,
+        lease.owner,
+        job.trace_context,
+    ):
+        return _run_handler(attempt)
+
+
+def _run_handler(attempt: InFlight) -> HandlerOutcome:
     started = time.monotonic()
     job_type = attempt.job_type
     if job_type is None:
@@ -137,7 +153,10 @@ def run_handler(attempt: InFlight) -> HandlerOutcome:
     except (Exception, Suspended) as exc:
         if not isinstance(exc, Interrupted | PermanentError | Suspended):
             log.warning("handler raised %r", exc, extra=attempt.fields(), exc_info=True)
-        return HandlerOutcome.of_exception(exc, time.monotonic() - started, job_type.permanent)
+        outcome = HandlerOutcome.of_exception(exc, time.monotonic() - started, job_type.permanent)
+        tracing.attempt_ended(outcome.ending.value, exc, outcome.error_code)
+        return outcome
+    tracing.attempt_ended(Ending.RETURNED.value, None, "")
     return HandlerOutcome(Ending.RETURNED, value, seconds=time.monotonic() - started)
 
 

@@ -18,6 +18,7 @@ import threading
 from collections.abc import Awaitable, Sequence
 from typing import Any
 
+from leaseq.core import tracing
 from leaseq.core.waiters import handler_running
 from leaseq.runtime.context import JobContext
 from leaseq.runtime.handler_errors import Interrupted
@@ -36,7 +37,9 @@ def awaited(value: Any, contexts: Sequence[JobContext]) -> Any:
     here. The awaitable's own exception is raised here, with its traceback."""
     if type(value) in _PLAIN or not inspect.isawaitable(value):
         return value
-    future = asyncio.run_coroutine_threadsafe(_in_handler(value), _handler_loop())
+    future = asyncio.run_coroutine_threadsafe(
+        _in_handler(value, tracing.captured()), _handler_loop()
+    )
 
     def cancel_once_all_stopped() -> None:
         # A batch's coroutine serves every attempt of it: one attempt given up (its job
@@ -52,9 +55,10 @@ def awaited(value: Any, contexts: Sequence[JobContext]) -> Any:
         raise Interrupted("stopped: the attempt was given up") from None
 
 
-async def _in_handler(awaitable: Awaitable[Any]) -> Any:
-    # The mark is a context variable: it must be set in the task's own context.
-    with handler_running():
+async def _in_handler(awaitable: Awaitable[Any], trace_context: tracing.Context) -> Any:
+    # The mark and the attempt's span are context variables: they must be set in the task's
+    # own context (the task copies the loop thread's, not the slot's).
+    with handler_running(), tracing.carried(trace_context):
         return await awaitable
 
 

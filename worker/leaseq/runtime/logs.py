@@ -17,7 +17,7 @@ import sys
 from datetime import UTC, datetime
 from typing import Any, TextIO
 
-from leaseq.core import bounded
+from leaseq.core import bounded, tracing
 from leaseq.core.redact import redact_logs
 
 #: Longest message, and longest traceback, one log line carries (characters).
@@ -35,7 +35,8 @@ def _fields(record: logging.LogRecord, names: tuple[str, ...] = FIELDS) -> dict[
 
 
 class JsonFormatter(logging.Formatter):
-    """One JSON object per line: ts, level, logger, msg, the context fields, exc if any."""
+    """One JSON object per line: ts, level, logger, msg, the context fields, the active
+    span's trace_id and span_id, exc if any."""
 
     def format(self, record: logging.LogRecord) -> str:
         line: dict[str, Any] = {
@@ -44,6 +45,9 @@ class JsonFormatter(logging.Formatter):
             "logger": record.name,
             "msg": bounded.text(record.getMessage(), MAX_LOG_CHARS).value,
             **_fields(record, JSON_FIELDS),
+            # The span active where the line was logged (a handler's attempt or step): one
+            # filter finds a trace's lines, and a trace viewer the line's trace.
+            **tracing.log_fields(),
         }
         if record.exc_info and not record.exc_text:
             record.exc_text = self.formatException(record.exc_info)

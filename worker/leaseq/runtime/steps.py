@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Protocol, TypeVar, cast
 
+from leaseq.core import tracing
 from leaseq.core.errors import InvalidJob, LeaseqError
 from leaseq.core.models import Lease, StepRecord
 from leaseq.core.validation import MAX_STEP_NAME
@@ -177,10 +178,24 @@ class Steps:
         awaiting: bool,
     ) -> Any:
         """The step, written once for :meth:`run` and :meth:`run_async`; it awaits only
-        what the handler's code returns, and only when ``awaiting``."""
+        what the handler's code returns, and only when ``awaiting``. Under its own span
+        (``step <name>``, a child of the attempt's), whether it runs or was recorded before."""
         self._check_name(name)
+        with tracing.step_span(name, (Interrupted,)) as span:
+            return await self._traced_step(name, fn, reconcile, idempotent, span, awaiting)
+
+    async def _traced_step(
+        self,
+        name: str,
+        fn: Callable[[], Any],
+        reconcile: Callable[[Intent], Any] | None,
+        idempotent: bool,
+        span: tracing.Span,
+        awaiting: bool,
+    ) -> Any:
         record = (await self._known(awaiting)).get(name)
         if record is not None and record.recorded:
+            tracing.step_replayed(span)
             return record.result
         seen = record.lease_token if record is not None else None
         intent = _intent(self._job_id, record)

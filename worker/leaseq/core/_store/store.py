@@ -165,6 +165,7 @@ def _claimed(
             timeout_seconds=r["timeout_seconds"],
             idempotency_key=r["idempotency_key"],
             checkpoint=r["checkpoint"],
+            trace_context=r["trace_context"],
         )
         for r in rows
     ]
@@ -182,7 +183,15 @@ def _leased(rows: list[DictRow], request: ClaimRequest) -> list[ClaimedJob]:
 
 def enqueue_params(jobs: Sequence[Params], now: datetime | None) -> list[dict[str, Any]]:
     """The job_enqueue parameters of each job (shared with the asyncio store)."""
-    return [{**job, "payload": Jsonb(job["payload"]), "now": now} for job in jobs]
+    return [
+        {
+            **job,
+            "payload": Jsonb(job["payload"]),
+            "trace_context": json_param(job["trace_context"]),
+            "now": now,
+        }
+        for job in jobs
+    ]
 
 
 def graph_rows(

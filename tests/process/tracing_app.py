@@ -1,0 +1,31 @@
+"""Handlers for the tracing test (``--app tracing_app:registry``): one with two durable steps
+that logs inside the second, one that fails its first attempt."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from leaseq.runtime.context import JobContext
+from leaseq.runtime.registry import Registry
+
+registry = Registry()
+log = logging.getLogger("tracing_app")
+
+
+@registry.job("two_steps")
+def two_steps(payload: dict[str, Any], ctx: JobContext) -> str:
+    pages = ctx.step("fetch", lambda: 3)
+
+    def save() -> str:
+        log.warning("saving %s pages", pages)
+        return "saved"
+
+    return str(ctx.step("save", save))
+
+
+@registry.job("flaky")
+def flaky(payload: dict[str, Any], ctx: JobContext) -> str:
+    if ctx.attempt == 1:
+        raise RuntimeError("first attempt fails")
+    return "second attempt"

@@ -1,0 +1,224 @@
+"""OpenTelemetry spans and the trace context a job carries, through the API only.
+
+leaseq emits through ``opentelemetry-api`` alone: without an SDK (no tracer provider set)
+every span here is a non-recording one and nothing is stored or sent. Whoever sets a tracer
+provider (``leaseq worker`` from the standard ``OTEL_*`` variables with the ``otel`` extra,
+see :mod:`leaseq.runtime.telemetry`, or the application's own setup) gets:
+
+- a producer span per enqueue (``send <queue>``), whose W3C trace context (``traceparent``,
+  ``tracestate``) is stored with each job it writes (``jobs.trace_context``);
+- a consumer span per attempt (``process <queue>``): the job's first run is a child of the
+  stored context; any later run (a retry, a reclaim, a resume after a sleep or a signal)
+  starts a trace of its own with a link to it, so a job that resumes tomorrow does not
+  stretch today's trace;
+- a span per durable step (``step <name>``), a child of its attempt.
+
+Names and attributes follow the OpenTelemetry semantic conventions for messaging
+(``messaging.system``, ``messaging.operation.*``, ``messaging.destination.name``,
+``messaging.message.id``); what they have no name for is under ``leaseq.``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+from opentelemetry import context as otel_context
+from opentelemetry import trace
+from opentelemetry.trace import Link, SpanKind, Status, StatusCode
+from opentelemetry.trace import Span as Span
+from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+
+from leaseq.core.errors import InvalidJob
+
+#: The value of ``messaging.system`` on every span (no registered name exists for leaseq).
+SYSTEM = "leaseq"
+#: The headers a job's trace context may hold (W3C Trace Context), and the most bytes their
+#: values may take together (the database's check allows 1,024 for the JSON object).
+HEADERS = ("traceparent", "tracestate")
+MAX_CONTEXT_CHARS = 900
+
+#: The claim that gives a job its first lease gives it token 1, or on a server that failed
+#: over, its failover epoch ((timeline - 1) << 32, leaseq.lease_token_next): a token whose
+#: low 32 bits are 0. Every later claim, sleep or release adds one.
+_EPOCH_BITS = 32
+
+_tracer = trace.get_tracer("leaseq")
+# Only W3C trace context: the global propagator may add baggage, which would grow every row.
+_propagator = TraceContextTextMapPropagator()
+
+Carrier = dict[str, str]
+#: A context carried into another thread or task (:func:`captured`, :func:`carried`).
+Context = otel_context.Context
+
+
+def current_carrier() -> Carrier | None:
+    """The active span's trace context as W3C headers, or None when no span is active (or it
+    is invalid: no SDK and no incoming context)."""
+    carrier: Carrier = {}
+    _propagator.inject(carrier)
+    return carrier or None
+
+
+def checked_carrier(field: str, value: Mapping[str, str] | None) -> Carrier | None:
+    """A caller-supplied trace context: None, or a mapping of ``traceparent`` (required) and
+    ``tracestate`` to strings within :data:`MAX_CONTEXT_CHARS`; InvalidJob naming ``field``
+    otherwise."""
+    if value is None:
+        return None
+    if not isinstance(value, Mapping) or "traceparent" not in value:
+        raise InvalidJob(field, "must be a mapping with a 'traceparent' (W3C Trace Context)")
+    unknown = sorted(set(value) - set(HEADERS))
+    if unknown:
+        raise InvalidJob(field, f"may hold only {', '.join(HEADERS)}, not {', '.join(unknown)}")
+    if not all(isinstance(v, str) for v in value.values()):
+        raise InvalidJob(field, "must map header names to strings")
+    size = sum(len(v) for v in value.values())
+    if size > MAX_CONTEXT_CHARS:
+        raise InvalidJob(field, f"is {size} characters long; the limit is {MAX_CONTEXT_CHARS}")
+    return dict(value)
+
+
+def _messaging(operation: str, queue: str, kind: str) -> dict[str, Any]:
+    return {
+        "messaging.system": SYSTEM,
+        "messaging.operation.name": operation,
+        "messaging.operation.type": kind,
+        "messaging.destination.name": queue,
+    }
+
+
+@contextlib.contextmanager
+def enqueue_span(queues: list[str], count: int) -> Iterator[Span]:
+    """The producer span of one enqueue call writing ``count`` jobs into ``queues``: active
+    while the jobs are written, so :func:`current_carrier` names it."""
+    queue = queues[0] if len(set(queues)) == 1 else ""
+    attributes = _messaging("send", queue, "send")
+    if count != 1:
+        attributes["messaging.batch.message_count"] = count
+    name = f"send {queue}" if queue else "send"
+    with _tracer.start_as_current_span(name, kind=SpanKind.PRODUCER, attributes=attributes) as span:
+        yield span
+
+
+def enqueued(span: Span, job_ids: list[int]) -> None:
+    """Name the job an enqueue span wrote (``messaging.message.id``), when it wrote one."""
+    if len(job_ids) == 1 and span.is_recording():
+        span.set_attribute("messaging.message.id", str(job_ids[0]))
+
+
+def first_run(token: int) -> bool:
+    """Whether the claim that gave a lease ``token`` was the job's first: then its attempt
+    continues the enqueue's trace. (A resume claimed just after a failover has the epoch's
+    token too, and is taken for a first run: it is then a child, not linked.)"""
+    return token == 1 or (token > 1 and token % (1 << _EPOCH_BITS) == 0)
+
+
+@contextlib.contextmanager
+def attempt_span(
+    queue: str,
+    job_id: int,
+    job_type: str,
+    attempt: int,
+    token: int,
+    worker_id: str,
+    carrier: Mapping[str, str] | None,
+) -> Iterator[Span]:
+    """The consumer span of one attempt, active while its handler runs: a child of the
+    job's stored trace context on its first run, else the root of a new trace linked to it
+    (and a root without a link when the job carries none)."""
+    stored = _propagator.extract(carrier) if carrier else otel_context.Context()
+    stored_span = trace.get_current_span(stored).get_span_context()
+    parent: otel_context.Context | None = stored
+    links: list[Link] = []
+    if not first_run(token):
+        parent = otel_context.Context()
+        if stored_span.is_valid:
+            links.append(Link(stored_span))
+    attributes = _messaging("process", queue, "process")
+    attributes.update(
+        {
+            "messaging.message.id": str(job_id),
+            "leaseq.job.type": job_type,
+            "leaseq.job.attempt": attempt,
+            "leaseq.lease.token": token,
+            "leaseq.worker.id": worker_id,
+        }
+    )
+    with _tracer.start_as_current_span(
+        f"process {queue}",
+        context=parent,
+        kind=SpanKind.CONSUMER,
+        attributes=attributes,
+        links=links,
+        record_exception=False,
+        set_status_on_exception=False,
+    ) as span:
+        yield span
+
+
+def attempt_ended(ending: str, error: BaseException | None, error_code: str) -> None:
+    """Say on the active attempt span how its handler ended (``leaseq.attempt.ending``); an
+    attempt that failed records its exception and an error status (``error.type``)."""
+    span = trace.get_current_span()
+    if not span.is_recording():
+        return
+    span.set_attribute("leaseq.attempt.ending", ending)
+    if error_code:
+        span.set_attribute("error.type", error_code)
+        if error is not None:
+            span.record_exception(error)
+        span.set_status(Status(StatusCode.ERROR, f"{error_code}: {error}"))
+
+
+@contextlib.contextmanager
+def step_span(name: str, not_errors: tuple[type[BaseException], ...]) -> Iterator[Span]:
+    """The span of one durable step, a child of the active (attempt) span. An exception
+    leaving it (the step's function or check raised) is recorded as an error, but for one of
+    ``not_errors`` (the attempt interrupted) and what is no Exception (a suspension)."""
+    with _tracer.start_as_current_span(
+        f"step {name}",
+        attributes={"leaseq.step.name": name},
+        record_exception=False,
+        set_status_on_exception=False,
+    ) as span:
+        try:
+            yield span
+        except Exception as exc:
+            if span.is_recording() and not isinstance(exc, not_errors):
+                span.record_exception(exc)
+                span.set_status(Status(StatusCode.ERROR, f"{type(exc).__name__}: {exc}"))
+            raise
+
+
+def step_replayed(span: Span) -> None:
+    """Say on a step's span that its result was recorded by an earlier attempt: it did not
+    run."""
+    if span.is_recording():
+        span.set_attribute("leaseq.step.replayed", True)
+
+
+def log_fields() -> dict[str, str]:
+    """The active span's ``trace_id`` and ``span_id`` (hex, as trace viewers show them), for a
+    log line; empty when no valid span is active."""
+    context = trace.get_current_span().get_span_context()
+    if not context.is_valid:
+        return {}
+    return {"trace_id": f"{context.trace_id:032x}", "span_id": f"{context.span_id:016x}"}
+
+
+def captured() -> Context:
+    """The current context, to carry into another thread or task (:func:`carried`)."""
+    return otel_context.get_current()
+
+
+@contextlib.contextmanager
+def carried(context: Context) -> Iterator[None]:
+    """``context`` (from :func:`captured`) current while the block runs: an async handler's
+    coroutine runs on the handler loop's thread, under its attempt's span."""
+    token = otel_context.attach(context)
+    try:
+        yield
+    finally:
+        otel_context.detach(token)

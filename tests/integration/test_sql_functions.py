@@ -119,3 +119,40 @@ def grant(database_url: str, roles: Roles) -> None:
         leaseq.migrate(
             conn, leaseq.ComponentRoles(names["worker"], names["operator"], names["producer"])
         )
+
+
+def test_enqueue_stores_the_callers_trace_context(database_url: str, queue: leaseq.Queue) -> None:
+    traceparent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+    with psycopg.connect(database_url) as c:
+        traced, _ = sql_enqueue(c, queue="q", job_type="t", traceparent=traceparent)
+        both, _ = sql_enqueue(c, queue="q", job_type="t", traceparent=traceparent, tracestate="k=v")
+        untraced, _ = sql_enqueue(c, queue="q", job_type="t")
+    contexts = {job.id: job.trace_context for job in queue.claim(["q"], "w1", limit=3)}
+    assert contexts == {
+        traced: {"traceparent": traceparent},
+        both: {"traceparent": traceparent, "tracestate": "k=v"},
+        untraced: None,
+    }
+
+
+@pytest.mark.parametrize(
+    ("bad", "problem"),
+    [
+        ({"traceparent": "00-x"}, "must be a W3C traceparent"),
+        ({"tracestate": "k=v"}, "needs a traceparent"),
+        (
+            {
+                "traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
+                "tracestate": "k=v," * 200,
+            },
+            "the limit is 512",
+        ),
+    ],
+)
+def test_enqueue_refuses_a_bad_trace_context_naming_it(
+    database_url: str, bad: dict[str, str], problem: str
+) -> None:
+    with psycopg.connect(database_url) as c, pytest.raises(leaseq.InvalidJob) as caught:
+        sql_enqueue(c, queue="q", job_type="t", **bad)
+    assert caught.value.field in bad
+    assert problem in caught.value.problem

@@ -106,8 +106,9 @@ def test_a_handlers_fan_out_carries_its_spawners_context(
     ("value", "problem"),
     [
         ({"tracestate": "a=b"}, "'traceparent'"),
-        ({"traceparent": "00-x", "baggage": "k=v"}, "not baggage"),
-        ({"traceparent": "0" * 1000}, "the limit is 900"),
+        ({**THEIRS, "baggage": "k=v"}, "not baggage"),
+        ({"traceparent": "00-x"}, "must be a W3C traceparent"),
+        ({**THEIRS, "tracestate": "k=v," * 200}, "the limit is 512"),
     ],
 )
 def test_a_bad_callers_context_is_refused_naming_it(

@@ -2,7 +2,8 @@
 ``leaseq worker`` runs the jobs, and both export over OTLP/HTTP (the real exporter) to a
 receiver this test runs on loopback. The first attempt continues the producer's trace (the
 producer's span, the enqueue, the attempt, its steps, in that parent/child order); a retry is
-a trace of its own linked to the enqueue; the worker's JSON log lines name the trace."""
+a trace of its own linked to the enqueue; a job enqueued from SQL with a traceparent
+continues it; the worker's JSON log lines name the trace."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+import psycopg
 import pytest
 
 import leaseq
@@ -22,6 +24,8 @@ from support.polling import wait_for
 from support.workers import WorkerProcess
 
 HERE = Path(__file__).parent
+SQL_TRACE, SQL_SPAN = "4bf92f3577b34da6a3ce929d0e0e4736", "00f067aa0ba902b7"
+SQL_TRACEPARENT = f"00-{SQL_TRACE}-{SQL_SPAN}-01"
 Spawn = Callable[..., WorkerProcess]
 
 
@@ -84,6 +88,15 @@ def test_a_job_continues_its_producers_trace_and_a_retry_links_to_it(
         env={**_otel_env(receiver, "worker"), "LEASEQ_LOG_FORMAT": "json"},
     )
     steps_job, flaky_job = _produce(database_url, receiver, "two_steps", "flaky")
+    # A producer in another language passes its own trace context to leaseq.enqueue().
+    with psycopg.connect(database_url, autocommit=True) as c:
+        row = c.execute(
+            "SELECT id FROM leaseq.enqueue('q', 'noop', traceparent => %s, tracestate => 'k=v')",
+            (SQL_TRACEPARENT,),
+        ).fetchone()
+    assert row is not None
+    sql_job = int(row[0])
+    assert finished(queue, sql_job).status == "succeeded"
     assert finished(queue, steps_job).status == "succeeded"
     assert finished(queue, flaky_job).status == "succeeded"
 
@@ -91,7 +104,7 @@ def test_a_job_continues_its_producers_trace_and_a_retry_links_to_it(
         spans = receiver.spans
         processed = [s for s in spans if s.name == "process q"]
         steps = [s for s in spans if s.name.startswith("step ")]
-        assert len(processed) == 3 and len(steps) == 2, spans
+        assert len(processed) == 4 and len(steps) == 2, spans
         return spans
 
     spans = wait_for(exported, "the producer's and the worker's spans", timeout=30)
@@ -131,6 +144,9 @@ def test_a_job_continues_its_producers_trace_and_a_retry_links_to_it(
     assert retry.trace_id != request.trace_id and retry.parent_id == ""
     assert retry.links == [(flaky_send.trace_id, flaky_send.span_id)]
     assert not retry.error
+
+    from_sql = _one(spans, "process q", sql_job)
+    assert (from_sql.trace_id, from_sql.parent_id) == (SQL_TRACE, SQL_SPAN)
 
     # The handler's log line names its trace and the step's span.
     log = worker.log.read_text().splitlines()

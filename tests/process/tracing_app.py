@@ -1,5 +1,5 @@
-"""Handlers for the tracing test (``--app tracing_app:registry``): one with two durable steps
-that logs inside the second, one that fails its first attempt."""
+"""Handlers for the tracing test (``--app tracing_app:registry``): one that does nothing, one
+with two durable steps that logs inside the second, one that fails its first attempt."""
 
 from __future__ import annotations
 
@@ -11,6 +11,11 @@ from leaseq.runtime.registry import Registry
 
 registry = Registry()
 log = logging.getLogger("tracing_app")
+
+
+@registry.job("noop")
+def noop(payload: dict[str, Any], ctx: JobContext) -> None:
+    return None
 
 
 @registry.job("two_steps")

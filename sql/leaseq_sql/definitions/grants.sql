@@ -114,7 +114,7 @@ DECLARE
     jobs_seq text := pg_get_serial_sequence('leaseq.jobs', 'id');
     pipelines_seq text := pg_get_serial_sequence('leaseq.pipelines', 'id');
     graph_cols text := 'id, queue, job_type, payload, priority, max_attempts, available_at, timeout, idempotency_key, created_at, status, deps_left, has_children, pipeline_id, key, enqueued_by';
-    producer_functions text := 'leaseq.enqueue(text, text, jsonb, integer, timestamptz, double precision, integer, double precision, text, text, boolean), leaseq.job_status(bigint), leaseq.stream_read(bigint, bigint, integer), leaseq.producer_cancel(bigint, text), leaseq.producer_cancel_pipeline(bigint, text), leaseq.queue_roles_exist(), leaseq.queue_open(text, text)';
+    producer_functions text := 'leaseq.enqueue(text, text, jsonb, integer, timestamptz, double precision, integer, double precision, text, text, boolean, text, text), leaseq.job_status(bigint), leaseq.stream_read(bigint, bigint, integer), leaseq.producer_cancel(bigint, text), leaseq.producer_cancel_pipeline(bigint, text), leaseq.queue_roles_exist(), leaseq.queue_open(text, text)';
     signal_function text := 'leaseq.signal(bigint, text, jsonb)';
     history_functions text := 'leaseq.history_ensure_partitions(integer, timestamptz), leaseq.history_expire_step(timestamptz, integer)';
     flow_functions text := 'leaseq.flow_limit_set(text, text, integer, double precision, double precision, double precision, boolean), leaseq.flow_unblock(text, text), leaseq.flow_repair(integer), leaseq.flow_settle(integer, double precision), leaseq.flow_resume(text, text), leaseq.flow_pause(text, text, timestamptz)';

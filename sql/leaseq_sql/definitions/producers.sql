@@ -6,7 +6,9 @@
 -- same checks and wording, tests/integration/test_sql_functions.py).
 
 -- Enqueues one job from any language, with the checks and the wording of the Python API;
--- the wait flag is the job's own column (notify_done).
+-- the wait flag is the job's own column (notify_done). `traceparent` and `tracestate` are
+-- the W3C trace context the job's first attempt continues (the caller's span, as
+-- Queue.enqueue's trace_context), checked as leaseq.core.tracing checks them.
 CREATE OR REPLACE FUNCTION leaseq.enqueue(
     queue text,
     job_type text,
@@ -18,7 +20,9 @@ CREATE OR REPLACE FUNCTION leaseq.enqueue(
     timeout double precision DEFAULT NULL,
     idempotency_key text DEFAULT NULL,
     dedup_key text DEFAULT NULL,
-    wait boolean DEFAULT false
+    wait boolean DEFAULT false,
+    traceparent text DEFAULT NULL,
+    tracestate text DEFAULT NULL
 ) RETURNS TABLE (id bigint, created boolean)
 LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
@@ -70,6 +74,12 @@ BEGIN
         field := 'dedup_key'; problem := 'must be a non-empty string or None';
     ELSIF length(enqueue.dedup_key) > 512 THEN
         field := 'dedup_key'; problem := format('is %s characters long; the limit is 512', length(enqueue.dedup_key));
+    ELSIF enqueue.traceparent !~ '^[0-9a-f]{2}-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}$' THEN
+        field := 'traceparent'; problem := format('must be a W3C traceparent (00-<32 hex>-<16 hex>-<2 hex>), got %L', left(enqueue.traceparent, 64));
+    ELSIF enqueue.tracestate IS NOT NULL AND enqueue.traceparent IS NULL THEN
+        field := 'tracestate'; problem := 'needs a traceparent';
+    ELSIF length(enqueue.tracestate) > 512 THEN
+        field := 'tracestate'; problem := format('is %s characters long; the limit is 512', length(enqueue.tracestate));
     END IF;
     IF field IS NOT NULL THEN
         -- Worded as leaseq.InvalidJob; leaseq.core.errors.translate turns it into one.
@@ -78,12 +88,17 @@ BEGIN
     END IF;
 
     INSERT INTO leaseq.jobs AS j (queue, job_type, payload, priority, max_attempts, available_at,
-                                  timeout, idempotency_key, dedup_key, created_at, notify_done)
+                                  timeout, idempotency_key, dedup_key, created_at, notify_done,
+                                  trace_context)
     VALUES (enqueue.queue, enqueue.job_type, coalesce(enqueue.payload, 'null'), enqueue.priority,
             enqueue.max_attempts,
             coalesce(enqueue.run_at, now() + make_interval(secs => enqueue.delay)),
             make_interval(secs => enqueue.timeout), enqueue.idempotency_key, enqueue.dedup_key, now(),
-            coalesce(enqueue.wait, false))
+            coalesce(enqueue.wait, false),
+            CASE WHEN enqueue.traceparent IS NOT NULL
+                 THEN jsonb_strip_nulls(jsonb_build_object('traceparent', enqueue.traceparent,
+                                                           'tracestate', enqueue.tracestate))
+            END)
     ON CONFLICT (queue, dedup_key) WHERE dedup_key IS NOT NULL AND status IN ('pending', 'running')
     DO NOTHING
     RETURNING j.id INTO new_id;
@@ -111,7 +126,7 @@ END
 $fn$;
 
 REVOKE ALL ON FUNCTION leaseq.enqueue(text, text, jsonb, integer, timestamptz, double precision,
-    integer, double precision, text, text, boolean) FROM PUBLIC;
+    integer, double precision, text, text, boolean, text, text) FROM PUBLIC;
 
 -- Where a job stands, as the caller may see it (a producer: only the jobs it enqueued); no
 -- row when there is no such job.

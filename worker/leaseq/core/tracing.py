@@ -21,6 +21,7 @@ Names and attributes follow the OpenTelemetry semantic conventions for messaging
 from __future__ import annotations
 
 import contextlib
+import re
 from collections.abc import Iterator, Mapping
 from typing import Any
 
@@ -34,10 +35,12 @@ from leaseq.core.errors import InvalidJob
 
 #: The value of ``messaging.system`` on every span (no registered name exists for leaseq).
 SYSTEM = "leaseq"
-#: The headers a job's trace context may hold (W3C Trace Context), and the most bytes their
-#: values may take together (the database's check allows 1,024 for the JSON object).
+#: The headers a job's trace context may hold (W3C Trace Context): a traceparent as the
+#: standard's version 00 writes it, and a tracestate of at most its 512 characters (what
+#: leaseq.enqueue() in SQL checks too; the database bounds the stored object at 1,024 bytes).
 HEADERS = ("traceparent", "tracestate")
-MAX_CONTEXT_CHARS = 900
+TRACEPARENT = re.compile(r"[0-9a-f]{2}-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}")
+MAX_TRACESTATE = 512
 
 #: The claim that gives a job its first lease gives it token 1, or on a server that failed
 #: over, its failover epoch ((timeline - 1) << 32, leaseq.lease_token_next): a token whose
@@ -62,9 +65,9 @@ def current_carrier() -> Carrier | None:
 
 
 def checked_carrier(field: str, value: Mapping[str, str] | None) -> Carrier | None:
-    """A caller-supplied trace context: None, or a mapping of ``traceparent`` (required) and
-    ``tracestate`` to strings within :data:`MAX_CONTEXT_CHARS`; InvalidJob naming ``field``
-    otherwise."""
+    """A caller-supplied trace context: None, or a mapping of a W3C ``traceparent``
+    (required) and a ``tracestate`` (optional, at most :data:`MAX_TRACESTATE` characters);
+    InvalidJob naming ``field`` otherwise."""
     if value is None:
         return None
     if not isinstance(value, Mapping) or "traceparent" not in value:
@@ -74,9 +77,18 @@ def checked_carrier(field: str, value: Mapping[str, str] | None) -> Carrier | No
         raise InvalidJob(field, f"may hold only {', '.join(HEADERS)}, not {', '.join(unknown)}")
     if not all(isinstance(v, str) for v in value.values()):
         raise InvalidJob(field, "must map header names to strings")
-    size = sum(len(v) for v in value.values())
-    if size > MAX_CONTEXT_CHARS:
-        raise InvalidJob(field, f"is {size} characters long; the limit is {MAX_CONTEXT_CHARS}")
+    if not TRACEPARENT.fullmatch(value["traceparent"]):
+        raise InvalidJob(
+            field,
+            "traceparent must be a W3C traceparent (00-<32 hex>-<16 hex>-<2 hex>), got "
+            f"{value['traceparent'][:64]!r}",
+        )
+    if len(value.get("tracestate", "")) > MAX_TRACESTATE:
+        raise InvalidJob(
+            field,
+            f"tracestate is {len(value['tracestate'])} characters long; the limit is "
+            f"{MAX_TRACESTATE}",
+        )
     return dict(value)
 
 

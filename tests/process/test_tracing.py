@@ -79,12 +79,18 @@ def _all(spans: list[otlp.Span], name: str, job_id: int | None = None) -> list[o
     ]
 
 
+@pytest.mark.parametrize("isolation", ["thread", "process"])
 def test_a_job_continues_its_producers_trace_and_a_retry_links_to_it(
-    queue: leaseq.Queue, database_url: str, spawn_worker: Spawn, receiver: otlp.Receiver
+    queue: leaseq.Queue,
+    database_url: str,
+    spawn_worker: Spawn,
+    receiver: otlp.Receiver,
+    isolation: str,
 ) -> None:
     worker = spawn_worker(
         "w",
         app="tracing_app:registry",
+        isolation=isolation,
         env={**_otel_env(receiver, "worker"), "LEASEQ_LOG_FORMAT": "json"},
     )
     steps_job, flaky_job = _produce(database_url, receiver, "two_steps", "flaky")
@@ -154,3 +160,22 @@ def test_a_job_continues_its_producers_trace_and_a_retry_links_to_it(
     saving = next(line for line in lines if line["msg"] == "saving 3 pages")
     save = _one(spans, "step save")
     assert (saving["trace_id"], saving["span_id"]) == (save.trace_id, save.span_id)
+
+
+def test_the_console_exporter_prints_the_workers_spans(
+    queue: leaseq.Queue, spawn_worker: Spawn
+) -> None:
+    worker = spawn_worker(
+        "w",
+        app="tracing_app:registry",
+        env={"OTEL_TRACES_EXPORTER": "console", "OTEL_BSP_SCHEDULE_DELAY": "100"},
+    )
+    job_id = queue.enqueue("q", "two_steps", {}).job_id
+    assert finished(queue, job_id).status == "succeeded"
+    wait_for(
+        lambda: all(
+            f'"name": "{name}"' in worker.log.read_text()
+            for name in ("process q", "step fetch", "step save")
+        ),
+        "the worker to print its spans",
+    )

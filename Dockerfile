@@ -17,11 +17,12 @@ COPY operator ./operator
 COPY sql ./sql
 # The runtime venv keeps no pip: it is not needed to run, and is one less thing to patch.
 # The image serves every role, so it carries the operator extra (kopf, the Kubernetes client)
-# and the console extra (Starlette, Jinja2, uvicorn: `leaseq console`).
+# and the console extra (Starlette, Jinja2, uvicorn: `leaseq console`), and the otel extra
+# (the OpenTelemetry SDK and OTLP exporter: tracing is turned on by OTEL_* variables alone).
 RUN python -m pip wheel --no-deps --wheel-dir /wheels . \
     && python -m venv /opt/leaseq \
     && wheel=$(ls /wheels/leaseq-*.whl) \
-    && /opt/leaseq/bin/pip install "${wheel}[operator,console]" \
+    && /opt/leaseq/bin/pip install "${wheel}[operator,console,otel]" \
     && /opt/leaseq/bin/pip uninstall --yes pip
 
 # --- ocr-builder: the builder's venv plus the OCR example's extra (leaseq[ocr]) ----------

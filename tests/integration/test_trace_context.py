@@ -13,11 +13,15 @@ from typing import Any
 import psycopg
 import pytest
 from opentelemetry import trace
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import NonRecordingSpan, SpanContext, TraceFlags
 from psycopg_pool import AsyncConnectionPool
 
 import leaseq
 from leaseq.aio import AsyncQueue
+from leaseq.core import tracing
 from leaseq.core.graph import Graph
 
 TRACE_ID = 0x0AF7651916CD43DD8448EB211C80319C
@@ -36,6 +40,17 @@ def in_span() -> Iterator[None]:
     context = SpanContext(TRACE_ID, SPAN_ID, is_remote=True, trace_flags=TraceFlags(1))
     with trace.use_span(NonRecordingSpan(context)):
         yield
+
+
+@pytest.fixture
+def exported(monkeypatch: pytest.MonkeyPatch) -> InMemorySpanExporter:
+    """leaseq's spans recorded by an SDK of this test's own (the process's global tracer
+    provider is left alone: it can be set once)."""
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    monkeypatch.setattr(tracing, "_tracer", provider.get_tracer("leaseq"))
+    return exporter
 
 
 def stored(database_url: str, job_id: int) -> Any:
@@ -83,7 +98,8 @@ def test_a_callers_context_wins_and_the_claim_returns_it(
 ) -> None:
     with in_span():
         job_id = queue.enqueue("q", "t", trace_context=THEIRS).job_id
-    assert stored(database_url, job_id) == THEIRS
+        after = queue.enqueue("q", "t", after=[job_id], trace_context=THEIRS).job_id
+    assert stored(database_url, job_id) == stored(database_url, after) == THEIRS
     (job,) = queue.claim(["q"], "w1")
     assert (job.id, job.trace_context) == (job_id, THEIRS)
 
@@ -114,9 +130,10 @@ def test_a_handlers_fan_out_carries_its_spawners_context(
 def test_a_bad_callers_context_is_refused_naming_it(
     queue: leaseq.Queue, value: dict[str, str], problem: str
 ) -> None:
-    with pytest.raises(leaseq.InvalidJob, match="trace_context") as caught:
-        queue.enqueue("q", "t", trace_context=value)
-    assert problem in str(caught.value)
+    for after in ([], [queue.enqueue("q", "t").job_id]):
+        with pytest.raises(leaseq.InvalidJob, match="trace_context") as caught:
+            queue.enqueue("q", "t", trace_context=value, after=after)
+        assert problem in str(caught.value)
 
 
 @pytest.mark.parametrize(
@@ -136,3 +153,26 @@ def test_the_database_bounds_a_producers_own_insert(
         )
     assert caught.value.diag.column_name == "trace_context"
     assert problem in str(caught.value)
+
+
+def test_a_signal_sent_is_a_span_in_the_senders_trace(
+    queue: leaseq.Queue, database_url: str, exported: InMemorySpanExporter
+) -> None:
+    job_id = queue.enqueue("q", "t").job_id
+    with in_span():
+        queue.signal(job_id, "approve", {"by": "ann"})
+
+    async def main() -> None:
+        async with AsyncConnectionPool(
+            database_url, min_size=1, max_size=1, kwargs={"autocommit": True}
+        ) as apool:
+            with in_span():
+                await AsyncQueue(apool).signal(job_id, "veto")
+
+    asyncio.run(main())
+    signals = [s for s in exported.get_finished_spans() if s.name.startswith("signal ")]
+    assert [s.name for s in signals] == ["signal approve", "signal veto"]
+    for span in signals:
+        assert span.parent is not None
+        assert (span.context.trace_id, span.parent.span_id) == (TRACE_ID, SPAN_ID)
+        assert span.attributes is not None and span.attributes["leaseq.job.id"] == job_id

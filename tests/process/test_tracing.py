@@ -93,7 +93,9 @@ def test_a_job_continues_its_producers_trace_and_a_retry_links_to_it(
         isolation=isolation,
         env={**_otel_env(receiver, "worker"), "LEASEQ_LOG_FORMAT": "json"},
     )
-    steps_job, flaky_job = _produce(database_url, receiver, "two_steps", "flaky")
+    steps_job, flaky_job, sleepy_job, waiter_job = _produce(
+        database_url, receiver, "two_steps", "flaky", "sleepy", "waiter"
+    )
     # A producer in another language passes its own trace context to leaseq.enqueue().
     with psycopg.connect(database_url, autocommit=True) as c:
         row = c.execute(
@@ -105,12 +107,16 @@ def test_a_job_continues_its_producers_trace_and_a_retry_links_to_it(
     assert finished(queue, sql_job).status == "succeeded"
     assert finished(queue, steps_job).status == "succeeded"
     assert finished(queue, flaky_job).status == "succeeded"
+    assert finished(queue, sleepy_job).status == "succeeded"
+    wait_for(lambda: queue.waiting_on(waiter_job), "the waiter to wait for its signal")
+    queue.signal(waiter_job, "go", "now")
+    assert finished(queue, waiter_job).status == "succeeded"
 
     def exported() -> list[otlp.Span]:
         spans = receiver.spans
-        processed = [s for s in spans if s.name == "process q"]
-        steps = [s for s in spans if s.name.startswith("step ")]
-        assert len(processed) == 4 and len(steps) == 2, spans
+        # two_steps, noop: one run each; flaky, sleepy, waiter: two each.
+        assert len(_all(spans, "process q")) == 8, spans
+        assert len(_all(spans, "step save")) == 1, spans
         return spans
 
     spans = wait_for(exported, "the producer's and the worker's spans", timeout=30)
@@ -150,6 +156,23 @@ def test_a_job_continues_its_producers_trace_and_a_retry_links_to_it(
     assert retry.trace_id != request.trace_id and retry.parent_id == ""
     assert retry.links == [(flaky_send.trace_id, flaky_send.span_id)]
     assert not retry.error
+
+    # A resume after a sleep, and after a signal: new traces, linked to the enqueue. The
+    # first run's span says why it ended (and what it streamed).
+    for job_id, ending, events in [
+        (sleepy_job, "slept", ["leaseq.stream.item", "leaseq.sleep"]),
+        (waiter_job, "waiting", ["leaseq.wait"]),
+    ]:
+        job_send = _one(spans, "send q", job_id)
+        first, resumed = sorted(
+            _all(spans, "process q", job_id), key=lambda s: s.attributes["leaseq.lease.token"]
+        )
+        assert (first.trace_id, first.parent_id) == (request.trace_id, job_send.span_id)
+        assert first.attributes["leaseq.attempt.ending"] == ending
+        assert first.events == events and not first.error
+        assert resumed.trace_id != request.trace_id and resumed.parent_id == ""
+        assert resumed.links == [(job_send.trace_id, job_send.span_id)]
+        assert resumed.attributes["leaseq.attempt.ending"] == "returned"
 
     from_sql = _one(spans, "process q", sql_job)
     assert (from_sql.trace_id, from_sql.parent_id) == (SQL_TRACE, SQL_SPAN)

@@ -1,5 +1,6 @@
 """Handlers for the tracing test (``--app tracing_app:registry``): one that does nothing, one
-with two durable steps that logs inside the second, one that fails its first attempt."""
+with two durable steps that logs inside the second, one that fails its first attempt, one
+that streams an item and sleeps, one that waits for a signal."""
 
 from __future__ import annotations
 
@@ -34,3 +35,15 @@ def flaky(payload: dict[str, Any], ctx: JobContext) -> str:
     if ctx.attempt == 1:
         raise RuntimeError("first attempt fails")
     return "second attempt"
+
+
+@registry.job("sleepy")
+def sleepy(payload: dict[str, Any], ctx: JobContext) -> str:
+    ctx.emit("half way")  # each run: the stream keeps both
+    ctx.sleep(0.2)
+    return "woke"
+
+
+@registry.job("waiter")
+def waiter(payload: dict[str, Any], ctx: JobContext) -> Any:
+    return ctx.wait_for("go", timeout=60)

@@ -100,7 +100,7 @@ class AsyncQueue:
         if after:
             plan = single_plan(spec, after, when)
             async with atransaction(self._db, "enqueue", conn) as c:
-                job_id = (await self._write_plan(c, plan, JOIN_PIPELINE))["job"]
+                job_id = (await self._write_plan(c, plan, JOIN_PIPELINE, spec.trace_context))["job"]
                 if wait:
                     await self._store.job_watch(c, [job_id])
             return Enqueued(job_id, True)
@@ -112,7 +112,13 @@ class AsyncQueue:
         async with atransaction(self._db, "enqueue", conn) as c:
             return await self._write_plan(c, plan, NEW_PIPELINE)
 
-    async def _write_plan(self, c: AsyncConn, plan: Plan, pipeline: str) -> GraphEnqueued:
+    async def _write_plan(
+        self,
+        c: AsyncConn,
+        plan: Plan,
+        pipeline: str,
+        trace_context: Mapping[str, str] | None = None,
+    ) -> GraphEnqueued:
         """As :func:`leaseq.core.queue.write_plan`, with the same statements."""
         parents = (
             {r["id"]: r for r in await self._store.deps_lock_parents(c, sorted(plan.external))}
@@ -132,7 +138,7 @@ class AsyncQueue:
                 await self._store.pipeline_grow(c, pipeline_id, len(plan.nodes))
         jobs["pipeline_id"] = pipeline_id
         with tracing.enqueue_span(sorted({n.queue for n in plan.nodes}), len(plan.nodes)):
-            jobs["trace_context"] = json_param(tracing.current_carrier())
+            jobs["trace_context"] = json_param(trace_context or tracing.current_carrier())
             await self._store.graph_insert_jobs(c, jobs)
         if deps["parents"]:
             await self._store.graph_insert_deps(c, deps)
@@ -254,8 +260,9 @@ class AsyncQueue:
         """As :meth:`leaseq.Queue.signal`: send signal ``name`` with ``payload`` to the job."""
         validation.signal_name("name", name)
         validation.json_value("payload", payload, limit=validation.MAX_SIGNAL_BYTES)
-        async with aborrow(self._db, "signal") as c:
-            row = await self._store.job_signal(c, job_id, name, payload)
+        with tracing.signal_span(job_id, name):
+            async with aborrow(self._db, "signal") as c:
+                row = await self._store.job_signal(c, job_id, name, payload)
         return Signalled(job_id, name, bool(row["stored"]), bool(row["waiting"]))
 
     async def steps(self, job_id: int) -> list[StepRecord]:

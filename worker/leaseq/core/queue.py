@@ -271,6 +271,7 @@ def single_plan(spec: JobSpec, after: Iterable[int | Dep], when: After) -> Plan:
         raise InvalidJob(
             "dedup_key", "cannot be combined with after= (a waiting job is not deduplicated)"
         )
+    tracing.checked_carrier("trace_context", spec.trace_context)
     if spec.ordering_key is not None:
         raise InvalidJob(
             "ordering_key",
@@ -302,11 +303,13 @@ def write_plan(
     plan: Plan,
     pipeline: int | str | None,
     now: datetime | None,
+    trace_context: Mapping[str, str] | None = None,
 ) -> GraphEnqueued:
     """Write a validated plan on ``c`` (inside the caller's transaction): lock its existing
     parents (waiting out a completion in flight), check them, then the pipeline, the jobs,
     the edges, and wake the queues with claimable jobs. ``pipeline``: NEW_PIPELINE,
-    JOIN_PIPELINE, an existing pipeline's id to grow, or None."""
+    JOIN_PIPELINE, an existing pipeline's id to grow, or None. The jobs carry
+    ``trace_context`` (checked), else the trace of the enqueue's span."""
     parents = (
         {r["id"]: r for r in store.deps_lock_parents(c, sorted(plan.external))}
         if plan.external
@@ -325,7 +328,7 @@ def write_plan(
         store.pipeline_grow(c, pipeline_id, len(plan.nodes))
     jobs["pipeline_id"] = pipeline_id
     with tracing.enqueue_span(sorted({n.queue for n in plan.nodes}), len(plan.nodes)):
-        jobs["trace_context"] = json_param(tracing.current_carrier())
+        jobs["trace_context"] = json_param(trace_context or tracing.current_carrier())
         store.graph_insert_jobs(c, jobs)
     if deps["parents"]:
         store.graph_insert_deps(c, deps)
@@ -451,7 +454,9 @@ class Queue:
         if after:
             plan = single_plan(spec, after, when)
             with transaction(self._db, "enqueue", conn) as c:
-                job_id = write_plan(self._store, c, plan, JOIN_PIPELINE, now)["job"]
+                job_id = write_plan(self._store, c, plan, JOIN_PIPELINE, now, spec.trace_context)[
+                    "job"
+                ]
                 if wait:
                     self._store.job_watch(c, [job_id])
             return Enqueued(job_id, True)
@@ -1141,7 +1146,7 @@ class Queue:
         a bad name or payload, or one past the job's bounds."""
         validation.signal_name("name", name)
         validation.json_value("payload", payload, limit=validation.MAX_SIGNAL_BYTES)
-        with borrow(self._db, "signal") as c:
+        with tracing.signal_span(job_id, name), borrow(self._db, "signal") as c:
             row = self._store.job_signal(c, job_id, name, payload)
         return Signalled(job_id, name, bool(row["stored"]), bool(row["waiting"]))
 

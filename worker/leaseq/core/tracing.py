@@ -11,7 +11,9 @@ see :mod:`leaseq.runtime.telemetry`, or the application's own setup) gets:
   stored context; any later run (a retry, a reclaim, a resume after a sleep or a signal)
   starts a trace of its own with a link to it, so a job that resumes tomorrow does not
   stretch today's trace;
-- a span per durable step (``step <name>``), a child of its attempt.
+- a span per durable step (``step <name>``), a child of its attempt, and events on the
+  attempt's span for a sleep, a wait for a signal and a stream item;
+- a span per signal sent (``signal <name>``).
 
 Names and attributes follow the OpenTelemetry semantic conventions for messaging
 (``messaging.system``, ``messaging.operation.*``, ``messaging.destination.name``,
@@ -209,6 +211,25 @@ def step_replayed(span: Span) -> None:
     run."""
     if span.is_recording():
         span.set_attribute("leaseq.step.replayed", True)
+
+
+def event(name: str, attributes: Mapping[str, str | int]) -> None:
+    """An event ``name`` on the active span (an attempt's: a sleep, a wait, a stream item)."""
+    span = trace.get_current_span()
+    if span.is_recording():
+        span.add_event(name, dict(attributes))
+
+
+@contextlib.contextmanager
+def signal_span(job_id: int, name: str) -> Iterator[Span]:
+    """The span of one signal sent to a job (``signal <name>``), a child of the active span."""
+    attributes: dict[str, str | int] = {
+        "messaging.system": SYSTEM,
+        "leaseq.job.id": job_id,
+        "leaseq.signal.name": name,
+    }
+    with _tracer.start_as_current_span(f"signal {name}", attributes=attributes) as span:
+        yield span
 
 
 def log_fields() -> dict[str, str]:

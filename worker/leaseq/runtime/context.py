@@ -13,7 +13,7 @@ from datetime import datetime, timedelta
 from functools import partial
 from typing import Any, NoReturn, Protocol, TypeVar
 
-from leaseq.core import validation
+from leaseq.core import tracing, validation
 from leaseq.core.backoff import Backoff
 from leaseq.core.errors import DatabaseUnavailable, LeaseqError, WaitTimedOut
 from leaseq.core.graph import INHERIT, FlowKey, Graph, Node, Parent
@@ -330,6 +330,7 @@ class JobContext:
         with self._lock:
             if self._suspension is None:
                 self._suspension = how
+                _trace_suspension(how)
             first = self._suspension
         raise first
 
@@ -396,6 +397,7 @@ class JobContext:
         if offset is None:
             self._step_lease_lost("lease lost: stream item not written")
             raise Interrupted("lease lost: stream item not written")
+        tracing.event("leaseq.stream.item", {"leaseq.stream.offset": int(offset)})
         return int(offset)
 
     async def emit_async(self, value: Any) -> int:
@@ -561,3 +563,15 @@ class JobContext:
         """Seconds since the last progress call (or since the attempt started)."""
         with self._lock:
             return time.monotonic() - self._progress_at
+
+
+def _trace_suspension(how: Suspended) -> None:
+    """An event on the attempt's span for the sleep or wait that ends it: when it wakes (and
+    what signal it waits for)."""
+    if isinstance(how, Sleeping):
+        tracing.event("leaseq.sleep", {"leaseq.wake_at": how.until.isoformat()})
+    elif isinstance(how, Waiting):
+        tracing.event(
+            "leaseq.wait",
+            {"leaseq.signal.name": how.name, "leaseq.wait.deadline": how.until.isoformat()},
+        )

@@ -93,8 +93,8 @@ def test_a_job_continues_its_producers_trace_and_a_retry_links_to_it(
         isolation=isolation,
         env={**_otel_env(receiver, "worker"), "LEASEQ_LOG_FORMAT": "json"},
     )
-    steps_job, flaky_job, sleepy_job, waiter_job = _produce(
-        database_url, receiver, "two_steps", "flaky", "sleepy", "waiter"
+    steps_job, flaky_job, sleepy_job, waiter_job, *batch_jobs = _produce(
+        database_url, receiver, "two_steps", "flaky", "sleepy", "waiter", *["batched"] * 3
     )
     # A producer in another language passes its own trace context to leaseq.enqueue().
     with psycopg.connect(database_url, autocommit=True) as c:
@@ -111,11 +111,13 @@ def test_a_job_continues_its_producers_trace_and_a_retry_links_to_it(
     wait_for(lambda: queue.waiting_on(waiter_job), "the waiter to wait for its signal")
     queue.signal(waiter_job, "go", "now")
     assert finished(queue, waiter_job).status == "succeeded"
+    for job_id in batch_jobs:
+        assert finished(queue, job_id).status == "succeeded"
 
     def exported() -> list[otlp.Span]:
         spans = receiver.spans
         # two_steps, noop: one run each; flaky, sleepy, waiter: two each.
-        assert len(_all(spans, "process q")) == 8, spans
+        assert len(_all(spans, "process q")) == 9, spans
         assert len(_all(spans, "step save")) == 1, spans
         return spans
 
@@ -173,6 +175,13 @@ def test_a_job_continues_its_producers_trace_and_a_retry_links_to_it(
         assert resumed.trace_id != request.trace_id and resumed.parent_id == ""
         assert resumed.links == [(job_send.trace_id, job_send.span_id)]
         assert resumed.attributes["leaseq.attempt.ending"] == "returned"
+
+    # One call of the batch handler for its three jobs: a root linked to each enqueue.
+    (batch,) = [s for s in _all(spans, "process q") if s.attributes["leaseq.job.type"] == "batched"]
+    assert batch.attributes["messaging.batch.message_count"] == 3 and batch.parent_id == ""
+    assert sorted(batch.links) == sorted(
+        (s.trace_id, s.span_id) for job_id in batch_jobs for s in [_one(spans, "send q", job_id)]
+    )
 
     from_sql = _one(spans, "process q", sql_job)
     assert (from_sql.trace_id, from_sql.parent_id) == (SQL_TRACE, SQL_SPAN)

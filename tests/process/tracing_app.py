@@ -1,6 +1,6 @@
 """Handlers for the tracing test (``--app tracing_app:registry``): one that does nothing, one
 with two durable steps that logs inside the second, one that fails its first attempt, one
-that streams an item and sleeps, one that waits for a signal."""
+that streams an item and sleeps, one that waits for a signal, and a batch handler."""
 
 from __future__ import annotations
 
@@ -47,3 +47,8 @@ def sleepy(payload: dict[str, Any], ctx: JobContext) -> str:
 @registry.job("waiter")
 def waiter(payload: dict[str, Any], ctx: JobContext) -> Any:
     return ctx.wait_for("go", timeout=60)
+
+
+@registry.batch("batched", max_batch=3, max_wait=5)
+def batched(payloads: list[Any], ctxs: list[JobContext]) -> list[None]:
+    return [None] * len(payloads)

@@ -11,6 +11,7 @@ see :mod:`leaseq.runtime.telemetry`, or the application's own setup) gets:
   stored context; any later run (a retry, a reclaim, a resume after a sleep or a signal)
   starts a trace of its own with a link to it, so a job that resumes tomorrow does not
   stretch today's trace;
+- a consumer span per call of a batch handler, linked to each of its jobs' contexts;
 - a span per durable step (``step <name>``), a child of its attempt, and events on the
   attempt's span for a sleep, a wait for a signal and a stream item;
 - a span per signal sent (``signal <name>``).
@@ -163,6 +164,37 @@ def attempt_span(
     with _tracer.start_as_current_span(
         f"process {queue}",
         context=parent,
+        kind=SpanKind.CONSUMER,
+        attributes=attributes,
+        links=links,
+        record_exception=False,
+        set_status_on_exception=False,
+    ) as span:
+        yield span
+
+
+@contextlib.contextmanager
+def batch_span(
+    queue: str, job_type: str, worker_id: str, carriers: list[Mapping[str, str] | None]
+) -> Iterator[Span]:
+    """The consumer span of one call of a batch handler (several attempts at once): a root
+    linked to each job's stored trace context, as the messaging conventions draw a batch."""
+    links = []
+    for carrier in carriers:
+        stored = trace.get_current_span(_propagator.extract(carrier or {})).get_span_context()
+        if stored.is_valid:
+            links.append(Link(stored))
+    attributes = _messaging("process", queue, "process")
+    attributes.update(
+        {
+            "messaging.batch.message_count": len(carriers),
+            "leaseq.job.type": job_type,
+            "leaseq.worker.id": worker_id,
+        }
+    )
+    with _tracer.start_as_current_span(
+        f"process {queue}",
+        context=otel_context.Context(),
         kind=SpanKind.CONSUMER,
         attributes=attributes,
         links=links,

@@ -35,7 +35,7 @@ from leaseq.runtime.context import (
 )
 from leaseq.runtime.handler_loop import awaited
 from leaseq.runtime.inflight import InFlight
-from leaseq.runtime.registry import ExceptionTypes, batch_results
+from leaseq.runtime.registry import ExceptionTypes, JobType, batch_results
 
 log = logging.getLogger("leaseq.worker")
 
@@ -203,6 +203,17 @@ def _run_unit(attempts: list[InFlight]) -> list[HandlerOutcome]:
     job_type = attempts[0].job_type
     if len(attempts) == 1 or job_type is None:
         return [run_handler(attempt) for attempt in attempts]
+    first = attempts[0]
+    with tracing.batch_span(
+        first.job.queue,
+        first.job.job_type,
+        first.job.lease.owner,
+        [a.job.trace_context for a in attempts],
+    ):
+        return _run_batch(attempts, job_type)
+
+
+def _run_batch(attempts: list[InFlight], job_type: JobType) -> list[HandlerOutcome]:
     started = time.monotonic()
     assert job_type.batch is not None, "only batch types batch"
     try:
@@ -218,7 +229,9 @@ def _run_unit(attempts: list[InFlight]) -> list[HandlerOutcome]:
         if not isinstance(exc, Interrupted | PermanentError | Suspended):
             log.warning("batch handler raised %r", exc, extra=attempts[0].fields(), exc_info=True)
         outcome = HandlerOutcome.of_exception(exc, time.monotonic() - started, job_type.permanent)
+        tracing.attempt_ended(outcome.ending.value, exc, outcome.error_code)
         return [outcome] * len(attempts)
+    tracing.attempt_ended(Ending.RETURNED.value, None, "")
     seconds = time.monotonic() - started
     return [HandlerOutcome.of_value(value, seconds, job_type.permanent) for value in values]
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Iterator
 from contextlib import contextmanager
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import psycopg
@@ -176,3 +177,22 @@ def test_a_signal_sent_is_a_span_in_the_senders_trace(
         assert span.parent is not None
         assert (span.context.trace_id, span.parent.span_id) == (TRACE_ID, SPAN_ID)
         assert span.attributes is not None and span.attributes["leaseq.job.id"] == job_id
+
+
+def test_a_schedules_job_starts_a_trace_of_its_own(
+    conn: leaseq.core.db.Conn, queue: leaseq.Queue, exported: InMemorySpanExporter
+) -> None:
+    schedules = leaseq.Schedules(conn)
+    t0 = datetime(2026, 6, 1, 12, 0, tzinfo=UTC)
+    spec = leaseq.ScheduleSpec("nightly", "* * * * *", queue="q", job_type="t")
+    schedules.add(spec, now=t0 - timedelta(seconds=1))
+    with in_span():  # whatever the leader was doing is not the job's parent
+        (fired,) = schedules.tick(now=t0).fired
+    (span,) = [s for s in exported.get_finished_spans() if s.name == "schedule nightly"]
+    assert span.parent is None and span.context.trace_id != TRACE_ID
+    assert span.attributes is not None
+    assert span.attributes["messaging.message.id"] == str(fired.job_id)
+    (job,) = queue.claim(["q"], "w1")
+    assert job.id == fired.job_id
+    ids = f"{span.context.trace_id:032x}-{span.context.span_id:016x}"
+    assert job.trace_context == {"traceparent": f"00-{ids}-{span.context.trace_flags:02x}"}

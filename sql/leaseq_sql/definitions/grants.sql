@@ -231,7 +231,7 @@ BEGIN
             format('GRANT SELECT, INSERT ON leaseq.schedule_slots TO %s', operator),
             format('CREATE POLICY leaseq_operator_all ON leaseq.schedules FOR ALL TO %s USING (true) WITH CHECK (true)', operator),
             format('GRANT EXECUTE ON FUNCTION %s TO %s', schedule_functions, operator),
-            format('GRANT INSERT (id, queue, job_type, payload, priority, max_attempts, available_at, idempotency_key, created_at) ON leaseq.jobs TO %s', operator),
+            format('GRANT INSERT (id, queue, job_type, payload, priority, max_attempts, available_at, idempotency_key, created_at, trace_context) ON leaseq.jobs TO %s', operator),
             format('GRANT USAGE ON SEQUENCE %s TO %s', jobs_seq, operator),
             format('CREATE POLICY leaseq_operator_slot_jobs ON leaseq.jobs AS RESTRICTIVE FOR INSERT TO %s WITH CHECK (starts_with(idempotency_key, ''schedule:''))', operator),
             -- Pipelines: the mover's and prune's guard, `pipelines show`.

@@ -2,12 +2,13 @@
 -- jobs.trace_context holds the W3C trace headers (traceparent, tracestate) of the span that
 -- enqueued the job, so the worker that runs it continues that trace: the enqueue writes it
 -- (a producer may: its INSERT grant names it), leaseq.enqueue() takes it as two arguments
--- (a producer in another language passes its own), a handler's fan-out (lease_spawn) copies
--- its spawner's, and jobs_check_written bounds it at insert (a JSON object of at most 1,024
--- bytes). The claims return it with the job. A new row type or signature is a new function,
--- so the claims and leaseq.enqueue are dropped and created again; their grants come back with
--- apply_grants (`leaseq migrate` re-grants the registered roles: grants_reapply). Nullable,
--- no default: adding it rewrites nothing, and an untraced job stores nothing.
+-- (a producer in another language passes its own), a schedule's firing writes its own (the
+-- operator's INSERT grant names it), a handler's fan-out (lease_spawn) copies its spawner's,
+-- and jobs_check_written bounds it at insert (a JSON object of at most 1,024 bytes). The
+-- claims return it with the job. A new row type or signature is a new function, so the claims
+-- and leaseq.enqueue are dropped and created again; their grants come back with apply_grants
+-- (`leaseq migrate` re-grants the registered roles: grants_reapply). Nullable, no default:
+-- adding it rewrites nothing, and an untraced job stores nothing.
 
 ALTER TABLE leaseq.jobs ADD COLUMN trace_context jsonb;
 -- The claims return it: a new row type is a new function (their grants: see above).
@@ -148,7 +149,7 @@ BEGIN
             format('GRANT SELECT, INSERT ON leaseq.schedule_slots TO %s', operator),
             format('CREATE POLICY leaseq_operator_all ON leaseq.schedules FOR ALL TO %s USING (true) WITH CHECK (true)', operator),
             format('GRANT EXECUTE ON FUNCTION %s TO %s', schedule_functions, operator),
-            format('GRANT INSERT (id, queue, job_type, payload, priority, max_attempts, available_at, idempotency_key, created_at) ON leaseq.jobs TO %s', operator),
+            format('GRANT INSERT (id, queue, job_type, payload, priority, max_attempts, available_at, idempotency_key, created_at, trace_context) ON leaseq.jobs TO %s', operator),
             format('GRANT USAGE ON SEQUENCE %s TO %s', jobs_seq, operator),
             format('CREATE POLICY leaseq_operator_slot_jobs ON leaseq.jobs AS RESTRICTIVE FOR INSERT TO %s WITH CHECK (starts_with(idempotency_key, ''schedule:''))', operator),
             -- Pipelines: the mover's and prune's guard, `pipelines show`.

@@ -52,7 +52,7 @@ SELECT s.name, s.cron, s.timezone, s.catchup_seconds, s.fire_after, s.last_slot,
  ORDER BY s.name;
 
 -- name: schedule_fire
--- Records one slot and, unless the overlap policy skips it, enqueues its job, in one statement: the (name, slot) key makes a second firing a no-op. No row when the slot was already recorded or the schedule changed since it was read.
+-- Records one slot and, unless the overlap policy skips it, enqueues its job (in the trace %(trace_context)s, the firing's), in one statement: the (name, slot) key makes a second firing a no-op. No row when the slot was already recorded or the schedule changed since it was read.
 WITH t AS (SELECT coalesce(%(now)s::timestamptz, now()) AS now),
 s AS (
     SELECT s.*, (s.overlap = 'skip' AND EXISTS (
@@ -74,12 +74,12 @@ slot AS (
 ),
 job AS (
     INSERT INTO leaseq.jobs (id, queue, job_type, payload, priority, max_attempts, available_at,
-                             idempotency_key, created_at)
+                             idempotency_key, created_at, trace_context)
     OVERRIDING SYSTEM VALUE
     SELECT slot.job_id, s.queue, s.job_type, s.payload, s.priority, s.max_attempts, t.now,
            'schedule:' || s.name || ':' || to_char(slot.slot AT TIME ZONE 'UTC',
                                                     'YYYY-MM-DD"T"HH24:MI:SS"Z"'),
-           t.now
+           t.now, %(trace_context)s::jsonb
       FROM slot, s, t
      WHERE slot.outcome = 'enqueued'
     RETURNING id, queue

@@ -121,7 +121,14 @@ def _cmd_operator(args: argparse.Namespace) -> int:
             f"`leaseq operator` needs the operator extra: pip install 'leaseq[operator]' "
             f"(missing module {exc.name!r})"
         ) from exc
-    return int(operator_cli.main(list(args.rest)))
+    from leaseq.runtime import telemetry
+
+    # The leader's schedule firings start traces (docs/guides/tracing.md).
+    stop_tracing = telemetry.configure()
+    try:
+        return int(operator_cli.main(list(args.rest)))
+    finally:
+        stop_tracing()
 
 
 DESCRIPTION = (
@@ -131,12 +138,14 @@ DESCRIPTION = (
 
 
 def _cmd_reaper(args: argparse.Namespace) -> int:
-    from leaseq.runtime import logs
+    from leaseq.runtime import logs, telemetry
     from leaseq.runtime.shutdown import SignalWatch
     from leaseq_operator import standalone
 
     config = standalone.ReaperConfig.from_args(args)
     logs.configure(config.log_level, config.log_format)
+    # The leader's schedule firings start traces (docs/guides/tracing.md).
+    stop_tracing = telemetry.configure()
     signals = SignalWatch()
     signals.install()
     try:
@@ -144,6 +153,7 @@ def _cmd_reaper(args: argparse.Namespace) -> int:
     finally:
         signals.retire()
         signals.close()
+        stop_tracing()
     return 0
 
 

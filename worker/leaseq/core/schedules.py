@@ -37,7 +37,7 @@ from dataclasses import replace
 from datetime import datetime
 from typing import Any
 
-from leaseq.core import cron, validation
+from leaseq.core import cron, tracing, validation
 from leaseq.core._store.schedules import ScheduleStore
 from leaseq.core.db import Db, borrow, transaction
 from leaseq.core.errors import InvalidJob
@@ -213,15 +213,21 @@ class Schedules:
                     catchup_seconds=row["catchup_seconds"],
                 )
                 for i, slot in enumerate(slots):
-                    with borrow(self._db, "fire schedule") as c:
+                    with (
+                        tracing.schedule_span(name, slot) as span,
+                        borrow(self._db, "fire schedule") as c,
+                    ):
                         done = self._store.schedule_fire(
                             c,
                             name=name,
                             slot=slot,
                             version=row["updated_at"],
                             missed=missed if i == 0 else 0,
+                            trace_context=tracing.current_carrier(),
                             now=now,
                         )
+                        if done is not None and done["job_id"] is not None:
+                            tracing.enqueued(span, [int(done["job_id"])])
                     if done is None:
                         break  # another scheduler fired it, or the schedule changed: next tick
                     fired.append(_fired(name, done))

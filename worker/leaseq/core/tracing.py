@@ -14,7 +14,8 @@ see :mod:`leaseq.runtime.telemetry`, or the application's own setup) gets:
 - a consumer span per call of a batch handler, linked to each of its jobs' contexts;
 - a span per durable step (``step <name>``), a child of its attempt, and events on the
   attempt's span for a sleep, a wait for a signal and a stream item;
-- a span per signal sent (``signal <name>``).
+- a span per signal sent (``signal <name>``), and a root span per schedule slot fired
+  (``schedule <name>``), whose trace its job continues.
 
 Names and attributes follow the OpenTelemetry semantic conventions for messaging
 (``messaging.system``, ``messaging.operation.*``, ``messaging.destination.name``,
@@ -26,6 +27,7 @@ from __future__ import annotations
 import contextlib
 import re
 from collections.abc import Iterator, Mapping
+from datetime import datetime
 from typing import Any
 
 from opentelemetry import context as otel_context
@@ -121,6 +123,26 @@ def enqueued(span: Span, job_ids: list[int]) -> None:
     """Name the job an enqueue span wrote (``messaging.message.id``), when it wrote one."""
     if len(job_ids) == 1 and span.is_recording():
         span.set_attribute("messaging.message.id", str(job_ids[0]))
+
+
+@contextlib.contextmanager
+def schedule_span(name: str, slot: datetime) -> Iterator[Span]:
+    """The producer span of one schedule slot's firing (``schedule <name>``): the root of
+    the trace its job runs in (a schedule is nobody's request)."""
+    attributes: dict[str, str] = {
+        "messaging.system": SYSTEM,
+        "messaging.operation.name": "send",
+        "messaging.operation.type": "send",
+        "leaseq.schedule.name": name,
+        "leaseq.schedule.slot": slot.isoformat(),
+    }
+    with _tracer.start_as_current_span(
+        f"schedule {name}",
+        context=otel_context.Context(),
+        kind=SpanKind.PRODUCER,
+        attributes=attributes,
+    ) as span:
+        yield span
 
 
 def first_run(token: int) -> bool:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import datetime
 
 from psycopg.rows import DictRow
@@ -96,14 +96,19 @@ class ScheduleStore(Runner):
         slot: datetime,
         version: datetime,
         missed: int,
+        trace_context: Mapping[str, str] | None = None,
         now: datetime | None = None,
     ) -> DictRow | None:
         """Row with ``slot``, ``outcome`` and ``job_id``; None when the slot was already
-        recorded or the schedule changed (or was paused) since ``version``."""
-        rows = self._dicts(
-            conn,
-            "schedule_fire",
-            {"name": name, "slot": slot, "version": version, "missed": missed, "now": now},
-            "fire schedule",
-        )
+        recorded or the schedule changed (or was paused) since ``version``. The job carries
+        ``trace_context``."""
+        params = {
+            "name": name,
+            "slot": slot,
+            "version": version,
+            "missed": missed,
+            "trace_context": None if trace_context is None else Jsonb(trace_context),
+            "now": now,
+        }
+        rows = self._dicts(conn, "schedule_fire", params, "fire schedule")
         return rows[0] if rows else None

@@ -165,14 +165,9 @@ def attempt_span(
     """The consumer span of one attempt, active while its handler runs: a child of the
     job's stored trace context on its first run, else the root of a new trace linked to it
     (and a root without a link when the job carries none)."""
-    stored = _propagator.extract(carrier) if carrier else otel_context.Context()
-    stored_span = trace.get_current_span(stored).get_span_context()
-    parent: otel_context.Context | None = stored
-    links: list[Link] = []
-    if not first_run(token):
-        parent = otel_context.Context()
-        if stored_span.is_valid:
-            links.append(Link(stored_span))
+    first = first_run(token)
+    parent = _propagator.extract(carrier or {}) if first else otel_context.Context()
+    links = [] if first else _links([carrier])
     attributes = _messaging("process", queue, "process")
     attributes.update(
         {
@@ -195,17 +190,23 @@ def attempt_span(
         yield span
 
 
+def _links(carriers: list[Mapping[str, str] | None]) -> list[Link]:
+    """Links to the stored trace contexts among ``carriers`` (an untraced job has none)."""
+    links = []
+    for carrier in carriers:
+        stored = trace.get_current_span(_propagator.extract(carrier or {})).get_span_context()
+        if stored.is_valid:
+            links.append(Link(stored))
+    return links
+
+
 @contextlib.contextmanager
 def batch_span(
     queue: str, job_type: str, worker_id: str, carriers: list[Mapping[str, str] | None]
 ) -> Iterator[Span]:
     """The consumer span of one call of a batch handler (several attempts at once): a root
     linked to each job's stored trace context, as the messaging conventions draw a batch."""
-    links = []
-    for carrier in carriers:
-        stored = trace.get_current_span(_propagator.extract(carrier or {})).get_span_context()
-        if stored.is_valid:
-            links.append(Link(stored))
+    links = _links(carriers)
     attributes = _messaging("process", queue, "process")
     attributes.update(
         {

@@ -165,7 +165,9 @@ def _no_handler(attempt: InFlight) -> HandlerOutcome:
     slot takes its next unit and the attempt is settled like any failure."""
     exc = NoHandler(attempt.job.job_type, attempt.context.worker_id)
     log.error("%s", exc, extra=attempt.fields())
-    return HandlerOutcome.of_exception(exc, 0.0, ())
+    outcome = HandlerOutcome.of_exception(exc, 0.0, ())
+    tracing.attempt_ended(outcome.ending.value, exc, outcome.error_code)
+    return outcome
 
 
 def run_unit(attempts: list[InFlight]) -> list[HandlerOutcome]:

@@ -68,7 +68,7 @@ def misled(database_url: str, request: pytest.FixtureRequest) -> psycopg.Connect
     c.execute(
         "UPDATE leaseq.jobs SET status = 'running', attempt_count = 1, lease_token = 1,"
         " lease_owner = 'w1', started_at = now(), heartbeat_at = now(),"
-        " lease_expires_at = now() + interval '1 hour', lease_digest = sha256(%s || int8send(id))",
+        " lease_expires_at = now() + interval '1 hour', lease_digest = sha256(%s)",
         [SECRET],
     )
     if request.param == "small":

@@ -101,7 +101,7 @@ def test_the_real_token_without_the_secret_is_refused(
     assert queue.get(held.id).result == {"real": True}
 
 
-def test_a_claim_keeps_only_a_digest_of_its_secret_per_job(
+def test_a_claim_keeps_only_a_digest_of_its_secret_per_call(
     queue: leaseq.Queue, database_url: str
 ) -> None:
     for _ in range(3):
@@ -116,11 +116,35 @@ def test_a_claim_keeps_only_a_digest_of_its_secret_per_job(
         rows = dict(c.execute("SELECT id, lease_digest FROM leaseq.jobs").fetchall())
         whole = str(c.execute("SELECT array_agg(j::text) FROM leaseq.jobs j").fetchone())
     for job in [*jobs, later]:
-        id_bytes = job.id.to_bytes(8, "big")
-        assert rows[job.id] == hashlib.sha256(job.lease.secret + id_bytes).digest()
+        assert rows[job.id] == hashlib.sha256(job.lease.secret).digest()
+        assert rows[job.id] == capability.digest(job.lease.secret)
         assert job.lease.secret.hex() not in whole
-    assert len(set(rows.values())) == 4  # a digest per job
+    assert len(set(rows.values())) == 2  # a digest per claim call
     assert "secret" not in repr(jobs[0].lease) and secret.hex() not in repr(jobs)
+    # The digest goes with the lease: a completed job keeps none.
+    assert isinstance(queue.complete(jobs[0].lease), leaseq.Completed)
+    with psycopg.connect(database_url) as c:
+        digest = c.execute("SELECT lease_digest FROM leaseq.jobs WHERE id = %s", [jobs[0].id])
+        assert digest.fetchone() == (None,)
+
+
+@pytest.mark.parametrize("call", ["complete_many", "heartbeat_many"])
+def test_a_batch_checks_each_lease_by_its_own_secret(queue: leaseq.Queue, call: str) -> None:
+    """A batch holds leases of two claims, a run of one claim's, and forged secrets first,
+    right after that run and before the other claim's: the database hashes a run of equal
+    secrets once (leaseq.lease_digests), and no lease takes a neighbour's digest."""
+    for _ in range(5):
+        queue.enqueue("q", "t")
+    a = [job.lease for job in queue.claim(["q"], "wa", limit=3)]
+    b = [job.lease for job in queue.claim(["q"], "wb", limit=2)]
+    leases = [forged(b[1]), a[0], a[2], forged(a[1]), b[0]]
+    if call == "complete_many":
+        answers = queue.complete_many(leases)
+        held = [isinstance(x, leaseq.Completed) for x in answers]
+    else:
+        beats = queue.heartbeat_many(leases)
+        held = [x.status is leaseq.HeartbeatStatus.RENEWED for x in beats]
+    assert held == [False, True, True, False, True]
 
 
 def test_a_keyed_claim_mints_a_secret_too(queue: leaseq.Queue) -> None:

@@ -40,6 +40,8 @@ AS $fn$
 DECLARE
     claim_now timestamptz := leaseq.lease_now(lease_claim.at);
     claim_start timestamptz := CASE WHEN lease_claim.at IS NOT NULL THEN claim_now END;
+    -- The digest of every lease this call takes (leaseq.core.capability): one hash per call.
+    claim_digest bytea := sha256(lease_claim.claim_secret);
 BEGIN
     lease_claim.queues := leaseq.lease_queues(lease_claim.queues);
     RETURN QUERY
@@ -71,8 +73,8 @@ BEGIN
                lease_token = leaseq.lease_token_next(j.lease_token, (SELECT leaseq.lease_epoch())),
                lease_owner = lease_claim.holder,
                claim_id = lease_claim.claim_id,
-               -- Only the lease's digest: sha256(the claim's secret || id) (leaseq.core.capability).
-               lease_digest = sha256(lease_claim.claim_secret || int8send(j.id)),
+               -- Only the lease's digest: sha256(the claim's secret), computed once per call.
+               lease_digest = claim_digest,
                started_at = claim_now,
                heartbeat_at = claim_now,
                lease_expires_at = claim_now + least(make_interval(secs => lease_claim.lease_seconds),
@@ -111,6 +113,8 @@ AS $fn$
 DECLARE
     claim_now timestamptz := leaseq.lease_now(lease_claim_keyed.at);
     claim_start timestamptz := CASE WHEN lease_claim_keyed.at IS NOT NULL THEN claim_now END;
+    -- The digest of every lease this call takes (leaseq.core.capability): one hash per call.
+    claim_digest bytea := sha256(lease_claim_keyed.claim_secret);
 BEGIN
     lease_claim_keyed.queues := leaseq.lease_queues(lease_claim_keyed.queues);
     RETURN QUERY
@@ -212,8 +216,8 @@ BEGIN
                lease_token = leaseq.lease_token_next(j.lease_token, (SELECT leaseq.lease_epoch())),
                lease_owner = lease_claim_keyed.holder,
                claim_id = lease_claim_keyed.claim_id,
-               -- Only the lease's digest: sha256(the claim's secret || id) (leaseq.core.capability).
-               lease_digest = sha256(lease_claim_keyed.claim_secret || int8send(j.id)),
+               -- Only the lease's digest: sha256(the claim's secret), computed once per call.
+               lease_digest = claim_digest,
                -- The moment the claim holds its unit (its locks are taken before any row is
                -- updated), not the transaction's start: the attempts of one key never overlap
                -- beyond its limit, even for a claim that started before the unit was given back.
@@ -261,6 +265,8 @@ AS $fn$
 DECLARE
     claim_now timestamptz := leaseq.lease_now(lease_claim_keyed_slots.at);
     claim_start timestamptz := CASE WHEN lease_claim_keyed_slots.at IS NOT NULL THEN claim_now END;
+    -- The digest of every lease this call takes (leaseq.core.capability): one hash per call.
+    claim_digest bytea := sha256(lease_claim_keyed_slots.claim_secret);
 BEGIN
     lease_claim_keyed_slots.queues := leaseq.lease_queues(lease_claim_keyed_slots.queues);
     RETURN QUERY
@@ -340,8 +346,8 @@ BEGIN
                lease_token = leaseq.lease_token_next(j.lease_token, (SELECT leaseq.lease_epoch())),
                lease_owner = lease_claim_keyed_slots.holder,
                claim_id = lease_claim_keyed_slots.claim_id,
-               -- Only the lease's digest: sha256(the claim's secret || id) (leaseq.core.capability).
-               lease_digest = sha256(lease_claim_keyed_slots.claim_secret || int8send(j.id)),
+               -- Only the lease's digest: sha256(the claim's secret), computed once per call.
+               lease_digest = claim_digest,
                started_at = coalesce(claim_start, clock_timestamp()),
                heartbeat_at = claim_now,
                lease_expires_at = claim_now
@@ -386,6 +392,8 @@ AS $fn$
 DECLARE
     claim_now timestamptz := leaseq.lease_now(lease_claim_keyed_open.at);
     claim_start timestamptz := CASE WHEN lease_claim_keyed_open.at IS NOT NULL THEN claim_now END;
+    -- The digest of every lease this call takes (leaseq.core.capability): one hash per call.
+    claim_digest bytea := sha256(lease_claim_keyed_open.claim_secret);
 BEGIN
     lease_claim_keyed_open.queues := leaseq.lease_queues(lease_claim_keyed_open.queues);
     RETURN QUERY
@@ -431,8 +439,8 @@ BEGIN
                lease_token = leaseq.lease_token_next(j.lease_token, (SELECT leaseq.lease_epoch())),
                lease_owner = lease_claim_keyed_open.holder,
                claim_id = lease_claim_keyed_open.claim_id,
-               -- Only the lease's digest: sha256(the claim's secret || id) (leaseq.core.capability).
-               lease_digest = sha256(lease_claim_keyed_open.claim_secret || int8send(j.id)),
+               -- Only the lease's digest: sha256(the claim's secret), computed once per call.
+               lease_digest = claim_digest,
                started_at = coalesce(claim_start, clock_timestamp()),
                heartbeat_at = claim_now,
                lease_expires_at = claim_now

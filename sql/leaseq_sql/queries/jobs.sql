@@ -50,7 +50,7 @@ SELECT j.id, j.queue, j.job_type, j.payload, j.priority, j.available_at, j.attem
     ON c.claim_id = j.claim_id
  WHERE j.status = 'running' AND j.lease_owner = %(owner)s
    AND j.claim_id = ANY(%(claim_ids)s::uuid[])
-   AND j.lease_digest = sha256(c.secret || int8send(j.id))
+   AND j.lease_digest = sha256(c.secret)
  ORDER BY j.priority, j.available_at, j.id;
 
 -- name: job_heartbeat_many

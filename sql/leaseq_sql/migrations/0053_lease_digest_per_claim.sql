@@ -84,7 +84,7 @@ $function$
 ;
 
 CREATE OR REPLACE FUNCTION leaseq.lease_claim(queues text[], job_types text[], holder text, lim integer, lease_seconds double precision, claim_id uuid, claim_secret bytea, at timestamp with time zone)
- RETURNS TABLE(id bigint, queue text, job_type text, payload jsonb, priority smallint, available_at timestamp with time zone, attempt_count integer, max_attempts integer, lease_token bigint, lease_expires_at timestamp with time zone, started_at timestamp with time zone, timeout_seconds double precision, idempotency_key text, checkpoint jsonb)
+ RETURNS TABLE(id bigint, queue text, job_type text, payload jsonb, priority smallint, available_at timestamp with time zone, attempt_count integer, max_attempts integer, lease_token bigint, lease_expires_at timestamp with time zone, started_at timestamp with time zone, timeout_seconds double precision, idempotency_key text, checkpoint jsonb, trace_context jsonb)
  LANGUAGE plpgsql
  SECURITY DEFINER
  SET search_path TO 'pg_catalog', 'pg_temp'
@@ -96,6 +96,7 @@ DECLARE
     -- The digest of every lease this call takes (leaseq.core.capability): one hash per call.
     claim_digest bytea := sha256(lease_claim.claim_secret);
 BEGIN
+    lease_claim.queues := leaseq.lease_queues(lease_claim.queues);
     RETURN QUERY
     WITH candidate AS (
         SELECT c.id
@@ -137,7 +138,7 @@ BEGIN
         RETURNING j.id, j.queue, j.job_type, j.payload, j.priority, j.available_at, j.attempt_count,
                   j.max_attempts, j.lease_token, j.lease_expires_at, j.started_at,
                   extract(epoch FROM j.timeout)::float8 AS timeout_seconds,
-                  j.idempotency_key, j.checkpoint
+                  j.idempotency_key, j.checkpoint, j.trace_context
     )
     SELECT * FROM claimed ORDER BY priority, available_at, id;
 END
@@ -145,7 +146,7 @@ $function$
 ;
 
 CREATE OR REPLACE FUNCTION leaseq.lease_claim_keyed(queues text[], job_types text[], holder text, lim integer, lease_seconds double precision, claim_id uuid, claim_secret bytea, at timestamp with time zone)
- RETURNS TABLE(id bigint, queue text, job_type text, payload jsonb, priority smallint, available_at timestamp with time zone, attempt_count integer, max_attempts integer, lease_token bigint, lease_expires_at timestamp with time zone, started_at timestamp with time zone, timeout_seconds double precision, idempotency_key text, checkpoint jsonb)
+ RETURNS TABLE(id bigint, queue text, job_type text, payload jsonb, priority smallint, available_at timestamp with time zone, attempt_count integer, max_attempts integer, lease_token bigint, lease_expires_at timestamp with time zone, started_at timestamp with time zone, timeout_seconds double precision, idempotency_key text, checkpoint jsonb, trace_context jsonb)
  LANGUAGE plpgsql
  SECURITY DEFINER
  SET search_path TO 'pg_catalog', 'pg_temp'
@@ -157,6 +158,7 @@ DECLARE
     -- The digest of every lease this call takes (leaseq.core.capability): one hash per call.
     claim_digest bytea := sha256(lease_claim_keyed.claim_secret);
 BEGIN
+    lease_claim_keyed.queues := leaseq.lease_queues(lease_claim_keyed.queues);
     RETURN QUERY
     WITH candidate AS (
         SELECT c.id, c.queue, c.key, c.slot, c.bucket, c.lease_token, c.rated
@@ -270,7 +272,7 @@ BEGIN
         RETURNING j.id, j.queue, j.job_type, j.payload, j.priority, j.available_at, j.attempt_count,
                   j.max_attempts, j.lease_token, j.lease_expires_at, j.started_at,
                   extract(epoch FROM j.timeout)::float8 AS timeout_seconds,
-                  j.idempotency_key, j.checkpoint
+                  j.idempotency_key, j.checkpoint, j.trace_context
     )
     -- end shared: keyed_claimed
     SELECT claimed.* FROM claimed ORDER BY priority, available_at, id;
@@ -279,7 +281,7 @@ $function$
 ;
 
 CREATE OR REPLACE FUNCTION leaseq.lease_claim_keyed_open(queues text[], job_types text[], holder text, lim integer, lease_seconds double precision, claim_id uuid, claim_secret bytea, at timestamp with time zone)
- RETURNS TABLE(id bigint, queue text, job_type text, payload jsonb, priority smallint, available_at timestamp with time zone, attempt_count integer, max_attempts integer, lease_token bigint, lease_expires_at timestamp with time zone, started_at timestamp with time zone, timeout_seconds double precision, idempotency_key text, checkpoint jsonb, limited boolean, rated boolean)
+ RETURNS TABLE(id bigint, queue text, job_type text, payload jsonb, priority smallint, available_at timestamp with time zone, attempt_count integer, max_attempts integer, lease_token bigint, lease_expires_at timestamp with time zone, started_at timestamp with time zone, timeout_seconds double precision, idempotency_key text, checkpoint jsonb, trace_context jsonb, limited boolean, rated boolean)
  LANGUAGE plpgsql
  SECURITY DEFINER
  SET search_path TO 'pg_catalog', 'pg_temp'
@@ -291,6 +293,7 @@ DECLARE
     -- The digest of every lease this call takes (leaseq.core.capability): one hash per call.
     claim_digest bytea := sha256(lease_claim_keyed_open.claim_secret);
 BEGIN
+    lease_claim_keyed_open.queues := leaseq.lease_queues(lease_claim_keyed_open.queues);
     RETURN QUERY
     WITH limited AS (
         SELECT EXISTS (SELECT 1 FROM leaseq.flow_limits l
@@ -345,7 +348,7 @@ BEGIN
         RETURNING j.id, j.queue, j.job_type, j.payload, j.priority, j.available_at, j.attempt_count,
                   j.max_attempts, j.lease_token, j.lease_expires_at, j.started_at,
                   extract(epoch FROM j.timeout)::float8 AS timeout_seconds,
-                  j.idempotency_key, j.checkpoint
+                  j.idempotency_key, j.checkpoint, j.trace_context
     )
     -- end shared: keyed_claimed
     SELECT claimed.*, l.yes AS limited,
@@ -363,7 +366,7 @@ $function$
 ;
 
 CREATE OR REPLACE FUNCTION leaseq.lease_claim_keyed_slots(queues text[], job_types text[], holder text, lim integer, lease_seconds double precision, claim_id uuid, claim_secret bytea, at timestamp with time zone)
- RETURNS TABLE(id bigint, queue text, job_type text, payload jsonb, priority smallint, available_at timestamp with time zone, attempt_count integer, max_attempts integer, lease_token bigint, lease_expires_at timestamp with time zone, started_at timestamp with time zone, timeout_seconds double precision, idempotency_key text, checkpoint jsonb, rated boolean)
+ RETURNS TABLE(id bigint, queue text, job_type text, payload jsonb, priority smallint, available_at timestamp with time zone, attempt_count integer, max_attempts integer, lease_token bigint, lease_expires_at timestamp with time zone, started_at timestamp with time zone, timeout_seconds double precision, idempotency_key text, checkpoint jsonb, trace_context jsonb, rated boolean)
  LANGUAGE plpgsql
  SECURITY DEFINER
  SET search_path TO 'pg_catalog', 'pg_temp'
@@ -375,6 +378,7 @@ DECLARE
     -- The digest of every lease this call takes (leaseq.core.capability): one hash per call.
     claim_digest bytea := sha256(lease_claim_keyed_slots.claim_secret);
 BEGIN
+    lease_claim_keyed_slots.queues := leaseq.lease_queues(lease_claim_keyed_slots.queues);
     RETURN QUERY
     WITH rated AS (
         SELECT
@@ -463,7 +467,7 @@ BEGIN
         RETURNING j.id, j.queue, j.job_type, j.payload, j.priority, j.available_at, j.attempt_count,
                   j.max_attempts, j.lease_token, j.lease_expires_at, j.started_at,
                   extract(epoch FROM j.timeout)::float8 AS timeout_seconds,
-                  j.idempotency_key, j.checkpoint
+                  j.idempotency_key, j.checkpoint, j.trace_context
     )
     -- end shared: keyed_claimed
     SELECT claimed.*, r.yes AS rated
@@ -814,15 +818,23 @@ BEGIN
          WHERE j.id = lease_sleep.job AND j.lease_owner = lease_sleep.holder
            AND j.lease_token = lease_sleep.token AND j.lease_digest = sha256(lease_sleep.secret)
            AND j.lease_expires_at > t.now
-        RETURNING j.id, j.available_at, j.attempt_count + 1 AS attempt
+        RETURNING j.id, j.queue, j.job_type, j.available_at, j.attempt_count + 1 AS attempt
     ),
     attempt AS (
         INSERT INTO leaseq.job_attempts (job_id, attempt, lease_token, worker, started_at, ended_at, outcome, error)
         SELECT s.id, s.attempt, lease_sleep.token, lease_sleep.holder, lease_sleep.started, t.now,
                'released', 'sleeping until ' || s.available_at
           FROM slept s, t
+    ),
+    woke AS (
+        SELECT pg_notify('leaseq_jobs',
+                         CASE WHEN s.available_at <= t.now THEN s.queue
+                              ELSE s.queue || ' ' || extract(epoch FROM s.available_at - t.now)
+                                   || ' ' || s.job_type END)
+          FROM slept s, t
     )
-    SELECT s.id, 'pending'::text, s.available_at FROM slept s;
+    -- Joined to the count so that the notification is sent (a CTE nobody reads never runs).
+    SELECT s.id, 'pending'::text, s.available_at FROM slept s, (SELECT count(*) FROM woke) w;
 END
 $function$
 ;
@@ -839,8 +851,9 @@ DECLARE
     n integer := cardinality(lease_spawn.queues);
     ids bigint[];
     pipeline bigint;
+    refused text;
 BEGIN
-    SELECT j.pipeline_id, j.key, j.enqueued_by, leaseq.lease_now(lease_spawn.at) AS now
+    SELECT j.pipeline_id, j.key, j.enqueued_by, j.trace_context, leaseq.lease_now(lease_spawn.at) AS now
       INTO spawner
       FROM leaseq.jobs j
      WHERE j.id = lease_spawn.job AND j.lease_owner = lease_spawn.holder
@@ -855,6 +868,12 @@ BEGIN
         RAISE EXCEPTION 'a fan-out''s edges name its nodes as -1..-% and existing jobs by id', n
             USING ERRCODE = 'invalid_parameter_value', COLUMN = 'edges';
     END IF;
+    SELECT q INTO refused FROM unnest(lease_spawn.queues) q
+     WHERE NOT leaseq.queue_open_to(q, 'producer', spawner.enqueued_by) LIMIT 1;
+    IF FOUND THEN
+        RAISE EXCEPTION 'a fan-out of job % may not enqueue into queue %: the queue is given to other producer roles than its job''s producer', lease_spawn.job, refused
+            USING ERRCODE = 'insufficient_privilege';
+    END IF;
     ids := ARRAY(SELECT nextval(pg_get_serial_sequence('leaseq.jobs', 'id'))
                    FROM generate_series(1, n));
     IF spawner.pipeline_id IS NULL THEN
@@ -868,14 +887,15 @@ BEGIN
     END IF;
     INSERT INTO leaseq.jobs (id, queue, job_type, payload, priority, max_attempts, available_at,
                              timeout, idempotency_key, created_at, status, deps_left,
-                             has_children, pipeline_id, key, enqueued_by)
+                             has_children, pipeline_id, key, enqueued_by, trace_context)
     OVERRIDING SYSTEM VALUE
     SELECT ids[g.i], g.queue, g.job_type, g.payload, g.priority, g.max_attempts,
            coalesce(g.run_at, spawner.now + make_interval(secs => g.delay)),
            make_interval(secs => g.timeout), g.idempotency_key, spawner.now,
            CASE WHEN g.deps_left > 0 THEN 'waiting' ELSE 'pending' END::leaseq.job_status,
            g.deps_left, g.has_children, pipeline,
-           CASE WHEN g.inherit THEN spawner.key ELSE g.key END, spawner.enqueued_by
+           CASE WHEN g.inherit THEN spawner.key ELSE g.key END, spawner.enqueued_by,
+           spawner.trace_context
       FROM unnest(lease_spawn.queues, lease_spawn.job_types, lease_spawn.payloads,
                   lease_spawn.priorities, lease_spawn.max_attempts, lease_spawn.run_ats,
                   lease_spawn.delays, lease_spawn.timeouts, lease_spawn.idempotency_keys,

@@ -140,8 +140,13 @@ COMMON_SETTINGS: dict[str, Any] = {
 
 def test_worker_values_map_onto_its_settings(helm: Helm) -> None:
     objs = helm.render(sets={**COMMON, **WORKER_VALUES})
-    assert worker_settings_of(container(objs, "worker")) == WorkerSettings(
+    got = worker_settings_of(container(objs, "worker"))
+    # The chart gives no id: each process makes its own (its random part differs per call).
+    assert got.own_id
+    assert got == WorkerSettings(
         **COMMON_SETTINGS,
+        worker_id=got.worker_id,
+        own_id=True,
         app="acme.jobs:registry",
         queues=("ocr", "pdf"),
         concurrency=3,

@@ -54,7 +54,8 @@ def test_a_worker_never_takes_an_operators_lapsed_lease(conn: leaseq.core.db.Con
 def test_workers_still_elect_one_of_them_where_no_operator_led(
     conn: leaseq.core.db.Conn,
 ) -> None:
-    """A worker-only deployment: a worker's released lease is gone, the next takes it."""
+    """A worker-only deployment: a worker's released lease stays on record, lapsed, and the
+    next worker takes it at once, in the next term."""
     leadership = leaseq.Leadership(conn)
     first = leadership.acquire("reaper", "w-1", term=0, ttl=15, kind=WORKER)
     assert first is not None
@@ -62,8 +63,14 @@ def test_workers_still_elect_one_of_them_where_no_operator_led(
     record = leadership.holder("reaper")
     assert record is not None and (record.holder, record.kind, record.live) == ("w-1", WORKER, True)
     assert leadership.release("reaper", "w-1", term=first.term)
-    assert leadership.holder("reaper") is None
-    assert leadership.acquire("reaper", "w-2", term=0, ttl=15, kind=WORKER) is not None
+    record = leadership.holder("reaper")
+    assert record is not None and (record.holder, record.kind, record.live) == (
+        "w-1",
+        WORKER,
+        False,
+    )
+    second = leadership.acquire("reaper", "w-2", term=0, ttl=15, kind=WORKER)
+    assert second is not None and second.term == first.term + 1
 
 
 def test_an_operator_takes_a_workers_lapsed_lease_and_keeps_workers_out(

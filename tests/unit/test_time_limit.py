@@ -47,7 +47,9 @@ def test_a_hanging_test_fails_at_its_limit_and_the_run_goes_on(tmp_path: Path) -
         ")\n"
     )
     (tmp_path / "test_hangs.py").write_text(HANGING)
-    env = {**os.environ, "LEASEQ_TEST_TIME_LIMIT_SECONDS": "1", "PYTHONPATH": str(HERE)}
+    # Not the outer run's PYTEST_ADDOPTS (a nested run's `-x tests/unit` would be read here).
+    outer = {k: v for k, v in os.environ.items() if k != "PYTEST_ADDOPTS"}
+    env = {**outer, "LEASEQ_TEST_TIME_LIMIT_SECONDS": "1", "PYTHONPATH": str(HERE)}
     done = subprocess.run(
         [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", str(tmp_path)],
         capture_output=True,

@@ -13,6 +13,11 @@ if ! command -v python >/dev/null 2>&1; then
     echo "  python3 -m venv .venv && . .venv/bin/activate" >&2
     exit 1
 fi
+# A venv's own pip is the one its Python shipped with (23.2 with 3.11); an install that
+# builds leaseq (pyproject.toml asks setuptools >= 77 for its SPDX license) needs the build
+# isolation of a current pip: with 23.2 the venv's old setuptools leaks into the build.
+echo "setup-tests: upgrading pip in $(command -v python)"
+python -m pip install --quiet --upgrade pip
 echo "setup-tests: pip install -e '$repo[test]' into $(command -v python)"
 python -m pip install --quiet --editable "$repo[test]"
 PYTHON=python "$repo/scripts/fetch-tools.sh"

@@ -86,7 +86,11 @@ def _costs(conn: psycopg.Connection[Any], rows: int, show: dict[str, int]) -> li
     named = statements.load()
     cases: list[tuple[str, bytes, dict[str, Any]]] = [
         ("job_claim", named["job_claim"].query, CLAIM_PARAMS),
-        ("job_reap", named["job_reap"].query, {"limit": 1000, "reaper": "bench", "now": None}),
+        (
+            "job_reap",
+            named["job_reap"].query,
+            {"limit": 1000, "reaper": "bench", "owners": None, "now": None},
+        ),
         (
             "pool_work",
             named["pool_work"].query,

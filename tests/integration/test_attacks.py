@@ -954,3 +954,33 @@ def test_a_worker_login_registers_a_bounded_number_of_workers(
             w.execute(fake.replace("'fake-'", "'more-'"), [1])
     with login(roles, "worker2") as other:
         other.execute(fake.replace("'fake-'", "'mine-'"), [1])  # another login's own budget
+
+
+def test_a_worker_login_cannot_make_its_lease_outlive_a_day(
+    database_url: str, roles: Roles
+) -> None:
+    """Issue 59: a worker could set its lease never to expire (a job without a timeout,
+    renewed with a huge lease_seconds), so a dead worker's job never came back. A claim and a
+    renewal take at most a day, whatever the caller asks; the API refuses more by name."""
+    with queue_as(roles, "producer") as p:
+        leaseq.Queue(p).enqueue("q", "t")
+    with queue_as(roles, "worker") as w, pytest.raises(leaseq.InvalidJob, match="lease_seconds"):
+        leaseq.Queue(w).claim(["q"], "w1", lease_seconds=86_401)
+    with login(roles, "worker") as w:
+        secret = hashlib.sha256(b"mine").digest()
+        (job_id, token) = w.execute(
+            "SELECT id, lease_token FROM leaseq.lease_claim('{q}', NULL, 'w1', 1, 1e9,"
+            " gen_random_uuid(), %s, NULL)",
+            [secret],
+        ).fetchone()  # type: ignore[misc]
+        renewed = w.execute(
+            "SELECT lease_expires_at - now() FROM leaseq.lease_heartbeat_many(%s, '{w1}', %s, %s,"
+            " '{NULL}', 1e9, NULL)",
+            [[job_id], [token], [secret]],
+        ).fetchone()
+    assert renewed is not None and renewed[0] <= timedelta(days=1)
+    with psycopg.connect(database_url) as admin:
+        (left,) = admin.execute(
+            "SELECT lease_expires_at - now() FROM leaseq.jobs WHERE id = %s", [job_id]
+        ).fetchone()  # type: ignore[misc]
+    assert left <= timedelta(days=1)

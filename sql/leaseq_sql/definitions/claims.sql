@@ -10,7 +10,7 @@
 -- Each is SECURITY DEFINER, revoked from PUBLIC and granted to the worker role (apply_grants,
 -- grants.sql), which has no UPDATE of its own on leaseq.jobs, flow_slots or flow_buckets: a
 -- worker login leases a job only as these claims lease it (the next token, the attempt
--- counted, a lease of lease_seconds capped at the job's timeout, the digest of the claim's
+-- counted, a lease of lease_seconds (at most a day) capped at the job's timeout, the digest of the claim's
 -- secret). Each is one statement, so the plan a worker's session caches for it is a
 -- statement's (tests/integration/test_flow_plans.py and test_crash_list.py read them). The
 -- time is the database's, or `at` for the owner's logins (leaseq.lease_now); a claim's start
@@ -44,6 +44,7 @@ DECLARE
     claim_digest bytea := sha256(lease_claim.claim_secret);
 BEGIN
     lease_claim.queues := leaseq.lease_queues(lease_claim.queues);
+    lease_claim.lease_seconds := least(lease_claim.lease_seconds, 86400);
     RETURN QUERY
     WITH candidate AS (
         SELECT c.id
@@ -117,6 +118,7 @@ DECLARE
     claim_digest bytea := sha256(lease_claim_keyed.claim_secret);
 BEGIN
     lease_claim_keyed.queues := leaseq.lease_queues(lease_claim_keyed.queues);
+    lease_claim_keyed.lease_seconds := least(lease_claim_keyed.lease_seconds, 86400);
     RETURN QUERY
     WITH candidate AS (
         SELECT c.id, c.queue, c.key, c.slot, c.bucket, c.lease_token, c.rated
@@ -269,6 +271,7 @@ DECLARE
     claim_digest bytea := sha256(lease_claim_keyed_slots.claim_secret);
 BEGIN
     lease_claim_keyed_slots.queues := leaseq.lease_queues(lease_claim_keyed_slots.queues);
+    lease_claim_keyed_slots.lease_seconds := least(lease_claim_keyed_slots.lease_seconds, 86400);
     RETURN QUERY
     WITH rated AS (
         SELECT
@@ -396,6 +399,7 @@ DECLARE
     claim_digest bytea := sha256(lease_claim_keyed_open.claim_secret);
 BEGIN
     lease_claim_keyed_open.queues := leaseq.lease_queues(lease_claim_keyed_open.queues);
+    lease_claim_keyed_open.lease_seconds := least(lease_claim_keyed_open.lease_seconds, 86400);
     RETURN QUERY
     WITH limited AS (
         SELECT EXISTS (SELECT 1 FROM leaseq.flow_limits l

@@ -142,6 +142,9 @@ SET search_path = pg_catalog, pg_temp
 AS $fn$
 #variable_conflict use_column
 BEGIN
+    -- At most a day a renewal: a job without a timeout is still reclaimed if its worker
+    -- dies, however long it asked for.
+    lease_heartbeat_many.lease_seconds := least(lease_heartbeat_many.lease_seconds, 86400);
     RETURN QUERY
     UPDATE leaseq.jobs j
        SET heartbeat_at = t.now,

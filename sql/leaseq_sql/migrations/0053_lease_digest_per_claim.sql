@@ -18,6 +18,10 @@
 -- run of equal secrets) in lease_complete and lease_heartbeat_many, and the digest cleared
 -- at completion: 226,000 (-1.2% against the version before the capability).
 --
+-- Also: a claim or renewal takes a lease of at most a day (86,400 s) whatever lease_seconds
+-- its caller passes, so a worker login can no longer make the lease of a job without a
+-- timeout outlive its death (issue 59).
+--
 -- A lease taken before this migration has a digest of the old form: its holder's next write
 -- is refused as a lost lease's would be. Upgrade with the workers stopped.
 
@@ -97,6 +101,7 @@ DECLARE
     claim_digest bytea := sha256(lease_claim.claim_secret);
 BEGIN
     lease_claim.queues := leaseq.lease_queues(lease_claim.queues);
+    lease_claim.lease_seconds := least(lease_claim.lease_seconds, 86400);
     RETURN QUERY
     WITH candidate AS (
         SELECT c.id
@@ -159,6 +164,7 @@ DECLARE
     claim_digest bytea := sha256(lease_claim_keyed.claim_secret);
 BEGIN
     lease_claim_keyed.queues := leaseq.lease_queues(lease_claim_keyed.queues);
+    lease_claim_keyed.lease_seconds := least(lease_claim_keyed.lease_seconds, 86400);
     RETURN QUERY
     WITH candidate AS (
         SELECT c.id, c.queue, c.key, c.slot, c.bucket, c.lease_token, c.rated
@@ -294,6 +300,7 @@ DECLARE
     claim_digest bytea := sha256(lease_claim_keyed_open.claim_secret);
 BEGIN
     lease_claim_keyed_open.queues := leaseq.lease_queues(lease_claim_keyed_open.queues);
+    lease_claim_keyed_open.lease_seconds := least(lease_claim_keyed_open.lease_seconds, 86400);
     RETURN QUERY
     WITH limited AS (
         SELECT EXISTS (SELECT 1 FROM leaseq.flow_limits l
@@ -379,6 +386,7 @@ DECLARE
     claim_digest bytea := sha256(lease_claim_keyed_slots.claim_secret);
 BEGIN
     lease_claim_keyed_slots.queues := leaseq.lease_queues(lease_claim_keyed_slots.queues);
+    lease_claim_keyed_slots.lease_seconds := least(lease_claim_keyed_slots.lease_seconds, 86400);
     RETURN QUERY
     WITH rated AS (
         SELECT
@@ -652,6 +660,9 @@ CREATE OR REPLACE FUNCTION leaseq.lease_heartbeat_many(jobs bigint[], holders te
 AS $function$
 #variable_conflict use_column
 BEGIN
+    -- At most a day a renewal: a job without a timeout is still reclaimed if its worker
+    -- dies, however long it asked for.
+    lease_heartbeat_many.lease_seconds := least(lease_heartbeat_many.lease_seconds, 86400);
     RETURN QUERY
     UPDATE leaseq.jobs j
        SET heartbeat_at = t.now,

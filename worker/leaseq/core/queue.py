@@ -620,7 +620,7 @@ class Queue:
         validation.name("owner", owner)
         if not 1 <= limit <= MAX_CLAIM_BATCH:
             raise InvalidJob("limit", f"must be in [1, {MAX_CLAIM_BATCH}], got {limit}")
-        validation.positive("lease_seconds", lease_seconds)
+        validation.lease_seconds(lease_seconds)
         if job_types is not None:
             if isinstance(job_types, str) or not job_types:
                 raise InvalidJob("job_types", "must be a non-empty list of job types, or None")
@@ -745,6 +745,7 @@ class Queue:
         answered LOST (with the job's status) as :meth:`heartbeat` answers it. A progress
         that cannot be stored is logged (an ERROR naming the job) and left out, and that
         lease is renewed all the same: bad progress never costs a lease."""
+        validation.lease_seconds(lease_seconds)
         progresses = list(progresses) if progresses is not None else [None] * len(leases)
         if len(progresses) != len(leases):
             raise InvalidJob("progresses", "need one progress (or None) per lease")

@@ -107,6 +107,22 @@ def positive(field: str, value: float) -> float:
     return float(value)
 
 
+#: The longest lease one claim or renewal takes (a day); the database caps it there too.
+MAX_LEASE_SECONDS = 86_400
+
+
+def lease_seconds(value: float) -> float:
+    """A lease's length: more than zero, at most :data:`MAX_LEASE_SECONDS` (renew a longer
+    job's lease with heartbeats)."""
+    if positive("lease_seconds", value) > MAX_LEASE_SECONDS:
+        raise InvalidJob(
+            "lease_seconds",
+            f"must be at most {MAX_LEASE_SECONDS} (a day; a longer job renews its lease), "
+            f"got {value:g}",
+        )
+    return float(value)
+
+
 #: The furthest a job's start, delay or timeout may reach (3,650 days), as the database checks.
 MAX_HORIZON_SECONDS = 315_360_000
 #: The most attempts a job may have, as the database checks.

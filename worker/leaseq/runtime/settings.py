@@ -210,6 +210,12 @@ class WorkerSettings:
                 validation.queue_name(queue)
             except InvalidJob as exc:
                 raise ConfigError(f"--queue {queue!r}: {exc.problem}") from None
+        if self.lease_seconds > validation.MAX_LEASE_SECONDS:
+            raise ConfigError(
+                f"--lease-seconds {self.lease_seconds:g} is above a day "
+                f"({validation.MAX_LEASE_SECONDS}): a lease is renewed by heartbeats, so a "
+                "long job needs no longer lease"
+            )
         if self.heartbeat_seconds >= self.lease_seconds:
             raise ConfigError(
                 f"--heartbeat-seconds ({self.heartbeat_seconds}) must be below --lease-seconds "

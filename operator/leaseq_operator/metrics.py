@@ -36,7 +36,8 @@ from leaseq.core.workers import Workers
 
 log = logging.getLogger("leaseq_operator.metrics")
 
-JOB_STATES = ("ready", "scheduled", "running", "dead")
+#: held: stopped at an uncertain durable step, waiting for a human (``leaseq steps resolve``).
+JOB_STATES = ("ready", "scheduled", "running", "dead", "held")
 #: Jobs waiting for parents (pipelines): shown, never counted as work to scale for.
 WAITING_STATE = "waiting"
 REAP_OUTCOMES = {"pending": "retried", "dead": "dead"}
@@ -72,6 +73,7 @@ def _fold(stats: list[QueueStats], pinned: set[str], limit: int) -> tuple[list[Q
         scheduled_soon=sum(s.scheduled_soon for s in rest),
         running=sum(s.running for s in rest),
         dead=sum(s.dead for s in rest),
+        held=sum(s.held for s in rest),
         oldest_ready_age=oldest([s.oldest_ready_age for s in rest]),
         max_heartbeat_age=oldest([s.max_heartbeat_age for s in rest]),
     )
@@ -127,7 +129,7 @@ class QueueCollector(Collector):
         # Zero rows for idle queues that a live worker serves or a WorkerPool names: a pool
         # scaled to zero shows 0, not a gap (and `helm test` finds its samples).
         idle = (served | self._pinned | waiting.keys()) - known
-        stats += [QueueStats(name, 0, 0, 0, 0, 0, None, None) for name in sorted(idle)]
+        stats += [QueueStats(name, 0, 0, 0, 0, 0, 0, None, None) for name in sorted(idle)]
         stats, folded = _fold(stats, self._pinned, self._max_queues)
         if folded != self._folded_before:
             log.warning(
@@ -167,7 +169,7 @@ class QueueCollector(Collector):
                 counts[label] = counts.get(label, 0) + 1
         for s in stats:
             for state, value in zip(
-                JOB_STATES, (s.ready, s.scheduled, s.running, s.dead), strict=True
+                JOB_STATES, (s.ready, s.scheduled, s.running, s.dead, s.held), strict=True
             ):
                 jobs.add_metric([s.queue, state], value)
             if s.queue != OTHER_QUEUE:

@@ -464,7 +464,7 @@ def test_the_console_cancels_a_job_whose_refused_renewal_found_its_lease_expired
 
 
 def _uncertain_job(db: ConsoleDb) -> int:
-    """A job stopped dead at its uncertain step "bill card" (StepUncertain)."""
+    """A job held at its uncertain step "bill card" (StepUncertain)."""
     with leaseq.connect(db.owner_url, action="test") as conn:
         q = leaseq.Queue(conn)
         job = q.enqueue("q", "agent", {}).job_id
@@ -494,6 +494,11 @@ def test_settle_an_uncertain_step_with_its_result(console_db: ConsoleDb, client_
     same function as `leaseq steps resolve`, audits it, and the job is pending again."""
     job = _uncertain_job(console_db)
     client: TestClient = client_for(console_db.admin_url)
+    # The overview lists the held job first, under what needs a human.
+    overview = client.get("/").text
+    held = overview[overview.index('<section id="needs-a-human"') :].split("</section>")[0]
+    assert f'<tr data-job="{job}"><td><a href="/jobs/{job}">{job}</a>' in held
+    assert "<code>bill card</code>" in held
     page = client.get(f"/jobs/{job}").text
     form = page[page.index(f'action="/jobs/{job}/steps/resolve" id="resolve-step-form"') :]
     form = form.split("</form>")[0]
@@ -518,6 +523,7 @@ def test_settle_an_uncertain_step_with_its_result(console_db: ConsoleDb, client_
     page = client.get(f"/jobs/{job}").text
     assert 'id="resolve-step-form"' not in page
     assert "recorded, resolved by local" in page
+    assert 'id="needs-a-human"' not in client.get("/").text
     # Settled already: nothing more is settled, and the audit says so.
     again = post(client, f"/jobs/{job}/steps/resolve", {**sent, "reason": "twice"})
     assert "0 of 1 job(s) resumed" in again.text, again.text
@@ -584,4 +590,4 @@ def test_a_bad_settlement_is_refused_and_writes_nothing(
     assert answer.status_code == 400, answer.text
     assert complaint in answer.text and "Traceback" not in answer.text
     assert _step_and_audit(console_db, job) == before
-    assert before[0][0] == "dead" and before[1] == []
+    assert before[0][0] == "held" and before[1] == []

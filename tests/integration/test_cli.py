@@ -34,7 +34,8 @@ def test_enqueue_status_list_show_retry_cancel_prune(
     assert (stats["queue"], stats["ready"], stats["dead"]) == ("ocr", 1, 1)
     code, out = run(capsys, "status", *db)
     assert out.splitlines()[0].split() == [
-        "QUEUE", "READY", "SCHEDULED", "RUNNING", "DEAD", "SUCCEEDED", "1H", "CANCELLED", "1H",
+        "QUEUE", "READY", "SCHEDULED", "RUNNING", "DEAD", "HELD", "SUCCEEDED", "1H", "CANCELLED",
+        "1H",
         "OLDEST", "READY", "MAX", "HEARTBEAT",
     ]  # fmt: skip
     assert "no workers registered" in out

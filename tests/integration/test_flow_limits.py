@@ -224,7 +224,7 @@ def test_open_claim_holding_the_only_unit_hides_the_key(database_url: str) -> No
 
 
 @pytest.mark.parametrize(
-    "ending", ["complete", "fail_retry", "fail_dead", "release", "reap", "cancel"]
+    "ending", ["complete", "fail_retry", "fail_dead", "fail_held", "release", "reap", "cancel"]
 )
 def test_every_way_out_of_running_gives_the_unit_back(database_url: str, ending: str) -> None:
     with leaseq.connect(database_url, action="test") as conn:
@@ -240,6 +240,10 @@ def test_every_way_out_of_running_gives_the_unit_back(database_url: str, ending:
             assert q.fail(job.lease, "x").status == leaseq.JobStatus.PENDING  # type: ignore[union-attr]
         elif ending == "fail_dead":
             assert q.fail(job.lease, "x", retryable=False).status == leaseq.JobStatus.DEAD  # type: ignore[union-attr]
+        elif ending == "fail_held":
+            # Stopped at an uncertain step: held for an operator, its unit given back.
+            held = q.fail(job.lease, "x", retryable=False, error_code="StepUncertain")
+            assert held.status == leaseq.JobStatus.HELD  # type: ignore[union-attr]
         elif ending == "release":
             q.release(job.lease)
         elif ending == "reap":

@@ -111,11 +111,11 @@ def test_without_reconcile_the_job_stops_uncertain_and_steps_resolve_finishes_it
     isolation: str,
 ) -> None:
     job_id, b = crash_in_the_charge(queue, spawn_worker, tmp_path, "none", isolation)
-    dead = wait_for(
-        lambda: (j := queue.get(job_id)).status == "dead" and j, "the uncertain stop", timeout=60
+    held = wait_for(
+        lambda: (j := queue.get(job_id)).status == "held" and j, "the uncertain stop", timeout=60
     )
-    assert dead.last_error_code == "StepUncertain"
-    assert "step 'charge' is uncertain" in (dead.last_error or "")
+    assert held.last_error_code == "StepUncertain"
+    assert "step 'charge' is uncertain" in (held.last_error or "")
     assert b.metric("leaseq_steps_uncertain_total", queue="q", job_type="three_steps") == 1
     status = json.loads(cli(database_url, "status", "--json"))
     assert [(u["job_id"], u["name"]) for u in status["uncertain_steps"]] == [(job_id, "charge")]

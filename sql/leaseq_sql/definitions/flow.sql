@@ -221,7 +221,14 @@ BEGIN
     NEW.ordering_waiting := blocked IS NOT NULL OR EXISTS (
         SELECT 1 FROM leaseq.jobs j
          WHERE j.queue = NEW.queue AND j.ordering_key = NEW.ordering_key
-           AND j.status IN ('pending', 'running'));
+           AND j.status IN ('pending', 'running'))
+        -- A head held at an uncertain step is unfinished: nothing behind it starts, as behind
+        -- a dead one. Through jobs_held_idx (its predicate: only a held job is unfinished in
+        -- none of these statuses); held jobs are few.
+        OR EXISTS (
+        SELECT 1 FROM leaseq.jobs j
+         WHERE j.finished_at IS NULL AND j.status NOT IN ('waiting', 'pending', 'running')
+           AND j.queue = NEW.queue AND j.ordering_key = NEW.ordering_key);
     RETURN NEW;
 END
 $fn$;
@@ -246,7 +253,11 @@ BEGIN
      WHERE a.queue = q AND a.ordering_key = ok;
     IF EXISTS (SELECT 1 FROM leaseq.jobs j
                 WHERE j.queue = q AND j.ordering_key = ok AND j.status IN ('pending', 'running')
-                  AND NOT j.ordering_waiting) THEN
+                  AND NOT j.ordering_waiting)
+       -- A held head (jobs_held_idx, as in flow_on_enqueue_ordered).
+       OR EXISTS (SELECT 1 FROM leaseq.jobs j
+                   WHERE j.finished_at IS NULL AND j.status NOT IN ('waiting', 'pending', 'running')
+                     AND j.queue = q AND j.ordering_key = ok) THEN
         RETURN NULL;
     END IF;
     UPDATE leaseq.jobs j SET ordering_waiting = false
@@ -525,9 +536,9 @@ BEGIN
         UPDATE leaseq.flow_aggregates a SET blocked_by = NULL, blocked_at = NULL
          WHERE a.queue = NEW.queue AND a.ordering_key = NEW.ordering_key AND a.blocked_by = NEW.id;
     END IF;
-    -- jobs_flow_reactivate: a keyed job pending again after it finished or waited.
+    -- jobs_flow_reactivate: a keyed job pending again after it finished, waited or was held.
     IF NEW.key IS NOT NULL AND NEW.status = 'pending'
-       AND (OLD.finished_at IS NOT NULL OR OLD.status = 'waiting') THEN
+       AND (OLD.finished_at IS NOT NULL OR OLD.status IN ('waiting', 'held')) THEN
         PERFORM leaseq.flow_activate(NEW.queue, NEW.key);
     END IF;
     -- jobs_flow_release: a keyed job leaves running.

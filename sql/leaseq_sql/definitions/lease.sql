@@ -261,7 +261,9 @@ $fn$;
 REVOKE ALL ON FUNCTION leaseq.lease_complete(bigint[], text[], bigint[], bytea[], jsonb[], text[], jsonb[], text[], timestamptz) FROM PUBLIC;
 
 -- Ends a held attempt with an error: back to pending after backoff if retryable with attempts
--- left, else dead; records the attempt (outcome: failed or timed_out) with its traceback.
+-- left; held (unfinished, waiting for an operator's `leaseq steps resolve`) if it stopped at an
+-- uncertain durable step (error code StepUncertain, not retryable); else dead. Records the
+-- attempt (outcome: failed or timed_out) with its traceback.
 CREATE OR REPLACE FUNCTION leaseq.lease_fail(job bigint, holder text, token bigint, secret bytea,
                                              error text, error_code text, traceback text,
                                              retryable boolean, outcome leaseq.attempt_outcome,
@@ -281,12 +283,17 @@ BEGIN
     WITH t AS (SELECT leaseq.lease_now(lease_fail.at) AS now),
     failed AS (
         UPDATE leaseq.jobs j
+           -- A held job is not finished: its waiters, stream, signals and pipeline wait on.
            SET status = CASE WHEN lease_fail.retryable AND j.attempt_count < j.max_attempts
-                             THEN 'pending' ELSE 'dead' END::leaseq.job_status,
+                             THEN 'pending'
+                             WHEN NOT lease_fail.retryable AND lease_fail.error_code = 'StepUncertain'
+                             THEN 'held' ELSE 'dead' END::leaseq.job_status,
                available_at = CASE WHEN lease_fail.retryable AND j.attempt_count < j.max_attempts
                                    THEN leaseq.lease_run_at(t.now + leaseq.retry_delay(j.attempt_count, lease_fail.backoff_base, lease_fail.backoff_cap))
                                    ELSE j.available_at END,
                finished_at = CASE WHEN lease_fail.retryable AND j.attempt_count < j.max_attempts
+                                  THEN NULL
+                                  WHEN NOT lease_fail.retryable AND lease_fail.error_code = 'StepUncertain'
                                   THEN NULL ELSE t.now END,
                lease_owner = CASE WHEN lease_fail.retryable AND j.attempt_count < j.max_attempts
                                   THEN NULL ELSE j.lease_owner END,

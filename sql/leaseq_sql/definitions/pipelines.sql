@@ -235,7 +235,7 @@ BEGIN
             SELECT tree.id, min(tree.root) AS root FROM tree GROUP BY tree.id
             UNION ALL
             SELECT j.id, NULL FROM leaseq.jobs j
-             WHERE j.pipeline_id = pipeline AND j.status IN ('waiting', 'pending', 'running')
+             WHERE j.pipeline_id = pipeline AND j.status IN ('waiting', 'pending', 'running', 'held')
         ),
         cur AS (
             SELECT j.id, j.status, j.lease_owner, j.lease_token, j.attempt_count, j.started_at,
@@ -249,7 +249,7 @@ BEGIN
                         WHEN target.root = j.id THEN 'CANCELLED'
                         ELSE 'ANCESTOR_CANCELLED' END AS code
               FROM leaseq.jobs j JOIN target ON target.id = j.id
-             WHERE j.status IN ('waiting', 'pending', 'running')
+             WHERE j.status IN ('waiting', 'pending', 'running', 'held')
                AND (owned_by IS NULL OR j.enqueued_by = owned_by)
              ORDER BY j.id
                FOR UPDATE OF j

@@ -8,12 +8,15 @@
 -- console_resolve_step in queries/console.sql; job_retry_dead in queries/jobs.sql
 -- (Queue.retry_dead, `leaseq retry`) and leaseq.console_retry_dead (console.sql).
 
--- Settles an uncertain step of a dead job (an intent without an outcome): records `outcome`
+-- Settles an uncertain step of a held job (an intent without an outcome; or of a dead one,
+-- stopped there before migration 53 gave such jobs the status held): records `outcome`
 -- as its result, or with `again` clears the intent so the step runs again; says who
 -- (`actor`), when (`at`; NULL: now) and why (`reason`) on the step's row; and brings the job
 -- back to pending with a fresh budget of attempts, waking its queue's workers, in one
 -- statement. One row, the job's id (and the wake-ups sent), when it was settled; none when
--- the job is not dead at an uncertain step of that name.
+-- the job is not held (or dead) at an uncertain step of that name. The status is compared as
+-- text: a SQL function's body is analysed when it is created, in the transaction that added
+-- the value held (which may not be used before that transaction commits).
 CREATE OR REPLACE FUNCTION leaseq.step_resolve(job bigint, step text, outcome jsonb, again boolean,
                                                actor text, reason text, at timestamptz)
 RETURNS TABLE (id bigint, notified bigint)
@@ -32,7 +35,8 @@ AS $$
                resolve_reason = step_resolve.reason
           FROM t, leaseq.jobs j
          WHERE s.job_id = step_resolve.job AND s.name = step_resolve.step AND j.id = s.job_id
-           AND j.status = 'dead' AND s.finished_at IS NULL AND s.lease_token IS NOT NULL
+           AND j.status::text IN ('held', 'dead') AND s.finished_at IS NULL
+           AND s.lease_token IS NOT NULL
         RETURNING s.job_id
     ),
     revived AS (
@@ -40,7 +44,7 @@ AS $$
            SET status = 'pending', available_at = t.now, finished_at = NULL, lease_owner = NULL,
                max_attempts = j.attempt_count + j.max_attempts
           FROM t, settled
-         WHERE j.id = settled.job_id AND j.status = 'dead'
+         WHERE j.id = settled.job_id AND j.status::text IN ('held', 'dead')
         RETURNING j.id, j.queue
     ),
     woke AS (SELECT pg_notify('leaseq_jobs', revived.queue) FROM revived)

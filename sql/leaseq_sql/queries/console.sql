@@ -319,6 +319,18 @@ SELECT (SELECT count(*) FROM (SELECT 1 FROM leaseq.job_stream i WHERE i.job_id =
        WHERE j.id = %(id)s AND j.status = 'pending' AND j.waiting_for IS NOT NULL
   ) w ON true;
 
+-- name: console_held
+-- Jobs held at an uncertain step (waiting for a human's `leaseq steps resolve`), oldest first, at most %(limit)s, each with its first uncertain step by name (NULL: none found), read through jobs_held_idx.
+SELECT j.id, j.queue, j.job_type, j.attempt_count, left(j.last_error, 200) AS last_error,
+       (SELECT s.name FROM leaseq.job_steps s
+         WHERE s.job_id = j.id AND s.finished_at IS NULL AND s.lease_token IS NOT NULL
+         ORDER BY s.name LIMIT 1) AS step
+  FROM leaseq.jobs j
+ WHERE j.status = 'held' AND j.finished_at IS NULL
+   AND j.status NOT IN ('waiting', 'pending', 'running')  -- jobs_held_idx's predicate
+ ORDER BY j.id
+ LIMIT %(limit)s;
+
 -- name: console_dead
 -- The newest dead jobs (at most %(scan)s looked at, newest first, in one queue or all) that match the type and error code filters, at most %(limit)s of them, with how many of those looked at matched and how many were looked at.
 -- The scan reads only the dead indexes (they include type and error code); the shown rows are

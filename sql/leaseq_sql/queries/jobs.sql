@@ -194,7 +194,7 @@ deleted AS (DELETE FROM leaseq.jobs j USING victims v WHERE j.id = v.id RETURNIN
 SELECT count(*) AS deleted FROM deleted;
 
 -- name: queue_stats
--- Per-queue depth for dashboards and the operator: ready, scheduled (and due within the horizon), running, dead, oldest ready age, max heartbeat age.
+-- Per-queue depth for dashboards and the operator: ready, scheduled (and due within the horizon), running, dead, held, oldest ready age, max heartbeat age.
 WITH t AS (SELECT coalesce(%(now)s::timestamptz, now()) AS now),
 pending AS (
     SELECT j.queue,
@@ -222,14 +222,24 @@ running AS (
 ),
 dead AS (
     SELECT j.queue, count(*) AS dead FROM leaseq.jobs j WHERE j.status = 'dead' GROUP BY j.queue
+),
+held AS (
+    -- Stopped at an uncertain step, waiting for a human. The predicate is jobs_held_idx's
+    -- (only a held job is unfinished in none of these statuses; see migration 51).
+    SELECT j.queue, count(*) AS held FROM leaseq.jobs j
+     WHERE j.status = 'held' AND j.finished_at IS NULL
+       AND j.status NOT IN ('waiting', 'pending', 'running')
+     GROUP BY j.queue
 )
 SELECT queue,
        coalesce(p.ready, 0) AS ready, coalesce(p.scheduled, 0) AS scheduled,
        coalesce(p.scheduled_soon, 0) AS scheduled_soon, coalesce(r.running, 0) AS running,
-       coalesce(d.dead, 0) AS dead, p.oldest_ready_age, r.max_heartbeat_age
+       coalesce(d.dead, 0) AS dead, coalesce(h.held, 0) AS held, p.oldest_ready_age,
+       r.max_heartbeat_age
   FROM pending p
   FULL JOIN running r USING (queue)
   FULL JOIN dead d USING (queue)
+  FULL JOIN held h USING (queue)
  WHERE %(queues)s::text[] IS NULL OR queue = ANY(%(queues)s::text[])
  ORDER BY queue;
 

@@ -29,17 +29,20 @@ SELECT s.name
                                   %(now)s::timestamptz) s;
 
 -- name: step_resolve
--- Settles an uncertain step of a dead job (leaseq.step_resolve, steps.sql): records %(result)s as its outcome, or with %(retry)s clears the intent so the step runs again; says who, when and why; and brings the job back to pending with a fresh budget of attempts, in one statement.
+-- Settles an uncertain step of a held job (or of a dead one stopped there before held existed) (leaseq.step_resolve, steps.sql): records %(result)s as its outcome, or with %(retry)s clears the intent so the step runs again; says who, when and why; and brings the job back to pending with a fresh budget of attempts, in one statement.
 SELECT id, notified
   FROM leaseq.step_resolve(%(id)s, %(name)s, %(result)s::jsonb, %(retry)s, %(actor)s, %(reason)s,
                            %(now)s::timestamptz);
 
 -- name: steps_uncertain
--- Dead jobs stopped at an uncertain step (an intent without an outcome), oldest first, up to %(limit)s.
+-- Jobs held at an uncertain step (an intent without an outcome; or dead there, stopped before held existed), oldest first, up to %(limit)s.
 SELECT j.id AS job_id, j.queue, j.job_type, s.name, s.attempt, s.intended_at
   FROM leaseq.jobs j
   JOIN leaseq.job_steps s ON s.job_id = j.id
- WHERE j.status = 'dead' AND j.last_error_code = %(error_code)s
+ WHERE ((j.status = 'held' AND j.finished_at IS NULL
+          AND j.status NOT IN ('waiting', 'pending', 'running'))  -- jobs_held_idx's predicate
+        OR j.status = 'dead')
+   AND j.last_error_code = %(error_code)s
    AND s.finished_at IS NULL AND s.lease_token IS NOT NULL
  ORDER BY j.id, s.name
  LIMIT %(limit)s;

@@ -140,7 +140,7 @@ def _status_text(
             " (`leaseq jobs list` shows older ones)"
         )
     else:
-        empty = QueueStats("", 0, 0, 0, 0, 0, None, None)
+        empty = QueueStats("", 0, 0, 0, 0, 0, 0, None, None)
         queues = table(
             [
                 "QUEUE",
@@ -148,6 +148,7 @@ def _status_text(
                 "SCHEDULED",
                 "RUNNING",
                 "DEAD",
+                "HELD",
                 "SUCCEEDED 1H",
                 "CANCELLED 1H",
                 "OLDEST READY",
@@ -160,6 +161,7 @@ def _status_text(
                     s.scheduled,
                     s.running,
                     s.dead,
+                    s.held,
                     (f := done.get(name, QueueFinished(name, 0, 0))).succeeded,
                     f.cancelled,
                     age(s.oldest_ready_age),

@@ -27,7 +27,7 @@ def uncertain_text(found: list[UncertainStep]) -> str:
     rows = [[u.job_id, u.queue, u.job_type, u.name, u.attempt, when(u.intended_at)] for u in found]
     more = f"\n(the first {SHOWN} shown)" if len(found) >= SHOWN else ""
     return (
-        f"{len(found)} job(s) stopped at an uncertain step: settle each with"
+        f"{len(found)} job(s) held at an uncertain step need a human: settle each with"
         " `leaseq steps resolve JOB STEP --result JSON` or `--retry`\n"
         + table(["JOB", "QUEUE", "TYPE", "STEP", "ATTEMPT", "INTENDED"], rows)
         + more
@@ -85,11 +85,12 @@ def add_commands(sub: Any, command: Any) -> None:
         "steps",
         help="durable steps whose outcome is uncertain: list and settle them",
         description="A job whose step committed its intent and recorded no result (its worker "
-        "died inside it) and that has no reconcile check nor idempotent=True stops as dead "
-        "(error code StepUncertain). Find out whether the step's effect happened, then settle "
-        "it: the job runs again from that step.",
+        "died inside it) and that has no reconcile check nor idempotent=True stops as held "
+        "(error code StepUncertain): not finished, so its result, pipeline and stream wait and "
+        "signals to it are kept. Find out whether the step's effect happened, then settle it: "
+        "the job runs again from that step.",
     ).add_subparsers(dest="steps_command", required=True)
-    command("list", "dead jobs stopped at an uncertain step", list_uncertain, group)
+    command("list", "jobs held at an uncertain step", list_uncertain, group)
     p = command(
         "resolve",
         "settle an uncertain step (audited: who, when, why) and make its job pending again",

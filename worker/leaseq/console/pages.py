@@ -14,7 +14,7 @@ from starlette.responses import PlainTextResponse, RedirectResponse, Response
 
 from leaseq.console.params import blank, dead_filters, int_field, time_field
 from leaseq.console.rendering import Renderer, text
-from leaseq.core.console import BULK_LIMIT, Console, JobFilter
+from leaseq.core.console import BULK_LIMIT, HELD_SHOWN, Console, JobFilter
 from leaseq.core.errors import InvalidJob, LeaseqError
 from leaseq.core.models import STEP_UNCERTAIN_CODE, JobStatus
 
@@ -83,6 +83,7 @@ class Pages:
             {
                 **self._role(),
                 "overview": self.console.overview(),
+                "held_shown": HELD_SHOWN,
                 "panels": extra,
                 "refresh": self.refresh_seconds,
             },

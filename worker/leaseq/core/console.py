@@ -29,6 +29,8 @@ from leaseq.core.models import (
 
 #: Counts stop here: a queue with more shows ``1000+``.
 COUNT_CAP = 1000
+#: Held jobs the overview lists (it says when there may be more).
+HELD_SHOWN = 50
 #: Queues the overview shows at most (the most backed-up first).
 OVERVIEW_QUEUES = 200
 #: Queues the overview finds at most per source (pending, keyed, dead, waiting jobs), by a
@@ -100,6 +102,9 @@ class Overview:
 
     panels: list[QueuePanel]
     found: int
+    #: Jobs held at an uncertain step (oldest first, at most :data:`HELD_SHOWN`): each
+    #: waits for a human to settle its step.
+    held: list[Row]
 
     @property
     def cut(self) -> bool:
@@ -303,7 +308,8 @@ class Console:
 
     def overview(self, *, limit: int = OVERVIEW_QUEUES, now: datetime | None = None) -> Overview:
         """The most backed-up queues with work, workers or a schedule (at most ``limit``),
-        one panel each, and how many queues were found (:class:`Overview`)."""
+        one panel each, how many queues were found, and the jobs held at an uncertain step
+        (:class:`Overview`)."""
         validation.at_least("limit", limit, 1)
         panels = []
         with self._tx("console: overview") as c:
@@ -329,7 +335,8 @@ class Console:
                         in_flight=r["in_flight"],
                     )
                 )
-        return Overview(panels, found)
+            held = self._store.console_held(c, limit=HELD_SHOWN)
+        return Overview(panels, found, held)
 
     def jobs(
         self,
@@ -501,10 +508,10 @@ class Console:
     def resolve_step(
         self, job_id: int, step: str, *, result: Any = None, retry: bool, actor: str, reason: str
     ) -> bool:
-        """Settle the uncertain step ``step`` of dead job ``job_id`` as ``leaseq steps
+        """Settle the uncertain step ``step`` of held job ``job_id`` as ``leaseq steps
         resolve`` does (the same statement: record ``result``, or with ``retry`` run the step
         again; the job goes back to pending with a fresh budget of attempts) and audit it, in
-        one transaction. False when the job was not (or no longer) dead at an uncertain step
+        one transaction. False when the job was not (or no longer) held at an uncertain step
         of that name: nothing settled, the audit says so. InvalidJob, before anything is
         written, for a blank actor or reason or a result that is no JSON of at most 1 MiB."""
         _check_action([job_id], actor, reason)
@@ -520,7 +527,7 @@ class Console:
     def step_unsettled(self, job_id: int, step: str) -> str:
         """Why :meth:`resolve_step` settled nothing, read now, as the CLI says it: the job
         does not exist, has no step ``step``, the step is not uncertain, or the job is not
-        dead. ("" when the step could be settled now: it became so meanwhile.)"""
+        held. ("" when the step could be settled now: it became so meanwhile.)"""
         with self._tx("console: job step") as c:
             self._store.console_bounds(c, seconds=self._timeout)
             row = self._store.console_job_step_state(c, job_id=job_id, name=step)
@@ -532,7 +539,8 @@ class Console:
                 **{k: row[k] for k in StepRecord.__dataclass_fields__ if k != "result"},
                 result=None,
             )
-        if found is not None and found.intended and row["status"] == JobStatus.DEAD:
+        settleable = row["status"] in (JobStatus.HELD, JobStatus.DEAD)
+        if found is not None and found.intended and settleable:
             return ""
         return f"job {job_id} {unsettled_reason(step, str(row['status']), found)}"
 

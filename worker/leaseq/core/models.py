@@ -21,6 +21,9 @@ class JobStatus(enum.StrEnum):
     #: Waiting for parent jobs (a pipeline): not claimable until the last one is met.
     WAITING = "waiting"
     PENDING = "pending"
+    #: Stopped at an uncertain durable step, waiting for an operator's ``leaseq steps
+    #: resolve``: not finished (its waiters, stream, signals and pipeline wait on).
+    HELD = "held"
     RUNNING = "running"
     SUCCEEDED = "succeeded"
     DEAD = "dead"
@@ -403,6 +406,8 @@ class QueueStats:
     scheduled_soon: int
     running: int
     dead: int
+    #: Held at an uncertain step, waiting for an operator (``leaseq steps resolve``).
+    held: int
     oldest_ready_age: float | None
     max_heartbeat_age: float | None
 
@@ -539,7 +544,7 @@ def unsettled_reason(step: str, status: str, found: StepRecord | None) -> str:
     if not found.intended:
         has = "a result" if found.recorded else "no intent"
         return f"step {step!r} is not uncertain: it has {has}"
-    return f"is {status}, not dead: only a stopped job's uncertain step is settled"
+    return f"is {status}, not held: only a held job's uncertain step is settled"
 
 
 @dataclass(frozen=True)

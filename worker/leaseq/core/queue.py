@@ -109,6 +109,8 @@ _NOT_RETRYABLE = {
     "retried)",
     JobStatus.RUNNING: "is running now; only dead jobs can be retried",
     JobStatus.WAITING: "is waiting for its parents; only dead jobs can be retried",
+    JobStatus.HELD: "is held at an uncertain step: settle the step with `leaseq steps "
+    "resolve` (only dead jobs can be retried)",
 }
 
 log = logging.getLogger("leaseq.queue")
@@ -1533,11 +1535,12 @@ class Queue:
         actor: str,
         reason: str,
     ) -> None:
-        """Settle the uncertain step ``step`` of dead job ``job_id``: record ``result`` as its
+        """Settle the uncertain step ``step`` of held job ``job_id``: record ``result`` as its
         outcome (the effect happened), or with ``retry`` clear its intent (it did not: the
         step runs again); either way say who (``actor``) and why, and bring the job back to
         pending with a fresh budget of attempts, in one statement. JobStateError when the
-        job is not dead at an uncertain step of that name."""
+        job is not held at an uncertain step of that name (a job stopped there before
+        leaseq had the status held is dead, and is settled too)."""
         result, actor, reason = validation.step_resolution(
             step, result, retry=retry, actor=actor, reason=reason
         )
@@ -1551,7 +1554,7 @@ class Queue:
         raise unresolvable(job_id, step, record, steps)
 
     def uncertain_steps(self, *, limit: int = 100) -> list[UncertainStep]:
-        """Dead jobs stopped at an uncertain step (``leaseq steps resolve`` settles them)."""
+        """Jobs held at an uncertain step (``leaseq steps resolve`` settles them)."""
         with borrow(self._db, "list uncertain steps") as c:
             return self._store.steps_uncertain(c, STEP_UNCERTAIN_CODE, limit)
 

@@ -216,9 +216,9 @@ class JobContext:
         the step's result (recorded) or raises :class:`leaseq.NotDone` (``fn`` runs again);
         or, with ``idempotent=True``, runs ``fn`` again (it passes :attr:`step_key` to the
         destination, which dedupes); with neither, raises :class:`leaseq.StepUncertain`: the
-        job goes to dead until ``leaseq steps resolve`` settles the step. If ``fn`` raises,
-        the intent is withdrawn (the step did not happen) and the exception goes on. When the
-        lease is lost nothing is recorded and :class:`Interrupted` is raised."""
+        job is held (unfinished) until ``leaseq steps resolve`` settles the step. If ``fn``
+        raises, the intent is withdrawn (the step did not happen) and the exception goes on.
+        When the lease is lost nothing is recorded and :class:`Interrupted` is raised."""
         call = partial(fn, *args, **kwargs)
         return self._step_runner().run(name, call, reconcile, idempotent)
 

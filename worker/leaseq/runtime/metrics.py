@@ -142,7 +142,7 @@ class WorkerMetrics:
         )
         self.steps_uncertain = Counter(
             "leaseq_steps_uncertain",
-            "Jobs this worker stopped (dead, StepUncertain) at a durable step that has an "
+            "Jobs this worker stopped (held, StepUncertain) at a durable step that has an "
             "intent and no result and neither a reconcile check nor idempotent=True: an "
             "operator settles each with `leaseq steps resolve`.",
             ["queue", "job_type"],

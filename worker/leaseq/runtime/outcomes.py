@@ -33,6 +33,8 @@ class Outcome(enum.StrEnum):
     SUCCEEDED = "succeeded"
     FAILED = "failed"
     DEAD = "dead"
+    #: Stopped at an uncertain durable step until an operator settles it.
+    HELD = "held"
     TIMED_OUT = "timed_out"
     RELEASED = "released"
     LEASE_LOST = "lease_lost"

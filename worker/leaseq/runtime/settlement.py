@@ -151,6 +151,8 @@ def outcome_of(answer: Answer, settled_by: Settler | None) -> Outcome:
         return Outcome.DEAD if answer.status is JobStatus.DEAD else Outcome.RELEASED
     if settled_by is Settler.TIMED_OUT:
         return Outcome.TIMED_OUT
+    if answer.status is JobStatus.HELD:
+        return Outcome.HELD
     return Outcome.DEAD if answer.status is JobStatus.DEAD else Outcome.FAILED
 
 
@@ -376,10 +378,12 @@ class Settlement:
             ]
             if not mine:
                 return None
-            if mine[0] is AttemptOutcome.FAILED and self.queue.get(attempt.job.id).status is (
-                JobStatus.DEAD
-            ):
-                return Outcome.DEAD
+            if mine[0] is AttemptOutcome.FAILED:
+                status = self.queue.get(attempt.job.id).status
+                if status is JobStatus.DEAD:
+                    return Outcome.DEAD
+                if status is JobStatus.HELD:
+                    return Outcome.HELD
             if mine[0] is AttemptOutcome.INTERRUPTED:
                 return Outcome.RELEASED
             return Outcome(mine[0].value)

@@ -37,7 +37,7 @@ class NotDone(Exception):
 
 class StepUncertain(PermanentError):
     """A step has an intent and no recorded result, and neither ``reconcile`` nor
-    ``idempotent`` says how to find out whether its effect happened: the job goes to dead
+    ``idempotent`` says how to find out whether its effect happened: the job is held
     with ``last_error_code`` ``StepUncertain`` until an operator settles the step."""
 
     def __init__(self, job_id: int, intent: Intent) -> None:

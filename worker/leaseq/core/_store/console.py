@@ -106,6 +106,9 @@ class ConsoleStore(Runner):
         params = {"id": job_id, "cap": cap}
         return dict(self._dicts(conn, "console_job_step_facts", params, "console: job steps")[0])
 
+    def console_held(self, conn: Conn, *, limit: int) -> list[Row]:
+        return _rows(self._dicts(conn, "console_held", {"limit": limit}, "console: held jobs"))
+
     def console_dead(self, conn: Conn, params: Mapping[str, Any]) -> list[Row]:
         return _rows(self._dicts(conn, "console_dead", params, "console: dead jobs"))
 

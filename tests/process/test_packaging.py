@@ -55,11 +55,28 @@ def _mirror_site_packages(target: Path, *, without: tuple[str, ...] = ()) -> Pat
     return target
 
 
-def _venv_over(tmp_path: Path, mirror: Path) -> Path:
-    """A venv without pip's packages of its own, seeing ``mirror`` as its site-packages."""
+def _venv_with(tmp_path: Path, mirror: Path, *install: str) -> Path:
+    """A venv without pip's packages of its own, with ``pip install --no-deps <install>``
+    done in it, and then seeing ``mirror`` as its site-packages.
+
+    The install comes first, by this interpreter's pip aimed at the venv (``--python``): pip's
+    isolated build does not hide what a .pth file adds, so with the mirror in place the build
+    ran on this interpreter's setuptools (and packaging) instead of the ``setuptools>=77``
+    pyproject.toml asks for. A new Python 3.11 virtualenv has setuptools 65.5, which refuses
+    the SPDX ``license = "Apache-2.0"`` ("project.license must be valid exactly by one
+    definition"): in a fresh clone the README's test commands failed here."""
     venv = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", venv], check=True)
     python = venv / "bin" / "python"
+    # Build isolation: the build gets the setuptools pyproject.toml asks for, as a user's would.
+    done = subprocess.run(
+        [sys.executable, "-m", "pip", "--python", python, "install", "-q", "--no-deps", *install],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stderr[-4000:]
     site = subprocess.run(
         [python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
         capture_output=True,
@@ -69,18 +86,6 @@ def _venv_over(tmp_path: Path, mirror: Path) -> Path:
     # addsitedir, not a plain path line, so the mirror's own .pth files are processed too.
     Path(site, "_mirror.pth").write_text(f"import site; site.addsitedir({str(mirror)!r})\n")
     return python
-
-
-def _pip_install(python: Path, *args: str, cwd: Path) -> None:
-    # Build isolation: the build gets the setuptools pyproject.toml asks for, as a user's would.
-    done = subprocess.run(
-        [python, "-m", "pip", "install", "-q", "--no-deps", *args],
-        capture_output=True,
-        text=True,
-        cwd=cwd,
-        timeout=600,
-    )
-    assert done.returncode == 0, done.stderr[-4000:]
 
 
 def test_no_symlinks_in_the_source_folders() -> None:
@@ -100,8 +105,7 @@ def test_no_package_shadows_the_standard_library() -> None:
 def test_editable_install_imports_every_module_from_the_file_its_path_names(
     tmp_path: Path,
 ) -> None:
-    python = _venv_over(tmp_path, _mirror_site_packages(tmp_path / "site"))
-    _pip_install(python, "-e", str(ROOT), cwd=tmp_path)
+    python = _venv_with(tmp_path, _mirror_site_packages(tmp_path / "site"), "-e", str(ROOT))
     modules = _modules_by_path()
     # find_spec, not import: the check is where each name resolves, for every module.
     check = (
@@ -149,8 +153,7 @@ def test_without_the_operator_extra_a_worker_runs_and_the_operator_says_what_to_
     tmp_path: Path, database_url: str
 ) -> None:
     mirror = _mirror_site_packages(tmp_path / "site", without=OPERATOR_ONLY)
-    python = _venv_over(tmp_path, mirror)
-    _pip_install(python, str(ROOT), cwd=tmp_path)
+    python = _venv_with(tmp_path, mirror, str(ROOT))
     bin_dir = python.parent
     env = {
         **{k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")},

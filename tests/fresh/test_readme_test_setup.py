@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from support.ci import CI_CHECKS
-from support.fresh import activated, clean_environment, copy_checkout
+from support.fresh import activated, clean_environment, copy_checkout, outside_pytest_temp
 from support.readme import readme_test_commands
 
 pytestmark = pytest.mark.slow
@@ -58,10 +58,15 @@ def test_the_setup_installs_editable() -> None:
 
 @pytest.mark.skipif(os.environ.get(NESTED) == "1", reason="inside the fresh-venv run already")
 @pytest.mark.skipif(shutil.which("git") is None, reason="needs git to list the checkout's files")
-def test_readme_test_setup_works_in_a_fresh_virtualenv(tmp_path: Path) -> None:
+def test_readme_test_setup_works_in_a_fresh_virtualenv() -> None:
+    with outside_pytest_temp("leaseq-fresh-") as folder:
+        _setup_and_test(folder)
+
+
+def _setup_and_test(folder: Path) -> None:
     install, test = readme_test_commands()
-    repo = copy_checkout(tmp_path / "repo")
-    venv = tmp_path / "venv"
+    repo = copy_checkout(folder / "repo")
+    venv = folder / "venv"
     subprocess.run([sys.executable, "-m", "venv", venv], check=True)
     env = activated(clean_environment(), venv)
     env[NESTED] = "1"

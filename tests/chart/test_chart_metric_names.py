@@ -165,7 +165,7 @@ def test_the_reaper_exports_the_operators_queue_metrics(
     assert set(operator_samples) - set(reaper_samples) == OPERATOR_ONLY
     assert reaper_samples["leaseq_reaper_leader"] == operator_samples["leaseq_reaper_leader"]
     assert reaper_samples["leaseq_queue_jobs"].labels["state"] == {
-        "ready", "scheduled", "running", "dead", "waiting"
+        "ready", "scheduled", "running", "dead", "held", "waiting"
     }  # fmt: skip
     # Every series an alert rule selects, but the pool ones, comes from the reaper alone.
     rules = used["PrometheusRule"] + used["Grafana alert rules"]

@@ -11,6 +11,7 @@
 -- a value added to an enum cannot be used in the transaction that added it (PostgreSQL
 -- raises "unsafe use of new value"), which is also why step_resolve compares status as text.
 -- Before running: jobs_finished_at says finished is status > 'running' (migration 25).
+
 ALTER TYPE leaseq.job_status ADD VALUE 'held' BEFORE 'running';
 -- Held jobs per queue (leaseq status, the operator's leaseq_queue_jobs{state="held"}) and the
 -- list `leaseq steps list` shows, without a scan of every job. Its predicate names no new
@@ -311,7 +312,7 @@ BEGIN
                last_error_code = lease_fail.error_code
           FROM t
          WHERE j.id = lease_fail.job AND j.lease_owner = lease_fail.holder
-           AND j.lease_token = lease_fail.token AND j.lease_digest = sha256(lease_fail.secret || int8send(j.id))
+           AND j.lease_token = lease_fail.token AND j.lease_digest = sha256(lease_fail.secret)
            AND j.lease_expires_at > t.now
         RETURNING j.id, j.status, j.available_at, j.attempt_count, j.lease_token, j.started_at
     ),

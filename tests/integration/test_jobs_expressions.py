@@ -46,7 +46,7 @@ BRANCHES = {
     "jobs_flow_head_revived": "OLD.ordering_key IS NOT NULL AND OLD.status = 'dead'"
     " AND NEW.status = 'pending'",
     "jobs_flow_reactivate": "NEW.key IS NOT NULL AND NEW.status = 'pending'"
-    " AND (OLD.finished_at IS NOT NULL OR OLD.status = 'waiting')",
+    " AND (OLD.finished_at IS NOT NULL OR OLD.status IN ('waiting', 'held'))",
     "jobs_flow_release": "OLD.key IS NOT NULL AND OLD.lease_expires_at IS NOT NULL"
     " AND NEW.lease_expires_at IS NULL",
     "jobs_notify_done": "NEW.notify_done AND NEW.finished_at IS NOT NULL"

@@ -11,6 +11,8 @@
 -- adding it rewrites nothing, and an untraced job stores nothing.
 
 ALTER TABLE leaseq.jobs ADD COLUMN trace_context jsonb;
+-- History keeps it: a finished job's trace can still be looked up (the mover copies it).
+ALTER TABLE leaseq.job_history ADD COLUMN trace_context jsonb;
 -- The claims return it: a new row type is a new function (their grants: see above).
 DROP FUNCTION leaseq.lease_claim(text[], text[], text, integer, double precision, uuid, bytea, timestamptz);
 DROP FUNCTION leaseq.lease_claim_keyed(text[], text[], text, integer, double precision, uuid, bytea, timestamptz);

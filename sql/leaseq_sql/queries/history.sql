@@ -47,13 +47,15 @@ history AS (
         lease_expires_at, heartbeat_at, progress, timeout, last_error, last_error_code,
         idempotency_key, dedup_key, result, checkpoint, claim_id, enqueued_by, notify_done,
         keep_days, moved_at, deps_left, has_children, cancelled_by, pipeline_id, key,
-        ordering_key, ordering_seq, ordering_waiting, waiting_for, waiting_since)
+        ordering_key, ordering_seq, ordering_waiting, waiting_for, waiting_since,
+        trace_context)
     SELECT id, queue, job_type, payload, status, priority, attempt_count, max_attempts,
            created_at, available_at, started_at, finished_at, lease_owner, lease_token,
            lease_expires_at, heartbeat_at, progress, timeout, last_error, last_error_code,
            idempotency_key, dedup_key, result, checkpoint, claim_id, enqueued_by, notify_done,
            keep_days, (SELECT now FROM t), deps_left, has_children, cancelled_by, pipeline_id,
-           key, ordering_key, ordering_seq, ordering_waiting, waiting_for, waiting_since
+           key, ordering_key, ordering_seq, ordering_waiting, waiting_for, waiting_since,
+           trace_context
       FROM kept WHERE NOT expired
 ),
 attempt_history AS (

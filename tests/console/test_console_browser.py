@@ -141,7 +141,7 @@ def test_a_job_stopped_at_an_uncertain_step_in_a_real_browser(
             browser = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
             page = browser.new_page(viewport={"width": 1280, "height": 800})
             page.goto(f"{console.base}/jobs/{job}")
-            assert page.inner_text("#job-status") == "dead"
+            assert page.inner_text("#job-status") == "held"
             assert page.locator("#job-steps tr[data-step]").count() == 2
             draft = page.inner_text('#job-steps tr[data-step="draft"]')
             assert "recorded" in draft and "812" in draft and "sk-live-9" not in draft

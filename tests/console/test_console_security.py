@@ -259,7 +259,7 @@ def test_settling_a_step_needs_the_csrf_token_and_the_origin(console_db: Console
             path, data={**form, "csrf": token}, headers={"Origin": "https://evil.example"}
         )
         assert answer.status_code == 403 and "another site" in answer.text
-        assert _settled(console_db, job_id) == ("dead", False, 0)
+        assert _settled(console_db, job_id) == ("held", False, 0)
         answer = client.post(path, data={**form, "csrf": token}, headers={"Origin": BASE})
         assert answer.status_code == 200, answer.text
     assert _settled(console_db, job_id) == ("pending", True, 1)
@@ -276,7 +276,7 @@ def test_a_read_only_console_cannot_settle_a_step(console_db: ConsoleDb) -> None
     assert answer.status_code == 403, answer.text
     assert "Refused by the database" in answer.text and "leaseq steps resolve" in answer.text
     assert "permission denied for function console_resolve_step." in answer.text
-    assert _settled(console_db, job_id) == ("dead", False, 0)
+    assert _settled(console_db, job_id) == ("held", False, 0)
     # Nor by hand: the role may not update the step's row, nor call the function the
     # console's SECURITY DEFINER wraps to write it (no UPDATE on leaseq.job_steps).
     with psycopg.connect(console_db.readonly_url) as conn:
@@ -287,7 +287,7 @@ def test_a_read_only_console_cannot_settle_a_step(console_db: ConsoleDb) -> None
             with pytest.raises(psycopg.errors.InsufficientPrivilege):
                 conn.execute(sql.replace("%s", str(job_id)))
             conn.rollback()
-    assert _settled(console_db, job_id) == ("dead", False, 0)
+    assert _settled(console_db, job_id) == ("held", False, 0)
 
 
 def test_settling_a_step_is_audited_under_the_signed_in_user(console_db: ConsoleDb) -> None:

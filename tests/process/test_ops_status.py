@@ -46,8 +46,8 @@ def test_status_reports_succeeded_jobs_and_marks_a_killed_worker_silent(
     text = status(database_url)
     assert "no jobs" not in text and "no unfinished" not in text
     [row] = [line.split() for line in text.splitlines() if line.startswith("q ")]
-    # QUEUE READY SCHEDULED RUNNING DEAD SUCCEEDED-1H CANCELLED-1H ...
-    assert row[:7] == ["q", "0", "0", "0", "0", "2", "0"]
+    # QUEUE READY SCHEDULED RUNNING DEAD HELD SUCCEEDED-1H CANCELLED-1H ...
+    assert row[:8] == ["q", "0", "0", "0", "0", "0", "2", "0"]
     [live] = [line for line in text.splitlines() if line.startswith("w-status")]
     assert live.split()[1] == "running"
 
